@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import get_args
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -21,8 +22,10 @@ from planner.export import (candidate_to_dict, estimate_to_dict, load_yaml, plan
                             plan_to_yaml)
 from planner.memory import TOTALS_MEANING, estimate
 from planner.hf_config import model_from_hf_config
+from planner.frameworks import load_frameworks, provenance
 from planner.models import approximate_note, model_to_dict, presets
-from planner.plan import Inference, Lora, Plan, plan_from_dict, plan_to_dict
+from planner.plan import (Checkpointing, Fp8Recipe, Framework, Inference, Lora, Loss, Optimizer, PipelineSchedule, Plan,
+                          plan_from_dict, plan_to_dict)
 from planner.recommend import recommend
 from planner.units import format_bytes, to_unit
 from ui.charts import breakdown_chart, recommendation_chart, sweep_chart
@@ -31,7 +34,6 @@ DEFAULT_PLAN = {"name": "Llama 3.1 8B pre-training on 8×H100", "model": {"prese
                 "workload": {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
                 "parallelism": {"data": 8, "zero_stage": 3}, "hardware": {"gpu": "h100-sxm-80gb"}}
 TASKS = ["pretrain", "finetune", "lora", "qlora", "inference"]
-OPTIMIZERS = ["adamw", "adamw_8bit", "paged_adamw", "adafactor", "lion", "muon", "sgd", "sgd_momentum"]
 ARCH_INTS = {"num_layers": "Layers", "hidden_size": "Hidden size", "num_attention_heads": "Attention heads",
              "num_kv_heads": "KV heads", "head_dim": "Head dim", "intermediate_size": "MLP intermediate size",
              "vocab_size": "Vocabulary"}
@@ -47,7 +49,7 @@ WIDGET_WHEN_ABSENT = {"num_experts": 0, "experts_per_token": 0, "moe_intermediat
                       "first_dense_layers": 0, "sliding_window": 0, "global_attention_every": 0, "qk_norm": False,
                       **dict.fromkeys(MLA_INTS, 0),
                       "moe_capacity_factor": 0.0, "steps": 0, "train_tokens": 0, "quant_group_size": 0,
-                      "prefill_chunk_tokens": 0}
+                      "prefill_chunk_tokens": 0, "fp8_recipe": "tensorwise", "pipeline_microbatches": 0}
 
 st.set_page_config(page_title="VRAM Planner", page_icon="🧮", layout="wide")
 
@@ -83,7 +85,7 @@ def _flat(plan: Plan) -> dict:
 
 def load_into_widgets(plan: Plan) -> None:
     """Set every widget from `plan` (before the widgets are drawn, i.e. on first run or in a callback)."""
-    flat = {**{f: getattr(Lora(), f) for f in ("rank", "alpha", "targets", "dropout")},
+    flat = {**{f: getattr(Lora(), f) for f in ("rank", "alpha", "targets", "dropout", "variant")},
             **{f: getattr(Inference(), f) for f in ("batch_size", "prompt_tokens", "output_tokens")},
             **_flat(plan)}  # blocks the task does not use keep their defaults for when the task changes
     for key, value in flat.items():
@@ -94,6 +96,7 @@ def load_into_widgets(plan: Plan) -> None:
     st.session_state["gpu_memory_utilization"] = inf.gpu_memory_utilization or 0.9
     for key, absent in WIDGET_WHEN_ABSENT.items():
         st.session_state[key] = flat.get(key) or absent
+    st.session_state["framework_loaded"] = plan.framework
 
 
 def _on_preset() -> None:
@@ -126,6 +129,30 @@ def _on_hf_import() -> None:
 
 def _adopt(plan: Plan) -> None:
     load_into_widgets(plan)
+
+
+def _on_framework() -> None:
+    """A new framework re-derives the keys it or the previous framework governs (from its recipes, or the
+    planner's defaults); every other key of the plan stays."""
+    recipes = load_frameworks()
+    new, old = st.session_state["framework"], st.session_state.get("framework_loaded", "generic")
+    governed = {x.key for name in (new, old) for x in recipes[name].settings}
+    d = _plan_dict()
+    for key in governed:
+        *path, leaf = key.split(".")
+        node = d
+        for part in path:
+            node = node.get(part) or {}
+        node.pop(leaf, None)
+    if new in ("vllm", "hf_generate"):
+        d["workload"] = {"task": "inference"}
+    elif d["workload"]["task"] == "inference" and new != "generic":
+        d["workload"] = {"task": "pretrain"}
+    try:
+        load_into_widgets(plan_from_dict({**d, "framework": new}))
+        st.session_state.pop("framework_error", None)
+    except PlanError as exc:
+        st.session_state["framework_error"] = str(exc)
 
 
 # --- First run of a session: the URL (or the default) fills the widgets -------------------------------------
@@ -188,9 +215,12 @@ def _plan_dict() -> dict:
             workload["steps"] = int(s["steps"])
     if task in ("lora", "qlora"):
         workload["lora"] = {"rank": int(s["rank"]), "alpha": float(s["alpha"]), "targets": list(s["targets"]) or ["q", "v"],
-                            "dropout": float(s["dropout"])}
+                            "dropout": float(s["dropout"]), "variant": s["variant"]}
     precision = {k: s[k] for k in ("compute", "master_weights", "gradients", "optimizer", "optimizer_state",
                                    "optimizer_impl")}
+    if s["compute"] == "fp8":
+        precision["fp8_recipe"] = s["fp8_recipe"]
+        precision["fp8_all_gather"] = bool(s["fp8_all_gather"]) and int(s["zero_stage"]) == 3
     if task in ("lora", "qlora", "inference"):
         precision["weights"] = s["weights"]
         if s["weights"] in ("int4", "nf4") and s["quant_group_size"]:
@@ -199,20 +229,25 @@ def _plan_dict() -> dict:
             precision["double_quant"] = bool(s["double_quant"])
     if task == "inference":
         precision["kv_cache"] = s["kv_cache"]
+    pipeline = int(s["pipeline"])
+    schedule = s["pipeline_schedule"] if pipeline > 1 else "1f1b"
     return {
         "name": s["name"],
+        "framework": s["framework"],
         "model": model,
         "workload": workload,
         "precision": precision,
         "techniques": {k: s[k] for k in ("activation_checkpointing", "attention", "offload", "optimizer_in_backward",
-                                         "loss")} | {"loss_chunks": int(s["loss_chunks"]),
+                                         "loss", "compile", "activation_offload")} | {"loss_chunks": int(s["loss_chunks"]),
                                                      "checkpoint_every": int(s["checkpoint_every"])}
                       | ({"moe_capacity_factor": float(s["moe_capacity_factor"])}
                          if s["moe_capacity_factor"] and _has_experts() else {}),
         "parallelism": {"data": int(s["data"]), "zero_stage": int(s["zero_stage"]), "tensor": int(s["tensor"]),
                         "sequence_parallel": bool(s["sequence_parallel"]) and int(s["tensor"]) > 1,
-                        "pipeline": int(s["pipeline"]), "context": int(s["context"]),
-                        "expert": int(s["expert"])},
+                        "pipeline": pipeline, "context": int(s["context"]),
+                        "expert": int(s["expert"]), "pipeline_schedule": schedule,
+                        "virtual_stages": int(s["virtual_stages"]) if schedule == "interleaved_1f1b" else 1,
+                        "async_tp": bool(s["async_tp"]) and bool(s["sequence_parallel"]) and int(s["tensor"]) > 1},
         "hardware": {"gpu": s["gpu"]},
     }
 
@@ -221,6 +256,13 @@ def _plan_dict() -> dict:
 with st.sidebar:
     st.title("VRAM Planner")
     st.text_input("Plan name", key="name", max_chars=200)
+    recipes = load_frameworks()
+    st.selectbox("Framework", list(get_args(Framework)), key="framework", on_change=_on_framework,
+                 format_func=lambda k: recipes[k].label,
+                 help="Sets the defaults its standard recipes use (dtypes, checkpointing, loss, sharding); "
+                      "any value you change wins. The Breakdown tab lists what it set.")
+    if st.session_state.get("framework_error"):
+        st.error(f"Framework: {st.session_state['framework_error']}")
     with st.expander("GPU catalog and prices"):
         upload = st.file_uploader("Your own catalog (same format as gpu_catalog.yaml)", type=["yaml", "yml"],
                                   key="catalog_upload")
@@ -293,10 +335,18 @@ with st.sidebar:
             st.number_input("LoRA alpha", 0.0, 1e6, key="alpha")
             st.multiselect("LoRA targets", ["q", "k", "v", "o", "gate", "up", "down"], key="targets")
             st.number_input("LoRA dropout", 0.0, 0.99, step=0.05, key="dropout")
+            st.selectbox("Adapter variant", ["lora", "dora"], key="variant",
+                         help="dora: weight-decomposed LoRA (a learned magnitude per output row)")
 
     with st.expander("Precision"):
         st.selectbox("Compute", ["bf16", "fp16", "fp32", "fp8"], key="compute",
                      help="Matmul dtype; fp8: float8 matmuls with bf16 activations")
+        if st.session_state["compute"] == "fp8":
+            st.selectbox("Low-precision recipe", list(get_args(Fp8Recipe)), key="fp8_recipe",
+                         help="Scaling of the float8 (or 4-bit) matmul operands (torchao)")
+            if st.session_state["zero_stage"] == 3:
+                st.checkbox("Float8 all-gather", key="fp8_all_gather",
+                            help="FSDP all-gathers layers' weights in float8 instead of 16 bits")
         if task in ("lora", "qlora", "inference"):
             choices = {"inference": ["bf16", "fp16", "fp32", "fp8", "int8", "int4", "nf4"],
                        "lora": ["bf16", "fp16", "fp32"], "qlora": ["nf4", "int4", "int8", "fp8"]}[task]
@@ -313,15 +363,16 @@ with st.sidebar:
             st.selectbox("Master weights", ["fp32", "none"], key="master_weights",
                          help="fp32: mixed precision with an fp32 copy; none: pure low-precision training")
             st.selectbox("Gradients", ["fp32", "bf16", "fp16"], key="gradients")
-            st.selectbox("Optimizer", OPTIMIZERS, key="optimizer")
+            st.selectbox("Optimizer", list(get_args(Optimizer)), key="optimizer")
             st.selectbox("Optimizer states", ["fp32", "bf16", "fp16"], key="optimizer_state")
             st.selectbox("Optimizer implementation", ["foreach", "fused", "forloop"], key="optimizer_impl",
                          help="foreach (PyTorch's CUDA default) makes a temporary copy at the step")
 
     with st.expander("Techniques"):
-        st.selectbox("Activation checkpointing", ["none", "selective", "full", "every_k"], key="activation_checkpointing",
-                     help="full: keep layer inputs only and recompute; selective: recompute attention scores; "
-                          "every_k: checkpoint every k-th layer (torchtitan)")
+        st.selectbox("Activation checkpointing", list(get_args(Checkpointing)), key="activation_checkpointing",
+                     help="full: keep layer inputs only and recompute; selective: recompute attention scores "
+                          "(Megatron); selective_op: save matmul and attention outputs, recompute the rest "
+                          "(torchtitan); every_k: checkpoint every k-th layer (torchtitan)")
         if st.session_state["activation_checkpointing"] == "every_k":
             st.number_input("Checkpoint every k-th layer", 1, 1024, key="checkpoint_every")
         st.selectbox("Attention", ["flash", "eager"], key="attention",
@@ -329,14 +380,17 @@ with st.sidebar:
         st.selectbox("Offload", ["none", "optimizer", "optimizer_and_params"], key="offload",
                      help="Move optimizer states (and parameters, ZeRO-3) to CPU memory")
         if st.session_state["task"] != "inference":
-            st.selectbox("Loss", ["full", "chunked"], key="loss",
+            st.selectbox("Loss", list(get_args(Loss)), key="loss",
                          help="full: the whole logits upcast to fp32 (HF); chunked: the output projection and "
-                              "loss run on slices of tokens (torchtune)")
+                              "loss run on slices of tokens (torchtune); fused: Liger fused linear cross-entropy")
             if st.session_state["loss"] == "chunked":
                 st.number_input("Loss chunks", 1, 1024, key="loss_chunks")
             st.checkbox("Optimizer in backward", key="optimizer_in_backward",
                         help="Step and free each gradient during backward (torchtune optimizer_in_bwd); needs one "
                              "micro-batch per step, no ZeRO, no offload")
+            st.checkbox("torch.compile", key="compile", help="Fused elementwise ops save fewer intermediates")
+            st.checkbox("Activation offloading", key="activation_offload",
+                        help="Saved activations wait in pinned host memory between forward and backward (torchtune)")
         if _has_experts():
             st.number_input("MoE capacity factor (0: dropless)", 0.0, 64.0, step=0.25, key="moe_capacity_factor",
                             help="Token-dropping MoE training pads each expert's buffer to this multiple of its "
@@ -348,7 +402,15 @@ with st.sidebar:
         st.selectbox("ZeRO stage", [0, 1, 2, 3], key="zero_stage", help="3 = FSDP full shard")
         st.selectbox("Tensor parallel", [1, 2, 4, 8, 16], key="tensor")
         st.checkbox("Sequence parallel", key="sequence_parallel", help="With tensor parallelism")
+        if st.session_state["tensor"] > 1 and st.session_state["sequence_parallel"]:
+            st.checkbox("Async tensor parallel", key="async_tp",
+                        help="Communication overlapped with the matmuls (torchtitan; needs torch.compile)")
         st.number_input("Pipeline parallel", 1, 1024, key="pipeline")
+        if st.session_state["pipeline"] > 1:
+            st.selectbox("Pipeline schedule", list(get_args(PipelineSchedule)), key="pipeline_schedule")
+            if st.session_state["pipeline_schedule"] == "interleaved_1f1b":
+                st.session_state["virtual_stages"] = max(2, st.session_state["virtual_stages"])
+                st.number_input("Virtual stages per GPU", 2, 1024, key="virtual_stages")
         st.number_input("Context parallel", 1, 1024, key="context")
         st.number_input("Expert parallel", 1, 4096, key="expert", help="MoE experts over data-parallel GPUs")
         listed = catalog[st.session_state["gpu"]].price_usd_per_hour
@@ -394,7 +456,15 @@ with tab_plan:
                                 "peak": "●" if ph is s.peak else ""} for s in result.stages for ph in s.phases]),
                  hide_index=True, width="stretch")
     if result.host_bytes:
-        st.info(f"Offloaded states need {format_bytes(result.host_bytes)} of host memory per GPU.")
+        st.info(f"Offloading needs {format_bytes(result.host_bytes)} of host memory per GPU.")
+    if plan.framework != "generic":
+        recipe = load_frameworks()[plan.framework]
+        with st.expander(f"What {recipe.label} set", expanded=False):
+            st.caption(recipe.summary)
+            st.dataframe(pd.DataFrame([{"key": x.key, "value": str(x.value),
+                                        "in this plan": "from the framework" if kept else "changed by you",
+                                        "when": x.condition or "always", "source": x.source}
+                                       for x, kept in provenance(plan)]), hide_index=True, width="stretch")
 
 price = float(st.session_state.get("price") or 0.0)
 with tab_cheapest:

@@ -32,10 +32,7 @@ NOT_YET = [
     ("arch_family", "t5", "encoder-decoder: the plan describes decoder-only LMs"),
     ("optimizer", "unclear", "optimizer not stated by the source"),
     ("seq_len", "variable", "sequence length varies with the data (unpacked dataset)"),
-    ("optimizer", "optimizer_in_bwd", "optimizer-in-backward comes with framework recipes (#9)"),
-    ("act_ckpt", "op-level", "op-level selective checkpointing comes with framework recipes (#9)"),
-    ("compile", "yes", "torch.compile changes what is saved; it comes with framework recipes (#9)"),
-    ("loss_impl", "chunked", "chunked cross-entropy comes with framework recipes (#9)"),
+    ("act_ckpt", "unclear", "activation checkpointing not stated by the source"),
 ]
 
 
@@ -67,6 +64,16 @@ def _lora(config: str) -> dict:
     return {"rank": rank, "alpha": alpha, "targets": targets, "dropout": float(dropout.group(1)) if dropout else 0.0}
 
 
+def framework(row: dict) -> str:
+    """The plan's framework for the stack a row names (lit-gpt and bare scripts: generic)."""
+    stack, sharding = row["framework"].lower(), row["fsdp_or_zero"].lower()
+    if "torchtitan" in stack or "torchtune" in stack:
+        return "torchtitan" if "torchtitan" in stack else "torchtune"
+    if "hf trainer" in stack or "accelerate" in stack:
+        return "deepspeed" if "deepspeed" in sharding else "accelerate_fsdp" if "fsdp" in sharding else "hf_trainer"
+    return "generic"
+
+
 def _dtype(text: str) -> str:
     text = text.lower()
     return next(d for d in ("bf16", "fp16", "fp32") if d in text)
@@ -79,7 +86,7 @@ def express(row: dict) -> tuple[dict | None, str]:
             return None, why
     if "fsdp1" in row["fsdp_or_zero"].lower() and row["task"].lower() in ("lora", "qlora"):
         return None, ("FSDP1 flat parameters mixing frozen and trainable weights allocate gradients for the frozen "
-                      "base too: a framework recipe (#9)")
+                      "base too: the planner models FSDP2 (per-parameter sharding)")
     if statistic(row) is None:
         return None, f"statistic not known ({row['measured_metric']})"
     family = row["arch_family"].lower()
@@ -93,12 +100,17 @@ def express(row: dict) -> tuple[dict | None, str]:
     compute = "fp8" if "float8" in quant else _dtype(row["compute_dtype"])  # torchao float8 linears
     master = "fp32" if "fp32" in row["master_weights"].lower() else "none"
     opt_text = row["optimizer"].lower()
-    optimizer = ("sgd" if "no adam state" in opt_text else "paged_adamw" if "paged" in opt_text else
-                 "adamw_8bit" if "8bit" in opt_text else "adamw")
+    paged, eight_bit = "paged" in opt_text, "8bit" in opt_text
+    optimizer = ("sgd" if "no adam state" in opt_text else "paged_adamw_8bit" if paged and eight_bit else
+                 "paged_adamw" if paged else "adamw_8bit" if eight_bit else "adamw")
     task = row["task"].lower()
     workload = {"task": "pretrain", "sequence_length": _first_int(row["seq_len"]),
                 "micro_batch_size": _first_int(row["micro_batch"])}
     precision = {"compute": compute, "master_weights": master, "optimizer": optimizer}
+    if "fused" in opt_text:
+        precision["optimizer_impl"] = "fused"
+    if compute == "fp8":
+        precision["fp8_recipe"] = "rowwise" if "rowwise" in quant else "tensorwise"
     if task.startswith("inference"):
         prompt, new = (int(x) for x in re.search(r"(\d+) prompt \+ (\d+) new", row["seq_len"]).groups())
         workload = {"task": "inference", "inference": {"batch_size": _first_int(row["micro_batch"]),
@@ -111,6 +123,7 @@ def express(row: dict) -> tuple[dict | None, str]:
         if task == "qlora":
             precision.update(weights="nf4", double_quant="dq" in quant or "double" in quant)
     ckpt = (row["act_ckpt"].split() or ["none"])[0].lower()
+    ckpt = "selective_op" if "op-level" in row["act_ckpt"].lower() else ckpt
     offload = "optimizer_and_params" if ("cpu" in row["offload"].lower() or "offload" in row["offload"].lower()) \
         else "none"
     sharding = row["fsdp_or_zero"].lower().replace("_", " ")
@@ -120,9 +133,12 @@ def express(row: dict) -> tuple[dict | None, str]:
         "model": model,
         "workload": workload,
         "precision": precision,
-        "techniques": {"activation_checkpointing": ckpt if ckpt in ("none", "full", "selective") else "none",
+        "framework": framework(row),
+        "techniques": {"activation_checkpointing": ckpt if ckpt in ("none", "full", "selective", "selective_op") else "none",
                        "attention": "eager" if "eager" in row["attention_impl"].lower() else "flash",
-                       "offload": offload},
+                       "offload": offload, "compile": row["compile"].lower() == "yes",
+                       "optimizer_in_backward": "optimizer_in_bwd=true" in opt_text.replace(" ", ""),
+                       "loss": "chunked" if "chunked" in row["loss_impl"].lower() else "full"},
         "parallelism": {"data": int(row["dp_shard"]) * int(row["dp_replicate"]), "zero_stage": zero,
                         "tensor": int(row["tp"]), "pipeline": int(row["pp"]), "context": int(row["cp"])},
     }
@@ -146,6 +162,7 @@ def run(path: Path = DATA) -> tuple[list[dict], list[tuple[str, str]]]:
         measured = float(row["measured_gib"])
         predicted = predict(plan, stat) / GiB
         rows.append({"row": row["row_id"], "model": row["model"], "quality": row["quality"], "stat": stat,
+                     "framework": plan["framework"],
                      "config": f"s{row['seq_len']} b{row['micro_batch']} {row['attention_impl']}",
                      "measured_gib": measured, "predicted_gib": predicted,
                      "error_pct": 100 * (predicted - measured) / measured})
@@ -159,10 +176,10 @@ def p90(values: list[float]) -> float:
 
 def main() -> None:
     rows, skipped = run()
-    print("| row | model | quality | config | statistic | measured GiB | predicted GiB | error % |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| row | model | framework | quality | config | statistic | measured GiB | predicted GiB | error % |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['row']} | {r['model']} | {r['quality']} | {r['config']} | {r['stat']} | "
+        print(f"| {r['row']} | {r['model']} | {r['framework']} | {r['quality']} | {r['config']} | {r['stat']} | "
               f"{r['measured_gib']:.2f} | {r['predicted_gib']:.2f} | {r['error_pct']:+.1f} |")
     errors = [abs(r["error_pct"]) for r in rows]
     if errors:

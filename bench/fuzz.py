@@ -73,7 +73,7 @@ def random_plan(rng: random.Random) -> dict:
     if task in ("lora", "qlora"):
         workload["lora"] = {"rank": w(rng.choice([1, 8, 64])),
                             "targets": rng.sample(["q", "k", "v", "o", "gate", "up", "down"], rng.randint(1, 7)),
-                            "dropout": rng.choice([0.0, 0.05])}
+                            "dropout": rng.choice([0.0, 0.05]), "variant": rng.choice(["lora", "lora", "dora"])}
     if task == "inference":
         workload = {"task": task, "inference": {
             "batch_size": w(rng.randint(1, 256)), "prompt_tokens": w(rng.choice([1, 128, 4096, 100_000])),
@@ -81,19 +81,23 @@ def random_plan(rng: random.Random) -> dict:
             **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9]))} if rng.random() < 0.4 else {})}}
     precision = {"compute": rng.choice(["bf16", "fp16", "fp32", "fp8"]),
                  "master_weights": rng.choice(["fp32", "none"]),
-                 "optimizer": rng.choice(["adamw", "adamw_8bit", "paged_adamw", "adafactor", "lion", "muon", "sgd",
-                                          "sgd_momentum"]),
+                 "optimizer": rng.choice(["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion",
+                                          "muon", "sgd", "sgd_momentum"]),
                  "optimizer_impl": rng.choice(["foreach", "fused", "forloop"])}
+    if precision["compute"] == "fp8" or rng.random() < 0.02:
+        precision["fp8_recipe"] = rng.choice(["tensorwise", "rowwise", "mxfp8", "nvfp4"])
+        precision["fp8_all_gather"] = rng.random() < 0.3
     if task in ("qlora", "inference") and rng.random() < 0.7:
         precision["weights"] = rng.choice(["bf16", "fp8", "int8", "int4", "nf4"])
     if task == "inference" and rng.random() < 0.5:
         precision["kv_cache"] = rng.choice(["bf16", "fp16", "fp8", "int8"])
-    techniques = {"activation_checkpointing": rng.choice(["none", "selective", "full", "every_k"]),
+    techniques = {"activation_checkpointing": rng.choice(["none", "selective", "selective_op", "full", "every_k"]),
                   "checkpoint_every": w(rng.choice([1, 2, 4, 100])),
                   "attention": rng.choice(["flash", "eager"]),
                   "offload": rng.choice(["none", "none", "optimizer", "optimizer_and_params"]),
-                  "optimizer_in_backward": rng.random() < 0.1, "loss": rng.choice(["full", "full", "chunked"]),
-                  "loss_chunks": w(rng.choice([1, 8, 32]))}
+                  "optimizer_in_backward": rng.random() < 0.1, "loss": rng.choice(["full", "full", "chunked", "fused"]),
+                  "loss_chunks": w(rng.choice([1, 8, 32])), "compile": rng.random() < 0.3,
+                  "activation_offload": rng.random() < 0.15}
     moe = bool(model.get("num_experts")) or ("preset" in model and presets()[model["preset"]].model.num_experts)
     if rng.random() < (0.3 if moe else 0.02):  # mostly where it applies; now and then where it does not
         techniques["moe_capacity_factor"] = w(rng.choice([1.0, 1.25, 2.0]))
@@ -102,11 +106,26 @@ def random_plan(rng: random.Random) -> dict:
     parallelism = {"data": data, "zero_stage": w(rng.randint(0, 3)), "tensor": tensor,
                    "sequence_parallel": tensor > 1 and rng.random() < 0.5, "pipeline": rng.choice([1, 1, 2, 4]),
                    "context": rng.choice([1, 1, 2]),
-                   "expert": rng.choice([1, 2, 8]) if moe or rng.random() < 0.02 else 1}
+                   "expert": rng.choice([1, 2, 8]) if moe or rng.random() < 0.02 else 1,
+                   "async_tp": tensor > 1 and rng.random() < 0.1}
+    if parallelism["async_tp"] and rng.random() < 0.9:  # mostly with what it needs
+        parallelism["sequence_parallel"] = techniques["compile"] = True
+    if precision.get("fp8_all_gather") and rng.random() < 0.9:
+        parallelism["zero_stage"] = 3
+    if parallelism["pipeline"] > 1 or rng.random() < 0.02:
+        schedule = rng.choice(["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"])
+        parallelism["pipeline_schedule"] = schedule
+        parallelism["virtual_stages"] = rng.choice([2, 3]) if schedule == "interleaved_1f1b" else 1
+        if rng.random() < 0.3:
+            parallelism["pipeline_microbatches"] = w(rng.choice([1, 4, 8]))
     if "global_batch_size" in workload and type(data) is int and type(workload["micro_batch_size"]) is int \
             and rng.random() < 0.8:
         workload["global_batch_size"] = workload["micro_batch_size"] * data * rng.choice([1, 4])
-    plan = {"model": model, "workload": workload, "precision": precision, "techniques": techniques,
+    serving = task == "inference" or rng.random() < 0.02  # now and then a framework that does not fit the task
+    framework = rng.choice(["generic"] * 3 + (["vllm", "hf_generate"] if serving else
+                                              ["hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan",
+                                               "megatron", "axolotl"]))
+    plan = {"framework": framework, "model": model, "workload": workload, "precision": precision, "techniques": techniques,
             "parallelism": parallelism,
             "hardware": {"gpu": rng.choice(["h100-sxm-80gb", "a100-sxm-80gb", "l4-24gb", "mi300x-192gb", "tpu"])}}
     if rng.random() < 0.02:  # an unknown key somewhere

@@ -5,6 +5,7 @@
                                  [--price GPU=USD ...] [--fix KEY,...] [--catalog FILE] [--format table|json|yaml]
     python -m planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
     python -m planner models [--format table|json]
+    python -m planner frameworks [--format table|json]
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
 the plan's (and the plan file may then be left out: the default plan for that model).
@@ -25,8 +26,9 @@ import yaml
 
 from planner.catalog import load_catalog
 from planner.errors import PlanError
-from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, plan_from_yaml, presets_to_list,
-                            presets_to_table, recommendation_to_list, recommendation_to_table)
+from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_table, plan_from_yaml,
+                            presets_to_list, presets_to_table, recommendation_to_list, recommendation_to_table)
+from planner.frameworks import load_frameworks
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
@@ -75,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
 
     mod = commands.add_parser("models", help="the model presets with their parameter counts")
     mod.add_argument("--format", choices=("table", "json"), default="table")
+    fw = commands.add_parser("frameworks", help="the framework recipes and the plan values each sets")
+    fw.add_argument("--format", choices=("table", "json"), default="table")
     return parser
 
 
@@ -142,6 +146,13 @@ def _mfu(values: list[str]) -> tuple[float, dict[str, float]]:
 
 
 def _run(args: argparse.Namespace) -> str:
+    if args.command == "frameworks":
+        if args.format == "table":
+            return frameworks_to_table()
+        return json.dumps({name: {"label": r.label, "summary": r.summary,
+                                  "settings": [{"key": x.key, "value": x.value, "when": dict(x.when), "source": x.source}
+                                               for x in r.settings]}
+                           for name, r in load_frameworks().items()}, indent=2) + "\n"
     if args.command == "models":
         rows = presets_to_list(presets())
         return presets_to_table(presets()) if args.format == "table" else json.dumps(rows, indent=2) + "\n"

@@ -97,6 +97,31 @@ def estimate_to_yaml(est: Estimate) -> str:
     return yaml.safe_dump(estimate_to_dict(est), sort_keys=False, allow_unicode=True)
 
 
+def _framework_line(plan: Plan) -> str | None:
+    """Which values the plan's framework set, and which the plan changed."""
+    if plan.framework == "generic":
+        return None
+    from planner.frameworks import load_frameworks, provenance
+
+    settings = provenance(plan)
+    kept = ", ".join(f"{x.key.split('.')[-1]}={_text(x.value)}" for x, k in settings if k) or "nothing"
+    changed = ", ".join(x.key.split(".")[-1] for x, k in settings if not k)
+    return (f"framework {load_frameworks()[plan.framework].label} set: {kept}"
+            + (f"; the plan changed: {changed}" if changed else ""))
+
+
+def frameworks_to_table() -> str:
+    """The framework recipes as a Markdown table (the README's), from planner/data/frameworks.yaml."""
+    from planner.frameworks import load_frameworks
+
+    lines = ["| `framework` | what it keeps in which dtype, and where | settings it makes |", "|---|---|---|"]
+    for name, r in load_frameworks().items():
+        settings = "; ".join(f"`{x.key}: {_text(x.value)}`" + (f" when {x.condition}" if x.when else "")
+                             for x in r.settings) or "none"
+        lines.append(f"| `{name}` ({r.label}) | {r.summary} | {settings} |")
+    return "\n".join(lines) + "\n"
+
+
 def _approx_label(plan: Plan) -> str | None:
     n = plan.model.approx_params
     return f"~{n / 1e9:,.3g}B-parameter model" if n else None
@@ -111,6 +136,7 @@ def estimate_to_table(est: Estimate) -> str:
         *filter(None, [approximate_note(plan.model)]),
         f"{est.reason}",
         f"peak at: {est.phase}" + (f", pipeline stage {est.stage}" if par.pipeline > 1 else ""),
+        *filter(None, [_framework_line(plan)]),
         "",
     ]
     name_w = max(len(i.label) for i in est.items)
@@ -134,10 +160,10 @@ def estimate_to_table(est: Estimate) -> str:
         lines.append(f"{'usable':<21} {format_bytes(est.usable_bytes):>12}  {est.gpu.name} "
                      f"({est.gpu.usable_memory_source})")
     if est.host_bytes:
-        lines.append(f"{'host memory':<21} {format_bytes(est.host_bytes):>12}  per GPU, for offloaded states")
+        lines.append(f"{'host memory':<21} {format_bytes(est.host_bytes):>12}  per GPU, for what is offloaded")
     lines.append("")
     for s in est.stages:
-        head = f"stage {s.index} ({s.layers} layers, {s.micro_batches_in_flight} in flight)" \
+        head = f"stage {s.index} ({s.layers} layers, {s.micro_batches_in_flight:g} in flight)" \
             if par.pipeline > 1 else "phases"
         phases = ", ".join(f"{ph.name} {format_bytes(ph.allocated_bytes)}" for ph in s.phases)
         lines.append(f"{head}: {phases}")
@@ -232,6 +258,7 @@ def _leaf_paths() -> dict[str, tuple[str, ...]]:
         from planner.plan import _NESTED, _SECTIONS
 
         _LEAVES["name"] = ("name",)
+        _LEAVES["framework"] = ("framework",)
         for key in (*MODEL_KEYS, "params"):
             _LEAVES[key] = ("model", key)
         for section, cls in _SECTIONS.items():
@@ -265,6 +292,11 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+# keys the comparison base is built with, so written whenever they differ from the planner's own default
+_ALWAYS = {("workload", "task"): ("pretrain",), ("framework",): ("generic",), ("parallelism", "data"): (1,),
+           ("parallelism", "tensor"): (1,), ("parallelism", "pipeline"): (1,), ("parallelism", "context"): (1,)}
+
+
 def plan_to_query(plan: Plan) -> dict[str, str]:
     """The plan as query parameters: the preset and task, the architecture keys that differ from the preset's
     (or from a model given by its required keys alone), and every other value that differs from the default
@@ -283,12 +315,16 @@ def plan_to_query(plan: Plan) -> dict[str, str]:
         reference = model_to_dict(Model(**{k: model[k] for k in required}))
     query = {key: _text(value) for key, value in model.items()
              if value is not None and (key in always or reference.get(key) != value)}
-    base = _flatten(plan_to_dict(plan_from_dict({"model": model, "workload": {"task": plan.workload.task}})))
+    # the default plan of the same model, task, framework and degrees (framework settings can depend on them)
+    par = plan.parallelism
+    base = _flatten(plan_to_dict(plan_from_dict({
+        "model": model, "framework": plan.framework, "workload": {"task": plan.workload.task},
+        "parallelism": {"data": par.data, "tensor": par.tensor, "pipeline": par.pipeline, "context": par.context}})))
     paths = {path: leaf for leaf, path in _leaf_paths().items()}
     for path, value in _flatten(plan_to_dict(plan)).items():
         if path[0] in ("schema", "model") or path not in paths or value is None:
             continue
-        if path == ("workload", "task") and value != "pretrain" or base.get(path) != value:
+        if path in _ALWAYS and value not in _ALWAYS[path] or path not in _ALWAYS and base.get(path) != value:
             query[paths[path]] = _text(value)
     # Defaults that follow other values (the served weights' dtype follows the compute dtype, ...) can hide a
     # value the comparison above dropped: read the link back and add whatever it does not reproduce.

@@ -61,6 +61,11 @@ CUBLAS_WORKSPACE_BYTES = 2 * 32 * MiB
 # above allocated) until GPU measurements in bench/measurements pin it down.
 ALLOCATOR_CHURN_FRACTION = 0.10
 
+# NVFP4 (torchao nvfp4 training): 4-bit values with one 1-byte e4m3 scale per 16 (NVIDIA's NVFP4 format).
+NVFP4_BYTES = 0.5 + 1 / 16
+# MXFP8 (OCP microscaling): 8-bit values with one 1-byte e8m0 scale per 32.
+MXFP8_BYTES = 1 + 1 / 32
+
 # bitsandbytes 8-bit optimizers quantize each state blockwise with one fp32 absmax per 2,048 values
 # (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization").
 ADAM8BIT_BLOCK = 2048
@@ -106,11 +111,12 @@ class Stage:
 
     index: int
     layers: int
-    micro_batches_in_flight: int
+    micro_batches_in_flight: float  # in units of one micro-batch through the whole stage
     phases: tuple[Phase, ...]
     peak: Phase
     reserved_bytes: int
     device_bytes: int
+    host_bytes: int = 0  # pinned host memory of offloaded activations
 
     @property
     def peak_allocated_bytes(self) -> int:
@@ -182,6 +188,7 @@ class _StageParams:
     layer: int  # the largest transformer layer on this rank
     largest_unit: int  # largest FSDP/ZeRO-3 unit: a layer, the embedding or the output head
     gathered_pair: int  # largest two neighbouring units (the one in use and the one prefetched)
+    gathered_pair_layers: int  # of which transformer-layer parameters
     embedding: int  # embedding rows on this rank when the stage holds the embedding, else 0
     head: int  # output-projection parameters used on this stage (tied or not), else 0
     head_own: int  # output-head parameters stored on this stage beside the embedding (untied, or a PP copy)
@@ -215,8 +222,10 @@ def _stage_params(plan: Plan, stage: int) -> _StageParams:
     moe_linear = counts.attention + counts.experts + counts.shared + counts.router
     linear = dense * (counts.attention + counts.mlp) + moe * moe_linear
     # ZeRO-3/FSDP units in execution order; a unit is all-gathered while its neighbour is prefetched
-    units = [u for u in (embedding, *[counts.layer] * dense, *[counts.moe_layer] * moe, head_params) if u]
-    pair = max((a + b for a, b in zip(units, units[1:])), default=units[0])
+    units = [(u, layer) for u, layer in ((embedding, False), *[(counts.layer, True)] * dense,
+                                           *[(counts.moe_layer, True)] * moe, (head_params, False)) if u]
+    pairs = [(a + b, a * la + b * lb) for (a, la), (b, lb) in zip(units, units[1:])] or [(units[0][0], units[0][0] * units[0][1])]
+    pair, pair_layers = max(pairs)
     shapes = projection_shapes(m, t)
     rows = dense * sum(o for _, o in shapes.values())
     largest = max(i * o for i, o in shapes.values())
@@ -242,7 +251,8 @@ def _stage_params(plan: Plan, stage: int) -> _StageParams:
                         matmul=dense * (counts.attention + counts.mlp) + moe * moe_linear + (table if last else 0),
                         dense_layers=dense, moe_layers=moe,
                         layer=max(counts.layer if dense else 0, counts.moe_layer if moe else 0),
-                        largest_unit=max(units), gathered_pair=pair, embedding=embedding, head=table if last else 0,
+                        largest_unit=max(u for u, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
+                        embedding=embedding, head=table if last else 0,
                         head_own=head_params, linear=linear, linear_rows=rows, largest_matrix=largest,
                         adapters=adapters)
 
@@ -298,8 +308,12 @@ def _lora_layer_acts(plan: Plan) -> _LayerActs:
         adapters += b16 * lora.rank + (b16 * width if own_copies else 0)
         if lora.dropout > 0:
             adapters += (b16 + 1) * width
+        if lora.variant == "dora":
+            # DoRA (peft DoraLinearLayer.forward): the magnitude's two products save the base output and the
+            # adapter output, T × d_out each in the matmul output dtype (MemTracker on peft 0.21)
+            adapters += 2 * b16 * shapes[target][1]
     attention += adapters  # split like attention: per rank
-    attention_formula += f" + adapters {_n(adapters)} B"
+    attention_formula += f" + adapters {_n(adapters)} B" + (" (with DoRA's 2 × d_out outputs)" if lora.variant == "dora" else "")
     # MoE with frozen experts: per routed token silu's input and output and up (3 × I_e), and the expert output
     # (saved for the routing weights, which carry gradients back to the router's input); the router softmax
     moe_mlp = 0
@@ -395,6 +409,29 @@ def _layer_acts(plan: Plan) -> _LayerActs:
     factor = 4 if m.mlp == "swiglu" else 2
     mlp = factor * b16 * inter
     mlp_formula = f"{factor} × {b16}I = {factor}×{b16}×{_n(inter)}"
+    if plan.techniques.compile and not autocast and plan.techniques.attention == "flash" and not m.mla:
+        # torch.compile's min-cut partitioner (inductor defaults) saves the layer input, the norms' outputs and
+        # fp32 rstd, q and k after RoPE, v, the attention output and log-sum-exp, o_proj's output, and gate, up
+        # and their product; the fp32 upcasts, normalized copies and silu are recomputed (partition of HF Llama
+        # code by inductor's own partitioner: 8h + 4q + 4kv + 4a + 6I + 8 B in bf16, exact on two shapes)
+        q, k, v, out = attention_widths(m, t)
+        a = m.num_attention_heads // t
+        norms = 4 * b16 * h + 8
+        norm_formula = f"compiled: layer input, 2 norm outputs and o_proj's output 4 × {b16}h + 2 fp32 rstd"
+        attention = b16 * (q + k + v + out) + 4 * a
+        attention_formula = f"compiled: {b16}(q + k + v + out) + 4a"
+        factor = 3 if m.mlp == "swiglu" else 2
+        mlp = factor * b16 * inter
+        mlp_formula = f"compiled: {factor} × {b16}I (silu recomputed)"
+    if prec.fp8_recipe == "nvfp4":
+        # torchao NVFP4 linears save 4-bit codes of their input (0.5 B + one e4m3 scale per 16 values) instead of
+        # the 16-bit tensor, one copy per consuming linear (nvfp4_linear.py nvfp4_mm: x_col_codes, x_col_sf)
+        out = attention_widths(m, t)[3]
+        norms += round(NVFP4_BYTES * consumers * h) - (2 * consumers * h if autocast else 2 * b16 * h)
+        attention += round((NVFP4_BYTES - b16) * out)
+        mlp += round((NVFP4_BYTES - b16) * inter)
+        norm_formula += f"; linear inputs as NVFP4 ({NVFP4_BYTES:g} B × {consumers}h)"
+        mlp_formula += f"; the down projection's input as NVFP4 ({NVFP4_BYTES:g} B × I)"
     # MoE (dropless; HF transformers 5 grouped-GEMM experts, traced with saved_tensors_hooks): per token the
     # router's fp32 softmax over E experts, top-k indices and normalized weights (4E + 12k + 4 B); per routed
     # token the gathered input, gate_up, silu(gate), their product, the expert output kept for the routing-
@@ -413,6 +450,52 @@ def _layer_acts(plan: Plan) -> _LayerActs:
                         + (f" + {m.shared_experts} shared × {factor} × {b16}I_e" if m.shared_experts else ""))
     return _LayerActs(norms=norms, attention=attention, scores=scores, mlp=mlp, moe_mlp=moe_mlp,
                       norm_formula=norm_formula, attention_formula=attention_formula, mlp_formula=mlp_formula)
+
+
+def _sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
+    """Per token and layer under torchtitan's op-level selective checkpointing: (replicated bytes, attention
+    bytes, MLP bytes) of what it saves.
+
+    torchtitan/distributed/activation_checkpoint.py _apply_op_sac: the outputs of ops in its save list (mm,
+    the SDPA kernels, reduce-scatter, max) are kept, except every second mm of a block; everything else is
+    recomputed in backward. A Llama block's mm's are q, k, v, o, gate, up, down: q, v, gate and down are
+    kept (biased projections run as addmm, which is neither saved nor counted). The block's input is kept by
+    the checkpoint. torch.compile drops the last projection's output, which backward never reads. Measured
+    with MemTracker and the partitioner on HF Llama code: 4h + 4q + 2kv + 4a + 2I B in bf16.
+    """
+    m, t = plan.model, plan.parallelism.tensor
+    b = nbytes(plan.precision.activation_dtype)
+    q, k, v, out = attention_widths(m, t)
+    h, inter = m.hidden_size, m.intermediate_size // t
+    # (output width, where its bytes go) of each projection in execution order; 'rep' = full h on every rank
+    if m.mlp == "swiglu":
+        mms = [(q, "attn"), (k, "attn"), (v, "attn"), (h, "rep"), (inter, "mlp"), (inter, "mlp"), (h, "rep")]
+    else:
+        mms = [(q + k + v, "attn"), (h, "rep"), (inter, "mlp"), (h, "rep")]
+    saved = {"rep": input_bytes * h, "attn": b * out + 4 * (m.num_attention_heads // t), "mlp": 0}
+    if not m.bias:
+        for n, (width, where) in enumerate(mms):
+            if n % 2 == 0 and not (plan.techniques.compile and n == len(mms) - 1):
+                saved[where] += b * width
+    return saved["rep"], saved["attn"], saved["mlp"]
+
+
+def _in_flight(plan: Plan, index: int) -> float:
+    """Micro-batches whose activations pipeline stage `index` holds at once, in units of one micro-batch through
+    the whole stage."""
+    par, m = plan.parallelism, plan.micro_batches_per_step
+    p = par.pipeline
+    if par.pipeline_schedule == "gpipe":  # every forward before any backward (Huang et al. 2019)
+        return m
+    if par.pipeline_schedule == "interleaved_1f1b":
+        # Megatron forward_backward_pipelining_with_interleaving: 2(p - i - 1) + (v - 1)p warm-up forwards of
+        # model chunks (1/v of the stage each), one more in the steady state; stage 0 holds p + (p - 1)/v
+        # micro-batches (Narayanan et al. 2021, §2.2)
+        v = par.virtual_stages
+        return min(2 * (p - index - 1) + (v - 1) * p + 1, m * v) / v
+    # 1F1B: stage i holds up to p - i micro-batches (Narayanan et al. 2021); zero-bubble ZB-H1 splits backward
+    # into input- and weight-gradient passes within the same peak (Qi et al. 2023, §3)
+    return min(p - index, m)
 
 
 def _routed_slots(plan: Plan) -> float:
@@ -482,10 +565,13 @@ def _optimizer(plan: Plan, tr: _Trainable) -> tuple[int, int, str, str]:
         temp = {"foreach": n * bs, "forloop": largest * bs, "fused": 0}[prec.optimizer_impl]
         return 2 * n * bs, temp, f"{_n(n)} params × 2 states × {bs} B ({prec.optimizer_state})", \
             "AdamW exp_avg and exp_avg_sq; foreach materializes sqrt(exp_avg_sq) for all parameters at the step"
-    if opt == "adamw_8bit":
+    if opt in ("adamw_8bit", "paged_adamw_8bit"):
         blocks = -(-n // ADAM8BIT_BLOCK)
-        return 2 * (n + 4 * blocks), 0, f"{_n(n)} params × 2 states × 1 B + fp32 absmax per {ADAM8BIT_BLOCK:,}", \
-            "bitsandbytes 8-bit AdamW: blockwise-quantized states, updated in place by a fused kernel"
+        paged = opt == "paged_adamw_8bit"
+        return 2 * (n + 4 * blocks), 0, f"{_n(n)} params × 2 states × 1 B + fp32 absmax per {ADAM8BIT_BLOCK:,}" + (
+            ", in CUDA managed memory" if paged else ""), \
+            "bitsandbytes 8-bit AdamW: blockwise-quantized states, updated in place by a fused kernel" + (
+                "; paged: outside PyTorch's allocator, evicted to host under pressure" if paged else "")
     if opt == "paged_adamw":
         return 2 * n * 4, 0, f"{_n(n)} params × 2 states × 4 B, in CUDA managed memory", \
             "bitsandbytes paged AdamW: states in unified memory outside PyTorch's allocator, evicted to host under pressure"
@@ -535,7 +621,7 @@ def estimate(plan: Plan, catalog: dict[str, Gpu] | None = None, *, detail: bool 
     return Estimate(plan=plan, gpu=gpu, items=items, phase=worst.peak.name, stage=worst.index,
                     peak_allocated_bytes=worst.peak_allocated_bytes, peak_reserved_bytes=worst.reserved_bytes,
                     device_bytes=worst.device_bytes, usable_bytes=gpu.usable_bytes,
-                    host_bytes=_host_bytes(plan), runtime_bytes=runtime_bytes)
+                    host_bytes=_host_bytes(plan) + max(s.host_bytes for s in edges), runtime_bytes=runtime_bytes)
 
 
 # Items that do not fragment the allocator's cache: allocated once, or reallocated at the same size every layer
@@ -567,7 +653,20 @@ def _runtime_items(plan: Plan) -> tuple[Item, ...]:
                       f"{format_bytes(NCCL_BYTES_PER_COMMUNICATOR, 'MiB', 0)}") if groups else "no communication",
              note="Per-channel FIFOs of each NCCL communicator this rank uses (NVIDIA/nccl#1685, #864)",
              level="device"),
-    )
+    ) + (_symmetric_workspace(plan),) if par.async_tp else ()
+
+
+def _symmetric_workspace(plan: Plan) -> Item:
+    """Async TP's symmetric-memory workspace: one per tensor-parallel group, grown to the largest fused op —
+    the reduce-scatter of an h-wide output keeps two chunks of T/t rows (torch/distributed/_symmetric_memory
+    get_symm_mem_workspace, _pipelined_produce_and_all2all); allocated through CUDA virtual memory, outside
+    PyTorch's caching allocator."""
+    wl, t = plan.workload, plan.parallelism.tensor
+    rows = -(-wl.micro_batch_size * wl.sequence_length // plan.parallelism.context // t)
+    b = nbytes(plan.precision.activation_dtype)
+    return Item(name="symmetric_memory", label="Async-TP symmetric memory", bytes=2 * rows * plan.model.hidden_size * b,
+                formula=f"2 × T/t × h × {b} B = 2 × {_n(rows)} × {_n(plan.model.hidden_size)} × {b}",
+                note="Workspace of the fused all-gather/reduce-scatter matmuls (torch symmetric memory)", level="device")
 
 
 def _host_bytes(plan: Plan) -> int:
@@ -599,7 +698,7 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
     autocast, mixed = _autocast(plan), prec.mixed
     lora = wl.task in ("lora", "qlora")
     accum = plan.micro_batches_per_step
-    in_flight = min(p - index, accum)  # 1F1B: stage i holds up to p - i micro-batches (Narayanan et al. 2021)
+    in_flight = _in_flight(plan, index)
     tokens = wl.micro_batch_size * wl.sequence_length // c
     seq_div = t if par.sequence_parallel else 1
     shard_note = f" ÷ {shard} (ZeRO-{z} over data × context)" + (
@@ -673,7 +772,7 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
                           "The fp32 parameters (Weights) are the master copy")
         grad_dtype_bytes = bg
     state_bytes, opt_temp, opt_formula, opt_note = _optimizer(plan, tr)
-    paged = prec.optimizer == "paged_adamw"
+    paged = prec.optimizer in ("paged_adamw", "paged_adamw_8bit")
     if offload != "none" or state_bytes == 0:
         states = item("optimizer_states", "Optimizer states", 0, "0 (on CPU)" if state_bytes else opt_formula,
                       "Offloaded with the optimizer step" if state_bytes else opt_note)
@@ -722,6 +821,12 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
     if ckpt == "full":
         per_layer = moe_layer_acts = kept_input
         layer_formula = f"T × {input_bytes}h (layer input kept by checkpointing)"
+    elif ckpt == "selective_op":
+        rep_b, attn_b, mlp_b = _sac_op_acts(plan, input_bytes)
+        per_layer = tokens * (rep_b // seq_div + attn_b + mlp_b)
+        moe_layer_acts = tokens * (rep_b // seq_div + attn_b + acts.moe_mlp)
+        layer_formula = (f"T × [op-level SAC: input and kept projection outputs {_n(rep_b)} B{' ÷ t' if seq_div > 1 else ''}"
+                         f" + attention output, lse and kept q/v {_n(attn_b)} B + kept gate {_n(mlp_b)} B]")
     else:
         kept_scores = 0 if ckpt == "selective" else acts.scores
         per_layer = tokens * (acts.norms // seq_div + acts.attention + kept_scores + acts.mlp)
@@ -749,22 +854,42 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
     if tech.attention == "eager":  # HF builds one b×1×s×s additive causal mask per forward
         mask = wl.micro_batch_size * wl.sequence_length ** 2 * (4 if autocast else bc) // c
     act_mb = dense_layers * per_layer + moe_layers * moe_layer_acts + final_norm + mask
+    if prec.fp8_recipe == "nvfp4" and ckpt != "full":
+        # NVFP4 linears also save their weight's 4-bit codes (Wt_fp4, Wt_sf) for backward, in every layer whose
+        # activations are kept
+        kept_layers = n_layers * (1 - ck_share)
+        act_mb += round(NVFP4_BYTES * sp.linear * kept_layers / n_layers)
     layer_text = " + ".join(x for x in (f"{dense_layers} layers × {format_bytes(per_layer, 'MiB', 1)}" if dense_layers else "",
                                         f"{moe_layers} MoE layers × {format_bytes(moe_layer_acts, 'MiB', 1)}"
                                         if moe_layers else "") if x)
-    activations = item(
-        "activations", "Activations", act_mb * in_flight,
-        lambda: (f"{in_flight} micro-batch{'es' if in_flight > 1 else ''} × ({layer_text}"
-        f"{' + final norm' if final_norm else ''}"
-        f"{' + causal mask' if mask else ''}); T = {_n(tokens)}, per layer {layer_formula}"),
-        "Tensors autograd saves between forward and backward (HF-style eager ops)"
-        + (". 1F1B pipeline keeps earlier micro-batches in flight" if in_flight > 1 else ""))
+    offloaded = tech.activation_offload
+    host_acts = 0
+    if offloaded:
+        # torchtune OffloadActivations: every saved tensor of 1 KiB or more but the output head's goes to pinned
+        # host memory; the last 5 packed tensors stay on the GPU until their copy is done. Under full
+        # checkpointing the saved tensors are the layer inputs; otherwise about one layer's worth stays.
+        largest_layer = max(per_layer if dense_layers else 0, moe_layer_acts if moe_layers else 0)
+        resident = min(5, n_layers) * kept_input if ckpt == "full" else largest_layer
+        host_acts = round((act_mb - final_norm - mask) * in_flight)
+        activations = item("activations", "Activations (offloaded)", resident + final_norm + mask,
+                           lambda: ((f"min(5, {n_layers}) layer inputs T × {input_bytes}h" if ckpt == "full" else
+                                     "one layer's activations") + " still being copied + the final norm; "
+                                    f"{format_bytes(host_acts)} on the host"),
+                           "Activation offloading: saved tensors live in pinned host memory between forward and backward")
+    else:
+        activations = item(
+        "activations", "Activations", round(act_mb * in_flight),
+        lambda: (f"{in_flight:g} micro-batch{'es' if in_flight != 1 else ''} × ({layer_text}"
+            f"{' + final norm' if final_norm else ''}"
+            f"{' + causal mask' if mask else ''}); T = {_n(tokens)}, per layer {layer_formula}"),
+            "Tensors autograd saves between forward and backward (HF-style eager ops)"
+            + (f". The {par.pipeline_schedule} pipeline schedule keeps earlier micro-batches in flight" if in_flight > 1 else ""))
     casts_note = "torch.autocast caches 16-bit copies of matmul weights; the graph keeps them until backward"
     casts = casts_bwd = None
     if autocast:
         kept = 1 - ck_share
         casts = item("weight_casts", "Weight casts (autocast)", round(sp.matmul * 2 * in_flight * kept),
-                     lambda: (f"{_n(sp.matmul)} matmul params × 2 B × {in_flight}"
+                     lambda: (f"{_n(sp.matmul)} matmul params × 2 B × {in_flight:g}"
                               + (f" × {kept:.3g} (layers not checkpointed)" if kept < 1 else "")), casts_note)
         casts_bwd = casts if ckpt != "full" else item(
             "weight_casts", "Weight casts (autocast)", 0, "0 (freed when autocast exits)",
@@ -784,11 +909,34 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
     fwd_loss = tv * (logits_b + 4) + -(-tv * upcast // chunks) if chunks else tv * per_tv
     bwd_loss = 4 * tv + -(-tv * 12 // chunks) if chunks else tv * 12
     head_loss = -(-tv * logits_b // chunks) if chunks else tv * logits_b
+    if tech.compile and tech.loss != "fused":
+        # a compiled cross-entropy saves only the logits and fuses its backward into a gradient in the logits'
+        # dtype: no fp32 T·V buffer (inductor's partition of HF and torchtitan losses; torchtitan and torchtune
+        # compile the loss with the model, HF computes it inside the model's forward)
+        fwd_loss = tv * logits_b + 8 * tokens
+        bwd_loss = tv * logits_b + (-(-tv * logits_b // chunks) if chunks else tv * logits_b)
+    fused = tech.loss == "fused"
+    if fused:
+        # Liger fused linear cross-entropy (ops/fused_linear_cross_entropy.py): tokens go through the head in
+        # chunks of next_pow2(⌈T / ⌈V/h⌉⌉) rows, whose logits (compute dtype; the fp32 upcast stays in registers)
+        # are overwritten by their gradient; the gradients of the hidden states (T·h) and of the head's weight
+        # (V·h, parameter dtype; none for a frozen head) are made in forward and saved for backward
+        h = m.hidden_size
+        fused_rows = min(1 << (-(-tokens // -(-vocab_r // h)) - 1).bit_length(), tokens)
+        head_grad = 0 if lora else vocab_r * h * (4 if autocast else bc)
+        fused_saved = tokens * h * bc + head_grad + 4 * tokens
+        fwd_loss, bwd_loss, head_loss = fused_saved + fused_rows * vocab_r * bc, fused_saved, fused_saved
 
     # ---- Transients of one moment of backward ----
     stored = base / P if lora else bc  # bytes per parameter as all-gathered (a frozen base keeps its storage)
-    gather = item("zero3_gather", "ZeRO-3 all-gathered layers", round(sp.gathered_pair * stored),
-                  lambda: (f"largest neighbouring units {_n(sp.gathered_pair)} params × {stored:.3g} B"),
+    gathered = round(sp.gathered_pair * stored)
+    if prec.fp8_all_gather:  # torchao WeightWithDynamicFloat8CastTensor: layers' linears travel as float8, 1 B each
+        # (no 16-bit unsharded copy is made); the embedding and the output head stay 16-bit
+        gathered -= round(sp.gathered_pair_layers * (stored - 1))
+    gather = item("zero3_gather", "ZeRO-3 all-gathered layers", gathered,
+                  lambda: (f"largest neighbouring units {_n(sp.gathered_pair)} params × {stored:.3g} B"
+                           + (f", of which {_n(sp.gathered_pair_layers)} layer params as float8 (1 B)"
+                              if prec.fp8_all_gather else "")),
                   "The unit in use plus the one prefetched, unsharded") if z == 3 else None
     # Fresh gradients of the unit being differentiated, beyond those already counted in Gradients. Autograd
     # produces them in the dtype of the parameters it sees (fp32 under autocast, else the compute dtype).
@@ -830,20 +978,50 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
                         "Tokens permuted for the all-to-all to expert-parallel ranks")
     fp8 = None
     if prec.compute == "fp8":  # float8 linears (torchao): 8-bit casts of the input, the weight and its transpose
-        # for each matmul; the saved activations stay in bf16 (torchtitan: fp8 peak within 0.1 GiB of bf16)
+        # for each matmul, made and freed per matmul; tensorwise, rowwise and mxfp8 save the bf16 input as bf16
+        # training does (torchao matmul_with_hp_or_float8_args, mx_mm: save_for_backward(input_hp, weight_hp);
+        # torchao README: Llama-3-8B peak 47.65 GB bf16, 47.77 tensorwise, 47.79 rowwise)
         width = max(m.hidden_size, m.intermediate_size // t)
-        fp8 = item("fp8_casts", "FP8 casts", 2 * sp.largest_matrix + tokens * width,
-                   lambda: f"2 × largest matrix {_n(sp.largest_matrix)} + T × {_n(width)}, 1 B each",
-                   "Per-matmul float8 copies of the weight (and its transpose) and of the input, with their scales")
+        recipe = prec.fp8_recipe
+        per = {"mxfp8": MXFP8_BYTES, "nvfp4": NVFP4_BYTES}.get(recipe, 1)
+        elements = 2 * sp.largest_matrix + tokens * width
+        scales = 4 * (tokens + width) if recipe == "rowwise" else 0  # one fp32 scale per row of each operand
+        fp8 = item("fp8_casts", f"Low-precision casts ({recipe})", round(per * elements) + scales,
+                   lambda: (f"(2 × largest matrix {_n(sp.largest_matrix)} + T × {_n(width)}) × {per:g} B"
+                            + (f" + fp32 row scales 4 × (T + {_n(width)})" if scales else "")),
+                   "Per-matmul low-precision copies of the weight (and its transpose) and of the input, with their scales")
+    dora = None
+    if lora and wl.lora.variant == "dora":
+        # DoRA recomputes ‖W + s·BA‖ per output row in every training forward: weight-sized temporaries of the
+        # projection being adapted (peft dora.py get_lora_weight, get_weight_norm; MemTracker): an identity
+        # d_in × d_in, B·A, the weight plus it — in fp32 with fp32 adapters
+        shapes = projection_shapes(m, t)
+        r = wl.lora.rank
+
+        def dora_bytes(d_in: int, d_out: int) -> int:
+            if mixed:
+                return 2 * d_in * d_in + 2 * d_in * r + 16 * d_in * d_out
+            return bc * (d_in * d_in + d_in * r + 3 * d_in * d_out)
+
+        target = max(wl.lora.targets, key=lambda x: dora_bytes(*shapes[x]))
+        d_in, d_out = shapes[target]
+        dora = item("dora_weight_norm", "DoRA weight-norm temporaries", dora_bytes(d_in, d_out),
+                    lambda: (f"largest adapted projection ({target}, {_n(d_in)} → {_n(d_out)}): "
+                             + ("2d_in² + 2d_in·r + 16 d_in·d_out" if mixed else f"{bc}(d_in² + d_in·r + 3 d_in·d_out)")),
+                    "DoRA recomputes the adapted weight's row norms in each forward (and in a checkpointed recompute)")
     layer_work = [item("backward_transient", "Layer backward temporaries", layer_bwd,
                        lambda: (f"max(half the saved MLP, eager score gradients) + 2 × {bc}T·h"),
                        "Gradients of the largest intermediates of the layer being differentiated"), dequant, dispatch,
-                  fp8]
+                  fp8, dora if ckpt != "none" else None]
     if ckpt != "none" and not (ckpt == "every_k" and ck_share == 0):  # every_k with k > L checkpoints nothing
         layerwise = ckpt in ("full", "every_k")  # a checkpointed layer is recomputed whole
-        recompute = per_layer_full + sp.layer * 2 * autocast if layerwise else tokens * acts.scores
+        recompute = (per_layer_full + sp.layer * 2 * autocast if layerwise else
+                     # op-level SAC regenerates what a whole layer saves, less what it kept
+                     max(0, per_layer_full - per_layer) if ckpt == "selective_op" else tokens * acts.scores)
         layer_work.insert(0, item("recompute", "Recomputed layer", recompute,
-                                  lambda: ("one layer's full activations" if layerwise else "one layer's attention scores"),
+                                  lambda: ("one layer's full activations" if layerwise else
+                                           "one layer's activations less those kept" if ckpt == "selective_op" else
+                                           "one layer's attention scores"),
                                   "Checkpointing recomputes one layer at a time during backward"))
 
     # ---- The moments of the step ----
@@ -851,41 +1029,58 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
         return Phase(name=name, description=description, items=tuple(i for i in parts if i is not None))
 
     held = (*static, grads_held, activations)
-    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, casts, gather, dequant, fp8,
+    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, casts, gather, dequant, fp8, dora,
                     item("logits_loss", "Logits and loss", fwd_loss,
-                         lambda: (f"T·V × ({logits_b} logits + 4 log-softmax + {upcast}/{chunks} one chunk's fp32 upcast)"
+                         lambda: (f"T·h × {bc} input gradient + " + (f"V·h × {head_grad // (vocab_r * m.hidden_size)} head "
+                                  "gradient + " if head_grad else "") + f"{_n(fused_rows)} rows × V × {bc} chunk logits + 4T"
+                                  if fused else f"T·V × {logits_b} logits + 8T (compiled loss) = {_n(tokens)} × {_n(vocab_r)}"
+                                  f" × {logits_b} + 8 × {_n(tokens)}" if tech.compile else
+                                  f"T·V × ({logits_b} logits + 4 log-softmax + {upcast}/{chunks} one chunk's fp32 upcast)"
                                   f" = {_n(tokens)} × {_n(vocab_r)} × {logits_b + 4 + upcast / chunks:g}" if chunks else
                                   f"T·V × ({logits_b} logits + 4 fp32 upcast + 4 log-softmax) = {_n(tokens)} × {_n(vocab_r)} × {per_tv}"
                                   if logits_b < 4 else f"T·V × (4 logits + 4 log-softmax) = {_n(tokens)} × {_n(vocab_r)} × 8"),
+                         "Fused linear cross-entropy: logits exist one chunk at a time; gradients are made in forward"
+                         if fused else "A compiled cross-entropy saves only the logits" if tech.compile else
                          f"Chunked cross-entropy over {chunks} slices of tokens keeps every slice's log-softmax" if chunks
                          else "Cross-entropy upcasts logits to fp32 and keeps log_softmax for backward") if last else None)]
     if last:
         phases.append(phase("loss backward", "backward of the log-softmax over the vocabulary", *held, casts_bwd, gather,
                             item("logits_loss", "Logits and loss", bwd_loss,
-                                 lambda: (f"T·V × (4 saved log-softmax + 12/{chunks} one slice's backward buffers), fp32"
+                                 lambda: ("the gradients made in forward" if fused else
+                                          f"T·V × {logits_b} saved logits + their gradient"
+                                          + (f" (one slice's of {chunks})" if chunks else "") + " (compiled)"
+                                          if tech.compile else
+                                          f"T·V × (4 saved log-softmax + 12/{chunks} one slice's backward buffers), fp32"
                                           if chunks else
                                           f"T·V × 12 (saved log-softmax + its gradient + input gradient, fp32) = "
                                           f"{_n(tokens)} × {_n(vocab_r)} × 12"), "fp32 buffers of _log_softmax_backward_data")))
         phases.append(phase("output head backward", "gradients of the output projection", *held, casts_bwd, gather,
                             item("logits_loss", "Logits and loss", head_loss,
-                                 lambda: (f"T·V × {logits_b}" + (f" / {chunks} (one slice's" if chunks else " (the")
+                                 lambda: ("the gradients made in forward" if fused else f"T·V × {logits_b}"
+                                          + (f" / {chunks} (one slice's" if chunks else " (the")
                                           + " gradient of the logits)"), "Input of the output head's backward"),
-                            None if lora else fresh(sp.head, counted=accum > 1)))
+                            None if (lora or fused) else fresh(sp.head, counted=accum > 1)))
     phases.append(phase("backward (first layer)", "backward of the stage's last layer: all activations still live",
                         *held, casts_bwd, gather, *layer_work,
                         fresh(layer_unit, counted=accum > 1, largest=sp.largest_matrix)))
     first_layer_acts = per_layer if dense_layers else moe_layer_acts
-    rest = item("activations", "Activations", act_mb * (in_flight - 1) + first_layer_acts,
-                lambda: (f"{in_flight - 1} other micro-batches + the first layer's" if in_flight > 1 else
-                "the first layer's, still to be differentiated"), "Earlier layers' activations have been freed by now")
-    rest_casts = item("weight_casts", "Weight casts (autocast)", sp.matmul * 2 * (in_flight - 1) + sp.layer * 2,
+    if offloaded:  # brought back one autograd node at a time: the layer being differentiated and its input
+        rest = item("activations", "Activations (offloaded)", 2 * kept_input if ckpt == "full" else first_layer_acts,
+                    "2 layer inputs brought back" if ckpt == "full" else "the layer brought back",
+                    "Activation offloading: the rest is on the host")
+    else:
+        rest = item("activations", "Activations", round(act_mb * (in_flight - 1)) + first_layer_acts,
+                    lambda: (f"{in_flight - 1:g} other micro-batches + the first layer's" if in_flight > 1 else
+                             "the first layer's, still to be differentiated"),
+                    "Earlier layers' activations have been freed by now")
+    rest_casts = item("weight_casts", "Weight casts (autocast)", round(sp.matmul * 2 * (in_flight - 1)) + sp.layer * 2,
                       "other micro-batches + the first layer's casts", casts_note) if autocast and ckpt != "full" else None
     phases.append(phase("backward (last layer)", "backward of the stage's first layer: gradients nearly all produced",
                         *static, grads, rest, rest_casts, gather, *layer_work,
                         fresh(layer_unit, counted=True, largest=sp.largest_matrix)))
     if first and not lora:  # a frozen embedding has no backward
-        others = item("activations", "Activations", act_mb * (in_flight - 1),
-                      lambda: (f"{in_flight - 1} other micro-batches" if in_flight > 1 else "0 (all freed)"),
+        others = item("activations", "Activations", 0 if offloaded else round(act_mb * (in_flight - 1)),
+                      lambda: (f"{in_flight - 1:g} other micro-batches" if in_flight > 1 else "0 (all freed)"),
                       "This micro-batch's activations are freed")
         phases.append(phase("embedding backward", "dense gradient of the embedding table", *static, grads, others,
                             gather, fresh(sp.embedding, counted=not (m.tie_embeddings and p == 1))))
@@ -903,4 +1098,4 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
     reserved = max(ph.allocated_bytes + _churn_reserve(ph) for ph in phases)
     device = reserved + runtime_bytes + max(ph.outside_bytes for ph in phases)
     return Stage(index=index, layers=layers, micro_batches_in_flight=in_flight, phases=tuple(phases), peak=peak,
-                 reserved_bytes=reserved, device_bytes=device)
+                 reserved_bytes=reserved, device_bytes=device, host_bytes=host_acts)

@@ -22,13 +22,19 @@ SCHEMA = "vram-planner/v1"
 Task = Literal["pretrain", "finetune", "lora", "qlora", "inference"]
 TRAINING_TASKS = ("pretrain", "finetune", "lora", "qlora")
 MasterWeights = Literal["fp32", "none"]
-Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw", "adafactor", "lion", "muon", "sgd", "sgd_momentum"]
+Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion", "muon", "sgd", "sgd_momentum"]
 LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
-Checkpointing = Literal["none", "selective", "full", "every_k"]
+Checkpointing = Literal["none", "selective", "selective_op", "full", "every_k"]
 Attention = Literal["flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer_and_params"]
-Loss = Literal["full", "chunked"]
+Loss = Literal["full", "chunked", "fused"]
+LoraVariant = Literal["lora", "dora"]
+Fp8Recipe = Literal["tensorwise", "rowwise", "mxfp8", "nvfp4"]
+PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"]
+Framework = Literal["generic", "hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan", "megatron",
+                    "axolotl", "vllm", "hf_generate"]
+INFERENCE_FRAMEWORKS = ("vllm", "hf_generate")
 
 MAX_SEQUENCE = 16_777_216
 MAX_BATCH = 1_048_576
@@ -44,9 +50,11 @@ class Lora:
     alpha: float = 16.0  # scaling = alpha / rank; no effect on memory
     targets: tuple[LoraTarget, ...] = ("q", "v")  # q k v o (attention), gate up down (MLP)
     dropout: float = 0.0  # > 0 keeps a dropped-out copy of each targeted input for backward
+    variant: LoraVariant = "lora"  # lora | dora (weight-decomposed: a learned magnitude per output row)
 
     def __post_init__(self) -> None:
         check_int("workload.lora.rank", self.rank, lo=1, hi=65_536)
+        check_choice("workload.lora.variant", self.variant, get_args(LoraVariant))
         check_float("workload.lora.alpha", self.alpha, lo=0, hi=1e6)
         check_float("workload.lora.dropout", self.dropout, lo=0, hi=0.99)
         targets = self.targets
@@ -123,6 +131,11 @@ class Precision:
     quant_group_size: int | None = None  # int4 and nf4 block size; default 128 (int4), 64 (nf4)
     double_quant: bool = False  # nf4: quantize the block scales too (QLoRA)
     kv_cache: KvDType | None = None  # inference KV cache; default: the compute dtype
+    # float8 training (compute fp8): how tensors are scaled. tensorwise / rowwise: torchao Float8Linear with one
+    # scale per tensor / per row; mxfp8: 8-bit with one e8m0 scale per 32 values; nvfp4: 4-bit with one fp8
+    # scale per 16 values. Default tensorwise when compute is fp8.
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_all_gather: bool = False  # FSDP2 all-gathers the float8 weights instead of 16-bit ones (torchao)
 
     def __post_init__(self) -> None:
         check_choice("precision.compute", self.compute, COMPUTE_DTYPES)
@@ -144,6 +157,15 @@ class Precision:
         if self.quant_group_size is not None:
             check_int("precision.quant_group_size", self.quant_group_size, lo=1, hi=1_048_576)
         check_bool("precision.double_quant", self.double_quant)
+        if self.fp8_recipe is None and self.compute == "fp8":
+            object.__setattr__(self, "fp8_recipe", "tensorwise")
+        if self.fp8_recipe is not None:
+            check_choice("precision.fp8_recipe", self.fp8_recipe, get_args(Fp8Recipe))
+            if self.compute != "fp8":
+                raise bad("precision.fp8_recipe", self.fp8_recipe, "applies to precision.compute fp8")
+        check_bool("precision.fp8_all_gather", self.fp8_all_gather)
+        if self.fp8_all_gather and self.compute != "fp8":
+            raise bad("precision.fp8_all_gather", True, "applies to precision.compute fp8")
 
     @property
     def mixed(self) -> bool:
@@ -159,8 +181,9 @@ class Precision:
 
 @dataclass(frozen=True, kw_only=True)
 class Techniques:
-    # none | selective (attention core) | full (every layer) | every_k (every `checkpoint_every`-th layer, as
-    # torchtitan's selective layer AC with ac_freq = k does)
+    # none | selective (Megatron: the attention core) | selective_op (torchtitan's op-level policy: matmul and
+    # attention outputs are saved, the rest recomputed) | full (every layer) | every_k (every
+    # `checkpoint_every`-th layer, as torchtitan's selective layer AC with ac_freq = k does)
     activation_checkpointing: Checkpointing = "none"
     checkpoint_every: int = 2
     attention: Attention = "flash"  # fused SDPA/FlashAttention | eager (scores materialized)
@@ -172,10 +195,15 @@ class Techniques:
     # and the gradient is freed (torchtune optimizer_in_bwd; PyTorch "How to save memory by fusing the
     # optimizer step into the backward pass"): no full set of gradients ever exists.
     optimizer_in_backward: bool = False
-    # Cross-entropy over the vocabulary: `full` (HF: the whole logits upcast to fp32) or `chunked` (torchtune
-    # CEWithChunkedOutputLoss: the output projection and the fp32 loss run on `loss_chunks` slices of tokens).
+    # Cross-entropy over the vocabulary: `full` (HF: the whole logits upcast to fp32), `chunked` (torchtune
+    # CEWithChunkedOutputLoss: the output projection and the fp32 loss run on `loss_chunks` slices of tokens) or
+    # `fused` (Liger fused linear cross-entropy: logits exist one chunk at a time, gradients made in forward).
     loss: Loss = "full"
     loss_chunks: int = 8
+    compile: bool = False  # torch.compile: fused elementwise ops, fewer saved intermediates
+    # saved activations are copied to host memory after use in forward and brought back for backward
+    # (torchtune OffloadActivations); what stays on the GPU is itemized
+    activation_offload: bool = False
 
     def __post_init__(self) -> None:
         check_choice("techniques.activation_checkpointing", self.activation_checkpointing,
@@ -186,6 +214,8 @@ class Techniques:
         check_bool("techniques.optimizer_in_backward", self.optimizer_in_backward)
         check_choice("techniques.loss", self.loss, get_args(Loss))
         check_int("techniques.loss_chunks", self.loss_chunks, lo=1, hi=1024)
+        check_bool("techniques.compile", self.compile)
+        check_bool("techniques.activation_offload", self.activation_offload)
         if self.moe_capacity_factor is not None:
             object.__setattr__(self, "moe_capacity_factor",
                                check_float("techniques.moe_capacity_factor", self.moe_capacity_factor, lo=0.1, hi=64))
@@ -200,6 +230,11 @@ class Parallelism:
     pipeline: int = 1
     context: int = 1
     expert: int = 1  # expert parallelism: MoE experts split over this many of the data × context ranks
+    # how micro-batches flow through the pipeline stages (what each stage holds in flight)
+    pipeline_schedule: PipelineSchedule = "1f1b"
+    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
+    pipeline_microbatches: int | None = None  # micro-batches per step; default global batch ÷ (micro-batch × data)
+    async_tp: bool = False  # all-gather/reduce-scatter overlapped with the matmuls (torchtitan, needs compile)
 
     def __post_init__(self) -> None:
         if self.data is not None:
@@ -210,6 +245,14 @@ class Parallelism:
         check_int("parallelism.pipeline", self.pipeline, lo=1, hi=MAX_DEGREE)
         check_int("parallelism.context", self.context, lo=1, hi=MAX_DEGREE)
         check_int("parallelism.expert", self.expert, lo=1, hi=MAX_DEGREE)
+        check_choice("parallelism.pipeline_schedule", self.pipeline_schedule, get_args(PipelineSchedule))
+        check_int("parallelism.virtual_stages", self.virtual_stages, lo=1, hi=1024)
+        if self.pipeline_microbatches is not None:
+            check_int("parallelism.pipeline_microbatches", self.pipeline_microbatches, lo=1, hi=MAX_BATCH)
+        check_bool("parallelism.async_tp", self.async_tp)
+        if (self.virtual_stages > 1) != (self.pipeline_schedule == "interleaved_1f1b"):
+            raise bad("parallelism.virtual_stages", self.virtual_stages,
+                      "must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any other schedule")
 
     @property
     def model_parallel(self) -> int:
@@ -236,9 +279,13 @@ class Plan:
     parallelism: Parallelism = field(default_factory=Parallelism)
     hardware: Hardware = field(default_factory=Hardware)
     name: str = ""
+    # the training or serving stack; its recipes' defaults are laid under the plan's keys by plan_from_dict
+    # (planner/frameworks.py), so a Plan built directly only records it
+    framework: Framework = "generic"
 
     def __post_init__(self) -> None:
         check_str("name", self.name, max_len=200)
+        check_choice("framework", self.framework, get_args(Framework))
         par, hw, m = self.parallelism, self.hardware, self.model
         # resolve data ↔ count, then check they agree
         if par.data is None:
@@ -289,12 +336,18 @@ class Plan:
             raise bad("parallelism.tensor", t, "does not divide the tokens per context rank "
                                                f"({wl.sequence_length // par.context}) for sequence parallelism")
         per_step = wl.micro_batch_size * par.data
+        pm = par.pipeline_microbatches
         if wl.global_batch_size is None:
-            object.__setattr__(self, "workload", replace(wl, global_batch_size=per_step))
+            object.__setattr__(self, "workload", replace(wl, global_batch_size=per_step * (pm or 1)))
         elif wl.global_batch_size % per_step:
             raise bad("workload.global_batch_size", wl.global_batch_size,
                       f"must be a multiple of micro_batch_size × data ({wl.micro_batch_size} × {par.data}"
                       f" = {per_step})")
+        elif pm is not None and wl.global_batch_size != per_step * pm:
+            raise bad("parallelism.pipeline_microbatches", pm,
+                      f"must equal workload.global_batch_size ÷ (micro_batch_size × data) = {wl.global_batch_size}"
+                      f" ÷ {per_step} = {wl.global_batch_size // per_step}")
+        self._check_schedule()
         if self.techniques.optimizer_in_backward:
             # no gradient survives backward, so nothing can accumulate, be clipped globally, or be all-reduced
             # as a whole (torchtune allows it only without accumulation; here also without ZeRO or offload)
@@ -313,6 +366,30 @@ class Plan:
         self._check_weights()
         if wl.task in ("lora", "qlora") and m.mlp != "swiglu" and "gate" in wl.lora.targets:
             raise bad("workload.lora.targets", list(wl.lora.targets), "names gate, but a GeLU MLP has no gate projection")
+
+    def _check_schedule(self) -> None:
+        """Pipeline schedule, async TP, and the techniques and frameworks that apply to training only."""
+        par, tech, task = self.parallelism, self.techniques, self.workload.task
+        if par.pipeline_schedule != "1f1b" and par.pipeline == 1:
+            raise bad("parallelism.pipeline_schedule", par.pipeline_schedule, "needs parallelism.pipeline > 1")
+        if self.model.num_layers % (par.pipeline * par.virtual_stages):
+            raise bad("parallelism.virtual_stages", par.virtual_stages,
+                      f"× pipeline ({par.pipeline}) does not divide model.num_layers ({self.model.num_layers})")
+        if par.async_tp and not (par.sequence_parallel and tech.compile):
+            raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
+                                                    " (torchtitan's micro-pipelined TP is an inductor pass)")
+        if self.precision.fp8_all_gather and par.zero_stage != 3:
+            raise bad("precision.fp8_all_gather", True, "needs parallelism.zero_stage 3 (FSDP all-gathers weights)")
+        if task == "inference":
+            for key, on in (("compile", tech.compile), ("activation_offload", tech.activation_offload)):
+                if on:
+                    raise bad(f"techniques.{key}", True, "applies to training, not inference")
+        inference_framework = self.framework in INFERENCE_FRAMEWORKS
+        if inference_framework and task != "inference":
+            raise bad("framework", self.framework, f"serves models: workload.task must be inference, not {task}")
+        if task == "inference" and self.framework != "generic" and not inference_framework:
+            raise bad("framework", self.framework, "is a training framework; for inference use vllm, hf_generate "
+                                                   "or generic")
 
     def _check_weights(self) -> None:
         """Resolve and check precision.weights against the task (quantized weights must be frozen)."""
@@ -350,7 +427,7 @@ class Plan:
 
 _SECTIONS: dict[str, type] = {"workload": Workload, "precision": Precision, "techniques": Techniques,
                               "parallelism": Parallelism, "hardware": Hardware}
-TOP_KEYS = ("schema", "name", "model", *_SECTIONS)
+TOP_KEYS = ("schema", "name", "framework", "model", *_SECTIONS)
 
 
 def section_keys(section: str) -> tuple[str, ...]:
@@ -388,9 +465,13 @@ def plan_from_dict(data: Any) -> Plan:
         raise bad("schema", schema, f"is not supported; this planner reads {SCHEMA!r}")
     if "model" not in data:
         raise PlanError("model: missing; give a model.preset or the architecture keys")
+    from planner.frameworks import apply_framework  # noqa: PLC0415 - the recipes are data about plans
+
+    data = apply_framework(data)
     sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in _SECTIONS.items()}
     name = data.get("name") or ""
-    return Plan(model=model_from_dict(data["model"]), name=name, **sections)
+    return Plan(model=model_from_dict(data["model"]), name=name, framework=data.get("framework") or "generic",
+                **sections)
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -398,6 +479,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {"schema": SCHEMA}
     if plan.name:
         out["name"] = plan.name
+    out["framework"] = plan.framework
     out["model"] = model_to_dict(plan.model)
     for name in _SECTIONS:
         out[name] = _plain(getattr(plan, name))

@@ -138,7 +138,11 @@ def job_hours(plan: Plan, gpu: Gpu, tokens: int, mfu: float) -> float:
     n = plan.hardware.count
     compute = tokens * flops_per_token(plan) / (n * peak_flops(gpu, plan.precision.compute) * mfu)
     m = plan.micro_batches_per_step
-    compute *= 1 + (par.pipeline - 1) / m  # 1F1B bubble: (p - 1) idle slots per m micro-batches
+    # pipeline bubble: (p - 1) idle slots per m micro-batches under 1F1B and GPipe, 1/v of that with v interleaved
+    # chunks (Narayanan et al. 2021), about a third with zero-bubble ZB-H1 (Qi et al. 2023)
+    bubble = (par.pipeline - 1) / m / {"interleaved_1f1b": par.virtual_stages, "zero_bubble": 3}.get(
+        par.pipeline_schedule, 1)
+    compute *= 1 + bubble
     offload = plan.techniques.offload
     if offload != "none":  # gradients down, updated weights up, once per step; weights per pass when offloaded
         steps = tokens / (wl.global_batch_size * wl.sequence_length)

@@ -217,3 +217,34 @@ def test_custom_from_a_qwen3_preset_keeps_its_qk_norms():
     at.selectbox(key="preset").select("custom").run()
     assert not at.exception and at.checkbox(key="qk_norm").value and at.metric[0].value == total
     assert at.query_params["qk_norm"] == "true"
+
+
+def test_framework_sets_its_recipe_and_shows_what_it_set():
+    at = app()
+    at.selectbox(key="framework").set_value("torchtune").run()
+    assert not at.exception and not at.error
+    # the default plan runs on 8 GPUs: torchtune's distributed recipe (FSDP2, pure bf16, chunked loss, full AC)
+    assert at.selectbox(key="loss").value == "chunked" and at.selectbox(key="master_weights").value == "none"
+    assert at.selectbox(key="activation_checkpointing").value == "full" and at.selectbox(key="zero_stage").value == 3
+    assert at.query_params["framework"] == "torchtune"
+    settings = table(at, "source")
+    assert set(settings["in this plan"]) == {"from the framework"}
+    # a value the user changes wins, and is reported as changed
+    at.selectbox(key="loss").set_value("full").run()
+    settings = table(at, "source")
+    assert settings.set_index("key").loc["techniques.loss", "in this plan"] == "changed by you"
+    # back to generic: the keys torchtune governed return to the planner's defaults, the rest stays
+    at.selectbox(key="framework").set_value("generic").run()
+    assert at.selectbox(key="master_weights").value == "fp32" and at.selectbox(key="loss").value == "full"
+    assert at.number_input(key="data").value == 8
+
+
+def test_new_technique_widgets_reach_the_plan():
+    at = app({"preset": "llama-3.1-8b", "pipeline": "4", "data": "2", "tensor": "1", "zero_stage": "1",
+              "global_batch_size": "16"})
+    at.selectbox(key="pipeline_schedule").set_value("interleaved_1f1b").run()
+    at.checkbox(key="compile").check().run()
+    at.selectbox(key="activation_checkpointing").set_value("selective_op").run()
+    assert not at.exception and not at.error
+    assert at.query_params["pipeline_schedule"] == "interleaved_1f1b" and at.query_params["virtual_stages"] == "2"
+    assert at.query_params["compile"] == "true" and at.query_params["activation_checkpointing"] == "selective_op"

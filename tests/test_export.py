@@ -14,7 +14,7 @@ def test_yaml_round_trip_is_exact():
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "name": "8B on 8×H100",
                            "parallelism": {"data": 8, "zero_stage": 3}})
     text = plan_to_yaml(plan)
-    assert text.startswith("schema: vram-planner/v1\nname: 8B on 8×H100\nmodel:\n  preset: llama-3.1-8b\n")
+    assert text.startswith("schema: vram-planner/v1\nname: 8B on 8×H100\nframework: generic\nmodel:\n  preset: llama-3.1-8b\n")
     assert plan_from_yaml(text) == plan
 
 
@@ -27,7 +27,7 @@ def test_example_plan_file_reads(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("model: {num_layers: 2}\nmodel: {num_layers: 3}\n", "model: duplicated key (line 2)"),
     ("model: [\n", "plan: not valid YAML at line 2, column 1 (expected the node content, but found '<stream end>')"),
-    ("- 1\n- 2\n", "plan: must be a mapping with the keys schema, name, model, workload, precision, techniques,"
+    ("- 1\n- 2\n", "plan: must be a mapping with the keys schema, name, framework, model, workload, precision, techniques,"
                    " parallelism, hardware"),
 ])
 def test_bad_yaml_messages(text, message):
@@ -76,7 +76,7 @@ DEFAULT = {"model": {"preset": "llama-3.1-8b"}}
     ({"model": {"preset": "llama-3.1-8b"}, "workload": {"sequence_length": 8192, "micro_batch_size": 2},
       "parallelism": {"data": 8, "zero_stage": 3}},
      {"preset": "llama-3.1-8b", "sequence_length": "8192", "micro_batch_size": "2", "global_batch_size": "16",
-      "data": "8", "zero_stage": "3", "count": "8"}),
+      "data": "8", "zero_stage": "3"}),
     ({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "qlora", "lora": {"rank": 16,
                                                                                    "targets": ["q", "v", "down"]}}},
      {"preset": "llama-3.1-8b", "task": "qlora", "rank": "16", "targets": "q,v,down"}),

@@ -459,3 +459,138 @@ def test_every_k_checkpointing_between_none_and_full():
     assert forward_acts(activation_checkpointing="every_k", checkpoint_every=3) == none  # ⌊2/3⌋ = 0 layers
     # k = 2 on TINY's 2 layers: one layer checkpointed, one not; the final norm is the same in both plans
     assert forward_acts(activation_checkpointing="every_k", checkpoint_every=2)[0] == (none[0] + full[0]) // 2
+
+
+def forward_item(name, **sections):
+    est = estimate(tiny(**sections))
+    return next(i.bytes for i in phase(est, "forward").items if i.name == name)
+
+
+def test_fused_loss_by_hand():
+    # Liger fused linear cross-entropy on TINY (T 64, h 64, V 1000): ⌈V/h⌉ = 16 → rows next_pow2(⌈64/16⌉) = 4;
+    # saved: input gradient T·h·2 + head gradient V·h·2 (bf16 parameters) + 4T; plus one chunk of logits 4·V·2
+    saved = 64 * 64 * 2 + 1000 * 64 * 2 + 4 * 64
+    est = estimate(tiny(precision=PURE, techniques={"loss": "fused"}))
+    loss = {ph.name: next((i.bytes for i in ph.items if i.name == "logits_loss"), None) for ph in est.stages[0].phases}
+    assert loss["forward"] == saved + 4 * 1000 * 2
+    assert loss["loss backward"] == loss["output head backward"] == saved
+    # the head's gradient exists already: no fresh gradient in the output head's backward
+    head = phase(est, "output head backward")
+    assert not any(i.name == "fresh_gradients" for i in head.items)
+
+
+@pytest.mark.parametrize("schedule, extra, stage0", [
+    ({}, {}, 4), ({"pipeline_schedule": "gpipe"}, {}, 8),
+    # Megatron interleaving, v = 2: (2(p - 1) + (v - 1)p + 1) / v = (6 + 4 + 1) / 2 chunks of half a stage
+    ({"pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}, {}, 5.5),
+    ({"pipeline_schedule": "zero_bubble"}, {}, 4),
+])
+def test_pipeline_schedules_hold_what_they_promise(schedule, extra, stage0):
+    model = {**TINY, "num_layers": 8}
+    plan = plan_from_dict({"model": model, "workload": {"sequence_length": 32, "global_batch_size": 8},
+                           "parallelism": {"pipeline": 4, "pipeline_microbatches": 8, **schedule}})
+    assert plan.micro_batches_per_step == 8
+    stages = estimate(plan).stages
+    assert stages[0].micro_batches_in_flight == stage0
+    assert stages[3].micro_batches_in_flight == (8 if schedule.get("pipeline_schedule") == "gpipe" else
+                                                 2.5 if schedule.get("virtual_stages") else 1)  # (v - 1)p + 1 chunks
+
+
+def test_activation_offload_keeps_five_layer_inputs_on_the_gpu():
+    # full checkpointing on 8 layers: min(5, 8) layer inputs T·2h stay while their copies run; the rest of the
+    # 8 inputs goes to the host; the final norm stays
+    model = {**TINY, "num_layers": 8}
+
+    def acts(**techniques):
+        est = estimate(plan_from_dict({"model": model, "precision": PURE, "workload": {"sequence_length": 32,
+                                       "micro_batch_size": 2}, "techniques": {"activation_checkpointing": "full",
+                                                                              **techniques}}))
+        return next(i.bytes for i in phase(est, "forward").items if i.name == "activations"), est.host_bytes
+    on, host = acts(activation_offload=True)
+    off, no_host = acts()
+    final_norm = 512 * T
+    assert (on, off) == (5 * T * 2 * 64 + final_norm, 8 * T * 2 * 64 + final_norm)
+    assert (host, no_host) == (8 * T * 2 * 64, 0)
+
+
+def test_async_tp_workspace_outside_the_allocator():
+    est = estimate(tiny(parallelism={"tensor": 2, "sequence_parallel": True, "async_tp": True},
+                        techniques={"compile": True}))
+    item = next(i for i in est.items if i.name == "symmetric_memory")
+    assert (item.bytes, item.level) == (2 * (T // 2) * 64 * 2, "device")
+
+
+def test_fp8_all_gather_gathers_layers_in_one_byte():
+    # TINY under ZeRO-3: the largest neighbouring units are the embedding (64,000) and a layer (36,992 params)
+    fp8 = {"compute": "fp8", "master_weights": "fp32"}
+    bf16 = forward_item("zero3_gather", precision=fp8, parallelism={"zero_stage": 3})
+    one_byte = forward_item("zero3_gather", precision={**fp8, "fp8_all_gather": True}, parallelism={"zero_stage": 3})
+    assert bf16 - one_byte == 36_992
+
+
+def test_fp8_recipes_scale_their_casts():
+    def casts(recipe):
+        return forward_item("fp8_casts", precision={"compute": "fp8", "fp8_recipe": recipe})
+    elements = 2 * 128 * 64 + T * 128  # two copies of the largest matrix + T × max(h, I)
+    assert casts("tensorwise") == elements
+    assert casts("rowwise") == elements + 4 * (T + 128)
+    assert casts("mxfp8") == round(elements * 33 / 32)
+    assert casts("nvfp4") == round(elements * 9 / 16)
+
+
+def test_nvfp4_saves_four_bit_linear_inputs_and_weights():
+    # per layer per token, linear inputs go from 16 bits to 9/16 B: norm outputs 2 × 2h → 5 consumers × 9h/16,
+    # o_proj input 2 × 64 → 9/16 × 64, down input 2 × 128 → 9/16 × 128; each layer also keeps its linears'
+    # weights (36,864 params) as NVFP4
+    def acts(recipe):
+        return forward_item("activations", precision={"compute": "fp8", "master_weights": "none", "fp8_recipe": recipe},
+                            parallelism={"zero_stage": 3})
+    per_token = (2 * 2 * 64 - 5 * 64 * 9 / 16) + (2 - 9 / 16) * 64 + (2 - 9 / 16) * 128
+    assert acts("tensorwise") - acts("nvfp4") == round(2 * T * per_token) - 2 * round(36_864 * 9 / 16)
+
+
+def test_dora_saves_two_outputs_per_adapted_projection():
+    # MemTracker on peft 0.21: DoRA saves the base and adapter outputs, 2 × 2 B × d_out per token per target
+    def acts(variant):
+        return forward_item("activations", workload={"task": "lora", "sequence_length": 32, "micro_batch_size": 2,
+                                                     "lora": {"targets": ["q", "v"], "variant": variant}},
+                            precision=PURE)
+    assert acts("dora") - acts("lora") == 2 * T * 2 * 2 * (64 + 32)
+    # the row-norm temporaries of the largest adapted projection, q (64 → 64), r 8: 2(d_in² + d_in·r + 3 d_in·d_out)
+    assert forward_item("dora_weight_norm", workload={"task": "lora", "sequence_length": 32, "micro_batch_size": 2,
+                                                      "lora": {"targets": ["q", "v"], "variant": "dora"}},
+                        precision=PURE) == 2 * (64 * 64 + 64 * 8 + 3 * 64 * 64)
+
+
+def test_paged_8bit_states_like_8bit_outside_the_allocator():
+    def states(optimizer):
+        est = estimate(tiny(precision={"optimizer": optimizer}))
+        return next((i.bytes, i.level) for i in phase(est, "optimizer step").items if i.name == "optimizer_states")
+    assert states("paged_adamw_8bit") == (states("adamw_8bit")[0], "device")
+
+
+@pytest.mark.parametrize("techniques, per_token", [
+    # the oracle and inductor's partitioner on HF Llama code: eager 16h + 4q + 4kv + 4a + 8I + 8 (the planner
+    # leaves out the 8 B of rstd); with h 64, q 64, kv 32, a 4, I 128:
+    ({}, 2448),
+    ({"activation_checkpointing": "selective_op"}, 4 * 64 + 4 * 64 + 2 * 32 + 4 * 4 + 2 * 128),  # q, v, gate, down kept
+    ({"compile": True}, 8 * 64 + 4 * 64 + 4 * 32 + 4 * 4 + 6 * 128 + 8),
+    ({"compile": True, "activation_checkpointing": "selective_op"}, 2 * 64 + 4 * 64 + 2 * 32 + 4 * 4 + 2 * 128),
+])
+def test_op_level_checkpointing_and_compile_by_hand(techniques, per_token):
+    acts = forward_item("activations", precision=PURE, techniques=techniques)
+    assert acts == 2 * T * per_token + 512 * T  # two layers + the final norm
+
+
+def test_compiled_loss_keeps_no_fp32_logits():
+    est = estimate(tiny(precision=PURE, techniques={"compile": True}))
+    tv = T * 1000
+    loss = {ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
+            for ph in est.stages[0].phases if any(i.name == "logits_loss" for i in ph.items)}
+    assert loss == {"forward": 2 * tv + 8 * T, "loss backward": 4 * tv, "output head backward": 2 * tv}
+
+
+def test_selective_op_recomputes_what_it_did_not_keep():
+    est = estimate(tiny(precision=PURE, techniques={"activation_checkpointing": "selective_op"}))
+    recompute = next(i.bytes for i in phase(est, "backward (first layer)").items if i.name == "recompute")
+    assert recompute == T * (2448 - 848)

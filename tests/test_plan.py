@@ -16,7 +16,8 @@ def test_defaults_resolve_and_are_written_out():
                              "global_batch_size": 1, "steps": None, "train_tokens": None}
     assert d["precision"] == {"compute": "bf16", "master_weights": "fp32", "gradients": "fp32",
                               "optimizer": "adamw", "optimizer_state": "fp32", "optimizer_impl": "foreach",
-                              "weights": "bf16", "quant_group_size": None, "double_quant": False, "kv_cache": "bf16"}
+                              "weights": "bf16", "quant_group_size": None, "double_quant": False, "kv_cache": "bf16",
+                                  "fp8_recipe": None, "fp8_all_gather": False}
     assert d["parallelism"]["data"] == 1 and d["hardware"] == {"gpu": "h100-sxm-80gb", "count": 1}
 
 
@@ -80,7 +81,7 @@ def test_round_trip():
     ({"workload": {"task": "lora", "lora": {"rank": 0}}},
      "workload.lora.rank: 0 is out of range; must be from 1 to 65,536"),
     ({"workload": {"task": "lora", "lora": {"ranks": 8}}},
-     "workload.lora.ranks: unknown key; allowed keys are: alpha, dropout, rank, targets"),
+     "workload.lora.ranks: unknown key; allowed keys are: alpha, dropout, rank, targets, variant"),
     ({"workload": {"task": "lora"}, "precision": {"weights": "nf4"}},
      "precision.weights: 'nf4' is quantized; a quantized frozen base is task qlora"),
     ({"workload": {"task": "qlora"}, "precision": {"weights": "bf16"}},
@@ -96,8 +97,26 @@ def test_round_trip():
      "techniques.moe_capacity_factor: 1.25 needs a mixture-of-experts model (model.num_experts)"),
     ({"techniques": {"moe_capacity_factor": 0}},
      "techniques.moe_capacity_factor: 0 is out of range; must be from 0.1 to 64"),
+    ({"precision": {"fp8_recipe": "rowwise"}}, "precision.fp8_recipe: 'rowwise' applies to precision.compute fp8"),
+    ({"precision": {"compute": "fp8", "fp8_all_gather": True}},
+     "precision.fp8_all_gather: True needs parallelism.zero_stage 3 (FSDP all-gathers weights)"),
+    ({"parallelism": {"tensor": 2, "sequence_parallel": True, "async_tp": True}},
+     "parallelism.async_tp: True needs parallelism.sequence_parallel and techniques.compile (torchtitan's"
+     " micro-pipelined TP is an inductor pass)"),
+    ({"parallelism": {"pipeline": 2, "virtual_stages": 2}},
+     "parallelism.virtual_stages: 2 must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any other"
+     " schedule"),
+    ({"parallelism": {"pipeline_schedule": "gpipe"}},
+     "parallelism.pipeline_schedule: 'gpipe' needs parallelism.pipeline > 1"),
+    ({"parallelism": {"pipeline_microbatches": 4}, "workload": {"global_batch_size": 2}},
+     "parallelism.pipeline_microbatches: 4 must equal workload.global_batch_size ÷ (micro_batch_size × data) = 2 ÷ 1"
+     " = 2"),
+    ({"workload": {"task": "inference"}, "techniques": {"activation_offload": True}},
+     "techniques.activation_offload: True applies to training, not inference"),
+    ({"workload": {"task": "lora", "lora": {"variant": "vera"}}},
+     "workload.lora.variant: 'vera' is not one of: lora, dora"),
     ({"precision": {"optimizer": "adam"}},
-     "precision.optimizer: 'adam' is not one of: adamw, adamw_8bit, paged_adamw, adafactor, lion, muon, sgd,"
+     "precision.optimizer: 'adam' is not one of: adamw, adamw_8bit, paged_adamw, paged_adamw_8bit, adafactor, lion, muon, sgd,"
      " sgd_momentum"),
 ])
 def test_validation_messages(sections, message):
@@ -115,7 +134,7 @@ def test_unknown_keys_name_the_key_and_the_allowed_ones():
         plan(workload={"seq_len": 10})
     assert str(err.value) == ("workload.seq_len: unknown key; allowed keys are: global_batch_size, "
                               "inference, lora, micro_batch_size, sequence_length, steps, task, train_tokens")
-    with pytest.raises(PlanError, match=r"^hardwares: unknown key; allowed keys are: hardware, model, name, "):
+    with pytest.raises(PlanError, match=r"^hardwares: unknown key; allowed keys are: framework, hardware, model, name, "):
         plan_from_dict({"model": TINY, "hardwares": {}})
 
 
@@ -141,7 +160,8 @@ def test_lora_and_inference_blocks():
     p = plan(workload={"task": "qlora", "lora": {"rank": 16, "targets": ["v", "q", "down"]}})
     assert p.precision.weights == "nf4" and p.workload.lora.targets == ("q", "v", "down")
     d = plan_to_dict(p)
-    assert d["workload"]["lora"] == {"rank": 16, "alpha": 16.0, "targets": ["q", "v", "down"], "dropout": 0.0}
+    assert d["workload"]["lora"] == {"rank": 16, "alpha": 16.0, "targets": ["q", "v", "down"], "dropout": 0.0,
+                                         "variant": "lora"}
     assert "inference" not in d["workload"] and plan_from_dict(d) == p
     inf = plan(workload={"task": "inference", "inference": {"batch_size": 8, "prompt_tokens": 100}})
     assert inf.workload.inference.context_tokens == 356 and "lora" not in plan_to_dict(inf)["workload"]

@@ -1,0 +1,155 @@
+"""Framework recipes: the defaults that each training or serving stack's standard recipes set.
+
+A user knows their framework, not its internals. `framework: torchtune` in a plan lays the settings of
+torchtune's standard recipes (pure bf16, chunked cross-entropy, activation checkpointing, ...) under the keys
+the plan writes: any key the plan gives still wins. The settings, each with the code or doc it was read from,
+are data in ``planner/data/frameworks.yaml``; a setting may hold only under a condition on the plan (the task,
+the number of data-parallel ranks), as the frameworks' own recipes do.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, fields
+from functools import cache
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+
+from planner.plan import _NESTED, _SECTIONS, Framework, Plan, plan_to_dict
+
+FRAMEWORKS_PATH = Path(__file__).parent / "data" / "frameworks.yaml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    key: str  # dotted plan key, e.g. "techniques.loss"
+    value: Any
+    source: str  # the file, config or doc of the framework it was read from
+    when: tuple[tuple[str, Any], ...] = ()  # (dotted key, list of values or {"min": n}) that must all hold
+
+    @property
+    def condition(self) -> str:
+        """The condition in words, e.g. 'workload.task in finetune; parallelism.data ≥ 2' ('' when always)."""
+        return "; ".join(f"{key} ≥ {rule['min']}" if isinstance(rule, dict) else
+                         f"{key} {'in' if len(rule) > 1 else '='} {', '.join(str(v) for v in rule)}"
+                         for key, rule in self.when)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    name: str  # the plan's framework value
+    label: str
+    summary: str  # what the framework keeps in which dtype and where, in one sentence
+    settings: tuple[Setting, ...]
+
+
+def _leaf_default(key: str) -> Any:
+    """A plan key's own default (the dataclass field's), for conditions on keys a plan leaves out."""
+    *path, leaf = key.split(".")
+    cls = _SECTIONS[path[0]] if len(path) == 1 else _NESTED[(path[0], path[1])]
+    field = next(f for f in fields(cls) if f.name == leaf)
+    return field.default
+
+
+def _known_key(key: str) -> bool:
+    parts = key.split(".")
+    if len(parts) == 2 and parts[0] in _SECTIONS:
+        return parts[1] in {f.name for f in fields(_SECTIONS[parts[0]])} and (parts[0], parts[1]) not in _NESTED
+    if len(parts) == 3 and (parts[0], parts[1]) in _NESTED:
+        return parts[2] in {f.name for f in fields(_NESTED[(parts[0], parts[1])])}
+    return False
+
+
+@cache
+def load_frameworks() -> dict[str, Recipe]:
+    """Every framework of the plan format, in the order of its `framework` choices."""
+    raw = yaml.safe_load(FRAMEWORKS_PATH.read_text())
+    recipes = {}
+    for name in get_args(Framework):
+        entry = raw[name]
+        settings = []
+        for s in entry.get("settings") or []:
+            when = tuple((k, v) for k, v in (s.get("when") or {}).items())
+            for key in (s["key"], *(k for k, _ in when)):
+                if not _known_key(key):  # a data error, caught by the tests
+                    raise ValueError(f"frameworks.yaml: {name}: {key!r} is not a plan key")
+            settings.append(Setting(key=s["key"], value=s["value"], source=s["source"], when=when))
+        recipes[name] = Recipe(name=name, label=entry["label"], summary=entry["summary"], settings=tuple(settings))
+    return recipes
+
+
+def _lookup(data: dict, key: str) -> tuple[bool, Any]:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node or node[part] is None:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _value(data: dict, key: str) -> Any:
+    """The value of a dotted key in a plan dict as the plan will resolve it (data ranks from the GPU count)."""
+    found, value = _lookup(data, key)
+    if found:
+        return value
+    if key == "parallelism.data":
+        par = data.get("parallelism") or {}
+        count = (data.get("hardware") or {}).get("count")
+        split = 1
+        for degree in ("tensor", "pipeline", "context"):
+            split *= par.get(degree) or 1
+        return count // split if isinstance(count, int) and isinstance(split, int) and split else 1
+    return _leaf_default(key)
+
+
+def _holds(setting: Setting, data: dict) -> bool:
+    for key, rule in setting.when:
+        value = _value(data, key)
+        if isinstance(rule, dict):
+            if not (isinstance(value, int) and value >= rule["min"]):
+                return False
+        elif value not in rule:
+            return False
+    return True
+
+
+def applicable(framework: str, data: dict) -> list[Setting]:
+    """The settings of `framework` whose conditions the plan dict meets (a later setting of a key wins)."""
+    recipe = load_frameworks().get(framework)
+    if recipe is None:
+        return []
+    chosen = {s.key: s for s in recipe.settings if _holds(s, data)}
+    return list(chosen.values())
+
+
+def apply_framework(data: dict) -> dict:
+    """The plan dict with its framework's settings laid under the keys it gives (a copy; `data` is unchanged)."""
+    framework = data.get("framework") or "generic"
+    if not isinstance(framework, str) or framework == "generic":
+        return data
+    out = copy.deepcopy(data)
+    for setting in applicable(framework, data):
+        if _lookup(data, setting.key)[0]:
+            continue  # the plan's own value wins
+        node = out
+        *path, leaf = setting.key.split(".")
+        for part in path:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[leaf] = copy.deepcopy(setting.value)
+    return out
+
+
+def provenance(plan: Plan) -> list[tuple[Setting, bool]]:
+    """Each setting the plan's framework makes for this plan, and whether the plan keeps its value (True) or
+    overrides it."""
+    data = plan_to_dict(plan)
+    out = []
+    for setting in applicable(plan.framework, data):
+        value = _lookup(data, setting.key)[1]
+        kept = value == setting.value or (isinstance(value, list) and value == list(setting.value or []))
+        out.append((setting, kept))
+    return out

@@ -1,0 +1,112 @@
+"""Framework recipes: the data is well-formed, settings lie under the plan's keys, conditions hold, the README
+table is the data's."""
+
+from pathlib import Path
+
+import pytest
+
+from planner.errors import PlanError
+from planner.export import frameworks_to_table, plan_from_yaml, plan_to_yaml
+from planner.frameworks import apply_framework, load_frameworks, provenance
+from planner.memory import estimate
+from planner.plan import TRAINING_TASKS, plan_from_dict, plan_to_dict
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+MODEL = {"preset": "llama-3.1-8b"}
+TRAINING = [name for name in load_frameworks() if name not in ("vllm", "hf_generate")]
+
+
+def test_every_framework_has_a_label_summary_and_sourced_settings():
+    for name, recipe in load_frameworks().items():
+        assert recipe.label and recipe.summary
+        for setting in recipe.settings:
+            assert len(setting.source) > 20, (name, setting.key)
+
+
+@pytest.mark.parametrize("framework", TRAINING)
+@pytest.mark.parametrize("task", TRAINING_TASKS)
+@pytest.mark.parametrize("count", [1, 8])
+def test_training_frameworks_give_valid_plans(framework, task, count):
+    plan = plan_from_dict({"framework": framework, "model": MODEL, "hardware": {"count": count},
+                           "workload": {"task": task, "sequence_length": 2048}})
+    assert plan.framework == framework and estimate(plan).device_bytes > 0
+    # every setting the framework makes for this plan is in it: nothing the plan wrote was overridden
+    assert all(kept for _, kept in provenance(plan))
+
+
+def test_torchtune_by_hand():
+    single = plan_from_dict({"framework": "torchtune", "model": MODEL, "workload": {"task": "finetune"}})
+    assert (single.precision.master_weights, single.precision.gradients, single.precision.optimizer) == \
+        ("none", "bf16", "paged_adamw_8bit")
+    assert single.techniques.optimizer_in_backward and single.parallelism.zero_stage == 0
+    assert (single.techniques.activation_checkpointing, single.techniques.loss, single.techniques.loss_chunks) == \
+        ("full", "chunked", 8)
+    # eight GPUs: FSDP2 and fused AdamW, no optimizer in backward (distributed recipes)
+    multi = plan_from_dict({"framework": "torchtune", "model": MODEL, "hardware": {"count": 8},
+                            "workload": {"task": "finetune"}})
+    assert (multi.parallelism.zero_stage, multi.precision.optimizer, multi.techniques.optimizer_in_backward) == \
+        (3, "adamw", False)
+    qlora = plan_from_dict({"framework": "torchtune", "model": MODEL, "workload": {"task": "qlora"}})
+    assert qlora.precision.weights == "nf4" and qlora.precision.double_quant
+
+
+def test_a_key_the_plan_writes_wins_and_is_reported():
+    plan = plan_from_dict({"framework": "torchtitan", "model": MODEL, "hardware": {"count": 8},
+                           "techniques": {"activation_checkpointing": "full"}})
+    assert plan.techniques.activation_checkpointing == "full" and plan.precision.optimizer_impl == "fused"
+    changed = [s.key for s, kept in provenance(plan) if not kept]
+    assert changed == ["techniques.activation_checkpointing"]
+
+
+def test_conditions_follow_the_plan():
+    # Megatron and torchtitan turn sequence parallelism on only with tensor parallelism
+    assert not plan_from_dict({"framework": "megatron", "model": MODEL}).parallelism.sequence_parallel
+    assert plan_from_dict({"framework": "megatron", "model": MODEL,
+                           "parallelism": {"tensor": 2}}).parallelism.sequence_parallel
+    # DeepSpeed keeps bf16 gradients only under ZeRO
+    assert plan_from_dict({"framework": "deepspeed", "model": MODEL}).precision.gradients == "fp32"
+    assert plan_from_dict({"framework": "deepspeed", "model": MODEL,
+                           "parallelism": {"zero_stage": 2, "data": 8}}).precision.gradients == "bf16"
+
+
+def test_apply_framework_leaves_its_input_alone():
+    data = {"framework": "torchtune", "model": MODEL}
+    applied = apply_framework(data)
+    assert data == {"framework": "torchtune", "model": MODEL}
+    assert applied["techniques"]["loss"] == "chunked"
+
+
+def test_serving_frameworks():
+    plan = plan_from_dict({"framework": "vllm", "model": MODEL, "workload": {"task": "inference"}})
+    assert plan.workload.inference.gpu_memory_utilization == 0.92
+    assert plan.workload.inference.prefill_chunk_tokens == 8192
+    plain = plan_from_dict({"framework": "hf_generate", "model": MODEL, "workload": {"task": "inference"}})
+    assert plain.workload.inference.gpu_memory_utilization is None
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"framework": "vllm"}, "framework: 'vllm' serves models: workload.task must be inference, not pretrain"),
+    ({"framework": "torchtune", "workload": {"task": "inference"}},
+     "framework: 'torchtune' is a training framework; for inference use vllm, hf_generate or generic"),
+    ({"framework": "nemo"}, "framework: 'nemo' is not one of: generic, hf_trainer, accelerate_fsdp, deepspeed, "
+                            "torchtune, torchtitan, megatron, axolotl, vllm, hf_generate"),
+    ({"framework": "torchtune", "workload": {"task": "finetune", "global_batch_size": 4}},
+     "techniques.optimizer_in_backward: True needs one micro-batch per step (gradient accumulation 4): gradients "
+     "are freed as they are applied"),
+])
+def test_framework_messages(data, message):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": MODEL, **data})
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("framework", list(load_frameworks()))
+def test_yaml_round_trip_keeps_the_framework(framework):
+    task = "inference" if framework in ("vllm", "hf_generate") else "lora"
+    plan = plan_from_dict({"framework": framework, "model": MODEL, "workload": {"task": task}})
+    back = plan_from_yaml(plan_to_yaml(plan))
+    assert back == plan and plan_to_dict(back)["framework"] == framework
+
+
+def test_readme_table_is_the_data():
+    assert frameworks_to_table() in README.read_text()
