@@ -213,6 +213,8 @@ class _Search:
             return replace(
                 base,
                 workload=replace(base.workload, micro_batch_size=s.micro_batch),
+                # float8 all-gathers exist only where FSDP gathers (ZeRO-3 layouts)
+                precision=replace(base.precision, fp8_all_gather=base.precision.fp8_all_gather and s.zero == 3),
                 techniques=replace(base.techniques, activation_checkpointing=s.ckpt, offload=s.offload),
                 parallelism=Parallelism(data=data, zero_stage=s.zero, tensor=s.tensor, pipeline=s.pipeline,
                                         context=s.context, expert=s.expert,
@@ -418,6 +420,7 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
         failed: list[tuple[int, int, int]] = []  # classes whose most memory-saving layout did not fit
         base_hours = job_hours(replace(plan, techniques=replace(plan.techniques, activation_checkpointing="none",
                                                                 offload="none"),
+                                       precision=replace(plan.precision, fp8_all_gather=False),
                                        parallelism=Parallelism(data=n), hardware=Hardware(gpu=gpu.id, count=n),
                                        workload=replace(plan.workload, global_batch_size=None, micro_batch_size=1)),
                                gpu, tokens, mfu)

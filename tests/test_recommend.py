@@ -147,3 +147,12 @@ def test_inverse_questions_hit_the_boundary():
 def _dict(plan):
     from planner.plan import plan_to_dict
     return plan_to_dict(plan)
+
+
+def test_float8_all_gather_plans_are_searched_without_error():
+    # found by bench/fuzz.py: layouts below ZeRO-3 must drop the float8 all-gather instead of failing
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 1024},
+                           "precision": {"compute": "fp8", "fp8_all_gather": True},
+                           "parallelism": {"zero_stage": 3, "data": 2}})
+    rec = recommend(plan)
+    assert rec.best is not None and rec.best.plan.precision.fp8_all_gather == (rec.best.plan.parallelism.zero_stage == 3)
