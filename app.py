@@ -22,7 +22,7 @@ from planner.export import (candidate_to_dict, estimate_to_dict, load_yaml, plan
                             plan_to_yaml)
 from planner.memory import TOTALS_MEANING, estimate
 from planner.hf_config import model_from_hf_config
-from planner.frameworks import load_frameworks, provenance
+from planner.frameworks import load_frameworks, provenance, without_keys
 from planner.models import approximate_note, model_to_dict, presets
 from planner.plan import (Checkpointing, Fp8Recipe, Framework, Inference, Lora, Loss, Optimizer, PipelineSchedule, Plan,
                           plan_from_dict, plan_to_dict)
@@ -49,7 +49,7 @@ WIDGET_WHEN_ABSENT = {"num_experts": 0, "experts_per_token": 0, "moe_intermediat
                       "first_dense_layers": 0, "sliding_window": 0, "global_attention_every": 0, "qk_norm": False,
                       **dict.fromkeys(MLA_INTS, 0),
                       "moe_capacity_factor": 0.0, "steps": 0, "train_tokens": 0, "quant_group_size": 0,
-                      "prefill_chunk_tokens": 0, "fp8_recipe": "tensorwise", "pipeline_microbatches": 0}
+                      "prefill_chunk_tokens": 0, "fp8_recipe": "tensorwise"}
 
 st.set_page_config(page_title="VRAM Planner", page_icon="🧮", layout="wide")
 
@@ -136,14 +136,7 @@ def _on_framework() -> None:
     planner's defaults); every other key of the plan stays."""
     recipes = load_frameworks()
     new, old = st.session_state["framework"], st.session_state.get("framework_loaded", "generic")
-    governed = {x.key for name in (new, old) for x in recipes[name].settings}
-    d = _plan_dict()
-    for key in governed:
-        *path, leaf = key.split(".")
-        node = d
-        for part in path:
-            node = node.get(part) or {}
-        node.pop(leaf, None)
+    d = without_keys(_plan_dict(), {x.key for name in (new, old) for x in recipes[name].settings})
     if new in ("vllm", "hf_generate"):
         d["workload"] = {"task": "inference"}
     elif d["workload"]["task"] == "inference" and new != "generic":

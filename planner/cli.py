@@ -26,9 +26,9 @@ import yaml
 
 from planner.catalog import load_catalog
 from planner.errors import PlanError
-from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_table, plan_from_yaml,
-                            presets_to_list, presets_to_table, recommendation_to_list, recommendation_to_table)
-from planner.frameworks import load_frameworks
+from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
+                            frameworks_to_table, plan_from_yaml, presets_to_list, presets_to_table,
+                            recommendation_to_list, recommendation_to_table)
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
@@ -147,12 +147,7 @@ def _mfu(values: list[str]) -> tuple[float, dict[str, float]]:
 
 def _run(args: argparse.Namespace) -> str:
     if args.command == "frameworks":
-        if args.format == "table":
-            return frameworks_to_table()
-        return json.dumps({name: {"label": r.label, "summary": r.summary,
-                                  "settings": [{"key": x.key, "value": x.value, "when": dict(x.when), "source": x.source}
-                                               for x in r.settings]}
-                           for name, r in load_frameworks().items()}, indent=2) + "\n"
+        return frameworks_to_table() if args.format == "table" else json.dumps(frameworks_to_list(), indent=2) + "\n"
     if args.command == "models":
         rows = presets_to_list(presets())
         return presets_to_table(presets()) if args.format == "table" else json.dumps(rows, indent=2) + "\n"

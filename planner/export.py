@@ -110,6 +110,16 @@ def _framework_line(plan: Plan) -> str | None:
             + (f"; the plan changed: {changed}" if changed else ""))
 
 
+def frameworks_to_list() -> dict[str, Any]:
+    """The framework recipes with every setting's condition and source, for `python -m planner frameworks`."""
+    from planner.frameworks import load_frameworks
+
+    return {name: {"label": r.label, "summary": r.summary,
+                   "settings": [{"key": x.key, "value": x.value, "when": dict(x.when), "source": x.source}
+                                for x in r.settings]}
+            for name, r in load_frameworks().items()}
+
+
 def frameworks_to_table() -> str:
     """The framework recipes as a Markdown table (the README's), from planner/data/frameworks.yaml."""
     from planner.frameworks import load_frameworks

@@ -124,6 +124,18 @@ def applicable(framework: str, data: dict) -> list[Setting]:
     return list(chosen.values())
 
 
+def without_keys(data: dict, keys: set[str]) -> dict:
+    """A copy of a plan dict without the given dotted keys (so that a framework's settings fill them)."""
+    out = copy.deepcopy(data)
+    for key in keys:
+        *path, leaf = key.split(".")
+        node = out
+        for part in path:
+            node = node.get(part) if isinstance(node.get(part), dict) else {}
+        node.pop(leaf, None)
+    return out
+
+
 def apply_framework(data: dict) -> dict:
     """The plan dict with its framework's settings laid under the keys it gives (a copy; `data` is unchanged)."""
     framework = data.get("framework") or "generic"
@@ -149,7 +161,5 @@ def provenance(plan: Plan) -> list[tuple[Setting, bool]]:
     data = plan_to_dict(plan)
     out = []
     for setting in applicable(plan.framework, data):
-        value = _lookup(data, setting.key)[1]
-        kept = value == setting.value or (isinstance(value, list) and value == list(setting.value or []))
-        out.append((setting, kept))
+        out.append((setting, _lookup(data, setting.key)[1] == setting.value))
     return out

@@ -69,6 +69,8 @@ MXFP8_BYTES = 1 + 1 / 32
 # bitsandbytes 8-bit optimizers quantize each state blockwise with one fp32 absmax per 2,048 values
 # (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization").
 ADAM8BIT_BLOCK = 2048
+# bitsandbytes optimizers whose states live in CUDA managed memory, outside PyTorch's allocator
+PAGED_OPTIMIZERS = ("paged_adamw", "paged_adamw_8bit")
 
 TOTALS_MEANING = {
     "peak_allocated_bytes": "live tensors at the peak: what torch.cuda.max_memory_allocated() reads",
@@ -567,7 +569,7 @@ def _optimizer(plan: Plan, tr: _Trainable) -> tuple[int, int, str, str]:
             "AdamW exp_avg and exp_avg_sq; foreach materializes sqrt(exp_avg_sq) for all parameters at the step"
     if opt in ("adamw_8bit", "paged_adamw_8bit"):
         blocks = -(-n // ADAM8BIT_BLOCK)
-        paged = opt == "paged_adamw_8bit"
+        paged = opt in PAGED_OPTIMIZERS
         return 2 * (n + 4 * blocks), 0, f"{_n(n)} params × 2 states × 1 B + fp32 absmax per {ADAM8BIT_BLOCK:,}" + (
             ", in CUDA managed memory" if paged else ""), \
             "bitsandbytes 8-bit AdamW: blockwise-quantized states, updated in place by a fused kernel" + (
@@ -772,7 +774,7 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
                           "The fp32 parameters (Weights) are the master copy")
         grad_dtype_bytes = bg
     state_bytes, opt_temp, opt_formula, opt_note = _optimizer(plan, tr)
-    paged = prec.optimizer in ("paged_adamw", "paged_adamw_8bit")
+    paged = prec.optimizer in PAGED_OPTIMIZERS
     if offload != "none" or state_bytes == 0:
         states = item("optimizer_states", "Optimizer states", 0, "0 (on CPU)" if state_bytes else opt_formula,
                       "Offloaded with the optimizer step" if state_bytes else opt_note)
@@ -878,10 +880,10 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
                            "Activation offloading: saved tensors live in pinned host memory between forward and backward")
     else:
         activations = item(
-        "activations", "Activations", round(act_mb * in_flight),
-        lambda: (f"{in_flight:g} micro-batch{'es' if in_flight != 1 else ''} × ({layer_text}"
-            f"{' + final norm' if final_norm else ''}"
-            f"{' + causal mask' if mask else ''}); T = {_n(tokens)}, per layer {layer_formula}"),
+            "activations", "Activations", round(act_mb * in_flight),
+            lambda: (f"{in_flight:g} micro-batch{'es' if in_flight != 1 else ''} × ({layer_text}"
+                     f"{' + final norm' if final_norm else ''}"
+                     f"{' + causal mask' if mask else ''}); T = {_n(tokens)}, per layer {layer_formula}"),
             "Tensors autograd saves between forward and backward (HF-style eager ops)"
             + (f". The {par.pipeline_schedule} pipeline schedule keeps earlier micro-batches in flight" if in_flight > 1 else ""))
     casts_note = "torch.autocast caches 16-bit copies of matmul weights; the graph keeps them until backward"

@@ -134,3 +134,13 @@ def test_hf_config_by_hub_repo_id_is_optional_and_offline_testable(monkeypatch, 
     assert capsys.readouterr().err == ("error: --hf-config: cannot fetch config.json of 'gated/model' from the Hugging "
                                        "Face Hub (OSError: 401 Client Error: access to the repository is restricted)\n")
     assert asked == [("mistralai/Mixtral-8x7B-v0.1", "config.json"), ("gated/model", "config.json")]
+
+
+def test_frameworks_lists_each_setting_with_its_source():
+    out = run("frameworks", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    torchtune = json.loads(out.stdout)["torchtune"]
+    loss = next(s for s in torchtune["settings"] if s["key"] == "techniques.loss")
+    assert loss["value"] == "chunked" and loss["when"] == {} and "CEWithChunkedOutputLoss" in loss["source"]
+    table = run("frameworks")
+    assert table.returncode == 0 and table.stdout.startswith("| `framework` |")
