@@ -655,7 +655,7 @@ def _runtime_items(plan: Plan) -> tuple[Item, ...]:
                       f"{format_bytes(NCCL_BYTES_PER_COMMUNICATOR, 'MiB', 0)}") if groups else "no communication",
              note="Per-channel FIFOs of each NCCL communicator this rank uses (NVIDIA/nccl#1685, #864)",
              level="device"),
-    ) + (_symmetric_workspace(plan),) if par.async_tp else ()
+    ) + ((_symmetric_workspace(plan),) if par.async_tp else ())
 
 
 def _symmetric_workspace(plan: Plan) -> Item:

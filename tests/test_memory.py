@@ -62,6 +62,19 @@ def test_items_add_up_to_the_three_totals():
     assert all(i.formula and i.note for i in est.items)
 
 
+@pytest.mark.parametrize("parallelism, runtime_mib", [
+    ({}, 512),  # one GPU: the CUDA context only, no communicator
+    ({"data": 8, "zero_stage": 3}, 512 + 512),  # FSDP over 8: the context + one data communicator
+    ({"data": 2, "tensor": 2, "pipeline": 2}, 512 + 3 * 512),  # 8 GPUs: data, tensor and pipeline communicators
+])
+def test_device_adds_the_cuda_context_and_nccl_to_reserved(parallelism, runtime_mib):
+    # nvidia-smi's figure is the allocator's reserve plus what lives outside it: 512 MiB of CUDA context and
+    # 512 MiB per NCCL communicator (a regression once dropped both from every plan without async TP)
+    est = estimate(tiny(parallelism=parallelism))
+    assert est.device_bytes - est.peak_reserved_bytes == runtime_mib * 2**20 == est.runtime_bytes
+    assert {i.name for i in est.items if i.level == "device"} == {"cuda_context", "nccl"}
+
+
 def test_tensor_and_sequence_parallel_split_activations():
     def acts(**par):
         return items(estimate(tiny(precision=PURE, parallelism=par)))["activations"]
