@@ -1,0 +1,182 @@
+"""The planner's numbers, pinned: every preset across a grid of plans, a few recommendations and limits, and the
+accuracy bench's per-row predictions.
+
+    python tests/snapshot.py            # rewrite tests/snapshots/ from the current planner
+    git diff --stat tests/snapshots     # what moved; the commit message says what and why
+
+tests/test_snapshot.py recomputes every entry and compares it with the stored files: any change to a number,
+a formula or a message shows up there and in the diff of these files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import accuracy  # noqa: E402
+from planner.errors import PlanError  # noqa: E402
+from planner.export import candidate_to_dict, estimate_to_dict  # noqa: E402
+from planner.inference import throughput  # noqa: E402
+from planner.memory import estimate  # noqa: E402
+from planner.models import presets  # noqa: E402
+from planner.plan import plan_from_dict  # noqa: E402
+from planner.recommend import (flops_per_token, job_hours, max_micro_batch, max_sequence_length,  # noqa: E402
+                               min_gpus, recommend)
+
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+
+# Each variant is laid over {"model": {"preset": ...}} for every preset; a variant a preset cannot take (a degree
+# that does not divide its heads, expert parallelism on a dense model) pins the error message instead.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "pretrain-1gpu": {},
+    "finetune-fsdp8-full-ckpt": {
+        "workload": {"task": "finetune", "sequence_length": 8192, "micro_batch_size": 2},
+        "parallelism": {"data": 8, "zero_stage": 3}, "techniques": {"activation_checkpointing": "full"}},
+    "autocast-ddp2-eager-accum": {
+        "workload": {"sequence_length": 1024, "micro_batch_size": 2, "global_batch_size": 8},
+        "parallelism": {"data": 2}, "techniques": {"attention": "eager", "activation_checkpointing": "selective"}},
+    "lora-all-linear-dropout": {
+        "workload": {"task": "lora", "sequence_length": 2048, "micro_batch_size": 2,
+                     "lora": {"rank": 16, "targets": ["q", "k", "v", "o", "gate", "up", "down"], "dropout": 0.05}},
+        "techniques": {"activation_checkpointing": "selective"}},
+    "qlora-nf4-paged-8bit": {
+        "workload": {"task": "qlora", "sequence_length": 4096},
+        "precision": {"double_quant": True, "optimizer": "paged_adamw_8bit"},
+        "techniques": {"activation_checkpointing": "full", "loss": "chunked"}},
+    "dora-zero3-every-k": {
+        "workload": {"task": "lora", "lora": {"variant": "dora", "targets": ["q", "v", "down"]}},
+        "parallelism": {"data": 4, "zero_stage": 3},
+        "techniques": {"activation_checkpointing": "every_k", "checkpoint_every": 3}},
+    "tp2-sp-pp2-interleaved-zero1": {
+        "workload": {"global_batch_size": 32},
+        "parallelism": {"data": 2, "zero_stage": 1, "tensor": 2, "sequence_parallel": True, "pipeline": 2,
+                        "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}},
+    "pp4-gpipe-zero2-lion": {
+        "workload": {"global_batch_size": 16}, "precision": {"optimizer": "lion", "optimizer_impl": "forloop"},
+        "parallelism": {"data": 2, "zero_stage": 2, "pipeline": 4, "pipeline_schedule": "gpipe"}},
+    "fp8-rowwise-compile-sac-fsdp4": {
+        "workload": {"sequence_length": 8192},
+        "precision": {"compute": "fp8", "fp8_recipe": "rowwise", "fp8_all_gather": True},
+        "parallelism": {"data": 4, "zero_stage": 3},
+        "techniques": {"compile": True, "activation_checkpointing": "selective_op"}},
+    "nvfp4-fused-loss-muon": {
+        "precision": {"compute": "fp8", "fp8_recipe": "nvfp4", "optimizer": "muon"},
+        "techniques": {"loss": "fused"}},
+    "cp2-offload-zero2-adafactor": {
+        "workload": {"sequence_length": 16384},
+        "precision": {"optimizer": "adafactor"},
+        "parallelism": {"data": 2, "zero_stage": 2, "context": 2}, "techniques": {"offload": "optimizer"}},
+    "offload-params-zero3-act-offload": {
+        "parallelism": {"data": 2, "zero_stage": 3},
+        "techniques": {"offload": "optimizer_and_params", "activation_offload": True,
+                       "activation_checkpointing": "full"}},
+    "pure-bf16-opt-in-bwd-sgd": {
+        "precision": {"master_weights": "none", "optimizer": "sgd_momentum"},
+        "techniques": {"optimizer_in_backward": True}},
+    "async-tp-compile-torchtitan": {
+        "framework": "torchtitan", "workload": {"sequence_length": 8192},
+        "parallelism": {"data": 2, "tensor": 2, "zero_stage": 3, "async_tp": True},
+        "techniques": {"compile": True}},
+    "torchtune-finetune": {"framework": "torchtune", "workload": {"task": "finetune"}},
+    "deepspeed-zero3-lora": {"framework": "deepspeed", "workload": {"task": "lora"},
+                             "parallelism": {"data": 8, "zero_stage": 3}},
+    "moe-ep4-capacity": {
+        "parallelism": {"data": 4, "expert": 4, "zero_stage": 1}, "techniques": {"moe_capacity_factor": 1.25}},
+    "inference-hf-generate": {
+        "framework": "hf_generate",
+        "workload": {"task": "inference", "inference": {"batch_size": 4, "prompt_tokens": 2048, "output_tokens": 512}}},
+    "inference-int4-eager-chunked": {
+        "workload": {"task": "inference",
+                     "inference": {"batch_size": 2, "prompt_tokens": 1024, "prefill_chunk_tokens": 512}},
+        "precision": {"weights": "int4", "kv_cache": "fp8"}, "techniques": {"attention": "eager"}},
+    "inference-pp2-batch8": {
+        "workload": {"task": "inference", "inference": {"batch_size": 8, "prompt_tokens": 512, "output_tokens": 512}},
+        "parallelism": {"pipeline": 2}},
+    "serving-vllm-tp2": {
+        "framework": "vllm", "hardware": {"gpu": "h100-sxm-80gb"},
+        "workload": {"task": "inference", "inference": {"batch_size": 16, "prompt_tokens": 4096, "output_tokens": 1024,
+                                                        "gpu_memory_utilization": 0.9}},
+        "parallelism": {"tensor": 2}},
+}
+
+# Plans whose recommendations, limits and job time are pinned too (the search is slower than an estimate).
+SEARCHED: dict[str, dict[str, Any]] = {
+    "llama-3.1-8b-fsdp8": {"model": {"preset": "llama-3.1-8b"},
+                           "workload": {"sequence_length": 8192, "micro_batch_size": 2, "steps": 1000},
+                           "parallelism": {"data": 8, "zero_stage": 3},
+                           "techniques": {"activation_checkpointing": "full"}},
+    "qwen2.5-7b-qlora": {"model": {"preset": "qwen2.5-7b"}, "workload": {"task": "qlora", "train_tokens": 10**8}},
+    "mixtral-8x7b-lora": {"model": {"preset": "mixtral-8x7b"}, "workload": {"task": "lora"}},
+    "llama-3.1-70b-serving": {"model": {"preset": "llama-3.1-70b"}, "framework": "vllm",
+                              "workload": {"task": "inference",
+                                           "inference": {"batch_size": 32, "gpu_memory_utilization": 0.9}}},
+    "qwen3-8b-generate": {"model": {"preset": "qwen3-8b"},
+                          "workload": {"task": "inference", "inference": {"batch_size": 8}}},
+}
+
+
+def _estimate_entry(data: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return estimate_to_dict(estimate(plan_from_dict(data)))
+    except PlanError as e:
+        return {"error": str(e)}
+
+
+def estimates(preset: str) -> dict[str, Any]:
+    """The grid of one preset: variant → the estimate's JSON form (or the plan's error)."""
+    return {name: _estimate_entry({"model": {"preset": preset}, **variant}) for name, variant in VARIANTS.items()}
+
+
+def searched() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, data in SEARCHED.items():
+        plan = plan_from_dict(data)
+        est = estimate(plan)
+        entry: dict[str, Any] = {"flops_per_token": flops_per_token(plan),
+                                 "recommend": [candidate_to_dict(c) for c in recommend(plan).candidates[:5]],
+                                 "max_micro_batch": max_micro_batch(plan)}
+        fewest = min_gpus(plan)
+        entry["min_gpus"] = None if fewest is None else candidate_to_dict(fewest)
+        if plan.workload.task == "inference":
+            entry["throughput"] = throughput(plan, est.gpu, 0.4).__dict__
+        else:
+            entry["job_hours"] = job_hours(plan, est.gpu, 10**9, 0.4)
+            entry["max_sequence_length"] = max_sequence_length(plan)
+        out[name] = entry
+    return out
+
+
+def accuracy_rows() -> dict[str, Any]:
+    rows, skipped = accuracy.run()
+    return {"rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
+            "skipped": [[row, why] for row, why in skipped]}
+
+
+def files() -> dict[str, Any]:
+    """Every snapshot file's name and content."""
+    out = {f"estimates/{preset}.json": estimates(preset) for preset in presets()}
+    out["searched.json"] = searched()
+    out["accuracy.json"] = accuracy_rows()
+    return out
+
+
+def dumps(content: Any) -> str:
+    return json.dumps(content, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main() -> None:
+    for name, content in files().items():
+        path = SNAPSHOTS / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dumps(content), encoding="utf-8")
+    print(f"wrote {len(files())} files under {SNAPSHOTS}")
+
+
+if __name__ == "__main__":
+    main()
