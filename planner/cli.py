@@ -33,8 +33,9 @@ from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
 from planner.plan import Plan, plan_from_dict, plan_to_dict
-from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, DEFAULT_MFU, SEARCH_KEYS,
-                               max_micro_batch, max_sequence_length, min_gpus, recommend)
+from planner.perf import DEFAULT_MFU
+from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, max_micro_batch,
+                               max_sequence_length, min_gpus, recommend)
 
 ESTIMATE_FORMATS = {"table": estimate_to_table, "json": estimate_to_json, "yaml": estimate_to_yaml}
 

@@ -1,4 +1,4 @@
-"""Inference and serving: per-GPU memory of generation, the serving KV-cache capacity, and throughput.
+"""Inference and serving: per-GPU memory of generation and the serving KV-cache capacity.
 
 Conventions (beside those of planner/memory.py):
 - A replica is the tensor × pipeline group that holds one copy of the model; `parallelism.data` counts
@@ -7,8 +7,7 @@ Conventions (beside those of planner/memory.py):
   `prefill_chunk_tokens`), then one decode step per output token with a KV cache that grows by
   concatenation. The serving mode (`gpu_memory_utilization`) is vLLM-style: the engine claims that fraction
   of the GPU and fills what weights and activations leave with paged KV-cache blocks.
-- Throughput: a decode step reads every weight and the whole KV cache once, so it is bounded by memory
-  bandwidth; prefill is bounded by compute.
+- Throughput is planner/perf.py's.
 """
 
 from __future__ import annotations
@@ -32,9 +31,6 @@ CUDA_GRAPH_BYTES = 512 * MiB
 # A serving engine prefills at most this many tokens per forward unless told otherwise (vLLM's V1 engine
 # default max_num_batched_tokens for online serving is 8,192).
 SERVING_PREFILL_TOKENS = 8192
-# Decode kernels reach ~80 % of the HBM bandwidth on the spec sheet (memory-bound GEMV; vendor STREAM-like
-# measurements are 85-92 %, attention over a paged cache is lower).
-BANDWIDTH_EFFICIENCY = 0.80
 KV_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
@@ -46,14 +42,6 @@ class Serving:
     kv_bytes_per_token: int  # per sequence token, on one GPU
     max_concurrent_sequences: int  # at prompt + output tokens each
     max_context_tokens: int  # for batch_size sequences
-
-
-@dataclass(frozen=True, kw_only=True)
-class Throughput:
-    decode_tokens_per_second: float  # per replica, all batch sequences together
-    prefill_tokens_per_second: float  # per replica
-    seconds_per_batch: float  # prefill + every decode step of one batch
-    output_tokens_per_second_per_gpu: float
 
 
 def kv_bytes_per_token(plan: Plan) -> int:
@@ -80,7 +68,7 @@ def kv_cache_bytes(plan: Plan, tokens: int) -> int:
     return per_layer * ((m.num_layers - windowed) * tokens + windowed * cap)
 
 
-def _layer_split(plan: Plan) -> tuple[int, int]:
+def layer_split(plan: Plan) -> tuple[int, int]:
     """(dense, MoE) layers on one pipeline stage."""
     m, p = plan.model, plan.parallelism.pipeline
     return (m.num_layers - m.moe_layers) // p, m.moe_layers // p
@@ -92,7 +80,7 @@ def weight_bytes(plan: Plan) -> tuple[int, int]:
     Experts are split across the replica's tensor-parallel ranks."""
     m, par, prec = plan.model, plan.parallelism, plan.precision
     counts = param_counts(m, par.tensor)
-    dense, moe = _layer_split(plan)
+    dense, moe = layer_split(plan)
     linear = dense * (counts.attention + counts.mlp) + moe * (counts.attention + counts.experts + counts.shared
                                                               + counts.router)
     shapes = projection_shapes(m, par.tensor)
@@ -260,33 +248,3 @@ def _runtime(plan: Plan, detail: bool) -> tuple[Item, ...]:
             Item(name="nccl", label="NCCL buffers", bytes=NCCL_BYTES_PER_COMMUNICATOR if ranks > 1 else 0,
                  formula=("1 communicator (tensor/pipeline group)" if ranks > 1 else "no communication")
                  if detail else "", note="Replicas (data) do not communicate", level="device"))
-
-
-def throughput(plan: Plan, gpu: Gpu, mfu: float) -> Throughput:
-    """Tokens per second of one replica: decode bounded by HBM bandwidth, prefill by compute."""
-    from planner.recommend import peak_flops  # noqa: PLC0415 - recommend imports this module's results
-
-    m, par = plan.model, plan.parallelism
-    inf = plan.workload.inference
-    b, ranks = inf.batch_size, par.tensor * par.pipeline
-    w_bytes, w_params = weight_bytes(plan)
-    if m.num_experts:  # a step reads only the experts its tokens were routed to: E(1 - (1 - k/E)^b) per layer
-        counts = param_counts(m, par.tensor)
-        _, moe = _layer_split(plan)
-        touched = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** b)
-        idle = moe * counts.expert * (m.num_experts - touched)
-        w_bytes -= idle * w_bytes / w_params
-    # the cache a step reads grows from the prompt to the full context: take the mean of the two ends
-    mean_cache = (kv_cache_bytes(plan, inf.prompt_tokens) + kv_cache_bytes(plan, inf.context_tokens)) / 2
-    read_per_step = w_bytes + b * mean_cache  # per GPU (each rank reads its shard)
-    step = read_per_step / (gpu.memory_bandwidth_tb_per_s * 1e12 * BANDWIDTH_EFFICIENCY)
-    if par.pipeline > 1:
-        step *= par.pipeline  # one batch passes the stages in turn
-    from planner.recommend import forward_flops_per_token  # noqa: PLC0415
-
-    prefill_flops = b * inf.prompt_tokens * forward_flops_per_token(plan, inf.prompt_tokens)
-    prefill_s = prefill_flops / (ranks * peak_flops(gpu, plan.precision.compute) * mfu)
-    total = prefill_s + inf.output_tokens * step
-    return Throughput(decode_tokens_per_second=b / step, prefill_tokens_per_second=b * inf.prompt_tokens / prefill_s,
-                      seconds_per_batch=total,
-                      output_tokens_per_second_per_gpu=b * inf.output_tokens / total / ranks if total else 0.0)

@@ -9,9 +9,7 @@ How the search is organised (and why it is fast):
   recomputation, no offload before offload, no pipeline bubble before one); within equal time the one with
   the fewest changes to the user's plan wins: a higher ZeRO stage first, then a smaller micro-batch (the
   global batch is kept), then context parallelism, then tensor parallelism within a node.
-- Cost per hour = GPUs × price. Job cost = hours × GPUs × price, with hours from the job's FLOPs
-  (`flops_per_token`) at an assumed model FLOPs utilization, stretched by the pipeline bubble and the PCIe
-  traffic of offloading.
+- Cost per hour = GPUs × price. Job cost = hours × GPUs × price, with hours from planner/perf.py.
 """
 
 from __future__ import annotations
@@ -22,18 +20,12 @@ from typing import Literal
 
 from planner.catalog import Gpu, load_catalog
 from planner.errors import PlanError, bad
-from planner.inference import throughput
 from planner.memory import Estimate, estimate
-from planner.models import attention_widths, param_counts
+from planner.perf import DEFAULT_MFU, flops_per_token, job_hours, peak_flops, throughput
 from planner.plan import Hardware, Parallelism, Plan
 from planner.units import format_bytes
 
-# Fraction of the GPU's dense peak that training sustains. Llama 3 reports 38-43 % BF16 MFU on 16K H100s
-# (Dubey et al. 2024, Table 4); well-tuned runs on one node reach 40-55 %. Adjustable per call.
-DEFAULT_MFU = 0.40
 DEFAULT_HEADROOM = 0.10  # memory kept free for what no model predicts (fragmentation spikes, library buffers)
-# Host-device copies for offloading: PCIe Gen4 x16 moves ~25 GB/s in practice (32 GB/s theoretical).
-PCIE_BYTES_PER_SECOND = 25e9
 # Host RAM a GPU's share of its machine can give offloaded states: cloud GPU instances come with ~100-250 GB
 # of RAM per GPU (8-GPU nodes with 1-2 TB); adjustable per call.
 DEFAULT_HOST_GIB_PER_GPU = 128
@@ -85,71 +77,6 @@ class Recommendation:
     @property
     def best(self) -> Candidate | None:
         return self.candidates[0] if self.candidates else None
-
-
-# --- FLOPs and time ----------------------------------------------------------------------------------------
-def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> float:
-    """Forward FLOPs per token: 2 × the matmul parameters the token passes through (active experts only, plus
-    the output head; Kaplan et al. 2020) and attention, 2 × (q + v widths) × keys per layer (QKᵀ and PV), over the
-    keys a query sees: causal halves them where fused kernels skip the masked half (PaLM, Chowdhery et al.
-    2022, App. B), sliding windows cap them."""
-    m = plan.model
-    s = sequence_length or plan.workload.sequence_length
-    flash = plan.techniques.attention == "flash"
-    window = min(s, m.sliding_window or s)
-    per_query = s / 2 if flash else s  # eager computes the masked half too
-    keys = (m.num_layers - m.sliding_layers) * per_query + m.sliding_layers * (min(window, per_query) if flash else s)
-    q, _, _, out = attention_widths(m)
-    return 2 * _matmul_params(plan) + 2 * (q + out) * keys
-
-
-def _matmul_params(plan: Plan) -> int:
-    """Matmul parameters a token passes through: the layers' projections (active experts only) and the output
-    head; norms and the embedding lookup do no matmul."""
-    m = plan.model
-    counts = param_counts(m)
-    return (counts.active - counts.embedding - counts.lm_head - m.num_layers * counts.norms - counts.final_norm
-            + m.vocab_size * m.hidden_size)
-
-
-def flops_per_token(plan: Plan) -> float:
-    """Training FLOPs per token: forward + backward (3 × forward), plus one more forward under full
-    recomputation (its ⌊L/k⌋ / L share for every k-th layer, or the attention scores' forward under selective
-    recomputation of eager attention)."""
-    forward = forward_flops_per_token(plan)
-    ckpt = plan.techniques.activation_checkpointing
-    attention = forward - 2 * _matmul_params(plan)
-    layers = plan.model.num_layers
-    share = (layers // plan.techniques.checkpoint_every) / layers  # the layers every_k checkpoints
-    recompute = (forward if ckpt == "full" else forward * share if ckpt == "every_k" else
-                 attention if (ckpt == "selective" and plan.techniques.attention == "eager") else 0)
-    return 3 * forward + recompute
-
-
-def peak_flops(gpu: Gpu, dtype: str) -> float | None:
-    """Dense peak FLOP/s of the GPU's matmuls in `dtype` (None: no such tensor cores)."""
-    tflops = {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp8": gpu.fp8_tflops, "fp32": gpu.fp32_tflops}[dtype]
-    return None if tflops is None else tflops * 1e12
-
-
-def job_hours(plan: Plan, gpu: Gpu, tokens: int, mfu: float) -> float:
-    """Wall-clock hours of the job on `plan.hardware.count` GPUs of type `gpu`."""
-    par, wl = plan.parallelism, plan.workload
-    n = plan.hardware.count
-    compute = tokens * flops_per_token(plan) / (n * peak_flops(gpu, plan.precision.compute) * mfu)
-    m = plan.micro_batches_per_step
-    # pipeline bubble: (p - 1) idle slots per m micro-batches under 1F1B and GPipe, 1/v of that with v interleaved
-    # chunks (Narayanan et al. 2021), about a third with zero-bubble ZB-H1 (Qi et al. 2023)
-    bubble = (par.pipeline - 1) / m / {"interleaved_1f1b": par.virtual_stages, "zero_bubble": 3}.get(
-        par.pipeline_schedule, 1)
-    compute *= 1 + bubble
-    offload = plan.techniques.offload
-    if offload != "none":  # gradients down, updated weights up, once per step; weights per pass when offloaded
-        steps = tokens / (wl.global_batch_size * wl.sequence_length)
-        params_gpu = param_counts(plan.model, par.tensor).total / (par.pipeline * par.data * par.context)
-        moved = params_gpu * 4 * (1 + (2 * m if offload == "optimizer_and_params" else 0))
-        compute += steps * moved / PCIE_BYTES_PER_SECOND
-    return compute / 3600
 
 
 # --- The search ---------------------------------------------------------------------------------------------

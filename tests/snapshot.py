@@ -22,12 +22,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 import accuracy  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
 from planner.export import candidate_to_dict, estimate_to_dict  # noqa: E402
-from planner.inference import throughput  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
 from planner.plan import plan_from_dict  # noqa: E402
-from planner.recommend import (flops_per_token, job_hours, max_micro_batch, max_sequence_length,  # noqa: E402
-                               min_gpus, recommend)
+from planner.perf import flops_per_token, job_hours, throughput  # noqa: E402
+from planner.recommend import max_micro_batch, max_sequence_length, min_gpus, recommend  # noqa: E402
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
