@@ -6,6 +6,7 @@
     python -m planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
     python -m planner models [--format table|json]
     python -m planner frameworks [--format table|json]
+    python -m planner choices [--format table|json]
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
 the plan's (and the plan file may then be left out: the default plan for that model).
@@ -21,10 +22,12 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import get_args
 
 import yaml
 
 from planner.catalog import load_catalog
+from planner.choices import CHOICES, choices_to_table
 from planner.errors import PlanError
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
                             frameworks_to_table, plan_from_yaml, presets_to_list, presets_to_table,
@@ -34,7 +37,7 @@ from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
 from planner.plan import Plan, plan_from_dict, plan_to_dict
 from planner.perf import DEFAULT_MFU
-from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, max_micro_batch,
+from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_micro_batch,
                                max_sequence_length, min_gpus, recommend)
 
 ESTIMATE_FORMATS = {"table": estimate_to_table, "json": estimate_to_json, "yaml": estimate_to_yaml}
@@ -63,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--top", type=int, default=10, help="candidates to show (default 10)")
     rec.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
                      help=f"fraction of usable memory kept free (default {DEFAULT_HEADROOM})")
-    rec.add_argument("--rank", choices=("job", "hour"), default="job", help="rank by cost of the job or per hour")
+    rec.add_argument("--rank", choices=get_args(RankBy), default="job", help="rank by cost of the job or per hour")
     rec.add_argument("--mfu", action="append", default=[], metavar="FRACTION or GPU=FRACTION",
                      help=f"assumed model FLOPs utilization, for all GPUs or one (default {DEFAULT_MFU}; repeatable)")
     rec.add_argument("--host-gib", type=float, default=DEFAULT_HOST_GIB_PER_GPU,
@@ -80,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     mod.add_argument("--format", choices=("table", "json"), default="table")
     fw = commands.add_parser("frameworks", help="the framework recipes and the plan values each sets")
     fw.add_argument("--format", choices=("table", "json"), default="table")
+    cho = commands.add_parser("choices", help="every plan key with a fixed set of values, and its values")
+    cho.add_argument("--format", choices=("table", "json"), default="table")
     return parser
 
 
@@ -147,6 +152,8 @@ def _mfu(values: list[str]) -> tuple[float, dict[str, float]]:
 
 
 def _run(args: argparse.Namespace) -> str:
+    if args.command == "choices":
+        return choices_to_table() if args.format == "table" else json.dumps(CHOICES, indent=2) + "\n"
     if args.command == "frameworks":
         return frameworks_to_table() if args.format == "table" else json.dumps(frameworks_to_list(), indent=2) + "\n"
     if args.command == "models":

@@ -21,7 +21,13 @@ SCHEMA = "vram-planner/v1"
 
 Task = Literal["pretrain", "finetune", "lora", "qlora", "inference"]
 TRAINING_TASKS = ("pretrain", "finetune", "lora", "qlora")
+ADAPTER_TASKS = ("lora", "qlora")  # tasks that train low-rank adapters (workload.lora) on a frozen base
+# precision.weights each task with frozen or served weights allows (pretrain and finetune train theirs and keep
+# them in the activation dtype)
+FROZEN_WEIGHTS: dict[str, tuple[str, ...]] = {"lora": tuple(d for d in WEIGHT_DTYPES if d not in QUANTIZED),
+                                              "qlora": QUANTIZED, "inference": WEIGHT_DTYPES}
 MasterWeights = Literal["fp32", "none"]
+ZeroStage = Literal[0, 1, 2, 3]
 Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion", "muon", "sgd", "sgd_momentum"]
 LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
@@ -224,7 +230,7 @@ class Techniques:
 @dataclass(frozen=True, kw_only=True)
 class Parallelism:
     data: int | None = None  # default: hardware.count / (tensor × pipeline × context)
-    zero_stage: int = 0  # 0 (DDP) | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP full shard)
+    zero_stage: ZeroStage = 0  # 0 (DDP) | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP full shard)
     tensor: int = 1
     sequence_parallel: bool = False
     pipeline: int = 1
@@ -364,7 +370,7 @@ class Plan:
             raise bad("techniques.offload", "optimizer_and_params",
                       "needs parallelism.zero_stage 3 (parameters are fetched layer by layer)")
         self._check_weights()
-        if wl.task in ("lora", "qlora") and m.mlp != "swiglu" and "gate" in wl.lora.targets:
+        if wl.task in ADAPTER_TASKS and m.mlp != "swiglu" and "gate" in wl.lora.targets:
             raise bad("workload.lora.targets", list(wl.lora.targets), "names gate, but a GeLU MLP has no gate projection")
 
     def _check_schedule(self) -> None:
@@ -394,14 +400,15 @@ class Plan:
     def _check_weights(self) -> None:
         """Resolve and check precision.weights against the task (quantized weights must be frozen)."""
         prec, task = self.precision, self.workload.task
-        weights = prec.weights or ("nf4" if task == "qlora" else prec.activation_dtype)
-        if task in ("pretrain", "finetune") and weights != prec.activation_dtype:
+        weights = prec.weights or default_weights(task, prec.activation_dtype)
+        if task not in FROZEN_WEIGHTS and weights != prec.activation_dtype:
             raise bad("precision.weights", weights, "applies to frozen or served weights (task lora, qlora or "
                                                     "inference); full training keeps compute and master_weights")
-        if task == "lora" and weights in QUANTIZED:
+        if task == "lora" and weights not in FROZEN_WEIGHTS["lora"]:
             raise bad("precision.weights", weights, "is quantized; a quantized frozen base is task qlora")
-        if task == "qlora" and weights not in QUANTIZED:
-            raise bad("precision.weights", weights, f"must be quantized for qlora: one of {', '.join(QUANTIZED)}")
+        if task == "qlora" and weights not in FROZEN_WEIGHTS["qlora"]:
+            raise bad("precision.weights", weights,
+                      f"must be quantized for qlora: one of {', '.join(FROZEN_WEIGHTS['qlora'])}")
         if prec.quant_group_size is not None and weights not in DEFAULT_GROUP_SIZE:
             raise bad("precision.quant_group_size", prec.quant_group_size, "applies to int4 and nf4 weights only")
         if prec.double_quant and weights != "nf4":
@@ -423,6 +430,11 @@ class Plan:
         """Micro-batches each data-parallel rank runs per optimizer step (gradient accumulation)."""
         wl = self.workload
         return wl.global_batch_size // (wl.micro_batch_size * self.parallelism.data)
+
+
+def default_weights(task: str, activation_dtype: str) -> str:
+    """precision.weights when a plan leaves it out: NF4 for qlora (the QLoRA base), else the activation dtype."""
+    return "nf4" if task == "qlora" else activation_dtype
 
 
 _SECTIONS: dict[str, type] = {"workload": Workload, "precision": Precision, "techniques": Techniques,
@@ -485,7 +497,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         out[name] = _plain(getattr(plan, name))
     # a task-specific block is written for the task that uses it
     task = plan.workload.task
-    if task not in ("lora", "qlora"):
+    if task not in ADAPTER_TASKS:
         del out["workload"]["lora"]
     if task != "inference":
         del out["workload"]["inference"]

@@ -1,11 +1,17 @@
-"""The Streamlit app through streamlit.testing (AppTest): every input group, the share link, files, errors."""
+"""The Streamlit app through streamlit.testing: the page (AppTest.from_file) with every input group, the share link,
+files and errors; and each ui/ module on its own (AppTest.from_function)."""
+
+from urllib.parse import parse_qsl
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
+from planner.choices import CHOICES
+from planner.errors import PlanError
 from planner.export import plan_from_query, plan_to_yaml
-from planner.plan import plan_from_dict
+from planner.plan import FROZEN_WEIGHTS, plan_from_dict, plan_to_dict
+from ui.state import PATHS, plan_dict
 
 APP = str(ROOT / "app.py")
 DEFAULT = {"model": {"preset": "llama-3.1-8b"}}
@@ -243,8 +249,172 @@ def test_new_technique_widgets_reach_the_plan():
     at = app({"preset": "llama-3.1-8b", "pipeline": "4", "data": "2", "tensor": "1", "zero_stage": "1",
               "global_batch_size": "16"})
     at.selectbox(key="pipeline_schedule").set_value("interleaved_1f1b").run()
+    # an interleaved schedule with one virtual stage is the plan's error, not silently corrected
+    assert not at.exception and at.error[0].value.startswith("parallelism.virtual_stages: 1 must be 2 or more")
+    at.number_input(key="virtual_stages").set_value(2).run()
     at.checkbox(key="compile").check().run()
     at.selectbox(key="activation_checkpointing").set_value("selective_op").run()
     assert not at.exception and not at.error
     assert at.query_params["pipeline_schedule"] == "interleaved_1f1b" and at.query_params["virtual_stages"] == "2"
     assert at.query_params["compile"] == "true" and at.query_params["activation_checkpointing"] == "selective_op"
+
+
+def test_rules_the_app_no_longer_retypes_show_the_plans_own_error():
+    at = app()
+    at.checkbox(key="sequence_parallel").check().run()  # with tensor 1
+    assert not at.exception
+    assert at.error[0].value.startswith("parallelism.sequence_parallel: True needs parallelism.tensor > 1")
+    at.checkbox(key="sequence_parallel").uncheck().run()
+    at.checkbox(key="async_tp").check().run()
+    assert at.error[0].value.startswith("parallelism.async_tp: True needs parallelism.sequence_parallel")
+    at.checkbox(key="async_tp").uncheck().run()
+    at.selectbox(key="compute").select("fp8").run()
+    at.checkbox(key="fp8_all_gather").check().run()
+    assert not at.exception and not at.error and at.query_params["fp8_all_gather"] == "true"  # ZeRO-3
+    at.selectbox(key="zero_stage").select(2).run()
+    assert at.error[0].value == ("precision.fp8_all_gather: True needs parallelism.zero_stage 3 "
+                                 "(FSDP all-gathers weights)")
+
+
+def test_a_task_offers_the_weights_the_plan_allows_and_starts_from_its_default():
+    at = app()
+    for task, weights in (("qlora", "nf4"), ("lora", "bf16"), ("inference", "bf16")):
+        at.selectbox(key="task").select(task).run()
+        assert not at.exception and not at.error
+        assert at.selectbox(key="weights").options == list(FROZEN_WEIGHTS[task])
+        assert at.selectbox(key="weights").value == weights
+    at.selectbox(key="task").select("pretrain").run()
+    assert "weights" not in [box.key for box in at.selectbox]  # full training keeps its weights in compute
+
+
+def _sidebar_page(plan: dict):
+    import streamlit as st
+
+    from planner.models import presets
+    from planner.plan import plan_from_dict
+    from ui.sidebar import sidebar
+    from ui.state import load_into_widgets
+
+    if "loaded" not in st.session_state:
+        load_into_widgets(plan_from_dict(plan))
+        st.session_state["loaded"] = True
+    sidebar(presets())
+
+
+SIDEBAR_PLANS = [
+    {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}},
+    {"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora", "lora": {"rank": 16, "variant": "dora",
+                                                                                  "targets": ["q", "v", "down"]}},
+     "precision": {"weights": "int4", "quant_group_size": 64}},
+    {"model": {"preset": "qwen3-8b"}, "framework": "vllm", "workload": {"task": "inference", "inference": {
+        "batch_size": 8, "prefill_chunk_tokens": 512}}, "precision": {"kv_cache": "fp8"}},
+    {"model": {"preset": "deepseek-v2-lite"}, "framework": "torchtitan",
+     "precision": {"compute": "fp8", "fp8_recipe": "rowwise", "fp8_all_gather": True},
+     "techniques": {"compile": True, "moe_capacity_factor": 1.25, "activation_checkpointing": "every_k",
+                    "checkpoint_every": 3},
+     "parallelism": {"data": 2, "tensor": 2, "sequence_parallel": True, "async_tp": True, "pipeline": 3,
+                     "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 3},
+     "workload": {"global_batch_size": 16, "steps": 100}},
+    {"model": {"num_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 1024,
+               "vocab_size": 32000, "mlp": "gelu", "norm": "layernorm", "bias": True, "num_experts": 8,
+               "experts_per_token": 2, "sliding_window": 256, "global_attention_every": 2},
+     "workload": {"task": "lora", "lora": {"targets": ["q", "k", "v", "o", "up", "down"]}}},
+    {"model": {"params": "13B"}, "techniques": {"loss": "chunked", "loss_chunks": 4}},
+]
+
+
+@pytest.mark.parametrize("plan", SIDEBAR_PLANS)
+def test_sidebar_draws_a_plan_that_state_builds_back_unchanged(plan):
+    at = AppTest.from_function(_sidebar_page, args=(plan,), default_timeout=30).run()
+    assert not at.exception
+    shown = at.session_state["shown"]
+    built = plan_dict({key: at.session_state[key] for key in shown}, shown)
+    assert plan_to_dict(plan_from_dict(built)) == plan_to_dict(plan_from_dict(plan))
+    # every menu of a plan key offers the values of the plan's Literal (the weights: those its task allows)
+    for box in [*at.selectbox, *at.multiselect]:
+        path = ".".join(PATHS.get(box.key, ()))
+        if path in CHOICES and box.key != "framework":
+            task = plan_from_dict(plan).workload.task
+            expected = FROZEN_WEIGHTS[task] if box.key == "weights" else CHOICES[path]
+            assert box.options == [str(v) for v in expected], box.key
+
+
+def test_state_leaves_hidden_widgets_out_and_passes_the_rest_as_they_are():
+    values = {"task": "inference", "master_weights": "none", "tensor": 1, "sequence_parallel": True,
+              "preset": "gpt2", "num_experts": 0, "experts_per_token": 2, "steps": 0, "targets": []}
+    assert plan_dict(values, ["task", "preset"]) == {"model": {"preset": "gpt2"}, "workload": {"task": "inference"}}
+    built = plan_dict(values, ["preset", "tensor", "sequence_parallel", "num_experts", "experts_per_token", "steps",
+                               "targets"])
+    assert built == {"model": {"preset": "gpt2"}, "parallelism": {"tensor": 1, "sequence_parallel": True}}
+    with pytest.raises(PlanError, match="needs parallelism.tensor > 1"):
+        plan_from_dict(built)
+
+
+def _state_page():
+    import streamlit as st
+
+    from ui.state import start_session
+
+    start_session()
+    st.write(st.session_state["task"])
+
+
+def test_state_fills_the_widgets_from_a_share_link_once():
+    at = AppTest.from_function(_state_page, default_timeout=30)
+    at.query_params.update({"task": "inference", "kv_cache": "fp8", "bogus": "1"})
+    at.run()
+    assert not at.exception and at.session_state["kv_cache"] == "fp8" and at.session_state["serving"] is False
+    assert at.session_state["fp8_recipe"] == "tensorwise" and at.session_state["num_experts"] == 0
+    assert [w for w in at.session_state["link_warnings"] if "bogus" in w]
+    at.session_state["task"] = "pretrain"
+    assert at.run().session_state["task"] == "pretrain"  # a later run keeps the widgets' values
+
+
+def _tab_page(plan: dict, tab: str):
+    import streamlit as st
+
+    from planner.catalog import load_catalog
+    from planner.memory import estimate
+    from planner.plan import plan_from_dict
+    from planner.recommend import recommend
+    from ui import tabs
+
+    plan, catalog = plan_from_dict(plan), load_catalog()
+    result = estimate(plan, catalog)
+    if tab == "breakdown":
+        tabs.breakdown(plan, result)
+    elif tab == "cheapest":
+        st.session_state["rec"] = tabs.cheapest(plan, catalog, "project", 0.0)
+    elif tab == "explore":
+        tabs.explore(plan, result, catalog, recommend(plan, catalog))
+    else:
+        tabs.verdict(plan, result)
+        tabs.share(plan, result)
+
+
+TAB_PLAN = {"model": {"preset": "llama-3.2-1b"}, "framework": "torchtitan", "workload": {"global_batch_size": 4},
+            "parallelism": {"data": 1, "pipeline": 2}}
+
+
+def test_breakdown_tab_for_a_pipelined_framework_plan():
+    at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "breakdown"), default_timeout=30).run()
+    assert not at.exception and [m.label for m in at.metric][:3] == ["peak allocated", "peak reserved", "device"]
+    assert [s.value for s in at.subheader][1] == "Pipeline stages"
+    assert set(table(at, "source")["in this plan"]) == {"from the framework"}
+
+
+def test_cheapest_and_explore_tabs():
+    at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "cheapest"), default_timeout=60).run()
+    assert not at.exception and at.radio(key="rank_by").options == ["cost of the job", "cost per hour"]
+    assert at.button(key="adopt_0") and table(at, "job_usd")["gpu"][0] == at.session_state["rec"].best.gpu.id
+    at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "explore"), default_timeout=60).run()
+    assert not at.exception and [s.value for s in at.subheader] == [
+        "Memory vs sequence length", "Memory vs micro batch size", "What each technique saves"]
+
+
+def test_share_tab_links_the_plan():
+    at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "share"), default_timeout=30).run()
+    assert not at.exception and at.header[0].value == "Your plan" and at.success
+    query = dict(parse_qsl(at.code[0].value.split("?", 1)[1]))
+    plan, warnings = plan_from_query(query, DEFAULT)
+    assert not warnings and plan_to_dict(plan) == plan_to_dict(plan_from_dict(TAB_PLAN))

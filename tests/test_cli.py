@@ -1,8 +1,11 @@
 import json
 import subprocess
 import sys
+from typing import get_args
 
 from conftest import ROOT
+from planner.choices import CHOICES, LISTS, choices_to_table
+from planner.plan import Optimizer
 
 EXAMPLE = str(ROOT / "examples" / "llama-3.1-8b-8xh100.yaml")
 
@@ -144,3 +147,12 @@ def test_frameworks_lists_each_setting_with_its_source():
     assert loss["value"] == "chunked" and loss["when"] == {} and "CEWithChunkedOutputLoss" in loss["source"]
     table = run("frameworks")
     assert table.returncode == 0 and table.stdout.startswith("| `framework` |")
+
+
+def test_choices_come_from_the_plans_types_and_match_the_readme():
+    out = run("choices")
+    assert out.returncode == 0 and out.stdout == choices_to_table()
+    assert choices_to_table() in (ROOT / "README.md").read_text()
+    assert json.loads(run("choices", "--format", "json").stdout)["precision.optimizer"] == list(get_args(Optimizer))
+    assert CHOICES["parallelism.zero_stage"] == (0, 1, 2, 3) and "workload.lora.targets" in LISTS
+    assert "--rank {job,hour}" in run("recommend", "--help").stdout

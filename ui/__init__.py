@@ -1,1 +1,1 @@
-"""Pieces of the Streamlit app that are not Streamlit: Altair charts built from planner results."""
+"""The Streamlit app's pieces, wired by app.py: state (widgets ↔ plan), sidebar (the inputs), tabs, charts."""

@@ -1,0 +1,313 @@
+"""The sidebar: one function per input group. Choices come from the plan's Literals (planner.choices) and what
+a task or model offers from the plan module's tables; every plan input is drawn through `state.drawn`."""
+
+from __future__ import annotations
+
+import hashlib
+
+import streamlit as st
+
+from planner.catalog import parse_catalog
+from planner.choices import CHOICES
+from planner.dtypes import DEFAULT_GROUP_SIZE
+from planner.errors import PlanError
+from planner.frameworks import load_frameworks, without_keys
+from planner.hf_config import model_from_hf_config
+from planner.models import Preset, model_to_dict
+from planner.plan import (ADAPTER_TASKS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH, MAX_DEGREE, MAX_SEQUENCE,
+                          TRAINING_TASKS, Precision, default_weights, plan_from_dict)
+from ui.state import (ARCH_INTS, CUSTOM, MLA_INTS, MOE_INTS, PARAMS, current_plan_dict, drawn, load_into_widgets,
+                      project_catalog)
+
+
+def _on_preset() -> None:
+    """A preset fills the architecture (so that 'custom' starts from it); the rest of the plan is kept when it
+    is valid for the new model, else the preset's defaults are used."""
+    preset = st.session_state["preset"]
+    if preset == CUSTOM:
+        return
+    model = {"params": st.session_state["params_text"]} if preset == PARAMS else {"preset": preset}
+    try:
+        load_into_widgets(plan_from_dict({**current_plan_dict(), "model": model}))
+    except PlanError:
+        try:
+            load_into_widgets(plan_from_dict({"model": model, "hardware": {"gpu": st.session_state["gpu"]}}))
+        except PlanError:  # an unreadable count: the page shows the plan's error, the widgets stay
+            pass
+
+
+def _on_hf_import() -> None:
+    """The architecture of a pasted or uploaded config.json replaces the model; the rest of the plan stays."""
+    upload = st.session_state.get("hf_file")
+    text = upload.getvalue().decode("utf-8", errors="replace") if upload is not None else st.session_state["hf_text"]
+    try:
+        model = model_to_dict(model_from_hf_config(text))
+        load_into_widgets(plan_from_dict({**current_plan_dict(), "model": model}))
+        st.session_state.pop("hf_error", None)
+    except PlanError as exc:
+        st.session_state["hf_error"] = str(exc)
+
+
+def _on_framework() -> None:
+    """A new framework re-derives the keys it or the previous framework governs (from its recipes, or the
+    planner's defaults); every other key of the plan stays. A serving framework brings task inference, a
+    training one leaves it for pretraining."""
+    recipes = load_frameworks()
+    new, old = st.session_state["framework"], st.session_state.get("framework_loaded", "generic")
+    d = without_keys(current_plan_dict(), {x.key for name in (new, old) for x in recipes[name].settings})
+    if new in INFERENCE_FRAMEWORKS:
+        d["workload"] = {"task": "inference"}
+    elif d["workload"]["task"] not in TRAINING_TASKS and new != "generic":
+        d["workload"] = {"task": "pretrain"}
+    try:
+        load_into_widgets(plan_from_dict({**d, "framework": new}))
+        st.session_state.pop("framework_error", None)
+    except PlanError as exc:
+        st.session_state["framework_error"] = str(exc)
+
+
+def plan_inputs() -> None:
+    """The plan's name and its framework."""
+    st.title("VRAM Planner")
+    drawn(st.text_input, "Plan name", key="name", max_chars=200)
+    recipes = load_frameworks()
+    drawn(st.selectbox, "Framework", CHOICES["framework"], key="framework", on_change=_on_framework,
+          format_func=lambda k: recipes[k].label,
+          help="Sets the defaults its standard recipes use (dtypes, checkpointing, loss, sharding); any value you "
+               "change wins. The Breakdown tab lists what it set.")
+    if st.session_state.get("framework_error"):
+        st.error(f"Framework: {st.session_state['framework_error']}")
+
+
+def catalog_inputs() -> tuple[dict, str]:
+    """The GPU catalog (the project's, or an uploaded one) and a key naming it for caches."""
+    catalog, catalog_key = project_catalog(), "project"
+    with st.expander("GPU catalog and prices"):
+        upload = st.file_uploader("Your own catalog (same format as gpu_catalog.yaml)", type=["yaml", "yml"],
+                                  key="catalog_upload")
+        if upload is not None:
+            try:
+                text = upload.getvalue().decode("utf-8", errors="replace")
+                catalog = parse_catalog(text)
+                catalog_key = hashlib.sha256(text.encode()).hexdigest()
+                st.caption(f"Using your catalog: {len(catalog)} GPUs.")
+            except PlanError as exc:
+                st.error(str(exc))
+    if st.session_state["gpu"] not in catalog:
+        st.session_state["gpu"] = next(iter(catalog))
+    return catalog, catalog_key
+
+
+def _hf_import() -> None:
+    with st.popover("Import a Hugging Face config.json", width="stretch"):
+        st.text_area("Paste config.json", key="hf_text", height=150, placeholder='{"model_type": "llama", ...}')
+        st.file_uploader("…or upload it", type=["json"], key="hf_file")
+        st.button("Import architecture", key="hf_import", on_click=_on_hf_import,
+                  help="GQA, MoE, MLA and sliding-window keys are read; the model becomes a custom one")
+    if st.session_state.get("hf_error"):
+        st.error(f"config.json: {st.session_state['hf_error']}")
+
+
+def _architecture() -> None:
+    for key, label in ARCH_INTS.items():
+        drawn(st.number_input, label, 1, 4_194_304, key=key)
+    drawn(st.selectbox, "MLP", CHOICES["model.mlp"], key="mlp", help="SwiGLU (Llama family) or GeLU (GPT-2, NeoX)")
+    drawn(st.selectbox, "Norm", CHOICES["model.norm"], key="norm")
+    drawn(st.checkbox, "Tied embeddings", key="tie_embeddings")
+    drawn(st.checkbox, "Biases", key="bias")
+    drawn(st.checkbox, "Per-head q/k norms", key="qk_norm", help="RMSNorm on each query and key head (Qwen3, Gemma 3)")
+    for key, label in MOE_INTS.items():
+        drawn(st.number_input, label, 0, 1_048_576, key=key)
+    drawn(st.number_input, "Sliding window (0: none)", 0, MAX_SEQUENCE, key="sliding_window")
+    drawn(st.number_input, "Global attention every n-th layer (0: none)", 0, 1024, key="global_attention_every")
+    for key, label in MLA_INTS.items():
+        drawn(st.number_input, label, 0, 1_048_576, key=key,
+              help="Multi-head latent attention (DeepSeek-V2/V3); Head dim is then the non-RoPE query/key dim per head")
+
+
+def model_inputs(models: dict[str, Preset]) -> None:
+    """A preset, a parameter count, an imported config.json, or a custom architecture."""
+    with st.expander("Model", expanded=True):
+        drawn(st.selectbox, "Preset", [CUSTOM, PARAMS, *models], key="preset", on_change=_on_preset,
+              format_func=lambda k: {CUSTOM: "Custom architecture",
+                                     PARAMS: "From a parameter count (approximate)"}.get(k) or models[k].name,
+              help="A published model, your own architecture, or just a size such as 13B")
+        if st.session_state["preset"] == PARAMS:
+            drawn(st.text_input, "Parameters", key="params_text", help="e.g. 13B, 770M or 1.5e9: a Llama-style "
+                  "architecture of that size is guessed (shape rules in planner/models.py)")
+        _hf_import()
+        if st.session_state["preset"] == CUSTOM:
+            _architecture()
+
+
+def _inference_workload() -> None:
+    drawn(st.number_input, "Concurrent sequences", 1, MAX_BATCH, key="batch_size")
+    drawn(st.number_input, "Prompt tokens", 1, MAX_SEQUENCE, step=256, key="prompt_tokens")
+    drawn(st.number_input, "Output tokens", 0, MAX_SEQUENCE, step=64, key="output_tokens")
+    st.checkbox("Serving engine (vLLM-style)", key="serving",
+                help="The engine claims a fraction of GPU memory; the KV cache fills what is left")
+    if st.session_state["serving"]:
+        drawn(st.slider, "GPU memory fraction", 0.05, 1.0, step=0.01, key="gpu_memory_utilization")
+    drawn(st.number_input, "Prefill chunk tokens (0: whole prompt batch)", 0, MAX_SEQUENCE, key="prefill_chunk_tokens")
+
+
+def _training_workload() -> None:
+    drawn(st.number_input, "Sequence length", 1, MAX_SEQUENCE, step=512, key="sequence_length")
+    drawn(st.number_input, "Micro-batch size", 1, MAX_BATCH, key="micro_batch_size",
+          help="Sequences per GPU per forward/backward")
+    drawn(st.number_input, "Global batch size", 1, 1 << 30, key="global_batch_size",
+          help="Sequences per optimizer step; sets gradient accumulation")
+    drawn(st.number_input, "Steps of the job (0: price per billion tokens)", 0, 10**12, key="steps")
+
+
+def _lora() -> None:
+    drawn(st.number_input, "LoRA rank", 1, 65_536, key="rank")
+    drawn(st.number_input, "LoRA alpha", 0.0, 1e6, key="alpha")
+    drawn(st.multiselect, "LoRA targets", CHOICES["workload.lora.targets"], key="targets")
+    drawn(st.number_input, "LoRA dropout", 0.0, 0.99, step=0.05, key="dropout")
+    drawn(st.selectbox, "Adapter variant", CHOICES["workload.lora.variant"], key="variant",
+          help="dora: weight-decomposed LoRA (a learned magnitude per output row)")
+
+
+def workload_inputs() -> None:
+    """The task, then its sequences and batches (training), generation (inference) and adapters (LoRA)."""
+    with st.expander("Workload", expanded=True):
+        drawn(st.selectbox, "Task", CHOICES["workload.task"], key="task",
+              help="finetune = full fine-tune; lora/qlora train adapters on a frozen (4-bit) base")
+        task = st.session_state["task"]
+        if task in TRAINING_TASKS:
+            _training_workload()
+        else:
+            _inference_workload()
+        if task in ADAPTER_TASKS:
+            _lora()
+
+
+def _frozen_weights(task: str) -> None:
+    """The dtype of frozen or served weights, among those the task allows (the task's default when the
+    current one is not)."""
+    s = st.session_state
+    allowed = FROZEN_WEIGHTS[task]
+    if s["weights"] not in allowed:
+        s["weights"] = default_weights(task, Precision(compute=s["compute"]).activation_dtype)
+    drawn(st.selectbox, "Weights (frozen or served)", allowed, key="weights")
+    if s["weights"] in DEFAULT_GROUP_SIZE:
+        drawn(st.number_input, "Quantization block size (0: default)", 0, 65_536, key="quant_group_size")
+    if s["weights"] == "nf4":
+        drawn(st.checkbox, "Double quantization", key="double_quant")
+
+
+def _training_precision() -> None:
+    drawn(st.selectbox, "Master weights", CHOICES["precision.master_weights"], key="master_weights",
+          help="fp32: mixed precision with an fp32 copy; none: pure low-precision training")
+    drawn(st.selectbox, "Gradients", CHOICES["precision.gradients"], key="gradients")
+    drawn(st.selectbox, "Optimizer", CHOICES["precision.optimizer"], key="optimizer")
+    drawn(st.selectbox, "Optimizer states", CHOICES["precision.optimizer_state"], key="optimizer_state")
+    drawn(st.selectbox, "Optimizer implementation", CHOICES["precision.optimizer_impl"], key="optimizer_impl",
+          help="foreach (PyTorch's CUDA default) makes a temporary copy at the step")
+
+
+def precision_inputs() -> None:
+    """Compute dtype and its float8 recipe, frozen or served weights, then the KV cache (inference) or the
+    master weights, gradients and optimizer (training)."""
+    task = st.session_state["task"]
+    with st.expander("Precision"):
+        drawn(st.selectbox, "Compute", CHOICES["precision.compute"], key="compute",
+              help="Matmul dtype; fp8: float8 matmuls with bf16 activations")
+        if st.session_state["compute"] == "fp8":
+            drawn(st.selectbox, "Low-precision recipe", CHOICES["precision.fp8_recipe"], key="fp8_recipe",
+                  help="Scaling of the float8 (or 4-bit) matmul operands (torchao)")
+            drawn(st.checkbox, "Float8 all-gather", key="fp8_all_gather",
+                  help="FSDP all-gathers layers' weights in float8 instead of 16 bits (ZeRO-3)")
+        if task in FROZEN_WEIGHTS:
+            _frozen_weights(task)
+        if task in TRAINING_TASKS:
+            _training_precision()
+        else:
+            drawn(st.selectbox, "KV cache", CHOICES["precision.kv_cache"], key="kv_cache")
+
+
+def _training_techniques() -> None:
+    drawn(st.selectbox, "Loss", CHOICES["techniques.loss"], key="loss",
+          help="full: the whole logits upcast to fp32 (HF); chunked: the output projection and loss run on slices "
+               "of tokens (torchtune); fused: Liger fused linear cross-entropy")
+    if st.session_state["loss"] == "chunked":
+        drawn(st.number_input, "Loss chunks", 1, 1024, key="loss_chunks")
+    drawn(st.checkbox, "Optimizer in backward", key="optimizer_in_backward",
+          help="Step and free each gradient during backward (torchtune optimizer_in_bwd); needs one micro-batch "
+               "per step, no ZeRO, no offload")
+    drawn(st.checkbox, "torch.compile", key="compile", help="Fused elementwise ops save fewer intermediates")
+    drawn(st.checkbox, "Activation offloading", key="activation_offload",
+          help="Saved activations wait in pinned host memory between forward and backward (torchtune)")
+
+
+def _has_experts(models: dict[str, Preset]) -> bool:
+    s = st.session_state
+    if s["preset"] == PARAMS:
+        return False
+    return bool(s["num_experts"] if s["preset"] == CUSTOM else models[s["preset"]].model.num_experts)
+
+
+def technique_inputs(models: dict[str, Preset]) -> None:
+    """Checkpointing, attention and offload; the loss and training-only techniques; MoE capacity."""
+    with st.expander("Techniques"):
+        drawn(st.selectbox, "Activation checkpointing", CHOICES["techniques.activation_checkpointing"],
+              key="activation_checkpointing",
+              help="full: keep layer inputs only and recompute; selective: recompute attention scores (Megatron); "
+                   "selective_op: save matmul and attention outputs, recompute the rest (torchtitan); every_k: "
+                   "checkpoint every k-th layer (torchtitan)")
+        if st.session_state["activation_checkpointing"] == "every_k":
+            drawn(st.number_input, "Checkpoint every k-th layer", 1, 1024, key="checkpoint_every")
+        drawn(st.selectbox, "Attention", CHOICES["techniques.attention"], key="attention",
+              help="flash: fused kernel, no s×s scores kept; eager: scores materialized")
+        drawn(st.selectbox, "Offload", CHOICES["techniques.offload"], key="offload",
+              help="Move optimizer states (and parameters, ZeRO-3) to CPU memory")
+        if st.session_state["task"] in TRAINING_TASKS:
+            _training_techniques()
+        if _has_experts(models):
+            drawn(st.number_input, "MoE capacity factor (0: dropless)", 0.0, 64.0, step=0.25, key="moe_capacity_factor",
+                  help="Token-dropping MoE training pads each expert's buffer to this multiple of its even share of "
+                       "the routed tokens (GShard, Megatron); HF and vLLM are dropless")
+
+
+def _pipeline() -> None:
+    drawn(st.number_input, "Pipeline parallel", 1, 1024, key="pipeline")
+    if st.session_state["pipeline"] > 1:
+        drawn(st.selectbox, "Pipeline schedule", CHOICES["parallelism.pipeline_schedule"], key="pipeline_schedule")
+        if st.session_state["pipeline_schedule"] == "interleaved_1f1b":
+            drawn(st.number_input, "Virtual stages per GPU", 1, 1024, key="virtual_stages")
+
+
+def parallelism_inputs(catalog: dict) -> None:
+    """The GPU, the parallel degrees and their options, and your price."""
+    with st.expander("Parallelism and hardware", expanded=True):
+        drawn(st.selectbox, "GPU", list(catalog), key="gpu", format_func=lambda k: catalog[k].name)
+        drawn(st.number_input, "Data parallel", 1, MAX_DEGREE, key="data")
+        drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage",
+              help="3 = FSDP full shard")
+        drawn(st.selectbox, "Tensor parallel", [1, 2, 4, 8, 16], key="tensor")
+        drawn(st.checkbox, "Sequence parallel", key="sequence_parallel", help="With tensor parallelism")
+        drawn(st.checkbox, "Async tensor parallel", key="async_tp",
+              help="Communication overlapped with the matmuls (torchtitan; needs sequence parallel and torch.compile)")
+        _pipeline()
+        drawn(st.number_input, "Context parallel", 1, 1024, key="context")
+        drawn(st.number_input, "Expert parallel", 1, 4096, key="expert", help="MoE experts over data-parallel GPUs")
+        listed = catalog[st.session_state["gpu"]].price_usd_per_hour
+        st.number_input("Your price, USD per GPU-hour (0: the catalog's)", 0.0, 1000.0, key="price",
+                        help=f"Catalog: {'no price' if listed is None else f'${listed:.2f}'}")
+
+
+def sidebar(models: dict[str, Preset]) -> tuple[dict, str]:
+    """Every input group; returns the catalog and its cache key. The keys drawn become `shown`, from which
+    the plan is built."""
+    st.session_state["drawing"] = []
+    with st.sidebar:
+        plan_inputs()
+        catalog, catalog_key = catalog_inputs()
+        model_inputs(models)
+        workload_inputs()
+        precision_inputs()
+        technique_inputs(models)
+        parallelism_inputs(catalog)
+    st.session_state["shown"] = st.session_state.pop("drawing")
+    return catalog, catalog_key

@@ -1,0 +1,140 @@
+"""The app's state: widget keys (the plan's leaf keys, as in a share link) ↔ the plan.
+
+No plan rules live here. `widget_values` lays a plan out as widget values; `plan_dict` builds the plan file's dict
+back from the widgets the last run drew, faithfully: a hidden widget adds nothing (its key takes the plan's
+default), and an invalid combination reaches the plan, whose error the page shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import fields
+from typing import Any
+
+import streamlit as st
+
+from planner.catalog import load_catalog
+from planner.choices import CHOICES
+from planner.export import plan_from_query
+from planner.models import MODEL_KEYS
+from planner.plan import Inference, Lora, Plan, plan_from_dict, plan_to_dict, section_keys
+
+DEFAULT_PLAN = {"name": "Llama 3.1 8B pre-training on 8×H100", "model": {"preset": "llama-3.1-8b"},
+                "workload": {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+                "parallelism": {"data": 8, "zero_stage": 3}, "hardware": {"gpu": "h100-sxm-80gb"}}
+CUSTOM, PARAMS = "custom", "params"  # the preset choices "your own architecture" and "from a parameter count"
+ARCH_INTS = {"num_layers": "Layers", "hidden_size": "Hidden size", "num_attention_heads": "Attention heads",
+             "num_kv_heads": "KV heads", "head_dim": "Head dim", "intermediate_size": "MLP intermediate size",
+             "vocab_size": "Vocabulary"}
+MOE_INTS = {"num_experts": "Experts (0: dense)", "experts_per_token": "Experts per token",
+            "moe_intermediate_size": "Expert intermediate size", "shared_experts": "Shared experts",
+            "first_dense_layers": "Dense layers first"}
+MLA_INTS = {"kv_lora_rank": "KV latent rank (0: standard attention)", "q_lora_rank": "Query latent rank (0: none)",
+            "qk_rope_head_dim": "RoPE key dim per head", "v_head_dim": "Value dim per head"}
+# A group of model widgets switched off by a 0 in its first one (as each label says)
+GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "global_attention_every"),
+          "kv_lora_rank": tuple(MLA_INTS)}
+# Plan keys a plan may leave out or set to None (unused MoE, windows, latent attention; "no limit" counts), and
+# the widget value that stands for "not set": a widget holding it adds nothing to the plan
+WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0,
+                      "qk_norm": False, **dict.fromkeys(MLA_INTS, 0), "moe_capacity_factor": 0.0, "steps": 0,
+                      "quant_group_size": 0, "prefill_chunk_tokens": 0}
+
+
+def _paths() -> dict[str, tuple[str, ...]]:
+    """Widget key -> its path in the plan dict."""
+    paths = {"name": ("name",), "framework": ("framework",), "params_text": ("model", "params")}
+    paths.update({key: ("model", key) for key in MODEL_KEYS if key != "preset"})
+    blocks = {"lora": Lora, "inference": Inference}
+    for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
+        for key in section_keys(section):
+            if key in blocks:
+                paths.update({f.name: (section, key, f.name) for f in fields(blocks[key])})
+            else:
+                paths[key] = (section, key)
+    return paths
+
+
+PATHS = _paths()
+
+
+def widget_values(plan: Plan) -> dict[str, Any]:
+    """Every widget's value for `plan`; blocks its task does not use keep their defaults for when it changes."""
+    d, m = plan_to_dict(plan), plan.model
+    out = {**{f.name: getattr(Lora(), f.name) for f in fields(Lora)},
+           **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
+           "name": d.get("name", ""), "framework": d["framework"],
+           "preset": m.preset or (PARAMS if m.approx_params else CUSTOM)}
+    out.update({k: v for k, v in d["model"].items() if k not in ("preset", "params")})
+    if m.approx_params:  # the guessed architecture fills the custom fields, for editing from there
+        out.update({k: getattr(m, k) for k in (*ARCH_INTS, "mlp", "norm", "tie_embeddings", "bias")})
+    out["params_text"] = f"{(m.approx_params or m.params.total) / 1e9:,.3g}B"
+    for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
+        for key, value in d[section].items():
+            out.update(value if isinstance(value, dict) else {key: value})
+    out.update({key: out.get(key) or absent for key, absent in WIDGET_WHEN_ABSENT.items()})
+    # a choice the plan leaves unset (the fp8 recipe of a bf16 plan) shows its first value
+    out.update({key: CHOICES[".".join(path)][0] for key, path in PATHS.items()
+                if out.get(key) is None and ".".join(path) in CHOICES})
+    out["serving"] = out["gpu_memory_utilization"] is not None
+    out["gpu_memory_utilization"] = out["gpu_memory_utilization"] or 0.9
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in out.items()}
+
+
+def load_into_widgets(plan: Plan) -> None:
+    """Set every widget from `plan` (before the widgets are drawn: on a first run or in a callback)."""
+    values = widget_values(plan)
+    st.session_state.update(values)
+    st.session_state["plan_keys"] = tuple(values)
+    st.session_state["framework_loaded"] = plan.framework
+
+
+def plan_dict(values: Mapping[str, Any], shown: Collection[str]) -> dict[str, Any]:
+    """The plan file's dict from the values of the widgets `shown`, each as it is."""
+    off = {key for switch, group in GROUPS.items() if switch in shown and not values[switch] for key in group}
+    out: dict[str, Any] = {"model": {}}
+    for key in shown:
+        value = values[key]
+        if key == "preset" and value not in (CUSTOM, PARAMS):
+            out["model"]["preset"] = value
+        if key not in PATHS or key in off or (not value and (key in WIDGET_WHEN_ABSENT or isinstance(value, list))):
+            continue  # not a plan key, switched off, or "not set"
+        *parents, leaf = PATHS[key]
+        node = out
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = list(value) if isinstance(value, (list, tuple)) else value
+    return out
+
+
+def current_plan_dict() -> dict[str, Any]:
+    """The plan dict of the widgets as the last complete run drew them (for callbacks)."""
+    return plan_dict(st.session_state, st.session_state.get("shown", ()))
+
+
+def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
+    """Draw an input widget and note its key: the plan is built from the widgets drawn."""
+    st.session_state.setdefault("drawing", []).append(key)
+    return widget(*args, key=key, **kwargs)
+
+
+@st.cache_resource
+def project_catalog() -> dict:
+    return load_catalog()
+
+
+def start_session() -> None:
+    """On a session's first run the URL (or the default plan) fills the widgets; an uploaded plan file waiting
+    from the last run fills them now; every widget value is kept for when its widget returns."""
+    if "loaded" not in st.session_state:
+        params = {key: st.query_params.get_all(key) for key in st.query_params}
+        plan, warnings = (plan_from_query(params, DEFAULT_PLAN, gpus=project_catalog()) if params
+                          else (plan_from_dict(DEFAULT_PLAN), []))
+        load_into_widgets(plan)
+        st.session_state.update(link_warnings=warnings, price=0.0, loaded=True)
+    if "pending_plan" in st.session_state:  # an uploaded plan file, loaded before any widget exists
+        load_into_widgets(st.session_state.pop("pending_plan"))
+    # Streamlit forgets the state of widgets not drawn in a run (the training inputs while the task is
+    # inference); re-assigning every plan key keeps each value for when its widget returns.
+    for key in [k for k in st.session_state.get("plan_keys", ()) if k in st.session_state]:
+        st.session_state[key] = st.session_state[key]

@@ -1,0 +1,157 @@
+"""The page's body for a valid plan: the verdict, then one function per tab."""
+
+from __future__ import annotations
+
+import json
+from typing import get_args
+from urllib.parse import urlencode
+
+import pandas as pd
+import streamlit as st
+
+from planner.errors import PlanError
+from planner.explore import current_value, savings, sweep, sweep_keys
+from planner.export import candidate_to_dict, estimate_to_dict, load_yaml, plan_to_query, plan_to_yaml
+from planner.frameworks import load_frameworks, provenance
+from planner.memory import TOTALS_MEANING, Estimate
+from planner.models import approximate_note
+from planner.plan import Plan, plan_from_dict
+from planner.recommend import RankBy, Recommendation, recommend
+from planner.units import format_bytes, to_unit
+from ui.charts import breakdown_chart, recommendation_chart, sweep_chart
+from ui.state import load_into_widgets
+
+RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headroom: float, rank_by: str):
+    prices = {plan.hardware.gpu: price} if price > 0 and plan.hardware.gpu in _catalog else {}
+    return recommend(plan, _catalog, prices=prices, headroom=headroom, rank_by=rank_by)
+
+
+def verdict(plan: Plan, result: Estimate) -> None:
+    """The plan's name, size, task and GPUs, its approximation warning, and whether it fits."""
+    st.header(plan.name or "Your plan")
+    st.caption(f"{plan.model.params.total / 1e9:.2f} B parameters"
+               + (f" ({plan.model.params.active / 1e9:.2f} B active)" if plan.model.num_experts else "")
+               + f" · {plan.workload.task} · {plan.hardware.count} × {result.gpu.name}")
+    if note := approximate_note(plan.model):
+        st.warning(note)
+    (st.success if result.fits else st.error)(result.reason)
+
+
+def _framework_settings(plan: Plan) -> None:
+    recipe = load_frameworks()[plan.framework]
+    with st.expander(f"What {recipe.label} set", expanded=False):
+        st.caption(recipe.summary)
+        st.dataframe(pd.DataFrame([{"key": x.key, "value": str(x.value),
+                                    "in this plan": "from the framework" if kept else "changed by you",
+                                    "when": x.condition or "always", "source": x.source}
+                                   for x, kept in provenance(plan)]), hide_index=True, width="stretch")
+
+
+def breakdown(plan: Plan, result: Estimate) -> None:
+    """Totals, the stacked bar, the items at the peak, the moments or stages, and what the framework set."""
+    cols = st.columns(4)
+    for col, key in zip(cols, ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes")):
+        col.metric(key.removesuffix("_bytes").replace("_", " "), format_bytes(getattr(result, key)),
+                   help=TOTALS_MEANING[key])
+    cols[3].metric("usable" if result.serving is None else "engine budget", format_bytes(result.usable_bytes),
+                   delta=format_bytes(result.headroom_bytes) + (" free" if result.fits else " short"))
+    st.altair_chart(breakdown_chart(result), width="stretch", height=190)
+    pipelined = plan.parallelism.pipeline > 1
+    st.subheader(f"At the peak: {result.phase}" + (f", pipeline stage {result.stage}" if pipelined else ""))
+    st.dataframe(pd.DataFrame([{"item": i.label, "GiB": round(to_unit(i.bytes), 3), "formula": i.formula,
+                                "note": i.note, "counts in": i.level} for i in result.items if i.bytes]),
+                 hide_index=True, width="stretch")
+    st.subheader("Pipeline stages" if pipelined else "Moments of the step")
+    st.dataframe(pd.DataFrame([{"stage": s.index, "layers": s.layers, "in flight": s.micro_batches_in_flight,
+                                "moment": ph.name, "GiB": round(to_unit(ph.allocated_bytes), 3),
+                                "peak": "●" if ph is s.peak else ""} for s in result.stages for ph in s.phases]),
+                 hide_index=True, width="stretch")
+    if result.host_bytes:
+        st.info(f"Offloading needs {format_bytes(result.host_bytes)} of host memory per GPU.")
+    if plan.framework != "generic":
+        _framework_settings(plan)
+
+
+def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recommendation:
+    """The recommender's candidates, a chart, buttons adopting the best five, and the GPUs that do not fit."""
+    c1, c2 = st.columns(2)
+    rank_by = c1.radio("Rank by", get_args(RankBy), horizontal=True, key="rank_by",
+                       format_func=RANK_LABELS.get)
+    headroom = c2.slider("Memory headroom", 0.0, 0.5, 0.10, 0.01, key="headroom",
+                         help="Fraction of usable memory kept free")
+    rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by)
+    st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.mfu:.0%} model FLOPs utilization "
+               f"of each GPU's dense peak; {rec.headroom:.0%} of memory kept free.")
+    if rec.best is None:
+        st.warning("No GPU in the catalog fits this workload, even with every memory-saving technique.")
+    else:
+        st.altair_chart(recommendation_chart(rec), width="stretch")
+        st.dataframe(pd.DataFrame([{k: v for k, v in candidate_to_dict(c).items()
+                                    if k not in ("parallelism", "techniques", "gpu_name")}
+                                   for c in rec.candidates[:30]]), hide_index=True, width="stretch")
+        st.write("Adopt a candidate as the current plan:")
+        for n, c in enumerate(rec.candidates[:5]):
+            st.button(f"{c.count} × {c.gpu.name}: {c.strategy}", key=f"adopt_{n}", on_click=load_into_widgets,
+                      args=(c.plan,))
+    if rec.rejected:
+        with st.expander(f"{len(rec.rejected)} GPU types do not fit"):
+            for r in rec.rejected:
+                st.write(r.reason)
+    return rec
+
+
+def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation) -> None:
+    """Memory against each sweep axis with capacity lines, and what each technique saves."""
+    capacities = {result.gpu.name: result.usable_bytes}
+    if rec.best is not None and rec.best.gpu.id != result.gpu.id:
+        capacities[f"{rec.best.gpu.name} (recommended)"] = rec.best.gpu.usable_bytes
+    for key, col in zip(sweep_keys(plan), st.columns(2)):
+        with col:
+            st.subheader(f"Memory vs {key.replace('_', ' ')}")
+            st.altair_chart(sweep_chart(sweep(plan, catalog, key), key, current_value(plan, key), capacities),
+                            width="stretch")
+    st.subheader("What each technique saves")
+    st.dataframe(pd.DataFrame([{"technique": s.technique, "saves GiB": round(to_unit(s.saved_bytes), 2),
+                                "then needs GiB": round(to_unit(s.device_bytes), 2),
+                                "fits": s.device_bytes <= result.usable_bytes} for s in savings(plan, catalog)]),
+                 hide_index=True, width="stretch")
+
+
+def _plan_upload() -> None:
+    st.subheader("Load a plan file")
+    plan_file = st.file_uploader("Plan YAML (schema vram-planner/v1, as the CLI reads)", type=["yaml", "yml"],
+                                 key="plan_upload")
+    if plan_file is not None and st.session_state.get("plan_upload_seen") != plan_file.file_id:
+        st.session_state["plan_upload_seen"] = plan_file.file_id
+        try:
+            text = plan_file.getvalue().decode("utf-8", errors="replace")
+            st.session_state["pending_plan"] = plan_from_dict(load_yaml(text))
+            st.session_state.pop("upload_error", None)
+            st.rerun()
+        except PlanError as exc:
+            st.session_state["upload_error"] = str(exc)
+    if st.session_state.get("upload_error"):
+        st.error(f"Plan file: {st.session_state['upload_error']}")
+
+
+def share(plan: Plan, result: Estimate) -> None:
+    """The share link, the downloads, and a plan file upload."""
+    query = urlencode(plan_to_query(plan))
+    base = getattr(st.context, "url", None) or ""
+    st.subheader("Share link")
+    st.code(f"{base.split('?')[0]}?{query}", language=None)
+    st.caption("The link holds the whole plan: opening it in a fresh browser reproduces this page.")
+    c1, c2, c3 = st.columns(3)
+    c1.download_button("Plan (YAML)", plan_to_yaml(plan), file_name="plan.yaml", mime="application/x-yaml",
+                       key="download_plan", on_click="ignore")
+    table = pd.DataFrame([{"item": i.name, "label": i.label, "bytes": i.bytes, "formula": i.formula, "note": i.note,
+                           "level": i.level} for i in result.items])
+    c2.download_button("Breakdown (CSV)", table.to_csv(index=False), file_name="breakdown.csv", mime="text/csv",
+                       key="download_csv", on_click="ignore")
+    c3.download_button("Breakdown (JSON)", json.dumps(estimate_to_dict(result), indent=2), file_name="breakdown.json",
+                       mime="application/json", key="download_json", on_click="ignore")
+    _plan_upload()
