@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Literal
+from typing import Literal, get_args
 
 from planner.catalog import Gpu, load_catalog
 from planner.errors import PlanError, bad
@@ -24,6 +24,7 @@ from planner.memory import Estimate, estimate
 from planner.perf import DEFAULT_MFU, flops_per_token, job_hours, peak_flops, throughput
 from planner.plan import Hardware, Parallelism, Plan
 from planner.units import format_bytes
+from planner.validate import check_choice
 
 DEFAULT_HEADROOM = 0.10  # memory kept free for what no model predicts (fragmentation spikes, library buffers)
 # Host RAM a GPU's share of its machine can give offloaded states: cloud GPU instances come with ~100-250 GB
@@ -257,8 +258,7 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
     for gpu_id in mfu_by_gpu:
         if gpu_id not in catalog:
             raise bad("mfu", gpu_id, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-    if rank_by not in ("job", "hour"):
-        raise bad("rank_by", rank_by, "is not one of: job, hour")
+    check_choice("rank_by", rank_by, get_args(RankBy))
     fixed = frozenset(fixed)
     for key in fixed:
         if key not in SEARCH_KEYS:
