@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from planner.errors import PlanError
+from planner.errors import PlanError, bad
 from planner.units import from_gib
 
 CATALOG_PATH = Path(__file__).resolve().parent.parent / "gpu_catalog.yaml"
@@ -53,33 +53,33 @@ _OPTIONAL_POSITIVE = {"bf16_tflops", "fp16_tflops", "fp8_tflops", "price_usd_per
 def _check_entry(index: int, entry: Any) -> Gpu:
     label = f"gpu_catalog gpus[{index}]"
     if not isinstance(entry, dict):
-        raise PlanError(f"{label}: must be a mapping of GPU fields")
+        raise PlanError(label, "must be a mapping of GPU fields")
     if isinstance(entry.get("id"), str):
         label = f"gpu_catalog {entry['id']}"
     for key in entry:
         if key not in _FIELDS:
-            raise PlanError(f"{label}.{key}: unknown field; allowed fields are: {', '.join(_FIELDS)}")
+            raise PlanError(f"{label}.{key}", f"unknown field; allowed fields are: {', '.join(_FIELDS)}")
     for key in _FIELDS:
         if key not in entry:
-            raise PlanError(f"{label}.{key}: missing (use null where a figure does not exist)")
+            raise PlanError(f"{label}.{key}", "missing (use null where a figure does not exist)")
     for key, value in entry.items():
         where = f"{label}.{key}"
         if key in _TEXT and (not isinstance(value, str) or not value):
-            raise PlanError(f"{where}: {value!r} must be non-empty text")
+            raise bad(where, value, "must be non-empty text")
         if key in _OPTIONAL_TEXT and value is not None and not isinstance(value, str):
-            raise PlanError(f"{where}: {value!r} must be text or null")
+            raise bad(where, value, "must be text or null")
         is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if key in _POSITIVE and not (is_number and value > 0):
-            raise PlanError(f"{where}: {value!r} must be a positive number in the unit its name gives")
+            raise bad(where, value, "must be a positive number in the unit its name gives")
         if key in _OPTIONAL_POSITIVE and value is not None and not (is_number and value > 0):
-            raise PlanError(f"{where}: {value!r} must be a positive number or null")
+            raise bad(where, value, "must be a positive number or null")
     if isinstance(entry["gpus_per_node"], bool) or not isinstance(entry["gpus_per_node"], int) \
             or not 1 <= entry["gpus_per_node"] <= 1024:
-        raise PlanError(f"{label}.gpus_per_node: {entry['gpus_per_node']!r} must be an integer from 1 to 1024")
+        raise bad(f"{label}.gpus_per_node", entry["gpus_per_node"], "must be an integer from 1 to 1024")
     # vendors' "80 GB" HBM is 80 GiB physically, so the usable GiB can approach but never pass the label's number
     if entry["usable_memory_gib"] > entry["memory_gb"]:
-        raise PlanError(f"{label}.usable_memory_gib: {entry['usable_memory_gib']!r} exceeds memory_gb "
-                        f"({entry['memory_gb']}); usable memory is a GiB (2^30 B) figure below the label")
+        raise bad(f"{label}.usable_memory_gib", entry["usable_memory_gib"], f"exceeds memory_gb "
+                  f"({entry['memory_gb']}); usable memory is a GiB (2^30 B) figure below the label")
     return Gpu(**entry)
 
 
@@ -89,24 +89,24 @@ MAX_CATALOG_BYTES = 1024 * 1024  # the project's catalog is ~30 KB; a megabyte i
 def parse_catalog(text: str) -> dict[str, Gpu]:
     """Validate catalog YAML text; the result maps GPU id to its entry, in file order."""
     if len(text.encode()) > MAX_CATALOG_BYTES:
-        raise PlanError(f"gpu_catalog: {len(text.encode()):,} bytes is larger than the {MAX_CATALOG_BYTES:,}-byte limit")
+        raise PlanError("gpu_catalog", f"{len(text.encode()):,} bytes is larger than the {MAX_CATALOG_BYTES:,}-byte limit")
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PlanError(f"gpu_catalog: not valid YAML ({exc.__class__.__name__})") from None
+        raise PlanError("gpu_catalog", f"not valid YAML ({exc.__class__.__name__})") from None
     except RecursionError:  # thousands of nested brackets exhaust PyYAML's recursive composer
-        raise PlanError("gpu_catalog: nested too deeply to be a catalog") from None
+        raise PlanError("gpu_catalog", "nested too deeply to be a catalog") from None
     if not isinstance(raw, dict) or set(raw) != {"schema", "gpus"}:
-        raise PlanError("gpu_catalog: must be a mapping with exactly the keys 'schema' and 'gpus'")
+        raise PlanError("gpu_catalog", "must be a mapping with exactly the keys 'schema' and 'gpus'")
     if raw["schema"] != CATALOG_SCHEMA:
-        raise PlanError(f"gpu_catalog.schema: {raw['schema']!r} is not {CATALOG_SCHEMA!r}")
+        raise bad("gpu_catalog.schema", raw["schema"], f"is not {CATALOG_SCHEMA!r}")
     if not isinstance(raw["gpus"], list) or not raw["gpus"]:
-        raise PlanError("gpu_catalog.gpus: must be a non-empty list")
+        raise PlanError("gpu_catalog.gpus", "must be a non-empty list")
     catalog: dict[str, Gpu] = {}
     for index, entry in enumerate(raw["gpus"]):
         gpu = _check_entry(index, entry)
         if gpu.id in catalog:
-            raise PlanError(f"gpu_catalog {gpu.id}: duplicate id")
+            raise PlanError(f"gpu_catalog {gpu.id}", "duplicate id")
         catalog[gpu.id] = gpu
     return catalog
 
@@ -123,5 +123,5 @@ def load_catalog(path: str | Path | None = None) -> dict[str, Gpu]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise PlanError(f"--catalog: cannot read {str(path)!r} ({exc.strerror})") from None
+        raise PlanError("--catalog", f"cannot read {str(path)!r} ({exc.strerror})") from None
     return parse_catalog(text)

@@ -28,7 +28,7 @@ import yaml
 
 from planner.catalog import load_catalog
 from planner.choices import CHOICES, choices_to_table
-from planner.errors import PlanError
+from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
                             frameworks_to_table, plan_from_yaml, presets_to_list, presets_to_table,
                             recommendation_to_list, recommendation_to_table)
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 def _plan(args: argparse.Namespace) -> Plan:
     """The plan file, its model replaced by --hf-config's; or the default plan of the --hf-config model."""
     if args.plan is None and args.hf_config is None:
-        raise PlanError("plan: give a plan file, or --hf-config CONFIG.json for the default plan of that model")
+        raise PlanError("plan", "give a plan file, or --hf-config CONFIG.json for the default plan of that model")
     plan = plan_from_yaml(_read(args.plan)) if args.plan is not None else None
     if args.hf_config is None:
         return plan
@@ -106,9 +106,9 @@ def _read(path: str) -> str:
     try:
         return Path(path).read_text()
     except OSError as exc:
-        raise PlanError(f"{path}: cannot read ({exc.strerror})") from None
+        raise PlanError(str(path), f"cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:
-        raise PlanError(f"{path}: not a text file") from None
+        raise PlanError(str(path), "not a text file") from None
 
 
 def _hf_config_text(source: str) -> str:
@@ -119,12 +119,12 @@ def _hf_config_text(source: str) -> str:
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
-        raise PlanError(f"--hf-config: {source!r} is not a file; reading a Hub repo id needs huggingface_hub "
-                        f"(pip install huggingface_hub)") from None
+        raise bad("--hf-config", source, "is not a file; reading a Hub repo id needs huggingface_hub "
+                                         "(pip install huggingface_hub)") from None
     try:
         return Path(hf_hub_download(source, "config.json")).read_text()
     except Exception as exc:  # offline, gated, missing: every failure of the fetch is the user's to fix
-        raise PlanError(f"--hf-config: cannot fetch config.json of {source!r} from the Hugging Face Hub "
+        raise PlanError("--hf-config", f"cannot fetch config.json of {source!r} from the Hugging Face Hub "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
 
 
@@ -138,7 +138,7 @@ def _per_gpu(option: str, pairs: list[str], example: str) -> dict[str, float]:
                 raise ValueError
             values[gpu] = float(number)
         except ValueError:
-            raise PlanError(f"{option}: {pair!r} must look like GPU=NUMBER, e.g. {example}") from None
+            raise bad(option, pair, f"must look like GPU=NUMBER, e.g. {example}") from None
     return values
 
 
@@ -147,7 +147,7 @@ def _mfu(values: list[str]) -> tuple[float, dict[str, float]]:
     try:
         mfu = float(overall[-1]) if overall else DEFAULT_MFU
     except ValueError:
-        raise PlanError(f"--mfu: {overall[-1]!r} must be a fraction like 0.4 or GPU=FRACTION") from None
+        raise bad("--mfu", overall[-1], "must be a fraction like 0.4 or GPU=FRACTION") from None
     return mfu, _per_gpu("--mfu", [v for v in values if "=" in v], "mi300x-192gb=0.3")
 
 
@@ -165,7 +165,7 @@ def _run(args: argparse.Namespace) -> str:
         return ESTIMATE_FORMATS[args.format](estimate(plan, catalog))
     if args.command == "recommend":
         if args.top < 1:
-            raise PlanError(f"--top: {args.top} must be at least 1")
+            raise bad("--top", args.top, "must be at least 1")
         mfu, mfu_by_gpu = _mfu(args.mfu)
         rec = recommend(plan, catalog, headroom=args.headroom, mfu=mfu, mfu_by_gpu=mfu_by_gpu,
                         prices=_per_gpu("--price", args.price, "h100-sxm-80gb=2.10"),

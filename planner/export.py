@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import fields
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import yaml
@@ -29,7 +28,7 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, d
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise PlanError(f"{key}: duplicated key (line {key_node.start_mark.line + 1})")
+            raise PlanError(str(key), f"duplicated key (line {key_node.start_mark.line + 1})")
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -39,15 +38,15 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 def load_yaml(text: str, what: str = "plan") -> Any:
     if len(text.encode()) > MAX_PLAN_BYTES:
-        raise PlanError(f"{what}: {len(text.encode()):,} bytes is larger than the {MAX_PLAN_BYTES:,}-byte limit")
+        raise PlanError(what, f"{len(text.encode()):,} bytes is larger than the {MAX_PLAN_BYTES:,}-byte limit")
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:  # PyYAML composes recursively: thousands of nested brackets exhaust the stack
-        raise PlanError(f"{what}: nested too deeply to be a plan") from None
+        raise PlanError(what, "nested too deeply to be a plan") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise PlanError(f"{what}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
+        raise PlanError(what, f"not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
 
 
 def plan_from_yaml(text: str) -> Plan:
@@ -404,7 +403,7 @@ def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
         try:
             return plan_from_dict(d), warnings
         except PlanError as exc:
-            culprit = _culprit(str(exc), chosen)
+            culprit = _culprit(exc, chosen, lambda keys: _build(default, keys, leaves, preset_given=own_model))
             if culprit is None:
                 warnings.append(f"link: {exc}; the default plan is used")
                 return plan_from_dict(default), warnings
@@ -435,9 +434,17 @@ def _build(default: dict, chosen: dict[str, Any], leaves: dict[str, tuple[str, .
     return d
 
 
-def _culprit(message: str, chosen: dict[str, Any]) -> str | None:
-    """The link parameter a validation message is about: the one it names first, else one it mentions."""
-    field = message.split(":", 1)[0].split(".")[-1]
-    if field in chosen:
-        return field
-    return next((key for key in chosen if re.search(rf"\b{re.escape(key)}\b", message)), None)
+def _culprit(exc: PlanError, chosen: dict[str, Any], build: Callable[[dict[str, Any]], dict]) -> str | None:
+    """The link parameter a plan error is about: the one its field names, else the last one whose removal makes
+    that error go away (a rule between two keys, e.g. a pipeline degree against the layers a link also set)."""
+    named = exc.field.rsplit(".", 1)[-1]
+    if named in chosen:
+        return named
+    for key in reversed(list(chosen)):
+        try:
+            plan_from_dict(build({k: v for k, v in chosen.items() if k != key}))
+        except PlanError as other:
+            if (other.field, other.rule) == (exc.field, exc.rule):
+                continue
+        return key
+    return None

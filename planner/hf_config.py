@@ -39,22 +39,22 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     """A `Model` from a config.json (a mapping or its JSON text). Raises PlanError naming what is missing."""
     if isinstance(config, str):
         if len(config.encode()) > MAX_CONFIG_BYTES:
-            raise PlanError(f"hf_config: {len(config.encode()):,} bytes is larger than the {MAX_CONFIG_BYTES:,}-byte "
+            raise PlanError("hf_config", f"{len(config.encode()):,} bytes is larger than the {MAX_CONFIG_BYTES:,}-byte "
                             f"limit (a config.json is a few KB)")
         try:
             config = json.loads(config)
         except json.JSONDecodeError as exc:
-            raise PlanError(f"hf_config: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise PlanError("hf_config", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
         except RecursionError:
-            raise PlanError("hf_config: nested too deeply to be a config.json") from None
+            raise PlanError("hf_config", "nested too deeply to be a config.json") from None
     if not isinstance(config, Mapping):
-        raise PlanError(f"hf_config: must be a JSON object, got {type(config).__name__}")
+        raise PlanError("hf_config", f"must be a JSON object, got {type(config).__name__}")
     if isinstance(config.get("text_config"), Mapping):  # Gemma 3, Llama 4, Mistral 3: the language decoder
         config = {**config["text_config"], "model_type": config["text_config"].get("model_type", config.get("model_type"))}
     family = str(config.get("model_type", ""))
     gated = family in GATED or (family not in PLAIN and _llama_like(config))
     if family not in GATED and family not in PLAIN and not gated:
-        raise PlanError(f"hf_config: model_type {family or None!r} is not a known family and its keys do not "
+        raise PlanError("hf_config", f"model_type {family or None!r} is not a known family and its keys do not "
                         f"describe a Llama-like decoder (rms_norm_eps and hidden_act silu); known families: "
                         f"{', '.join(sorted(GATED + PLAIN))}")
 
@@ -67,7 +67,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
         else:
             out[field] = config[key]
     if missing:
-        raise PlanError(f"hf_config: missing {'; '.join(missing)} (model_type {family or None!r})")
+        raise PlanError("hf_config", f"missing {'; '.join(missing)} (model_type {family or None!r})")
     h, heads = out["hidden_size"], out["num_attention_heads"]
     out["num_kv_heads"] = _first(config, "num_key_value_heads", "num_kv_heads", "n_head_kv",
                                  default=1 if config.get("multi_query") else heads)
@@ -94,7 +94,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     try:
         return Model(**out)
     except PlanError as exc:  # the value read breaks a rule of the architecture (names the planner's field)
-        raise PlanError(f"hf_config: {exc}") from None
+        raise PlanError("hf_config", str(exc)) from None
 
 
 def _first(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:

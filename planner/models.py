@@ -388,7 +388,7 @@ def model_from_dict(data: Any) -> Model:
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "intermediate_size",
                            "vocab_size") if k not in fields]
     if missing:
-        raise PlanError(f"model: missing {', '.join(missing)} (give them, or a model.preset)")
+        raise PlanError("model", f"missing {', '.join(missing)} (give them, or a model.preset)")
     return Model(**fields)
 
 

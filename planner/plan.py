@@ -468,7 +468,7 @@ def _section(name: str, cls: type, raw: Any) -> Any:
 def plan_from_dict(data: Any) -> Plan:
     """Build and validate a Plan from the file format's plain dict."""
     if not isinstance(data, dict):
-        raise PlanError(f"plan: must be a mapping with the keys {', '.join(TOP_KEYS)}")
+        raise PlanError("plan", f"must be a mapping with the keys {', '.join(TOP_KEYS)}")
     for key in data:
         if key not in TOP_KEYS:
             raise unknown_key("", key, TOP_KEYS)
@@ -476,7 +476,7 @@ def plan_from_dict(data: Any) -> Plan:
     if schema != SCHEMA:
         raise bad("schema", schema, f"is not supported; this planner reads {SCHEMA!r}")
     if "model" not in data:
-        raise PlanError("model: missing; give a model.preset or the architecture keys")
+        raise PlanError("model", "missing; give a model.preset or the architecture keys")
     from planner.frameworks import apply_framework  # noqa: PLC0415 - the recipes are data about plans
 
     data = apply_framework(data)

@@ -102,13 +102,23 @@ def test_tampered_links_warn_and_fall_back_per_parameter():
     assert plan.parallelism.zero_stage == 2 and plan.parallelism.tensor == 1 and plan.workload.sequence_length == 4096
 
 
+def test_a_rule_between_two_keys_drops_the_one_the_link_set():
+    # the error names parallelism.tensor (from the default plan); the link set only the sequence length
+    default = {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"tensor": 2, "sequence_parallel": True}}
+    plan, warnings = plan_from_query({"sequence_length": "1001"}, default)
+    assert warnings == ["sequence_length: parallelism.tensor: 2 does not divide the tokens per context rank (1001) "
+                        "for sequence parallelism; the default is used"]
+    assert plan == plan_from_dict(default)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.sampled_from(["preset", "sequence_length", "tensor", "gpu", "task", "targets", "rank",
                                         "zero_stage", "compute", "weights", "batch_size", "num_layers", "xyz"]),
                        st.text(max_size=12)))
-def test_no_link_raises(params):
+def test_no_link_raises_and_its_plan_links_back_to_itself(params):
     plan, warnings = plan_from_query(params, DEFAULT)
-    assert plan is not None and all(isinstance(w, str) for w in warnings)
+    assert len(warnings) <= len(params) + 1 and all(isinstance(w, str) for w in warnings)
+    assert plan_from_query(plan_to_query(plan), DEFAULT) == (plan, [])
 
 
 def test_fuzz_regressions_are_answers_not_crashes():

@@ -1,0 +1,40 @@
+"""PlanError carries field, value and rule; its text names all three."""
+
+import pytest
+
+from planner.catalog import parse_catalog
+from planner.errors import NO_VALUE, PlanError, bad, unknown_key
+from planner.plan import plan_from_dict
+
+
+def test_bad_value_reads_as_one_line_and_keeps_its_parts():
+    err = bad("parallelism.tensor", 3, "does not divide model.num_attention_heads (32)")
+    assert str(err) == "parallelism.tensor: 3 does not divide model.num_attention_heads (32)"
+    assert (err.field, err.value, err.rule) == ("parallelism.tensor", 3, "does not divide model.num_attention_heads (32)")
+    assert isinstance(err, ValueError)
+
+
+def test_an_error_about_a_key_has_no_value():
+    err = unknown_key("techniques", "fast", ["compile", "loss"])
+    assert str(err) == "techniques.fast: unknown key; allowed keys are: compile, loss"
+    assert (err.field, err.value) == ("techniques.fast", NO_VALUE)
+    assert str(PlanError("hf_config", "must be a JSON object, got list")) == "hf_config: must be a JSON object, got list"
+
+
+@pytest.mark.parametrize("data, field, value", [
+    ({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"tensor": 3}}, "parallelism.tensor", 3),
+    ({"model": {"preset": "llama-3.1-8b"}, "workload": {"micro_batch_size": 0}}, "workload.micro_batch_size", 0),
+    ({"model": {"preset": "llama-3.1-8b"}, "precision": {"fp8_all_gather": True}}, "precision.fp8_all_gather", True),
+    ({"model": {}}, "model", NO_VALUE),
+])
+def test_plan_errors_name_the_field_and_value(data, field, value):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict(data)
+    assert (err.value.field, err.value.value) == (field, value)
+    assert str(err.value).startswith(f"{field}: ")
+
+
+def test_catalog_errors_name_the_entry_field():
+    with pytest.raises(PlanError) as err:
+        parse_catalog("schema: vram-planner-catalog/v1\ngpus:\n  - 3\n")
+    assert (err.value.field, err.value.rule) == ("gpu_catalog gpus[0]", "must be a mapping of GPU fields")
