@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from planner.codec import plan_from_dict, plan_to_query
 from planner.errors import PlanError
-from planner.export import plan_to_query
 from planner.memory import estimate
 from planner.models import presets
-from planner.plan import plan_from_dict
 from ui import tabs
 from ui.sidebar import sidebar
 from ui.state import plan_dict, start_session

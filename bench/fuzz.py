@@ -21,11 +21,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.catalog import load_catalog  # noqa: E402
+from planner.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
-from planner.export import load_yaml, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml  # noqa: E402
+from planner.loader import load_yaml  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
-from planner.plan import plan_from_dict  # noqa: E402
 from planner.recommend import recommend  # noqa: E402
 
 PRESETS = sorted(presets())

@@ -1,6 +1,6 @@
 """GPU measurement harness: run a plan's workload on a real GPU and record what PyTorch and the driver report.
 
-Each configuration is a plan (the `vram-planner/v1` dict `planner.plan.plan_from_dict` reads) plus the Hugging
+Each configuration is a plan (the `vram-planner/v1` dict `planner.codec.plan_from_dict` reads) plus the Hugging
 Face architecture that realizes its `model` block (llama, qwen2, gpt2, mixtral). The model is built from a
 config in code (`AutoModelForCausalLM.from_config`, random weights, nothing downloaded) and runs the plan's
 workload in a fresh subprocess, so the CUDA context and the caching allocator start clean for every row:
@@ -46,7 +46,7 @@ import yaml
 
 from planner.memory import estimate
 from planner.models import model_from_dict, model_to_dict
-from planner.plan import plan_from_dict
+from planner.codec import plan_from_dict
 
 MEASUREMENTS = ROOT / "bench" / "measurements"
 ARCHS = ("llama", "qwen2", "gpt2", "mixtral")

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate  # noqa: E402
-from planner.plan import plan_from_dict  # noqa: E402
+from planner.codec import plan_from_dict  # noqa: E402
 from planner.units import GiB  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "oracle-train.csv"

@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accuracy  # noqa: E402
+from planner.codec import plan_from_dict  # noqa: E402
 from planner.memory import estimate  # noqa: E402
-from planner.plan import Plan, plan_from_dict  # noqa: E402
+from planner.plan import Plan  # noqa: E402
 from planner.units import GiB  # noqa: E402
 
 PLANNER = "planner"

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.memory import estimate  # noqa: E402
-from planner.plan import plan_from_dict  # noqa: E402
+from planner.codec import plan_from_dict  # noqa: E402
 from planner.recommend import recommend  # noqa: E402
 
 PLANS = {

@@ -7,9 +7,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from planner.errors import PlanError, bad
+from planner.loader import CATALOG, load_yaml
 from planner.units import from_gib
 
 CATALOG_PATH = Path(__file__).resolve().parent.parent / "gpu_catalog.yaml"
@@ -83,19 +82,9 @@ def _check_entry(index: int, entry: Any) -> Gpu:
     return Gpu(**entry)
 
 
-MAX_CATALOG_BYTES = 1024 * 1024  # the project's catalog is ~30 KB; a megabyte is far beyond any real one
-
-
 def parse_catalog(text: str) -> dict[str, Gpu]:
     """Validate catalog YAML text; the result maps GPU id to its entry, in file order."""
-    if len(text.encode()) > MAX_CATALOG_BYTES:
-        raise PlanError("gpu_catalog", f"{len(text.encode()):,} bytes is larger than the {MAX_CATALOG_BYTES:,}-byte limit")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlanError("gpu_catalog", f"not valid YAML ({exc.__class__.__name__})") from None
-    except RecursionError:  # thousands of nested brackets exhaust PyYAML's recursive composer
-        raise PlanError("gpu_catalog", "nested too deeply to be a catalog") from None
+    raw = load_yaml(text, CATALOG)
     if not isinstance(raw, dict) or set(raw) != {"schema", "gpus"}:
         raise PlanError("gpu_catalog", "must be a mapping with exactly the keys 'schema' and 'gpus'")
     if raw["schema"] != CATALOG_SCHEMA:

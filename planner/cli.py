@@ -28,14 +28,15 @@ import yaml
 
 from planner.catalog import load_catalog
 from planner.choices import CHOICES, choices_to_table
+from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict
 from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
-                            frameworks_to_table, plan_from_yaml, presets_to_list, presets_to_table,
+                            frameworks_to_table, presets_to_list, presets_to_table,
                             recommendation_to_list, recommendation_to_table)
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
-from planner.plan import Plan, plan_from_dict, plan_to_dict
+from planner.plan import Plan
 from planner.perf import DEFAULT_MFU
 from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_micro_batch,
                                max_sequence_length, min_gpus, recommend)

@@ -10,14 +10,14 @@ the number of data-parallel ranks), as the frameworks' own recipes do.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
-
-from planner.plan import _NESTED, _SECTIONS, Framework, Plan, plan_to_dict
+from planner.loader import load_data_file
+from planner.plan import NESTED, SECTIONS, Framework, Plan
 
 FRAMEWORKS_PATH = Path(__file__).parent / "data" / "frameworks.yaml"
 
@@ -48,24 +48,24 @@ class Recipe:
 def _leaf_default(key: str) -> Any:
     """A plan key's own default (the dataclass field's), for conditions on keys a plan leaves out."""
     *path, leaf = key.split(".")
-    cls = _SECTIONS[path[0]] if len(path) == 1 else _NESTED[(path[0], path[1])]
+    cls = SECTIONS[path[0]] if len(path) == 1 else NESTED[(path[0], path[1])]
     field = next(f for f in fields(cls) if f.name == leaf)
     return field.default
 
 
 def _known_key(key: str) -> bool:
     parts = key.split(".")
-    if len(parts) == 2 and parts[0] in _SECTIONS:
-        return parts[1] in {f.name for f in fields(_SECTIONS[parts[0]])} and (parts[0], parts[1]) not in _NESTED
-    if len(parts) == 3 and (parts[0], parts[1]) in _NESTED:
-        return parts[2] in {f.name for f in fields(_NESTED[(parts[0], parts[1])])}
+    if len(parts) == 2 and parts[0] in SECTIONS:
+        return parts[1] in {f.name for f in fields(SECTIONS[parts[0]])} and (parts[0], parts[1]) not in NESTED
+    if len(parts) == 3 and (parts[0], parts[1]) in NESTED:
+        return parts[2] in {f.name for f in fields(NESTED[(parts[0], parts[1])])}
     return False
 
 
 @cache
 def load_frameworks() -> dict[str, Recipe]:
     """Every framework of the plan format, in the order of its `framework` choices."""
-    raw = yaml.safe_load(FRAMEWORKS_PATH.read_text())
+    raw = load_data_file(FRAMEWORKS_PATH)
     recipes = {}
     for name in get_args(Framework):
         entry = raw[name]
@@ -104,9 +104,9 @@ def _value(data: dict, key: str) -> Any:
     return _leaf_default(key)
 
 
-def _holds(setting: Setting, data: dict) -> bool:
+def _holds(setting: Setting, value_of: Callable[[str], Any]) -> bool:
     for key, rule in setting.when:
-        value = _value(data, key)
+        value = value_of(key)
         if isinstance(rule, dict):
             if not (isinstance(value, int) and value >= rule["min"]):
                 return False
@@ -115,12 +115,13 @@ def _holds(setting: Setting, data: dict) -> bool:
     return True
 
 
-def applicable(framework: str, data: dict) -> list[Setting]:
-    """The settings of `framework` whose conditions the plan dict meets (a later setting of a key wins)."""
+def applicable(framework: str, value_of: Callable[[str], Any]) -> list[Setting]:
+    """The settings of `framework` whose conditions the plan meets, `value_of` giving the plan's value of a dotted
+    key (a later setting of a key wins)."""
     recipe = load_frameworks().get(framework)
     if recipe is None:
         return []
-    chosen = {s.key: s for s in recipe.settings if _holds(s, data)}
+    chosen = {s.key: s for s in recipe.settings if _holds(s, value_of)}
     return list(chosen.values())
 
 
@@ -142,7 +143,7 @@ def apply_framework(data: dict) -> dict:
     if not isinstance(framework, str) or framework == "generic":
         return data
     out = copy.deepcopy(data)
-    for setting in applicable(framework, data):
+    for setting in applicable(framework, lambda key: _value(data, key)):
         if _lookup(data, setting.key)[0]:
             continue  # the plan's own value wins
         node = out
@@ -158,8 +159,15 @@ def apply_framework(data: dict) -> dict:
 def provenance(plan: Plan) -> list[tuple[Setting, bool]]:
     """Each setting the plan's framework makes for this plan, and whether the plan keeps its value (True) or
     overrides it."""
-    data = plan_to_dict(plan)
-    out = []
-    for setting in applicable(plan.framework, data):
-        out.append((setting, _lookup(data, setting.key)[1] == setting.value))
-    return out
+    settings = applicable(plan.framework, lambda key: _attribute(plan, key, default=_leaf_default(key)))
+    return [(setting, _attribute(plan, setting.key) == setting.value) for setting in settings]
+
+
+def _attribute(plan: Plan, key: str, default: Any = None) -> Any:
+    """A dotted key's value in a built plan as its file form writes it (lists, not tuples); `default` for None."""
+    node: Any = plan
+    for part in key.split("."):
+        node = getattr(node, part)
+    if node is None:
+        return default
+    return list(node) if isinstance(node, tuple) else node

@@ -8,14 +8,12 @@ from their `text_config`: the planner models the language decoder.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import PlanError
+from planner.loader import HF_CONFIG, load_json
 from planner.models import Model
-
-MAX_CONFIG_BYTES = 1024 * 1024
 
 # Families whose MLP is gated (SwiGLU/GeGLU: gate, up, down) with RMSNorm, and those with a plain GeLU MLP and
 # LayerNorm with biases.
@@ -38,15 +36,7 @@ ALIASES = {
 def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     """A `Model` from a config.json (a mapping or its JSON text). Raises PlanError naming what is missing."""
     if isinstance(config, str):
-        if len(config.encode()) > MAX_CONFIG_BYTES:
-            raise PlanError("hf_config", f"{len(config.encode()):,} bytes is larger than the {MAX_CONFIG_BYTES:,}-byte "
-                            f"limit (a config.json is a few KB)")
-        try:
-            config = json.loads(config)
-        except json.JSONDecodeError as exc:
-            raise PlanError("hf_config", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        except RecursionError:
-            raise PlanError("hf_config", "nested too deeply to be a config.json") from None
+        config = load_json(config, HF_CONFIG)
     if not isinstance(config, Mapping):
         raise PlanError("hf_config", f"must be a JSON object, got {type(config).__name__}")
     if isinstance(config.get("text_config"), Mapping):  # Gemma 3, Llama 4, Mistral 3: the language decoder

@@ -13,9 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from planner.errors import PlanError, bad, unknown_key
+from planner.loader import load_data_file
 from planner.validate import check_bool, check_choice, check_int, check_str
 
 Mlp = Literal["swiglu", "gelu"]
@@ -282,7 +281,7 @@ class Preset:
 @cache
 def presets() -> dict[str, Preset]:
     """The preset table, validated once."""
-    raw = yaml.safe_load(PRESETS_PATH.read_text())
+    raw = load_data_file(PRESETS_PATH)
     table: dict[str, Preset] = {}
     for entry in raw["models"]:
         arch = {k: entry[k] for k in _ARCH_KEYS if k in entry}

@@ -1,20 +1,19 @@
-"""The plan: what is trained, how, and on what. One typed object, convertible to and from a plain dict.
+"""The plan: what is trained, how, and on what. One typed object whose sections validate themselves.
 
-The dict form is the public file format (`schema: vram-planner/v1`), shared by the CLI, the app's export
-and import, and its share link. Every key but the architecture has a default, documented beside the field
-and in the README; `plan_to_dict` writes every key out, resolved, so a saved plan never depends on
-defaults that might change.
+Every key but the architecture has a default, documented beside the field and in the README. The plan's file
+format, its YAML and its share link are planner/codec.py's; the key structure they share (SECTIONS, NESTED,
+TOP_KEYS) is here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from planner.dtypes import (COMPUTE_DTYPES, DEFAULT_GROUP_SIZE, DTYPES, KV_DTYPES, QUANTIZED, WEIGHT_DTYPES,
                             ComputeDType, DType, KvDType, WeightDType)
-from planner.errors import PlanError, bad, unknown_key
-from planner.models import Model, model_from_dict, model_to_dict
+from planner.errors import bad
+from planner.models import Model
 from planner.validate import check_bool, check_choice, check_float, check_int, check_str
 
 SCHEMA = "vram-planner/v1"
@@ -285,15 +284,29 @@ class Plan:
     parallelism: Parallelism = field(default_factory=Parallelism)
     hardware: Hardware = field(default_factory=Hardware)
     name: str = ""
-    # the training or serving stack; its recipes' defaults are laid under the plan's keys by plan_from_dict
-    # (planner/frameworks.py), so a Plan built directly only records it
+    # the training or serving stack; its recipes' defaults are laid under the plan's keys by
+    # codec.plan_from_dict (planner/frameworks.py), so a Plan built directly only records it
     framework: Framework = "generic"
 
     def __post_init__(self) -> None:
         check_str("name", self.name, max_len=200)
         check_choice("framework", self.framework, get_args(Framework))
-        par, hw, m = self.parallelism, self.hardware, self.model
-        # resolve data ↔ count, then check they agree
+        self._resolve_degrees()
+        self._check_splits()
+        self._resolve_batch()
+        self._check_schedule()
+        self._check_optimizer_in_backward()
+        if self.techniques.offload == "optimizer_and_params" and self.parallelism.zero_stage != 3:
+            raise bad("techniques.offload", "optimizer_and_params",
+                      "needs parallelism.zero_stage 3 (parameters are fetched layer by layer)")
+        self._check_weights()
+        wl = self.workload
+        if wl.task in ADAPTER_TASKS and self.model.mlp != "swiglu" and "gate" in wl.lora.targets:
+            raise bad("workload.lora.targets", list(wl.lora.targets), "names gate, but a GeLU MLP has no gate projection")
+
+    def _resolve_degrees(self) -> None:
+        """Resolve parallelism.data and hardware.count from each other, then check they agree."""
+        par, hw = self.parallelism, self.hardware
         if par.data is None:
             if hw.count is None:
                 par = replace(par, data=1)
@@ -312,6 +325,9 @@ class Plan:
         object.__setattr__(self, "parallelism", par)
         object.__setattr__(self, "hardware", hw)
 
+    def _check_splits(self) -> None:
+        """Each degree divides what it splits: heads, MLP width, experts, layers, tokens."""
+        par, m, seq = self.parallelism, self.model, self.workload.sequence_length
         t = par.tensor
         if m.num_attention_heads % t:
             raise bad("parallelism.tensor", t, f"does not divide model.num_attention_heads ({m.num_attention_heads})")
@@ -334,13 +350,15 @@ class Plan:
                                                             f"{par.context}); expert ranks are carved from them")
         if m.num_layers % par.pipeline:
             raise bad("parallelism.pipeline", par.pipeline, f"does not divide model.num_layers ({m.num_layers})")
-        wl = self.workload
-        if wl.sequence_length % par.context:
-            raise bad("parallelism.context", par.context,
-                      f"does not divide workload.sequence_length ({wl.sequence_length})")
-        if par.sequence_parallel and (wl.sequence_length // par.context) % t:
+        if seq % par.context:
+            raise bad("parallelism.context", par.context, f"does not divide workload.sequence_length ({seq})")
+        if par.sequence_parallel and (seq // par.context) % t:
             raise bad("parallelism.tensor", t, "does not divide the tokens per context rank "
-                                               f"({wl.sequence_length // par.context}) for sequence parallelism")
+                                               f"({seq // par.context}) for sequence parallelism")
+
+    def _resolve_batch(self) -> None:
+        """Resolve workload.global_batch_size, and check it against the micro-batches and pipeline_microbatches."""
+        wl, par = self.workload, self.parallelism
         per_step = wl.micro_batch_size * par.data
         pm = par.pipeline_microbatches
         if wl.global_batch_size is None:
@@ -353,25 +371,21 @@ class Plan:
             raise bad("parallelism.pipeline_microbatches", pm,
                       f"must equal workload.global_batch_size ÷ (micro_batch_size × data) = {wl.global_batch_size}"
                       f" ÷ {per_step} = {wl.global_batch_size // per_step}")
-        self._check_schedule()
-        if self.techniques.optimizer_in_backward:
-            # no gradient survives backward, so nothing can accumulate, be clipped globally, or be all-reduced
-            # as a whole (torchtune allows it only without accumulation; here also without ZeRO or offload)
-            if self.workload.task == "inference":
-                raise bad("techniques.optimizer_in_backward", True, "applies to training, not inference")
-            if self.micro_batches_per_step > 1:
-                raise bad("techniques.optimizer_in_backward", True,
-                          f"needs one micro-batch per step (gradient accumulation {self.micro_batches_per_step}): "
-                          f"gradients are freed as they are applied")
-            if par.zero_stage or self.techniques.offload != "none":
-                raise bad("techniques.optimizer_in_backward", True, "is modelled without ZeRO and offload "
-                                                                     "(parallelism.zero_stage 0, techniques.offload none)")
-        if self.techniques.offload == "optimizer_and_params" and par.zero_stage != 3:
-            raise bad("techniques.offload", "optimizer_and_params",
-                      "needs parallelism.zero_stage 3 (parameters are fetched layer by layer)")
-        self._check_weights()
-        if wl.task in ADAPTER_TASKS and m.mlp != "swiglu" and "gate" in wl.lora.targets:
-            raise bad("workload.lora.targets", list(wl.lora.targets), "names gate, but a GeLU MLP has no gate projection")
+
+    def _check_optimizer_in_backward(self) -> None:
+        """No gradient survives backward, so nothing can accumulate, be clipped globally, or be all-reduced as a
+        whole (torchtune allows it only without accumulation; here also without ZeRO or offload)."""
+        if not self.techniques.optimizer_in_backward:
+            return
+        if self.workload.task == "inference":
+            raise bad("techniques.optimizer_in_backward", True, "applies to training, not inference")
+        if self.micro_batches_per_step > 1:
+            raise bad("techniques.optimizer_in_backward", True,
+                      f"needs one micro-batch per step (gradient accumulation {self.micro_batches_per_step}): "
+                      f"gradients are freed as they are applied")
+        if self.parallelism.zero_stage or self.techniques.offload != "none":
+            raise bad("techniques.optimizer_in_backward", True, "is modelled without ZeRO and offload "
+                                                                 "(parallelism.zero_stage 0, techniques.offload none)")
 
     def _check_schedule(self) -> None:
         """Pipeline schedule, async TP, and the techniques and frameworks that apply to training only."""
@@ -437,75 +451,11 @@ def default_weights(task: str, activation_dtype: str) -> str:
     return "nf4" if task == "qlora" else activation_dtype
 
 
-_SECTIONS: dict[str, type] = {"workload": Workload, "precision": Precision, "techniques": Techniques,
-                              "parallelism": Parallelism, "hardware": Hardware}
-TOP_KEYS = ("schema", "name", "framework", "model", *_SECTIONS)
+SECTIONS: dict[str, type] = {"workload": Workload, "precision": Precision, "techniques": Techniques,
+                             "parallelism": Parallelism, "hardware": Hardware}
+NESTED: dict[tuple[str, str], type] = {("workload", "lora"): Lora, ("workload", "inference"): Inference}
+TOP_KEYS = ("schema", "name", "framework", "model", *SECTIONS)
 
 
 def section_keys(section: str) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(_SECTIONS[section]))
-
-
-_NESTED: dict[tuple[str, str], type] = {("workload", "lora"): Lora, ("workload", "inference"): Inference}
-
-
-def _section(name: str, cls: type, raw: Any) -> Any:
-    """A dataclass from its mapping, refusing unknown keys; nested mappings become their own dataclasses."""
-    if not isinstance(raw, dict):
-        raise bad(name, raw, "must be a mapping")
-    allowed = tuple(f.name for f in fields(cls))
-    values = {}
-    for key, value in raw.items():
-        if key not in allowed:
-            raise unknown_key(name, key, allowed)
-        nested = _NESTED.get((name, key))
-        values[key] = _section(f"{name}.{key}", nested, value if value is not None else {}) if nested else value
-    if "targets" in values and isinstance(values["targets"], list):
-        values["targets"] = tuple(values["targets"])
-    return cls(**values)
-
-
-def plan_from_dict(data: Any) -> Plan:
-    """Build and validate a Plan from the file format's plain dict."""
-    if not isinstance(data, dict):
-        raise PlanError("plan", f"must be a mapping with the keys {', '.join(TOP_KEYS)}")
-    for key in data:
-        if key not in TOP_KEYS:
-            raise unknown_key("", key, TOP_KEYS)
-    schema = data.get("schema", SCHEMA)
-    if schema != SCHEMA:
-        raise bad("schema", schema, f"is not supported; this planner reads {SCHEMA!r}")
-    if "model" not in data:
-        raise PlanError("model", "missing; give a model.preset or the architecture keys")
-    from planner.frameworks import apply_framework  # noqa: PLC0415 - the recipes are data about plans
-
-    data = apply_framework(data)
-    sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in _SECTIONS.items()}
-    name = data.get("name") or ""
-    return Plan(model=model_from_dict(data["model"]), name=name, framework=data.get("framework") or "generic",
-                **sections)
-
-
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """Every key, resolved, in the file format's order."""
-    out: dict[str, Any] = {"schema": SCHEMA}
-    if plan.name:
-        out["name"] = plan.name
-    out["framework"] = plan.framework
-    out["model"] = model_to_dict(plan.model)
-    for name in _SECTIONS:
-        out[name] = _plain(getattr(plan, name))
-    # a task-specific block is written for the task that uses it
-    task = plan.workload.task
-    if task not in ADAPTER_TASKS:
-        del out["workload"]["lora"]
-    if task != "inference":
-        del out["workload"]["inference"]
-    return out
-
-
-def _plain(section: Any) -> Any:
-    """A dataclass as a plain mapping (tuples as lists), recursively."""
-    if hasattr(section, "__dataclass_fields__"):
-        return {f.name: _plain(getattr(section, f.name)) for f in fields(section)}
-    return list(section) if isinstance(section, tuple) else section
+    return tuple(f.name for f in fields(SECTIONS[section]))

@@ -24,7 +24,7 @@ from planner.errors import PlanError  # noqa: E402
 from planner.export import candidate_to_dict, estimate_to_dict  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
-from planner.plan import plan_from_dict  # noqa: E402
+from planner.codec import plan_from_dict  # noqa: E402
 from planner.perf import flops_per_token, job_hours, throughput  # noqa: E402
 from planner.recommend import max_micro_batch, max_sequence_length, min_gpus, recommend  # noqa: E402
 

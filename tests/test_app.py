@@ -8,9 +8,9 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
 from planner.choices import CHOICES
+from planner.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError
-from planner.export import plan_from_query, plan_to_yaml
-from planner.plan import FROZEN_WEIGHTS, plan_from_dict, plan_to_dict
+from planner.plan import FROZEN_WEIGHTS
 from ui.state import PATHS, plan_dict
 
 APP = str(ROOT / "app.py")
@@ -291,7 +291,7 @@ def _sidebar_page(plan: dict):
     import streamlit as st
 
     from planner.models import presets
-    from planner.plan import plan_from_dict
+    from planner.codec import plan_from_dict
     from ui.sidebar import sidebar
     from ui.state import load_into_widgets
 
@@ -375,7 +375,7 @@ def _tab_page(plan: dict, tab: str):
 
     from planner.catalog import load_catalog
     from planner.memory import estimate
-    from planner.plan import plan_from_dict
+    from planner.codec import plan_from_dict
     from planner.recommend import recommend
     from ui import tabs
 

@@ -56,3 +56,13 @@ def test_file_level_errors(tmp_path):
     own = tmp_path / "mine.yaml"
     own.write_text(text([{**RAW["gpus"][0], "id": "my-h100", "price_usd_per_hour": 1.5}]))
     assert load_catalog(own)["my-h100"].price_usd_per_hour == 1.5
+
+
+def test_a_duplicated_key_in_an_entry_is_refused_not_the_last_one_kept():
+    entry = yaml.safe_dump({"schema": "vram-planner-catalog/v1", "gpus": [RAW["gpus"][0]]}, sort_keys=False)
+    doubled = entry.replace("  usable_memory_gib: 79.65\n", "  usable_memory_gib: 79.65\n  usable_memory_gib: 10\n")
+    assert doubled != entry
+    with pytest.raises(PlanError) as err:
+        parse_catalog(doubled)
+    line = doubled.splitlines().index("  usable_memory_gib: 10") + 1
+    assert str(err.value) == f"gpu_catalog gpus[0].usable_memory_gib: duplicated key (line {line})"

@@ -3,7 +3,7 @@
 from planner.catalog import load_catalog
 from planner.explore import sweep
 from planner.memory import estimate
-from planner.plan import plan_from_dict
+from planner.codec import plan_from_dict
 from planner.recommend import recommend
 from ui.charts import breakdown_chart, recommendation_chart, sweep_chart
 

@@ -3,8 +3,8 @@
 import pytest
 
 from planner.catalog import parse_catalog
+from planner.codec import plan_from_dict
 from planner.errors import NO_VALUE, PlanError, bad, unknown_key
-from planner.plan import plan_from_dict
 
 
 def test_bad_value_reads_as_one_line_and_keeps_its_parts():

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError
-from planner.export import frameworks_to_table, plan_from_yaml, plan_to_yaml
+from planner.export import frameworks_to_table
 from planner.frameworks import apply_framework, load_frameworks, provenance
 from planner.memory import estimate
-from planner.plan import TRAINING_TASKS, plan_from_dict, plan_to_dict
+from planner.plan import TRAINING_TASKS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MODEL = {"preset": "llama-3.1-8b"}

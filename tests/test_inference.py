@@ -8,7 +8,7 @@ from conftest import TINY
 from planner.catalog import load_catalog
 from planner.inference import kv_bytes_per_token, weight_bytes
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
-from planner.plan import plan_from_dict
+from planner.codec import plan_from_dict
 from planner.recommend import recommend
 
 P = 202_048

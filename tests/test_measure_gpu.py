@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import measure_gpu
 
-from planner.plan import plan_from_dict
+from planner.codec import plan_from_dict
 
 
 def test_module_does_not_import_torch():

@@ -8,7 +8,7 @@ from conftest import TINY
 from planner.catalog import load_catalog
 from planner.errors import PlanError
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
-from planner.plan import plan_from_dict
+from planner.codec import plan_from_dict
 
 P = 202_048  # TINY's parameters (test_models.py)
 T = 64  # tokens: micro-batch 2 × sequence 32

@@ -1,8 +1,9 @@
 import pytest
 
 from conftest import TINY
+from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError
-from planner.plan import Plan, Precision, plan_from_dict, plan_to_dict
+from planner.plan import Plan, Precision
 
 
 def plan(**sections):

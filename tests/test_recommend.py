@@ -9,7 +9,7 @@ from conftest import TINY
 from planner.catalog import CATALOG_PATH, load_catalog, parse_catalog
 from planner.errors import PlanError
 from planner.memory import estimate
-from planner.plan import plan_from_dict, plan_to_dict
+from planner.codec import plan_from_dict, plan_to_dict
 from planner.recommend import DEFAULT_JOB_TOKENS, max_micro_batch, max_sequence_length, min_gpus, recommend
 
 CATALOG = load_catalog()

@@ -9,13 +9,14 @@ import streamlit as st
 
 from planner.catalog import parse_catalog
 from planner.choices import CHOICES
+from planner.codec import plan_from_dict
 from planner.dtypes import DEFAULT_GROUP_SIZE
 from planner.errors import PlanError
 from planner.frameworks import load_frameworks, without_keys
 from planner.hf_config import model_from_hf_config
 from planner.models import Preset, model_to_dict
 from planner.plan import (ADAPTER_TASKS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH, MAX_DEGREE, MAX_SEQUENCE,
-                          TRAINING_TASKS, Precision, default_weights, plan_from_dict)
+                          TRAINING_TASKS, Precision, default_weights)
 from ui.state import (ARCH_INTS, CUSTOM, MLA_INTS, MOE_INTS, PARAMS, current_plan_dict, drawn, load_into_widgets,
                       project_catalog)
 

@@ -15,9 +15,9 @@ import streamlit as st
 
 from planner.catalog import load_catalog
 from planner.choices import CHOICES
-from planner.export import plan_from_query
+from planner.codec import plan_from_dict, plan_from_query, plan_to_dict
 from planner.models import MODEL_KEYS
-from planner.plan import Inference, Lora, Plan, plan_from_dict, plan_to_dict, section_keys
+from planner.plan import Inference, Lora, Plan, section_keys
 
 DEFAULT_PLAN = {"name": "Llama 3.1 8B pre-training on 8×H100", "model": {"preset": "llama-3.1-8b"},
                 "workload": {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},

@@ -9,13 +9,15 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
+from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.explore import current_value, savings, sweep, sweep_keys
-from planner.export import candidate_to_dict, estimate_to_dict, load_yaml, plan_to_query, plan_to_yaml
+from planner.export import candidate_to_dict, estimate_to_dict
 from planner.frameworks import load_frameworks, provenance
+from planner.loader import load_yaml
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.models import approximate_note
-from planner.plan import Plan, plan_from_dict
+from planner.plan import Plan
 from planner.recommend import RankBy, Recommendation, recommend
 from planner.units import format_bytes, to_unit
 from ui.charts import breakdown_chart, recommendation_chart, sweep_chart
