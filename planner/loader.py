@@ -37,23 +37,11 @@ HF_CONFIG = Kind(what="hf_config", noun="a config.json", max_bytes=1024 * 1024, 
                  size_hint=" (a config.json is a few KB)")
 
 
-def _path(parent: str, key: Any) -> str:
-    if isinstance(key, int) and parent:
-        return f"{parent}[{key}]"
-    return f"{parent}.{key}" if parent else str(key)
-
-
 def _duplicate(kind: Kind, path: str, line: int | None = None) -> PlanError:
     return PlanError(f"{kind.prefix}{path}", "duplicated key" + (f" (line {line})" if line else ""))
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """safe_load that refuses duplicated keys instead of silently keeping the last one."""
-
-    kind: Kind = PLAN
-
-
-def _check_keys(loader: _StrictLoader, node: yaml.Node, path: str, done: set[int]) -> None:
+def _check_keys(loader: yaml.SafeLoader, kind: Kind, node: yaml.Node, path: str, done: set[int]) -> None:
     """Refuse a key given twice in any mapping under `node`, naming its path (keys as the loader reads them).
     A node reached again through an alias is checked once (`done`), so alias bombs stay cheap."""
     if id(node) in done:
@@ -65,23 +53,24 @@ def _check_keys(loader: _StrictLoader, node: yaml.Node, path: str, done: set[int
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, Hashable):  # a list or mapping as a key: PyYAML's own words for it
                 raise yaml.constructor.ConstructorError(None, None, "found unhashable key", key_node.start_mark)
+            where = f"{path}.{key}" if path else str(key)
             if key in seen:
-                raise _duplicate(loader.kind, _path(path, key), key_node.start_mark.line + 1)
+                raise _duplicate(kind, where, key_node.start_mark.line + 1)
             seen.add(key)
-            _check_keys(loader, value_node, _path(path, key), done)
+            _check_keys(loader, kind, value_node, where, done)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _check_keys(loader, item, _path(path, index), done)
+            _check_keys(loader, kind, item, f"{path}[{index}]", done)
 
 
 def _load(text: str, kind: Kind) -> Any:
-    loader = _StrictLoader(text)
-    loader.kind = kind
+    """safe_load, refusing duplicated keys instead of silently keeping the last one."""
+    loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_keys(loader, node, "", set())
+        _check_keys(loader, kind, node, "", set())
         return loader.construct_document(node)
     finally:
         loader.dispose()
