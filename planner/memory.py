@@ -1055,7 +1055,10 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
                                           f"T·V × (4 saved log-softmax + 12/{chunks} one slice's backward buffers), fp32"
                                           if chunks else
                                           f"T·V × 12 (saved log-softmax + its gradient + input gradient, fp32) = "
-                                          f"{_n(tokens)} × {_n(vocab_r)} × 12"), "fp32 buffers of _log_softmax_backward_data")))
+                                          f"{_n(tokens)} × {_n(vocab_r)} × 12"),
+                                 "Liger's fused loss made these gradients in forward" if fused else
+                                 "A compiled cross-entropy's backward writes the logits' gradient in their dtype: no "
+                                 "fp32 buffer" if tech.compile else "fp32 buffers of _log_softmax_backward_data")))
         phases.append(phase("output head backward", "gradients of the output projection", *held, casts_bwd, gather,
                             item("logits_loss", "Logits and loss", head_loss,
                                  lambda: ("the gradients made in forward" if fused else f"T·V × {logits_b}"
