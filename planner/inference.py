@@ -18,7 +18,7 @@ from typing import Callable
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
 from planner.memory import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_COMMUNICATOR, Estimate,
-                            Item, Phase, Stage, _n)
+                            Item, Phase, Stage, _n, _stage_layers)
 from planner.models import attention_widths, param_counts, projection_shapes
 from planner.plan import Plan
 from planner.units import MiB, format_bytes
@@ -69,9 +69,10 @@ def kv_cache_bytes(plan: Plan, tokens: int) -> int:
 
 
 def layer_split(plan: Plan) -> tuple[int, int]:
-    """(dense, MoE) layers on one pipeline stage."""
+    """(dense, MoE) layers of the pipeline stage with the most parameters, split as training splits them."""
     m, p = plan.model, plan.parallelism.pipeline
-    return (m.num_layers - m.moe_layers) // p, m.moe_layers // p
+    counts = param_counts(m, plan.parallelism.tensor)
+    return max((_stage_layers(m, i, p) for i in range(p)), key=lambda s: s[0] * counts.layer + s[1] * counts.moe_layer)
 
 
 def weight_bytes(plan: Plan) -> tuple[int, int]:
