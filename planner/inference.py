@@ -245,7 +245,10 @@ def _runtime(plan: Plan, detail: bool) -> tuple[Item, ...]:
     ranks = plan.parallelism.tensor * plan.parallelism.pipeline
     return (Item(name="cuda_context", label="CUDA context", bytes=CUDA_CONTEXT_BYTES,
                  formula=format_bytes(CUDA_CONTEXT_BYTES, "MiB", 0) if detail else "",
-                 note="Driver context, kernels and library handles, outside PyTorch's allocator", level="device"),
+                 note="Driver context, kernels and library handles, outside PyTorch's allocator (CUDA 12, lazy loading)",
+                 level="device"),
             Item(name="nccl", label="NCCL buffers", bytes=NCCL_BYTES_PER_COMMUNICATOR if ranks > 1 else 0,
-                 formula=("1 communicator (tensor/pipeline group)" if ranks > 1 else "no communication")
-                 if detail else "", note="Replicas (data) do not communicate", level="device"))
+                 formula=(f"1 communicator (tensor/pipeline group) × {format_bytes(NCCL_BYTES_PER_COMMUNICATOR, 'MiB', 0)}"
+                          if ranks > 1 else "no communication") if detail else "",
+                 note="Per-channel FIFOs of each NCCL communicator this rank uses (NVIDIA/nccl#1685, #864)",
+                 level="device"))
