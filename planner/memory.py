@@ -765,7 +765,7 @@ def _stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> S
                                     + (shard_note if w_shard > 1 else "")), w_note)
         if mixed and z in (1, 2) and offload == "none":
             master = item("master_weights", "Master weights", sharded(P, sp.experts, 4, True),
-                          lambda: (f"{_n(P)} params × 4 B (fp32)" + shard_note),
+                          lambda: (f"{_n(P)} params × 4 B (fp32)" + (shard_note if shard > 1 else "")),
                           "fp32 copy the optimizer updates, sharded with its states (ZeRO paper §5)")
         else:
             master = item("master_weights", "Master weights", 0, "0",
