@@ -55,11 +55,13 @@ def largest_stage_layers(plan: Plan) -> tuple[int, int]:
 
 
 # --- Parameters held by one GPU -----------------------------------------------------------------------------
-def _gathered_pair(units: list[tuple[int, bool]]) -> tuple[int, int]:
-    """ZeRO-3/FSDP units in execution order, each (params, is a layer): a unit is all-gathered while its
-    neighbour is prefetched; (largest neighbouring pair, of which layer parameters)."""
-    pairs = [(a + b, a * la + b * lb) for (a, la), (b, lb) in zip(units, units[1:])]
-    return max(pairs or [(units[0][0], units[0][0] * units[0][1])])
+def _gathered_pair(runs: list[tuple[int, bool, int]]) -> tuple[int, int]:
+    """ZeRO-3/FSDP units in execution order, as runs of (params, is a layer, how many): a unit is all-gathered
+    while its neighbour is prefetched; (largest neighbouring pair, of which layer parameters). Neighbours are
+    two units of one run or the ends of two adjacent runs."""
+    pairs = [(2 * u, 2 * u * la) for u, la, n in runs if n > 1]
+    pairs += [(a + b, a * la + b * lb) for (a, la, _), (b, lb, _) in zip(runs, runs[1:])]
+    return max(pairs or [(runs[0][0], runs[0][0] * runs[0][1])])
 
 
 def _rows_and_largest(plan: Plan, dense: int, moe: int) -> tuple[int, int]:
@@ -108,14 +110,14 @@ def stage_params(plan: Plan, stage: int) -> StageParams:
     total = dense * counts.layer + moe * counts.moe_layer + embedding + head_params + (counts.final_norm if last else 0)
     moe_linear = counts.attention + counts.experts + counts.shared + counts.router
     linear = dense * (counts.attention + counts.mlp) + moe * moe_linear
-    units = [(u, layer) for u, layer in ((embedding, False), *[(counts.layer, True)] * dense,
-                                           *[(counts.moe_layer, True)] * moe, (head_params, False)) if u]
+    units = [(u, layer, n) for u, layer, n in ((embedding, False, 1), (counts.layer, True, dense),
+                                                 (counts.moe_layer, True, moe), (head_params, False, 1)) if u and n]
     pair, pair_layers = _gathered_pair(units)
     rows, largest = _rows_and_largest(plan, dense, moe)
     return StageParams(total=total, experts=moe * counts.experts, matmul=linear + (table if last else 0),
                        dense_layers=dense, moe_layers=moe,
                        layer=max(counts.layer if dense else 0, counts.moe_layer if moe else 0),
-                       largest_unit=max(u for u, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
+                       largest_unit=max(u for u, _, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
                        embedding=embedding, head=table if last else 0, head_own=head_params, linear=linear,
                        linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(plan, dense, moe))
 

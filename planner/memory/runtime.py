@@ -81,8 +81,11 @@ def runtime_items(plan: Plan, detail: bool) -> tuple[Item, ...]:
 def churn_reserve(phase: Phase) -> int:
     """Held-but-free blocks at a moment: a fraction of the memory that is allocated and freed every step in
     varying sizes."""
-    return round(ALLOCATOR_CHURN_FRACTION * sum(i.bytes for i in phase.items
-                                                if i.name not in _NO_CHURN and i.level == "allocated"))
+    churn = 0
+    for i in phase.items:
+        if i.level == "allocated" and i.name not in _NO_CHURN:
+            churn += i.bytes
+    return round(ALLOCATOR_CHURN_FRACTION * churn)
 
 
 def allocator_reserve(label: str, reserve: int, formula: str, note: str, detail: bool) -> Item:
