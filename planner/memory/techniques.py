@@ -124,6 +124,15 @@ def dora_weight_norm(ctx: StageContext) -> Item | None:
                 ctx.detail)
 
 
+def _sac_recompute(ctx: StageContext, k: Kept) -> int:
+    """Op-level SAC regenerates what a whole layer saves, less what it kept: the larger of a dense and an MoE
+    layer of the stage."""
+    acts, sp = k.acts, ctx.sp
+    rest = ctx.tokens * (acts.norms // ctx.seq_div + acts.attention + acts.scores)
+    return max(rest + ctx.tokens * acts.mlp - k.per_layer if sp.dense_layers else 0,
+               rest + ctx.tokens * acts.moe_mlp - k.moe_layer if sp.moe_layers else 0, 0)
+
+
 def _recompute(ctx: StageContext, k: Kept) -> Item | None:
     """Checkpointing recomputes one layer at a time during backward (every_k with k > L checkpoints nothing)."""
     ckpt = ctx.plan.techniques.activation_checkpointing
@@ -131,8 +140,7 @@ def _recompute(ctx: StageContext, k: Kept) -> Item | None:
         return None
     layerwise = ckpt in ("full", "every_k")  # a checkpointed layer is recomputed whole
     recompute = (k.full_layer + ctx.sp.layer * 2 * ctx.autocast if layerwise else
-                 # op-level SAC regenerates what a whole layer saves, less what it kept
-                 max(0, k.full_layer - k.per_layer) if ckpt == "selective_op" else ctx.tokens * k.acts.scores)
+                 _sac_recompute(ctx, k) if ckpt == "selective_op" else ctx.tokens * k.acts.scores)
     return item("recompute", "Recomputed layer",
                 fixed(recompute, "one layer's full activations" if layerwise else
                       "one layer's activations less those kept" if ckpt == "selective_op" else
