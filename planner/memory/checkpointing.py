@@ -85,7 +85,7 @@ def kept(ctx: StageContext) -> Kept:
 
 
 def _stage_text(ctx: StageContext) -> str:
-    """A template of the stage's layers: "{} layers × {:MiB.1} + {} MoE layers × {:MiB.1}"."""
+    """A template of the stage's layers, e.g. "1 layers × {:MiB.1} + 29 MoE layers × {:MiB.1}"."""
     dense, moe = ctx.sp.dense_layers, ctx.sp.moe_layers
     return " + ".join(x for x in (f"{dense} layers × {{:MiB.1}}" if dense else "",
                                   f"{moe} MoE layers × {{:MiB.1}}" if moe else "") if x)
