@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.catalog import Gpu
-from planner.inference import kv_cache_bytes, layer_split, weight_bytes
+from planner.memory.inference import kv_cache_bytes, weight_bytes
+from planner.memory.layout import largest_stage_layers
 from planner.models import attention_widths, param_counts
 from planner.plan import Plan
 
@@ -106,7 +107,7 @@ def throughput(plan: Plan, gpu: Gpu, mfu: float) -> Throughput:
     w_bytes, w_params = weight_bytes(plan)
     if m.num_experts:  # a step reads only the experts its tokens were routed to: E(1 - (1 - k/E)^b) per layer
         counts = param_counts(m, par.tensor)
-        _, moe = layer_split(plan)
+        _, moe = largest_stage_layers(plan)
         touched = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** b)
         idle = moe * counts.expert * (m.num_experts - touched)
         w_bytes -= idle * w_bytes / w_params

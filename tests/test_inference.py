@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from conftest import TINY
 from planner.catalog import load_catalog
-from planner.inference import kv_bytes_per_token, weight_bytes
+from planner.memory.inference import kv_bytes_per_token, weight_bytes
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
 from planner.codec import plan_from_dict
 from planner.recommend import recommend
@@ -84,7 +84,7 @@ def test_inference_recommendation_ranks_by_cost_per_million_tokens():
 
 
 def test_sliding_window_caps_the_kv_cache():
-    from planner.inference import kv_cache_bytes
+    from planner.memory.inference import kv_cache_bytes
 
     def plan(preset):
         return plan_from_dict({"model": {"preset": preset}, "workload": {"task": "inference"}})

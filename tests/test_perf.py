@@ -4,7 +4,7 @@ import pytest
 
 from conftest import TINY
 from planner.catalog import load_catalog
-from planner.inference import kv_bytes_per_token, weight_bytes
+from planner.memory.inference import kv_bytes_per_token, weight_bytes
 from planner.models import param_counts
 from planner.perf import flops_per_token, job_hours, throughput
 from planner.codec import plan_from_dict

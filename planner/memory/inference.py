@@ -1,0 +1,263 @@
+"""Inference and serving: per-GPU memory of generation and the serving KV-cache capacity.
+
+Conventions (beside the package's):
+- A replica is the tensor × pipeline group that holds one copy of the model; `parallelism.data` counts
+  independent replicas (each serves its own requests), so per-GPU memory does not depend on it.
+- Generation is Hugging Face `generate()`-style: prefill of `batch_size` prompts at once (or in chunks of
+  `prefill_chunk_tokens`), then one decode step per output token with a KV cache that grows by
+  concatenation. The serving mode (`gpu_memory_utilization`) is vLLM-style: the engine claims that fraction
+  of the GPU and fills what weights and activations leave with paged KV-cache blocks.
+- Throughput is planner/perf.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from planner.catalog import Gpu
+from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
+from planner.memory.layout import largest_stage_layers
+from planner.memory.result import Estimate, Item, Phase, Serving, Stage
+from planner.memory.runtime import (ALLOCATOR_CHURN_FRACTION, CUBLAS_WORKSPACE_BYTES, allocator_reserve,
+                                    cublas_workspace, runtime_items)
+from planner.memory.terms import Described, Factor, Product, Size, item
+from planner.models import attention_widths, param_counts, projection_shapes
+from planner.plan import Plan
+from planner.units import MiB
+
+# Serving engines round the KV cache to blocks of tokens (vLLM's default block size is 16).
+KV_BLOCK_TOKENS = 16
+# vLLM captures CUDA graphs for decode batch sizes; their pools take ~0.5-1 GiB outside the KV budget
+# (vLLM docs, "CUDA graphs"; varies with model and batch sizes captured).
+CUDA_GRAPH_BYTES = 512 * MiB
+# A serving engine prefills at most this many tokens per forward unless told otherwise (vLLM's V1 engine
+# default max_num_batched_tokens for online serving is 8,192).
+SERVING_PREFILL_TOKENS = 8192
+# the longest sequence a cache search tries (2^24 tokens)
+_MAX_TOKENS = 16_777_216
+
+
+def kv_bytes_per_token(plan: Plan) -> int:
+    """KV-cache bytes one token of one sequence takes on one GPU (K and V of each of its layers), for layers
+    that attend globally; sliding-window layers stop growing at the window (see kv_cache_bytes)."""
+    m, par = plan.model, plan.parallelism
+    if m.mla:
+        # latent attention caches the kv latent and the shared RoPE key, (d_c + d_h^R) per layer (DeepSeek-V2
+        # paper §2.1.2), the same on every tensor-parallel rank: vLLM's MLA backends and HF transformers 5
+        # (DeepseekV3Attention updates the cache before expand_kv)
+        width = m.kv_lora_rank + m.qk_rope_head_dim
+    else:  # K and V per KV head on this rank (≥ one head)
+        _, k, v, _ = attention_widths(m, par.tensor)
+        width = k + v
+    return (m.num_layers // par.pipeline) * width * nbytes(plan.precision.kv_cache)
+
+
+def kv_cache_bytes(plan: Plan, tokens: int) -> int:
+    """KV-cache bytes of one sequence of `tokens` on one GPU; sliding-window layers keep only the window."""
+    m = plan.model
+    per_layer = kv_bytes_per_token(plan) // m.num_layers  # per layer per token (pipeline split already in)
+    windowed = m.sliding_layers
+    cap = min(tokens, m.sliding_window or tokens)
+    return per_layer * ((m.num_layers - windowed) * tokens + windowed * cap)
+
+
+def weight_bytes(plan: Plan) -> tuple[int, int]:
+    """(bytes of the weights on one GPU, their parameter count): projections (and experts) in precision.weights
+    with their scales; embeddings, norms and the output head in the compute dtype (quantizers leave them).
+    Experts are split across the replica's tensor-parallel ranks."""
+    m, par, prec = plan.model, plan.parallelism, plan.precision
+    counts = param_counts(m, par.tensor)
+    dense, moe = largest_stage_layers(plan)
+    linear = dense * (counts.attention + counts.mlp) + moe * (counts.attention + counts.experts + counts.shared
+                                                              + counts.router)
+    shapes = projection_shapes(m, par.tensor)
+    rows = (dense + moe) * sum(o for _, o in shapes.values())  # per-row scales: close enough for experts too
+    tables = counts.embedding + counts.lm_head  # whole on one stage; the largest stage is the answer
+    others = (dense + moe) * counts.norms + counts.final_norm + tables
+    return (quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,
+                            double_quant=prec.double_quant) + others * nbytes(prec.activation_dtype), linear + others)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Forward:
+    """One forward's transient activations (prefill of `chunk` tokens) and the sampled logits."""
+
+    chunk: int
+    mlp_peak: int
+    attn_peak: int
+    prefill: int  # the largest moment of a layer's forward
+    logits: int  # last position only (logits_to_keep=1), and its fp32 copy for sampling
+    v_alive: int  # width of the values (latent attention: kv_b's whole output) while attention runs
+
+
+def _attention_peak(plan: Plan, chunk: int, bc: int) -> tuple[int, int]:
+    """(attention's largest moment over `chunk` tokens, the width of the values alive). Latent attention (HF
+    DeepseekV3Attention) holds, until o_proj, every local of its forward: the projected and the
+    RoPE-concatenated queries (2q), the decompressed keys (k) and kv_b's output (heads × (nope + v), the values
+    are a view of it), the rotated query part, the compressed kv latent + RoPE key and its norm; eager
+    attention's fp32 scores compete."""
+    m, t, inf = plan.model, plan.parallelism.tensor, plan.workload.inference
+    q, k, v, out = attention_widths(m, t)
+    a_r = m.num_attention_heads // t
+    v_alive = a_r * (m.head_dim + m.v_head_dim) if m.mla else v
+    if m.mla:
+        peak = chunk * (2 * q + k + v_alive + out + a_r * m.qk_rope_head_dim + 2 * m.kv_lora_rank + m.qk_rope_head_dim) * bc
+    else:
+        peak = chunk * (q + k + v + out) * bc
+    if plan.techniques.attention == "eager":
+        seqs = max(1, chunk // inf.prompt_tokens)
+        peak += seqs * a_r * min(chunk, inf.prompt_tokens) * inf.prompt_tokens * (4 + bc)
+    return peak, v_alive
+
+
+def _forward(plan: Plan) -> _Forward:
+    """Prefill: one forward over the prompt tokens (or a chunk). Without gradients each intermediate is freed
+    when consumed; the largest moment is SwiGLU's silu(gate), up and their product (GeLU: fc and gelu(fc)),
+    with the residual, the normed input and the layer output alive; eager attention's fp32 scores compete."""
+    m, inf, t = plan.model, plan.workload.inference, plan.parallelism.tensor
+    bc, h = nbytes(plan.precision.activation_dtype), m.hidden_size
+    shapes = projection_shapes(m, t)
+    default_chunk = SERVING_PREFILL_TOKENS if inf.gpu_memory_utilization is not None else inf.batch_size * inf.prompt_tokens
+    chunk = min(inf.prefill_chunk_tokens or default_chunk, inf.batch_size * inf.prompt_tokens)
+    mlp_peak = (3 if m.mlp == "swiglu" else 2) * chunk * shapes["up"][1] * bc
+    if m.num_experts:  # fused MoE: intermediate caches of the routed tokens (T·k × (2I_e, I_e, h)), router logits
+        e_inter = m.moe_intermediate_size // t
+        moe_peak = chunk * m.experts_per_token * (3 * e_inter + h) * bc + chunk * m.num_experts * 4
+        mlp_peak = max(mlp_peak if m.moe_layers < m.num_layers else 0, moe_peak)
+    attn_peak, v_alive = _attention_peak(plan, chunk, bc)
+    prefill = max(mlp_peak, attn_peak) + 3 * chunk * h * bc
+    if plan.precision.weights in QUANTIZED:  # a batch of more than a few tokens dequantizes each matrix for its matmul
+        prefill += max(i * o for i, o in shapes.values()) * bc
+    vocab_r = param_counts(m, t).embedding // h
+    return _Forward(chunk=chunk, mlp_peak=mlp_peak, attn_peak=attn_peak, prefill=prefill,
+                    logits=inf.batch_size * vocab_r * (bc + 4), v_alive=v_alive)
+
+
+def _weights(plan: Plan, detail: bool) -> tuple[Item, Item]:
+    prec = plan.precision
+    w_bytes, w_params = weight_bytes(plan)
+    text = "{:,} params: projections in {}" + (" with scales" if prec.weights in QUANTIZED else "") + ", the rest in {}"
+    return (item("weights", "Weights", Described(w_bytes, text, (w_params, prec.weights, prec.activation_dtype)),
+                 "Served weights, split over tensor- and pipeline-parallel ranks", detail),
+            cublas_workspace("Allocated through PyTorch's caching allocator", detail))
+
+
+def _windowed(plan: Plan, lead: str, end: str = "") -> str:
+    """How a formula says the sliding-window layers stop growing."""
+    window = plan.model.sliding_window
+    return f"{lead}windowed layers capped at {window:,}{end}" if window else ""
+
+
+def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
+    m, inf = plan.model, plan.workload.inference
+    b, fw = inf.batch_size, _forward(plan)
+    weights, workspace = _weights(plan, detail)
+    runtime = runtime_items(plan, detail)
+    runtime_bytes = sum(i.bytes for i in runtime)
+    total = int(gpu.usable_bytes * inf.gpu_memory_utilization)
+    fixed_bytes = weights.bytes + CUBLAS_WORKSPACE_BYTES + fw.prefill + fw.logits + CUDA_GRAPH_BYTES + runtime_bytes
+    budget = max(0, total - fixed_bytes)
+    blocks_per_seq = -(-inf.context_tokens // KV_BLOCK_TOKENS)
+    seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
+    serving = Serving(kv_budget_bytes=budget, kv_bytes_per_token=kv_bytes_per_token(plan),
+                      max_concurrent_sequences=budget // seq_bytes if seq_bytes else 0,
+                      max_context_tokens=_longest(plan, budget // b))
+    kv = item("kv_cache", "KV cache (paged)",
+              Described(b * seq_bytes, "{} seq × {} blocks × {} tokens" + _windowed(plan, " (", ")"),
+                        (b, blocks_per_seq, KV_BLOCK_TOKENS)),
+              f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'} for the batch at full "
+              f"context; the engine preallocates {Size(budget)} for {serving.max_concurrent_sequences} such sequences",
+              detail)
+    items = (weights, workspace, kv,
+             item("activations", "Prefill activations",
+                  Described(fw.prefill + fw.logits, "{:,} tokens per forward: largest MLP moment + 3 × T·h + last-token "
+                            "logits", (fw.chunk,)),
+                  "What the engine reserves for one forward of its largest token batch", detail),
+             item("cuda_graphs", "CUDA graphs", Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
+                  "Captured decode graphs and their memory pool (vLLM)", detail))
+    phase = Phase(name="serving", description="engine steady state: weights, activation reserve, KV cache", items=items)
+    # The engine claims `total` whatever it holds; if the batch needs more, it cannot start. Its budget is
+    # the memory it may use, so fits means: the batch's KV cache fits beside the weights.
+    device = max(total, phase.allocated_bytes + runtime_bytes)
+    stage = Stage(index=0, layers=m.num_layers // plan.parallelism.pipeline, micro_batches_in_flight=1,
+                  phases=(phase,), peak=phase, reserved_bytes=device - runtime_bytes, device_bytes=device)
+    reserve = allocator_reserve("Engine reserve (free KV blocks)", device - runtime_bytes - phase.allocated_bytes,
+                                f"{inf.gpu_memory_utilization:.0%} of usable memory − the items above",
+                                "KV blocks preallocated for further sequences", detail)
+    return Estimate(plan=plan, gpu=gpu, items=items + (reserve,) + runtime, phase="serving", stage=0,
+                    peak_allocated_bytes=phase.allocated_bytes, peak_reserved_bytes=device - runtime_bytes,
+                    device_bytes=device, usable_bytes=total, host_bytes=0, runtime_bytes=runtime_bytes,
+                    serving=serving, all_stages=partial(tuple, (stage,)))
+
+
+def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item, detail: bool) -> tuple[Phase, Phase]:
+    m, inf, bc = plan.model, plan.workload.inference, nbytes(plan.precision.activation_dtype)
+    b, ctx, per_token = inf.batch_size, inf.context_tokens, kv_bytes_per_token(plan)
+    layers = m.num_layers // plan.parallelism.pipeline
+    _, k, _, _ = attention_widths(m, plan.parallelism.tensor)
+    final = max(ctx - 1, inf.prompt_tokens)  # the last token is sampled, not cached
+    layer_kv = b * final * per_token // layers  # a global layer's K, V grow by torch.cat
+    # HF latent attention re-expands one layer's cached latents each step: kv_b's output and the full keys
+    expand = b * ctx * (fw.v_alive + k) * bc if m.mla else 0
+    cache = "{} seq × {:,} tokens × {:,} B/token" + _windowed(plan, ", ")
+    prefill = Phase(name="prefill", description="forward over the prompts; the cache holds the prompt", items=(
+        weights, workspace,
+        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, inf.prompt_tokens), cache,
+                                               (b, inf.prompt_tokens, per_token)),
+             f"{plan.precision.kv_cache} " + (f"kv latent + RoPE key of {layers} layers, whole on every rank" if m.mla
+                                              else f"K and V of {layers} layers, {k // m.head_dim} KV head(s) per rank"),
+             detail),
+        item("activations", "Prefill activations",
+             Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, attention {:MiB.0}) + 3 × T·h + "
+                       "last-token logits", (fw.chunk, Size(fw.mlp_peak), Size(fw.attn_peak))),
+             "Transient: freed as each op's output is consumed (no gradients kept)", detail)))
+    grown = "one layer's cache re-allocated one token longer + last-token logits" + (
+        " + that layer's keys and values decompressed over the context ({:MiB.0})" if m.mla else "")
+    decode = Phase(name="decode (last step)", description="the cache at full length, growing one layer", items=(
+        weights, workspace,
+        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, final), cache, (b, final, per_token)),
+             f"{plan.precision.kv_cache} K and V, grown by concatenation (Hugging Face DynamicCache)", detail),
+        item("activations", "Cache growth copy and decode activations",
+             Described(layer_kv + expand + fw.logits + 4 * b * max(m.hidden_size, projection_shapes(
+                 m, plan.parallelism.tensor)["up"][1]) * bc, grown, (Size(expand),)),
+             "torch.cat builds the longer cache beside the old one", detail)))
+    return prefill, decode
+
+
+def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
+    fw = _forward(plan)
+    weights, workspace = _weights(plan, detail)
+    prefill, decode = _generation_phases(plan, fw, weights, workspace, detail)
+    peak = max((prefill, decode), key=lambda ph: ph.allocated_bytes)
+    runtime = runtime_items(plan, detail)
+    runtime_bytes = sum(i.bytes for i in runtime)
+    # the churning memory is the KV cache and the activations: everything but the weights and cuBLAS
+    reserved = peak.allocated_bytes + round(ALLOCATOR_CHURN_FRACTION * (peak.allocated_bytes - weights.bytes
+                                                                        - CUBLAS_WORKSPACE_BYTES))
+    stage = Stage(index=0, layers=plan.model.num_layers // plan.parallelism.pipeline, micro_batches_in_flight=1,
+                  phases=(prefill, decode), peak=peak, reserved_bytes=reserved, device_bytes=reserved + runtime_bytes)
+    reserve = allocator_reserve("Allocator reserve", reserved - peak.allocated_bytes,
+                                f"{ALLOCATOR_CHURN_FRACTION * 100:g} % of the KV cache and activations",
+                                "Cached blocks of the growing cache and freed activations", detail)
+    return Estimate(plan=plan, gpu=gpu, items=peak.items + (reserve,) + runtime, phase=peak.name, stage=0,
+                    peak_allocated_bytes=peak.allocated_bytes, peak_reserved_bytes=reserved,
+                    device_bytes=stage.device_bytes, usable_bytes=gpu.usable_bytes, host_bytes=0,
+                    runtime_bytes=runtime_bytes, all_stages=partial(tuple, (stage,)))
+
+
+def inference_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
+    if plan.workload.inference.gpu_memory_utilization is not None:
+        return _serving(plan, gpu, detail)
+    return _generation(plan, gpu, detail)
+
+
+def _longest(plan: Plan, budget: int) -> int:
+    """The most tokens one sequence's KV cache can hold within `budget` bytes, in whole blocks."""
+    if kv_cache_bytes(plan, _MAX_TOKENS) <= budget:
+        return _MAX_TOKENS  # windowed layers only: the cache stops growing
+    lo, hi = 0, _MAX_TOKENS  # kv_cache_bytes grows with tokens
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if kv_cache_bytes(plan, mid) <= budget else (lo, mid)
+    return lo // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS

@@ -1,0 +1,197 @@
+"""Where the model's parameters and a step's tokens land: the pipeline layer split, the parameters one GPU
+holds, the micro-batches a stage keeps in flight, ZeRO sharding, and the per-stage context every term reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.dtypes import nbytes
+from planner.memory.terms import Sharded, Term
+from planner.models import Model, lora_params_per_layer, param_counts, projection_shapes
+from planner.plan import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageParams:
+    total: int  # parameters on this GPU's model shard (tensor- and pipeline-parallel split), before ZeRO
+    experts: int  # of which are routed MoE experts (split by expert parallelism; ZeRO shards them over
+    #              the expert-data-parallel ranks)
+    matmul: int  # of which are inputs to matmuls (autocast casts them to 16-bit)
+    dense_layers: int  # layers of this stage with a dense MLP
+    moe_layers: int  # layers of this stage with an MoE MLP
+    layer: int  # the largest transformer layer on this rank
+    largest_unit: int  # largest FSDP/ZeRO-3 unit: a layer, the embedding or the output head
+    gathered_pair: int  # largest two neighbouring units (the one in use and the one prefetched)
+    gathered_pair_layers: int  # of which transformer-layer parameters
+    embedding: int  # embedding rows on this rank when the stage holds the embedding, else 0
+    head: int  # output-projection parameters used on this stage (tied or not), else 0
+    head_own: int  # output-head parameters stored on this stage beside the embedding (untied, or a PP copy)
+    linear: int  # parameters of the layers' projections (what weight quantization applies to)
+    linear_rows: int  # their output rows (per-row quantization scales)
+    largest_matrix: int  # largest projection matrix of a layer (a dequantized copy is made for each matmul)
+    adapters: int  # LoRA parameters on this stage (task lora/qlora), else 0
+
+
+# --- The one pipeline layer split ---------------------------------------------------------------------------
+def stage_layers(m: Model, stage: int, pipeline: int) -> tuple[int, int]:
+    """(dense, MoE) layers of a pipeline stage; MoE models put their dense layers first."""
+    per = m.num_layers // pipeline
+    start = stage * per
+    dense_total = m.num_layers - m.moe_layers
+    dense = max(0, min(dense_total, start + per) - start)
+    return dense, per - dense
+
+
+def _stage_weight(split: tuple[int, int], layer: int, moe_layer: int) -> int:
+    return split[0] * layer + split[1] * moe_layer
+
+
+def largest_stage_layers(plan: Plan) -> tuple[int, int]:
+    """(dense, MoE) layers of the pipeline stage with the most layer parameters."""
+    m, p = plan.model, plan.parallelism.pipeline
+    counts = param_counts(m, plan.parallelism.tensor)
+    splits = [stage_layers(m, i, p) for i in range(p)]
+    return max(splits, key=lambda s: _stage_weight(s, counts.layer, counts.moe_layer))
+
+
+# --- Parameters held by one GPU -----------------------------------------------------------------------------
+def _gathered_pair(runs: list[tuple[int, bool, int]]) -> tuple[int, int]:
+    """ZeRO-3/FSDP units in execution order, as runs of (params, is a layer, how many): a unit is all-gathered
+    while its neighbour is prefetched; (largest neighbouring pair, of which layer parameters). Neighbours are
+    two units of one run or the ends of two adjacent runs."""
+    pairs = [(2 * u, 2 * u * la) for u, la, n in runs if n > 1]
+    pairs += [(a + b, a * la + b * lb) for (a, la, _), (b, lb, _) in zip(runs, runs[1:])]
+    return max(pairs or [(runs[0][0], runs[0][0] * runs[0][1])])
+
+
+def _rows_and_largest(plan: Plan, dense: int, moe: int) -> tuple[int, int]:
+    """(output rows of the stage's projections, largest projection matrix)."""
+    m, t, ep = plan.model, plan.parallelism.tensor, plan.parallelism.expert
+    shapes = projection_shapes(m, t)
+    rows = dense * sum(o for _, o in shapes.values())
+    largest = max(i * o for i, o in shapes.values())
+    if moe:
+        e_inter = m.moe_intermediate_size // t
+        per_expert_rows = (2 * e_inter if m.mlp == "swiglu" else e_inter) + m.hidden_size
+        experts_here = m.num_experts // ep + m.shared_experts
+        rows += moe * (sum(shapes[k][1] for k in ("q", "k", "v", "o")) + experts_here * per_expert_rows + m.num_experts)
+        largest = max(largest, m.hidden_size * e_inter)
+    return rows, largest
+
+
+def _adapter_params(plan: Plan, dense: int, moe: int) -> int:
+    """LoRA parameters of the stage's layers (0 unless the task is lora or qlora)."""
+    if plan.workload.task not in ("lora", "qlora"):
+        return 0
+    m, lora, t, ep = plan.model, plan.workload.lora, plan.parallelism.tensor, plan.parallelism.expert
+    attn_targets = tuple(x for x in lora.targets if x in ("q", "k", "v", "o"))
+    mlp_targets = tuple(x for x in lora.targets if x not in attn_targets)
+    adapters = dense * lora_params_per_layer(m, lora.targets, lora.rank, t)
+    if moe:  # MLP adapters on every expert of this rank (PEFT targets each expert's projections by name)
+        e, h = m.moe_intermediate_size // t, m.hidden_size
+        expert_shapes = {"gate": (h, e), "up": (h, e), "down": (e, h)}
+        per_expert = sum(lora.rank * sum(expert_shapes[x]) for x in mlp_targets)
+        adapters += moe * (lora_params_per_layer(m, attn_targets, lora.rank, t)
+                           + per_expert * (m.num_experts // ep + m.shared_experts))
+    return adapters
+
+
+def stage_params(plan: Plan, stage: int) -> StageParams:
+    m, par = plan.model, plan.parallelism
+    p = par.pipeline
+    counts = param_counts(m, par.tensor, par.expert)
+    table = counts.embedding  # vocab-parallel rows of the embedding (and of the output head)
+    last = stage == p - 1
+    dense, moe = stage_layers(m, stage, p)
+    embedding = table if stage == 0 else 0
+    # the output head: its own table when untied; with tied embeddings and pipeline > 1 the last stage keeps a
+    # copy of the embedding (Megatron), with pipeline = 1 it is the embedding itself
+    head_params = table if last and (not m.tie_embeddings or p > 1) else 0
+    total = dense * counts.layer + moe * counts.moe_layer + embedding + head_params + (counts.final_norm if last else 0)
+    moe_linear = counts.attention + counts.experts + counts.shared + counts.router
+    linear = dense * (counts.attention + counts.mlp) + moe * moe_linear
+    units = [(u, layer, n) for u, layer, n in ((embedding, False, 1), (counts.layer, True, dense),
+                                                 (counts.moe_layer, True, moe), (head_params, False, 1)) if u and n]
+    pair, pair_layers = _gathered_pair(units)
+    rows, largest = _rows_and_largest(plan, dense, moe)
+    return StageParams(total=total, experts=moe * counts.experts, matmul=linear + (table if last else 0),
+                       dense_layers=dense, moe_layers=moe,
+                       layer=max(counts.layer if dense else 0, counts.moe_layer if moe else 0),
+                       largest_unit=max(u for u, _, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
+                       embedding=embedding, head=table if last else 0, head_own=head_params, linear=linear,
+                       linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(plan, dense, moe))
+
+
+# --- Micro-batches, routing and the mixed-precision recipe ---------------------------------------------------
+def in_flight(plan: Plan, index: int) -> float:
+    """Micro-batches whose activations pipeline stage `index` holds at once, in units of one micro-batch through
+    the whole stage."""
+    par, m = plan.parallelism, plan.micro_batches_per_step
+    p = par.pipeline
+    if par.pipeline_schedule == "gpipe":  # every forward before any backward (Huang et al. 2019)
+        return m
+    if par.pipeline_schedule == "interleaved_1f1b":
+        # Megatron forward_backward_pipelining_with_interleaving: 2(p - i - 1) + (v - 1)p warm-up forwards of
+        # model chunks (1/v of the stage each), one more in the steady state; stage 0 holds p + (p - 1)/v
+        # micro-batches (Narayanan et al. 2021, §2.2)
+        v = par.virtual_stages
+        return min(2 * (p - index - 1) + (v - 1) * p + 1, m * v) / v
+    # 1F1B: stage i holds up to p - i micro-batches (Narayanan et al. 2021); zero-bubble ZB-H1 splits backward
+    # into input- and weight-gradient passes within the same peak (Qi et al. 2023, §3)
+    return min(p - index, m)
+
+
+def routed_slots(plan: Plan) -> float:
+    """Expert slots one token's activations occupy in a MoE layer: top-k when dropless; with a capacity factor
+    every expert's buffer is padded to capacity_factor × T·k/E tokens (Lepikhin et al. 2020, GShard §2.2), so
+    k × capacity_factor on average whatever the routing."""
+    return plan.model.experts_per_token * (plan.techniques.moe_capacity_factor or 1)
+
+
+def autocast(plan: Plan) -> bool:
+    """PyTorch autocast recipe: fp32 parameters, 16-bit compute, no ZeRO (see the package docstring). LoRA
+    keeps its frozen base in 16 bits, so only the small adapters are fp32 and the activations stay 16-bit."""
+    return (plan.precision.mixed and plan.parallelism.zero_stage == 0 and plan.techniques.offload == "none"
+            and plan.workload.task in ("pretrain", "finetune"))
+
+
+# --- What every term of one stage reads ---------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class StageContext:
+    """One pipeline stage of a training plan: the values its terms share."""
+
+    plan: Plan
+    index: int
+    detail: bool  # render formulas (False: bytes only, for searches)
+    first: bool
+    last: bool
+    layers: int  # layers of this stage
+    sp: StageParams
+    bc: int  # bytes of the activation (compute) dtype
+    autocast: bool
+    lora: bool
+    accum: int  # micro-batches per step
+    in_flight: float
+    tokens: int  # T: tokens of one micro-batch on this GPU (sequence split over context ranks)
+    seq_div: int  # sequence parallelism splits the replicated activations over tensor ranks
+    shard: int  # ZeRO/FSDP shard over data × context ranks, as Megatron and torchtitan do
+    edp: int  # expert-data-parallel ranks: ZeRO shards the experts over these
+    shard_note: str
+
+    def sharded(self, term: Term, expert_bytes: int, on: bool) -> Term:
+        """`term` ZeRO-sharded over this stage's ranks if `on` (its `expert_bytes` over the expert ranks)."""
+        return Sharded(term, self.shard, expert_bytes, self.edp, self.shard_note) if on else term
+
+
+def stage_context(plan: Plan, index: int, detail: bool) -> StageContext:
+    m, wl, par = plan.model, plan.workload, plan.parallelism
+    shard = par.data * par.context
+    note = f" ÷ {shard} (ZeRO-{par.zero_stage} over data × context)" + (
+        f"; experts ÷ {shard // par.expert} (the ranks beside each expert-parallel group)" if par.expert > 1 else "")
+    return StageContext(plan=plan, index=index, detail=detail, first=index == 0, last=index == par.pipeline - 1,
+                        layers=m.num_layers // par.pipeline, sp=stage_params(plan, index),
+                        bc=nbytes(plan.precision.activation_dtype), autocast=autocast(plan),
+                        lora=wl.task in ("lora", "qlora"), accum=plan.micro_batches_per_step,
+                        in_flight=in_flight(plan, index), tokens=wl.micro_batch_size * wl.sequence_length // par.context,
+                        seq_div=par.tensor if par.sequence_parallel else 1, shard=shard, edp=shard // par.expert,
+                        shard_note=note)

@@ -1,0 +1,113 @@
+"""Logits and loss on the last stage: HF ForCausalLMLoss / torch cross_entropy on fp32 logits, chunked
+(torchtune), compiled (inductor) and fused (Liger) — one function per variant, each giving the bytes held at
+the end of forward, in the loss's backward and in the output head's backward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.memory.layout import StageContext
+from planner.memory.terms import Described, Factor, Product, Term, fixed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loss:
+    forward: Term  # end of forward: logits and what the loss saves
+    backward: Term  # backward of the log-softmax
+    head: Term  # backward of the output head: the gradient of the logits
+    forward_note: str
+    backward_note: str
+    head_grad: bool  # the output head gets its gradient in the head's backward (not made in forward)
+
+
+def _tv(ctx: StageContext) -> tuple[int, int, int]:
+    """(T, V per tensor rank, bytes of one logit: the compute dtype, fp32 unless 16-bit)."""
+    m = ctx.plan.model
+    return ctx.tokens, -(-m.vocab_size // ctx.plan.parallelism.tensor), 2 if ctx.bc == 2 else 4
+
+
+def _head(ctx: StageContext, chunks: int) -> Term:
+    tokens, vocab_r, logits_b = _tv(ctx)
+    tv = tokens * vocab_r
+    return Described(-(-tv * logits_b // chunks) if chunks else tv * logits_b,
+                     "T·V × {}" + (" / {} (one slice's" if chunks else " (the") + " gradient of the logits)",
+                     (logits_b, chunks) if chunks else (logits_b,))
+
+
+def _plain(ctx: StageContext) -> Loss:
+    tokens, vocab_r, logits_b = _tv(ctx)
+    per_tv = logits_b + 8 if logits_b < 4 else 8
+    size = (Factor(tokens), Factor(vocab_r))
+    forward = Product(size + (Factor(per_tv),),
+                      prefix=f"T·V × ({logits_b} logits + 4 fp32 upcast + 4 log-softmax) = " if logits_b < 4 else
+                      "T·V × (4 logits + 4 log-softmax) = ")
+    backward = Product(size + (Factor(12),),
+                       prefix="T·V × 12 (saved log-softmax + its gradient + input gradient, fp32) = ")
+    return Loss(forward=forward, backward=backward, head=_head(ctx, 0), head_grad=True,
+                forward_note="Cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
+                backward_note="fp32 buffers of _log_softmax_backward_data")
+
+
+def _chunked(ctx: StageContext) -> Loss:
+    """Chunked cross-entropy (torchtune CEWithChunkedOutputLoss), checked with MemTracker on fake tensors: the
+    recipe holds every chunk's logits while the losses are computed, each chunk's log-softmax (fp32) is saved,
+    and only one chunk's fp32 upcast exists at a time: T·V × (logits + 4 + 4/n) at the end of the forward, the
+    peak of the loss; backward then holds the saved 4·T·V and one chunk's buffers."""
+    tokens, vocab_r, logits_b = _tv(ctx)
+    chunks, tv = ctx.plan.techniques.loss_chunks, tokens * vocab_r
+    upcast = 4 if logits_b < 4 else 0  # .float() of fp32 logits is the same tensor
+    forward = Described(tv * (logits_b + 4) + -(-tv * upcast // chunks),
+                        "T·V × ({} logits + 4 log-softmax + {}/{} one chunk's fp32 upcast) = {:,} × {:,} × {:g}",
+                        (logits_b, upcast, chunks, tokens, vocab_r, logits_b + 4 + upcast / chunks))
+    backward = Described(4 * tv + -(-tv * 12 // chunks),
+                         "T·V × (4 saved log-softmax + 12/{} one slice's backward buffers), fp32", (chunks,))
+    return Loss(forward=forward, backward=backward, head=_head(ctx, chunks), head_grad=True,
+                forward_note=f"Chunked cross-entropy over {chunks} slices of tokens keeps every slice's log-softmax",
+                backward_note="fp32 buffers of _log_softmax_backward_data")
+
+
+def _compiled(ctx: StageContext) -> Loss:
+    """A compiled cross-entropy saves only the logits and fuses its backward into a gradient in the logits'
+    dtype: no fp32 T·V buffer (inductor's partition of HF and torchtitan losses; torchtitan and torchtune
+    compile the loss with the model, HF computes it inside the model's forward)."""
+    tokens, vocab_r, logits_b = _tv(ctx)
+    tech, tv = ctx.plan.techniques, tokens * vocab_r
+    chunks = tech.loss_chunks if tech.loss == "chunked" else 0
+    forward = Described(tv * logits_b + 8 * tokens, "T·V × {} logits + 8T (compiled loss) = {:,} × {:,} × {} + 8 × {:,}",
+                        (logits_b, tokens, vocab_r, logits_b, tokens))
+    backward = Described(tv * logits_b + (-(-tv * logits_b // chunks) if chunks else tv * logits_b),
+                         "T·V × {} saved logits + their gradient" + (f" (one slice's of {chunks})" if chunks else "")
+                         + " (compiled)", (logits_b,))
+    return Loss(forward=forward, backward=backward, head=_head(ctx, chunks), head_grad=True,
+                forward_note="A compiled cross-entropy saves only the logits",
+                backward_note="A compiled cross-entropy's backward writes the logits' gradient in their dtype: no "
+                              "fp32 buffer")
+
+
+def _fused(ctx: StageContext) -> Loss:
+    """Liger fused linear cross-entropy (ops/fused_linear_cross_entropy.py): tokens go through the head in chunks
+    of next_pow2(⌈T / ⌈V/h⌉⌉) rows, whose logits (compute dtype; the fp32 upcast stays in registers) are
+    overwritten by their gradient; the gradients of the hidden states (T·h) and of the head's weight (V·h,
+    parameter dtype; none for a frozen head) are made in forward and saved for backward."""
+    tokens, vocab_r, _ = _tv(ctx)
+    h, bc = ctx.plan.model.hidden_size, ctx.bc
+    rows = min(1 << (-(-tokens // -(-vocab_r // h)) - 1).bit_length(), tokens)
+    head_each = 0 if ctx.lora else (4 if ctx.autocast else bc)
+    saved = tokens * h * bc + vocab_r * h * head_each + 4 * tokens
+    made = fixed(saved, "the gradients made in forward")
+    forward = Described(saved + rows * vocab_r * bc, "T·h × {} input gradient + "
+                        + ("V·h × {} head gradient + " if head_each else "") + "{:,} rows × V × {} chunk logits + 4T",
+                        (bc, head_each, rows, bc) if head_each else (bc, rows, bc))
+    return Loss(forward=forward, backward=made, head=made, head_grad=False,
+                forward_note="Fused linear cross-entropy: logits exist one chunk at a time; gradients are made in forward",
+                backward_note="Liger's fused loss made these gradients in forward")
+
+
+def loss(ctx: StageContext) -> Loss:
+    tech = ctx.plan.techniques
+    if tech.loss == "fused":
+        return _fused(ctx)
+    if tech.compile:
+        return _compiled(ctx)
+    return _chunked(ctx) if tech.loss == "chunked" else _plain(ctx)
+

@@ -1,0 +1,137 @@
+"""What an estimate returns: items, the moments of the step (phases), pipeline stages and the totals' meaning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable, Literal
+
+from planner.catalog import Gpu
+from planner.plan import Plan
+from planner.units import format_bytes
+
+if TYPE_CHECKING:
+    from planner.memory.terms import Term
+
+Level = Literal["allocated", "reserved", "device"]
+
+TOTALS_MEANING = {
+    "peak_allocated_bytes": "live tensors at the peak: what torch.cuda.max_memory_allocated() reads",
+    "peak_reserved_bytes": "plus the caching allocator's held blocks: torch.cuda.max_memory_reserved()",
+    "device_bytes": "plus CUDA context and NCCL buffers: what nvidia-smi shows for the process",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Item:
+    """One line of the breakdown: bytes at a given moment, with how they were computed and why."""
+
+    name: str  # stable key, e.g. "optimizer_states"
+    label: str
+    bytes: int
+    formula: str
+    note: str
+    level: Level = "allocated"  # the total it first counts in (allocated ⊂ reserved ⊂ device)
+    term: Term | None = field(default=None, compare=False, repr=False)  # what computed bytes and formula
+
+
+@dataclass(frozen=True, kw_only=True)
+class Phase:
+    """Live memory at one moment of the step; its allocator-level items add up to `allocated_bytes`, and
+    device-level ones (paged optimizer states in CUDA managed memory) to `outside_bytes`."""
+
+    name: str  # e.g. "forward", "loss backward", "backward (first layer)", "optimizer step"
+    description: str
+    items: tuple[Item, ...]
+    allocated_bytes: int = -1  # derived: the sum of the allocated items
+    outside_bytes: int = -1  # derived: the sum of the device-level items (outside PyTorch's allocator)
+
+    def __post_init__(self) -> None:
+        allocated = outside = 0
+        for i in self.items:  # one pass: searches build phases by the thousand
+            if i.level == "allocated":
+                allocated += i.bytes
+            elif i.level == "device":
+                outside += i.bytes
+        object.__setattr__(self, "allocated_bytes", allocated)
+        object.__setattr__(self, "outside_bytes", outside)
+
+
+def phase(name: str, description: str, *parts: Item | None) -> Phase:
+    """A phase of the items that apply (None: a technique the plan does not use)."""
+    return Phase(name=name, description=description, items=tuple([i for i in parts if i is not None]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One pipeline stage (the whole model when pipeline = 1)."""
+
+    index: int
+    layers: int
+    micro_batches_in_flight: float  # in units of one micro-batch through the whole stage
+    phases: tuple[Phase, ...]
+    peak: Phase
+    reserved_bytes: int
+    device_bytes: int
+    host_bytes: int = 0  # pinned host memory of offloaded activations
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return self.peak.allocated_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Serving:
+    """What a serving engine can hold: the KV cache left after weights and activations."""
+
+    kv_budget_bytes: int
+    kv_bytes_per_token: int  # per sequence token, on one GPU
+    max_concurrent_sequences: int  # at prompt + output tokens each
+    max_context_tokens: int  # for batch_size sequences
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    plan: Plan
+    gpu: Gpu
+    items: tuple[Item, ...]  # at the peak of the most loaded stage; allocated, then reserved, then device items
+    phase: str  # the moment that sets the peak
+    stage: int  # the most loaded pipeline stage
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    device_bytes: int
+    usable_bytes: int
+    host_bytes: int  # CPU memory per GPU for offloaded states (not part of device_bytes)
+    runtime_bytes: int  # CUDA context + NCCL, the same on every stage
+    all_stages: Callable[[], tuple[Stage, ...]] = field(compare=False, repr=False)  # computes `stages`
+    serving: Serving | None = None  # inference with a serving engine: its KV-cache capacity
+
+    @cached_property
+    def stages(self) -> tuple[Stage, ...]:
+        """Every pipeline stage (computed when asked: the peak needs only the first and the last)."""
+        return self.all_stages()
+
+    @property
+    def fits(self) -> bool:
+        return self.device_bytes <= self.usable_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        """Usable memory left (negative: the shortfall)."""
+        return self.usable_bytes - self.device_bytes
+
+    @property
+    def reason(self) -> str:
+        gpu = f"{self.gpu.name} ×{self.plan.hardware.count}"
+        need, have = format_bytes(self.device_bytes), format_bytes(self.usable_bytes)
+        if self.serving is not None:
+            inf, s = self.plan.workload.inference, self.serving
+            if self.fits:
+                return (f"fits on {gpu}: the engine's {have} hold the weights and KV cache for "
+                        f"{s.max_concurrent_sequences:,} sequences of {inf.context_tokens:,} tokens "
+                        f"(batch {inf.batch_size}: up to {s.max_context_tokens:,} tokens each)")
+            return (f"does not fit on {gpu}: the engine's {have} leave no room for the KV cache of "
+                    f"{inf.batch_size} sequences of {inf.context_tokens:,} tokens (needs {need})")
+        if self.fits:
+            return f"fits on {gpu}: needs {need} per GPU of {have} usable ({format_bytes(self.headroom_bytes)} free)"
+        return f"does not fit on {gpu}: needs {need} per GPU, {have} usable (short by {format_bytes(-self.headroom_bytes)})"

@@ -1,0 +1,136 @@
+"""Model states, allocated once and live all step: weights (or a frozen base and LoRA adapters), fp32 master
+weights, optimizer states, gradients, DDP buckets and the cuBLAS workspaces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
+from planner.memory.layout import StageContext
+from planner.memory.optimizers import PAGED_OPTIMIZERS, Optimizer, Trainable
+from planner.memory.result import Item
+from planner.memory.runtime import cublas_workspace
+from planner.memory.terms import Described, Factor, Product, Size, Sum, fixed, item
+
+
+@dataclass(frozen=True, kw_only=True)
+class States:
+    static: tuple[Item, ...]  # live every moment: weights, adapters, master, optimizer states, buckets, cuBLAS
+    grads: Item  # gradients once produced
+    grad_dtype_bytes: int  # bytes of one gradient as kept in .grad
+    stored: float  # bytes per parameter as ZeRO-3 all-gathers it (a frozen base keeps its storage)
+
+
+def _lora_weights(ctx: StageContext, tr: Trainable) -> tuple[Item, Item, Item, int, float]:
+    """(frozen base, adapters, master weights, adapter gradient bytes, base bytes per parameter)."""
+    plan, sp, bc = ctx.plan, ctx.sp, ctx.bc
+    prec, z, mixed = plan.precision, plan.parallelism.zero_stage, plan.precision.mixed
+    wdt = prec.weights
+    # Frozen base: projections in the weights dtype (with their quantization scales); embeddings, norms and
+    # the output head stay in the compute dtype (bitsandbytes, GPTQ and AWQ leave them unquantized).
+    projections = Described(quantized_bytes(sp.linear, wdt, rows=sp.linear_rows, group_size=prec.quant_group_size,
+                                            double_quant=prec.double_quant),
+                            "{:,} projection params in {}" + (" + scales" if wdt in QUANTIZED else ""), (sp.linear, wdt))
+    base = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(bc, "B")))))
+    weights = item("weights", "Weights (frozen base)", ctx.sharded(base, round(base.bytes * sp.experts / sp.total), z == 3),
+                   "Frozen: no gradients, no optimizer state" + (
+                       f"; {wdt} weights are dequantized one matrix at a time for each matmul" if wdt in QUANTIZED else ""),
+                   ctx.detail)
+    adapter_dtype = "fp32" if mixed else prec.activation_dtype  # PEFT keeps adapters in fp32 under mixed precision
+    lora = plan.workload.lora
+    each = Factor(nbytes(adapter_dtype), f"B ({adapter_dtype})")
+    own = Product((Factor(tr.total, "params"), each),
+                  f": rank {lora.rank} on {', '.join(lora.targets)} × {ctx.layers} layers")
+    adapters = item("adapters", "LoRA adapters", ctx.sharded(own, 0, z == 3),
+                    "Trainable low-rank A and B matrices (Hu et al. 2021)", ctx.detail)
+    master = item("master_weights", "Master weights", fixed(0, "0"),
+                  "Adapters are updated directly" + (" in fp32" if mixed else ""), ctx.detail)
+    return weights, adapters, master, nbytes(adapter_dtype), base.bytes / sp.total
+
+
+def _weights_note(ctx: StageContext, weight_dtype: str) -> str:
+    mixed, z = ctx.plan.precision.mixed, ctx.plan.parallelism.zero_stage
+    if ctx.autocast:
+        return "fp32 parameters; torch.autocast makes 16-bit copies for matmuls (see weight casts)"
+    if mixed and z == 3:
+        return "fp32 parameter shards are the master copy; 16-bit layers are all-gathered when used (FSDP2)"
+    if mixed:
+        return "Persistent 16-bit copy used for compute (ZeRO recipe); the fp32 master is sharded"
+    return f"Parameters stored in {weight_dtype}; the optimizer updates them directly"
+
+
+def _full_weights(ctx: StageContext) -> tuple[Item, Item]:
+    """(weights, master weights) of full training."""
+    prec, z, offload, sp = ctx.plan.precision, ctx.plan.parallelism.zero_stage, ctx.plan.techniques.offload, ctx.sp
+    mixed = prec.mixed
+    params = Factor(sp.total, "params")
+    if offload == "optimizer_and_params":
+        weights = item("weights", "Weights", fixed(0, "0 (on CPU)"),
+                       "Parameters live in host memory; layers are fetched to the GPU when used", ctx.detail)
+    else:
+        weight_dtype = "fp32" if (mixed and z in (0, 3) and offload == "none") else prec.activation_dtype
+        each = nbytes(weight_dtype)
+        term = Product((params, Factor(each, f"B ({weight_dtype})")))
+        weights = item("weights", "Weights", ctx.sharded(term, sp.experts * each, z == 3),
+                       _weights_note(ctx, weight_dtype), ctx.detail)
+    if mixed and z in (1, 2) and offload == "none":
+        master = item("master_weights", "Master weights",
+                      ctx.sharded(Product((params, Factor(4, "B (fp32)"))), sp.experts * 4, True),
+                      "fp32 copy the optimizer updates, sharded with its states (ZeRO paper §5)", ctx.detail)
+    else:
+        master = item("master_weights", "Master weights", fixed(0, "0"),
+                      "No separate copy: the optimizer updates the stored weights" if not mixed else
+                      "On CPU with the optimizer (offload)" if offload != "none" else
+                      "The fp32 parameters (Weights) are the master copy", ctx.detail)
+    return weights, master
+
+
+def _optimizer_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> Item:
+    plan = ctx.plan
+    state_bytes = opt.states.bytes
+    if plan.techniques.offload != "none" or state_bytes == 0:
+        return item("optimizer_states", "Optimizer states", opt.states if not state_bytes else fixed(0, "0 (on CPU)"),
+                    "Offloaded with the optimizer step" if state_bytes else opt.note, ctx.detail)
+    experts = 0 if ctx.lora else ctx.sp.experts  # routed experts' parameters (adapters are not split finer)
+    return item("optimizer_states", "Optimizer states",
+                ctx.sharded(opt.states, round(state_bytes * experts / tr.total), plan.parallelism.zero_stage >= 1),
+                opt.note, ctx.detail, level="device" if plan.precision.optimizer in PAGED_OPTIMIZERS else "allocated")
+
+
+def _gradients(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int) -> Item:
+    tech, z = ctx.plan.techniques, ctx.plan.parallelism.zero_stage
+    if tech.offload != "none":
+        return item("gradients", "Gradients", fixed(0, "0 (moved to CPU as produced)"),
+                    "Gradients stream to host memory for the CPU optimizer step", ctx.detail)
+    if tech.optimizer_in_backward:  # (validated: one micro-batch per step, no ZeRO, no offload)
+        return item("gradients", "Gradients", fixed(0, "0 (each is applied and freed as it is produced)"),
+                    "Optimizer in backward: a post-accumulate-grad hook steps each parameter and frees its gradient",
+                    ctx.detail)
+    term = Product((Factor(tr.total, "adapter params" if ctx.lora else "params"), Factor(grad_dtype_bytes, "B")))
+    experts = 0 if ctx.lora else ctx.sp.experts
+    return item("gradients", "Gradients", ctx.sharded(term, experts * grad_dtype_bytes, z >= 2),
+                ("Held across micro-batches" if ctx.accum > 1 else "Produced during backward")
+                + ("; only adapters have gradients" if ctx.lora else "; sharded from ZeRO-2 on"), ctx.detail)
+
+
+def _ddp_buckets(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int) -> Item:
+    par, offload = ctx.plan.parallelism, ctx.plan.techniques.offload
+    ddp = ctx.shard > 1 and par.zero_stage == 0 and offload == "none"
+    grad_bytes = tr.total * grad_dtype_bytes  # unsharded: DDP means ZeRO-0
+    term = Described(grad_bytes, "= gradients ({})", (Size(grad_bytes),)) if ddp else fixed(0, "0 (no DDP)")
+    return item("ddp_buckets", "DDP gradient buckets", term,
+                "DDP keeps flat all-reduce buckets beside .grad (gradient_as_bucket_view=False, PyTorch's default)",
+                ctx.detail)
+
+
+def model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
+    if ctx.lora:
+        weights, adapters, master, grad_dtype_bytes, stored = _lora_weights(ctx, tr)
+    else:
+        (weights, master), adapters = _full_weights(ctx), None
+        grad_dtype_bytes, stored = nbytes(ctx.plan.precision.gradients), ctx.bc
+    workspace = cublas_workspace("Forward and autograd threads each hold one (cuBLAS docs)", ctx.detail)
+    static = tuple(i for i in (weights, adapters, master, _optimizer_states(ctx, tr, opt),
+                               _ddp_buckets(ctx, tr, grad_dtype_bytes), workspace) if i is not None)
+    return States(static=static, grads=_gradients(ctx, tr, grad_dtype_bytes), grad_dtype_bytes=grad_dtype_bytes,
+                  stored=stored)

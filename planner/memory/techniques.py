@@ -1,0 +1,174 @@
+"""Transients of one moment of backward, one function per technique: the ZeRO-3 gather, fresh gradients, a
+dequantized weight (QLoRA), the expert all-to-all, fp8 casts, DoRA's weight norm, the layer's backward
+temporaries and the recompute of checkpointing; and the optimizer step's temporaries."""
+
+from __future__ import annotations
+
+from planner.dtypes import QUANTIZED
+from planner.memory.activations import NVFP4_BYTES
+from planner.memory.checkpointing import Kept
+from planner.memory.layout import StageContext, routed_slots
+from planner.memory.result import Item
+from planner.memory.terms import Described, Factor, Product, Size, fixed, item
+from planner.models import projection_shapes
+
+# MXFP8 (OCP microscaling): 8-bit values with one 1-byte e8m0 scale per 32.
+MXFP8_BYTES = 1 + 1 / 32
+# bytes per element of each low-precision recipe's casts (tensorwise and rowwise: 1)
+FP8_RECIPE_BYTES = {"mxfp8": MXFP8_BYTES, "nvfp4": NVFP4_BYTES}
+
+
+def zero3_gather(ctx: StageContext, stored: float) -> Item | None:
+    """The unit in use plus the one prefetched, unsharded (ZeRO-3/FSDP); `stored` bytes per parameter as
+    all-gathered (a frozen base keeps its storage)."""
+    if ctx.plan.parallelism.zero_stage != 3:
+        return None
+    sp, fp8 = ctx.sp, ctx.plan.precision.fp8_all_gather
+    gathered = round(sp.gathered_pair * stored)
+    if fp8:  # torchao WeightWithDynamicFloat8CastTensor: layers' linears travel as float8, 1 B each
+        # (no 16-bit unsharded copy is made); the embedding and the output head stay 16-bit
+        gathered -= round(sp.gathered_pair_layers * (stored - 1))
+    text = "largest neighbouring units {:,} params × {:.3g} B" + (", of which {:,} layer params as float8 (1 B)" if fp8 else "")
+    return item("zero3_gather", "ZeRO-3 all-gathered layers",
+                Described(gathered, text, (sp.gathered_pair, stored, sp.gathered_pair_layers)),
+                "The unit in use plus the one prefetched, unsharded", ctx.detail)
+
+
+def fresh_gradients(ctx: StageContext, grad_bytes: int, opt_temp: int, trainable: int, unit: int, counted: bool,
+                    largest: int | None = None) -> Item:
+    """Fresh gradients of the unit being differentiated, beyond those already counted in Gradients. Autograd
+    produces them in the dtype of the parameters it sees (fp32 under autocast, else the compute dtype). They
+    become .grad directly on the first micro-batch without ZeRO-2; otherwise they are a transient (added into
+    .grad, or reduce-scattered), plus a cast copy when the gradient dtype differs."""
+    z, offload = ctx.plan.parallelism.zero_stage, ctx.plan.techniques.offload
+    produced = 4 if ctx.autocast else grad_bytes if ctx.lora else ctx.bc
+    if ctx.plan.techniques.optimizer_in_backward:  # one parameter's gradient at a time, and its step's temporaries
+        one = min(unit, largest or unit)
+        step = -(-opt_temp * one // max(1, trainable))
+        return item("fresh_gradients", "Fresh gradient (stepped in backward)",
+                    Described(one * produced + step, "largest parameter {:,} × {} B + its step temporaries {:,} B",
+                              (one, produced, step)),
+                    "The optimizer steps each parameter as soon as its gradient is ready, then frees it", ctx.detail)
+    cast = produced != grad_bytes and offload == "none"
+    transient = unit * produced if (cast or z >= 2 or ctx.accum > 1 or offload != "none") else 0
+    transient += unit * grad_bytes if (z >= 2 and cast) else 0
+    kept = unit * grad_bytes if (not counted and z < 2 and offload == "none") else 0
+    copy = (z >= 2 and cast) or kept
+    return item("fresh_gradients", "Fresh gradients",
+                Described(transient + kept, "{:,} params × ({} B as produced" + (" + {} B copy" if copy else "") + ")",
+                          (unit, produced, grad_bytes)),
+                "Gradients of the unit being differentiated, before accumulation, reduce-scatter or host copy", ctx.detail)
+
+
+def dequantized_weight(ctx: StageContext) -> Item | None:
+    prec = ctx.plan.precision
+    if not (ctx.lora and prec.weights in QUANTIZED):
+        return None
+    return item("dequantized_weight", "Dequantized weight",
+                Product((Factor(ctx.sp.largest_matrix, "params"), Factor(ctx.bc, "B")), prefix="largest projection "),
+                f"{prec.weights} weights are dequantized to {prec.activation_dtype} for each matmul, forward and backward",
+                ctx.detail)
+
+
+def expert_dispatch(ctx: StageContext) -> Item | None:
+    """All-to-all send buffer of the routed tokens (the receive side is the experts' saved input)."""
+    if not (ctx.sp.moe_layers and ctx.plan.parallelism.expert > 1):
+        return None
+    slots, h = routed_slots(ctx.plan), ctx.plan.model.hidden_size
+    return item("expert_dispatch", "Expert all-to-all buffers",
+                Described(round(ctx.tokens * slots * h * ctx.bc), "T × {:g} routed slots × h × {} B", (slots, ctx.bc)),
+                "Tokens permuted for the all-to-all to expert-parallel ranks", ctx.detail)
+
+
+def fp8_casts(ctx: StageContext) -> Item | None:
+    """Float8 linears (torchao): 8-bit casts of the input, the weight and its transpose for each matmul, made and
+    freed per matmul; tensorwise, rowwise and mxfp8 save the bf16 input as bf16 training does (torchao
+    matmul_with_hp_or_float8_args, mx_mm: save_for_backward(input_hp, weight_hp); torchao README: Llama-3-8B
+    peak 47.65 GB bf16, 47.77 tensorwise, 47.79 rowwise)."""
+    prec, m = ctx.plan.precision, ctx.plan.model
+    if prec.compute != "fp8":
+        return None
+    width = max(m.hidden_size, m.intermediate_size // ctx.plan.parallelism.tensor)
+    recipe, largest = prec.fp8_recipe, ctx.sp.largest_matrix
+    per = FP8_RECIPE_BYTES.get(recipe, 1)
+    scales = 4 * (ctx.tokens + width) if recipe == "rowwise" else 0  # one fp32 scale per row of each operand
+    text = "(2 × largest matrix {:,} + T × {:,}) × {:g} B" + (" + fp32 row scales 4 × (T + {:,})" if scales else "")
+    return item("fp8_casts", f"Low-precision casts ({recipe})",
+                Described(round(per * (2 * largest + ctx.tokens * width)) + scales, text, (largest, width, per, width)),
+                "Per-matmul low-precision copies of the weight (and its transpose) and of the input, with their scales",
+                ctx.detail)
+
+
+def _dora_bytes(ctx: StageContext, d_in: int, d_out: int) -> int:
+    r = ctx.plan.workload.lora.rank
+    if ctx.plan.precision.mixed:
+        return 2 * d_in * d_in + 2 * d_in * r + 16 * d_in * d_out
+    return ctx.bc * (d_in * d_in + d_in * r + 3 * d_in * d_out)
+
+
+def dora_weight_norm(ctx: StageContext) -> Item | None:
+    """DoRA recomputes ‖W + s·BA‖ per output row in every training forward: weight-sized temporaries of the
+    projection being adapted (peft dora.py get_lora_weight, get_weight_norm; MemTracker): an identity
+    d_in × d_in, B·A, the weight plus it — in fp32 with fp32 adapters."""
+    lora = ctx.plan.workload.lora
+    if not (ctx.lora and lora.variant == "dora"):
+        return None
+    shapes = projection_shapes(ctx.plan.model, ctx.plan.parallelism.tensor)
+    target = max(lora.targets, key=lambda x: _dora_bytes(ctx, *shapes[x]))
+    d_in, d_out = shapes[target]
+    text = "largest adapted projection ({}, {:,} → {:,}): " + (
+        "2d_in² + 2d_in·r + 16 d_in·d_out" if ctx.plan.precision.mixed else f"{ctx.bc}(d_in² + d_in·r + 3 d_in·d_out)")
+    return item("dora_weight_norm", "DoRA weight-norm temporaries",
+                Described(_dora_bytes(ctx, d_in, d_out), text, (target, d_in, d_out)),
+                "DoRA recomputes the adapted weight's row norms in each forward (and in a checkpointed recompute)",
+                ctx.detail)
+
+
+def _sac_recompute(ctx: StageContext, k: Kept) -> int:
+    """Op-level SAC regenerates what a whole layer saves, less what it kept: the larger of a dense and an MoE
+    layer of the stage."""
+    acts, sp = k.acts, ctx.sp
+    rest = ctx.tokens * (acts.norms // ctx.seq_div + acts.attention + acts.scores)
+    return max(rest + ctx.tokens * acts.mlp - k.per_layer if sp.dense_layers else 0,
+               rest + ctx.tokens * acts.moe_mlp - k.moe_layer if sp.moe_layers else 0, 0)
+
+
+def _recompute(ctx: StageContext, k: Kept) -> Item | None:
+    """Checkpointing recomputes one layer at a time during backward (every_k with k > L checkpoints nothing)."""
+    ckpt = ctx.plan.techniques.activation_checkpointing
+    if ckpt == "none" or (ckpt == "every_k" and k.share == 0):
+        return None
+    layerwise = ckpt in ("full", "every_k")  # a checkpointed layer is recomputed whole
+    recompute = (k.full_layer + ctx.sp.layer * 2 * ctx.autocast if layerwise else
+                 _sac_recompute(ctx, k) if ckpt == "selective_op" else ctx.tokens * k.acts.scores)
+    return item("recompute", "Recomputed layer",
+                fixed(recompute, "one layer's full activations" if layerwise else
+                      "one layer's activations less those kept" if ckpt == "selective_op" else
+                      "one layer's attention scores"),
+                "Checkpointing recomputes one layer at a time during backward", ctx.detail)
+
+
+def layer_work(ctx: StageContext, k: Kept, dequant: Item | None, fp8: Item | None, dora: Item | None
+               ) -> tuple[Item | None, ...]:
+    """What differentiating one layer adds: the recompute, the largest intermediates' gradients, and the
+    per-matmul transients."""
+    acts, bc, tokens = k.acts, ctx.bc, ctx.tokens
+    mlp_of = acts.mlp if ctx.sp.dense_layers else acts.moe_mlp  # the MLP term of the stage's largest layer kind
+    layer_bwd = max(tokens * mlp_of // 2, tokens * acts.scores) + 2 * tokens * bc * ctx.plan.model.hidden_size
+    transient = item("backward_transient", "Layer backward temporaries",
+                     Described(layer_bwd, "max(half the saved MLP, eager score gradients) + 2 × {}T·h", (bc,)),
+                     "Gradients of the largest intermediates of the layer being differentiated", ctx.detail)
+    ckpt = ctx.plan.techniques.activation_checkpointing
+    return (_recompute(ctx, k), transient, dequant, expert_dispatch(ctx), fp8, dora if ckpt != "none" else None)
+
+
+def optimizer_temp(ctx: StageContext, opt_temp: int) -> Item:
+    """Buffers the optimizer step allocates besides its states, ZeRO-sharded with them."""
+    z = ctx.plan.parallelism.zero_stage
+    s_shard = ctx.shard if z >= 1 else 1
+    temp = 0 if ctx.plan.techniques.offload != "none" else -(-opt_temp // s_shard)
+    term = (Described(temp, "{} of step temporaries" + (ctx.shard_note if s_shard > 1 else ""), (Size(opt_temp),))
+            if temp else fixed(0, "0 (the step updates in place)"))
+    return item("optimizer_temp", "Optimizer temporaries", term,
+                "Buffers the optimizer step allocates besides its states (see Optimizer states)", ctx.detail)
+

@@ -1,0 +1,117 @@
+"""One training step, phase by phase: the moments of each pipeline stage assembled from the model states,
+activations, loss and backward transients, and the estimate of the most loaded stage."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from planner.catalog import Gpu
+from planner.dtypes import nbytes
+from planner.memory import checkpointing, techniques
+from planner.memory.layout import StageContext, stage_context, stage_params
+from planner.memory.losses import Loss, loss
+from planner.memory.optimizers import Optimizer, optimizer, trainable
+from planner.memory.result import Estimate, Item, Phase, Stage, phase
+from planner.memory.runtime import ALLOCATOR_CHURN_FRACTION, allocator_reserve, churn_reserve, runtime_items
+from planner.memory.states import States, model_states
+from planner.memory.terms import fixed, item
+from planner.plan import Plan
+
+
+def _last_stage_phases(ctx: StageContext, lo: Loss, held: tuple[Item, ...], casts_bwd: Item | None,
+                       gather: Item | None, fresh: partial[Item]) -> list[Phase]:
+    """The loss's backward and the output head's backward (the last stage only)."""
+    logits = partial(item, "logits_loss", "Logits and loss", detail=ctx.detail)
+    return [phase("loss backward", "backward of the log-softmax over the vocabulary", *held, casts_bwd, gather,
+                  logits(lo.backward, lo.backward_note)),
+            phase("output head backward", "gradients of the output projection", *held, casts_bwd, gather,
+                  logits(lo.head, "Input of the output head's backward"),
+                  fresh(ctx.sp.head, counted=ctx.accum > 1) if lo.head_grad and not ctx.lora else None)]
+
+
+def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[list[Phase], int]:
+    """The moments of the step on one stage, and the bytes of activations offloaded to the host."""
+    sp, plan = ctx.sp, ctx.plan
+    k = checkpointing.kept(ctx)
+    acts, host = checkpointing.activations(ctx, k)
+    casts, casts_bwd = checkpointing.weight_casts(ctx, k)
+    grads_held = st.grads if ctx.accum > 1 else item("gradients", "Gradients", fixed(0, "0 (not yet produced)"),
+                                                      "First micro-batch of the step: .grad was freed by zero_grad",
+                                                      ctx.detail)
+    held = (*st.static, grads_held, acts)
+    gather = techniques.zero3_gather(ctx, st.stored)
+    dequant, fp8, dora = techniques.dequantized_weight(ctx), techniques.fp8_casts(ctx), techniques.dora_weight_norm(ctx)
+    fresh = partial(techniques.fresh_gradients, ctx, st.grad_dtype_bytes, opt.temp, total)
+    lo = loss(ctx) if ctx.last else None
+    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, casts, gather, dequant,
+                    fp8, dora, item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None)]
+    if lo:
+        phases += _last_stage_phases(ctx, lo, held, casts_bwd, gather, fresh)
+    work = techniques.layer_work(ctx, k, dequant, fp8, dora)
+    layer_unit = sp.adapters // ctx.layers if ctx.lora else sp.layer  # a frozen layer's only gradients are its adapters'
+    phases.append(phase("backward (first layer)", "backward of the stage's last layer: all activations still live",
+                        *held, casts_bwd, gather, *work, fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
+    rest, rest_casts, freed = checkpointing.backward_activations(ctx, k)
+    phases.append(phase("backward (last layer)", "backward of the stage's first layer: gradients nearly all produced",
+                        *st.static, st.grads, rest, rest_casts, gather, *work,
+                        fresh(layer_unit, counted=True, largest=sp.largest_matrix)))
+    if ctx.first and not ctx.lora:  # a frozen embedding has no backward
+        tied = plan.model.tie_embeddings and plan.parallelism.pipeline == 1
+        phases.append(phase("embedding backward", "dense gradient of the embedding table", *st.static, st.grads, freed,
+                            gather, fresh(sp.embedding, counted=not tied)))
+    if not plan.techniques.optimizer_in_backward:  # optimizer in backward has no separate step
+        phases.append(phase("optimizer step", "activations freed; the optimizer updates the weights", *st.static,
+                            st.grads, techniques.optimizer_temp(ctx, opt.temp)))
+    return phases, host
+
+
+def stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> Stage:
+    """One stage's phases; `detail=False` skips writing out formulas (for searches that need only bytes)."""
+    ctx = stage_context(plan, index, detail)
+    tr = trainable(plan, ctx.sp)
+    opt = optimizer(plan, tr)
+    phases, host = _phases(ctx, model_states(ctx, tr, opt), opt, tr.total)
+    peak = max(phases, key=lambda ph: ph.allocated_bytes)
+    # the allocator's reserve only grows, so the reserved peak is the largest over the phases
+    reserved = max(ph.allocated_bytes + churn_reserve(ph) for ph in phases)
+    device = reserved + runtime_bytes + max(ph.outside_bytes for ph in phases)
+    return Stage(index=index, layers=ctx.layers, micro_batches_in_flight=ctx.in_flight, phases=tuple(phases), peak=peak,
+                 reserved_bytes=reserved, device_bytes=device, host_bytes=host)
+
+
+def _all_stages(plan: Plan, runtime_bytes: int) -> tuple[Stage, ...]:
+    return tuple(stage(plan, i, runtime_bytes) for i in range(plan.parallelism.pipeline))
+
+
+def host_bytes(plan: Plan) -> int:
+    """CPU memory per GPU holding what `techniques.offload` moved off the GPU."""
+    if plan.techniques.offload == "none":
+        return 0
+    prec, par = plan.precision, plan.parallelism
+    sp = max((stage_params(plan, i) for i in range(par.pipeline)), key=lambda s: s.total)
+    tr = trainable(plan, sp)
+    states = optimizer(plan, tr).states.bytes
+    # fp32 master (if any) and fp32 gradients the CPU step reads, the optimizer states (+ the parameters)
+    host = tr.total * ((4 if prec.master_weights == "fp32" else 0) + 4) + states
+    if plan.techniques.offload == "optimizer_and_params":
+        host += sp.total * nbytes(prec.activation_dtype)
+    return -(-host // (par.data * par.context))
+
+
+def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
+    runtime = runtime_items(plan, detail)
+    runtime_bytes = sum(i.bytes for i in runtime)
+    # A middle stage holds a subset of the first stage's items, each no larger (no embedding, fewer
+    # micro-batches in flight), so the most loaded stage is the first or the last.
+    p = plan.parallelism.pipeline
+    edges = (stage(plan, 0, runtime_bytes, detail),) + ((stage(plan, p - 1, runtime_bytes, detail),) if p > 1 else ())
+    worst = max(edges, key=lambda s: (s.device_bytes, -s.index))
+    reserve = allocator_reserve(
+        "Allocator reserve", worst.reserved_bytes - worst.peak_allocated_bytes,
+        f"max over phases of (live + {ALLOCATOR_CHURN_FRACTION:.0%} of per-step memory) − peak live",
+        "Blocks the caching allocator keeps after freeing them; assumption pending GPU measurement", detail)
+    return Estimate(plan=plan, gpu=gpu, items=worst.peak.items + (reserve,) + runtime, phase=worst.peak.name,
+                    stage=worst.index, peak_allocated_bytes=worst.peak_allocated_bytes,
+                    peak_reserved_bytes=worst.reserved_bytes, device_bytes=worst.device_bytes,
+                    usable_bytes=gpu.usable_bytes, host_bytes=host_bytes(plan) + max(s.host_bytes for s in edges),
+                    runtime_bytes=runtime_bytes, all_stages=partial(_all_stages, plan, runtime_bytes))
