@@ -5,7 +5,7 @@ import pytest
 from planner.memory.inference import weight_bytes
 from planner.memory.layout import largest_stage_layers, stage_layers
 from planner.models import presets
-from planner.plan import plan_from_dict
+from planner.codec import plan_from_dict
 
 
 @pytest.mark.parametrize("preset", ["deepseek-v2", "deepseek-v3", "mixtral-8x7b", "llama-3.1-8b"])

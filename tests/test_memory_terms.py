@@ -10,7 +10,7 @@ import pytest
 from conftest import TINY
 from planner.memory import estimate
 from planner.memory.terms import Described, Factor, Product, Sharded, Size, Sum, item
-from planner.plan import plan_from_dict
+from planner.codec import plan_from_dict
 from planner.units import MiB
 
 
