@@ -57,6 +57,9 @@ def plan_from_dict(data: Any) -> Plan:
         raise bad("schema", schema, f"is not supported; this planner reads {SCHEMA!r}")
     if "model" not in data:
         raise PlanError("model", "missing; give a model.preset or the architecture keys")
+    for name in ("model", *SECTIONS):  # shapes first: the framework's rules read values inside them
+        if data.get(name) is not None and not isinstance(data[name], dict):
+            raise bad(name, data[name], "must be a mapping")
     data = apply_framework(data)
     sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in SECTIONS.items()}
     name = data.get("name") or ""

@@ -95,13 +95,18 @@ def _value(data: dict, key: str) -> Any:
     if found:
         return value
     if key == "parallelism.data":
-        par = data.get("parallelism") or {}
-        count = (data.get("hardware") or {}).get("count")
+        count = _lookup(data, "hardware.count")[1]
         split = 1
         for degree in ("tensor", "pipeline", "context"):
-            split *= par.get(degree) or 1
-        return count // split if isinstance(count, int) and isinstance(split, int) and split else 1
+            found = _lookup(data, f"parallelism.{degree}")[1]
+            split *= found if _is_count(found) else 1  # the plan's own validation names a bad degree later
+        return count // split if _is_count(count) else 1
     return _leaf_default(key)
+
+
+def _is_count(value: Any) -> bool:
+    """A whole number the plan could accept as a degree or GPU count (no bool, no text, no billion-digit int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 20
 
 
 def _holds(setting: Setting, value_of: Callable[[str], Any]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from planner.errors import PlanError
+from planner.errors import PlanError, bad
 from planner.loader import HF_CONFIG, load_json
 from planner.models import Model
 
@@ -91,6 +91,14 @@ def _first(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     return next((config[k] for k in keys if config.get(k) is not None), default)
 
 
+def _size(config: Mapping[str, Any], key: str) -> int | float:
+    """A width the mapping divides by: a positive finite number (JSON has no NaN; a mapping passed in may)."""
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise bad(f"hf_config.{key}", value, "must be a positive number")
+    return value
+
+
 def _llama_like(config: Mapping[str, Any]) -> bool:
     return "rms_norm_eps" in config and str(config.get("hidden_act", "")).lower() in ("silu", "swish")
 
@@ -106,10 +114,14 @@ def _moe(config: Mapping[str, Any], family: str) -> dict[str, Any]:
     if config.get("n_shared_experts"):  # DeepSeek: shared experts of the routed experts' size
         out["shared_experts"] = config["n_shared_experts"]
     elif config.get("shared_expert_intermediate_size") and moe_inter:  # Qwen2-MoE: one wide shared expert
-        out["shared_experts"] = max(1, round(config["shared_expert_intermediate_size"] / moe_inter))
+        shared = _size(config, "shared_expert_intermediate_size") / _size(config, "moe_intermediate_size")
+        out["shared_experts"] = max(1, round(shared))
     first_dense = _first(config, "first_k_dense_replace", default=0)
     if family == "qwen2_moe" or family == "qwen3_moe":
-        first_dense = len(config.get("mlp_only_layers") or [])
+        dense_layers = config.get("mlp_only_layers") or []
+        if not isinstance(dense_layers, list):
+            raise bad("hf_config.mlp_only_layers", dense_layers, "must be a list of layer indices")
+        first_dense = len(dense_layers)
     if first_dense:
         out["first_dense_layers"] = first_dense
     return out

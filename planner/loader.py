@@ -41,6 +41,23 @@ def _duplicate(kind: Kind, path: str, line: int | None = None) -> PlanError:
     return PlanError(f"{kind.prefix}{path}", "duplicated key" + (f" (line {line})" if line else ""))
 
 
+# What a document may expand to through its aliases: a plan or a catalog has a few hundred nodes; an alias bomb
+# (`b: [*a, *a, …]` nested) has billions, and anything that walks it (a repr, a copy) runs for minutes.
+MAX_EXPANDED_NODES = 100_000
+# Digits of an integer: no real value has more than 20, and Python refuses to read more than 4,300.
+MAX_INT_DIGITS = 30
+
+
+def _expanded_nodes(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many nodes `node` stands for with every alias expanded (each shared node counted once per use)."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 1  # a recursive alias counts once
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[id(node)] = 1 + sum(_expanded_nodes(child, sizes) for child in children)
+    return sizes[id(node)]
+
+
 def _check_keys(loader: yaml.SafeLoader, kind: Kind, node: yaml.Node, path: str, done: set[int]) -> None:
     """Refuse a key given twice in any mapping under `node`, naming its path (keys as the loader reads them).
     A node reached again through an alias is checked once (`done`), so alias bombs stay cheap."""
@@ -70,6 +87,9 @@ def _load(text: str, kind: Kind) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
+        if _expanded_nodes(node, {}) > MAX_EXPANDED_NODES:
+            raise PlanError(kind.what, f"expands to more than {MAX_EXPANDED_NODES:,} values through its aliases; "
+                                       f"that is not {kind.noun}")
         _check_keys(loader, kind, node, "", set())
         return loader.construct_document(node)
     finally:
@@ -83,6 +103,11 @@ def load_yaml(text: str, kind: Kind = PLAN) -> Any:
         return _load(text, kind)
     except RecursionError:  # PyYAML composes recursively: thousands of nested brackets exhaust the stack
         raise PlanError(kind.what, f"nested too deeply to be {kind.noun}") from None
+    except PlanError:
+        raise
+    except ValueError:  # PyYAML's int() of more digits than Python reads
+        raise PlanError(kind.what, f"holds an integer of more than {MAX_INT_DIGITS} digits; that is not "
+                                   f"{kind.noun}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -100,11 +125,27 @@ def _no_duplicates(kind: Kind) -> Callable[[list[tuple[str, Any]]], dict[str, An
     return hook
 
 
+def _int_of(kind: Kind) -> Callable[[str], int]:
+    def parse(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise PlanError(kind.what, f"holds an integer of {len(digits.lstrip('-')):,} digits; no value of "
+                                       f"{kind.noun} has more than {MAX_INT_DIGITS}")
+        return int(digits)
+    return parse
+
+
+def _no_constant(kind: Kind) -> Callable[[str], float]:
+    def parse(constant: str) -> float:  # NaN, Infinity, -Infinity: Python's extension, not JSON (RFC 8259 §6)
+        raise PlanError(kind.what, f"not valid JSON ({constant} is not a JSON number)")
+    return parse
+
+
 def load_json(text: str, kind: Kind = HF_CONFIG) -> Any:
     """JSON text as plain data, refusing a key given twice in any object."""
     _check_size(text, kind)
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates(kind))
+        return json.loads(text, object_pairs_hook=_no_duplicates(kind), parse_int=_int_of(kind),
+                          parse_constant=_no_constant(kind))
     except json.JSONDecodeError as exc:
         raise PlanError(kind.what, f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:

@@ -374,7 +374,7 @@ def model_from_dict(data: Any) -> Model:
     preset_id = data.get("preset")
     if preset_id is not None:
         table = presets()
-        if preset_id not in table:
+        if not isinstance(preset_id, str) or preset_id not in table:
             raise bad("model.preset", preset_id, f"is not a known preset; known: {', '.join(sorted(table))}")
         base = table[preset_id].model
         fields = {k: getattr(base, k) for k in _ARCH_KEYS}

@@ -38,3 +38,11 @@ def test_catalog_errors_name_the_entry_field():
     with pytest.raises(PlanError) as err:
         parse_catalog("schema: vram-planner-catalog/v1\ngpus:\n  - 3\n")
     assert (err.value.field, err.value.rule) == ("gpu_catalog gpus[0]", "must be a mapping of GPU fields")
+
+
+def test_a_huge_value_reads_cut_to_one_short_line():
+    assert str(bad("x", list(range(10**6)), "is bad")) == "x: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...] is bad"
+    text = str(bad("name", "y" * 10**6, "is too long"))
+    assert len(text) < 120 and text.endswith("yyy' is too long") and "..." in text
+    assert str(bad("x", ["q", "k", "v", "o", "gate", "up", "down"], "r")) == \
+        "x: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] r"  # ordinary values read in full

@@ -38,11 +38,16 @@ def test_size_caps_and_whole_document_errors_name_the_document():
     assert str(err.value) == "gpu_catalog: not valid YAML at line 1, column 9 (expected ',' or ']', but got ':')"
 
 
-def test_aliases_are_read_once_and_anchors_still_work():
+def test_anchors_work_and_an_alias_bomb_is_refused_before_it_expands():
     assert load_yaml("a: &x {b: 1}\nc: *x\n") == {"a": {"b": 1}, "c": {"b": 1}}
     bomb = "a: &a [x, x]\n" + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}]\n"
-                                      for i in range(20))
-    assert len(load_yaml(bomb)) == 21  # 2^20 references, checked once per node
+                                      for i in range(20))  # 2^21 values once expanded
+    with pytest.raises(PlanError) as err:
+        load_yaml(bomb)
+    assert str(err.value) == "plan: expands to more than 100,000 values through its aliases; that is not a plan"
+    fine = "a: &a [x, x]\n" + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}]\n"
+                                      for i in range(10))
+    assert len(load_yaml(fine)) == 11  # 2^11 values: read
 
 
 def test_empty_text_is_none():
