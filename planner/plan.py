@@ -400,10 +400,14 @@ class Plan:
                                                     " (torchtitan's micro-pipelined TP is an inductor pass)")
         if self.precision.fp8_all_gather and par.zero_stage != 3:
             raise bad("precision.fp8_all_gather", True, "needs parallelism.zero_stage 3 (FSDP all-gathers weights)")
-        if task == "inference":
-            for key, on in (("compile", tech.compile), ("activation_offload", tech.activation_offload)):
-                if on:
-                    raise bad(f"techniques.{key}", True, "applies to training, not inference")
+        if task == "inference":  # what inference does not model: a setting of training, refused rather than ignored
+            for key, value, unset in (("techniques.compile", tech.compile, False),
+                                      ("techniques.activation_offload", tech.activation_offload, False),
+                                      ("techniques.offload", tech.offload, "none"),
+                                      ("precision.fp8_all_gather", self.precision.fp8_all_gather, False),
+                                      ("parallelism.zero_stage", par.zero_stage, 0)):
+                if value != unset:
+                    raise bad(key, value, "applies to training, not inference")
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         if inference_framework and task != "inference":
             raise bad("framework", self.framework, f"serves models: workload.task must be inference, not {task}")

@@ -37,6 +37,9 @@ COUNT_LADDER = tuple(2**i for i in range(11))  # 1, 2, 4, 8 GPUs, then 2 ... 128
 SEARCH_KEYS = ("gpu", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
                "offload", "micro_batch_size")
 RankBy = Literal["job", "hour"]
+# recomputation and offload from the least memory saved to the most (the search's "most saving" is the last)
+CHECKPOINTING_BY_SAVING = ("none", "selective", "every_k", "selective_op", "full")
+OFFLOADS_BY_SAVING = ("none", "optimizer", "optimizer_and_params")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +96,15 @@ class _Strategy:
     expert: int = 1
 
 
+def _allows(plan: Plan, **sections) -> bool:
+    """Whether the plan's other settings admit these sections (e.g. optimizer in backward admits no ZeRO)."""
+    try:
+        replace(plan, **sections)
+    except PlanError:
+        return False
+    return True
+
+
 class _Search:
     def __init__(self, plan: Plan, catalog: dict[str, Gpu], fixed: frozenset[str]) -> None:
         self.plan, self.catalog, self.fixed = plan, catalog, fixed
@@ -100,32 +112,43 @@ class _Search:
         m, wl, tech, par = plan.model, plan.workload, plan.techniques, plan.parallelism
         self.global_batch = wl.global_batch_size
 
-        def options(key: str, current, choices):
-            return (current,) if key in fixed else tuple(choices)
+        def options(key: str, current, choices, order=None):
+            """The values searched for a key: the plan's own value among them, in memory-saving order."""
+            return (current,) if key in fixed else tuple(sorted({*choices, current}, key=order))
 
-        self.zeros = options("zero_stage", par.zero_stage, (0, 1, 2, 3))
+        # ZeRO stages and offloads the plan's own settings allow (optimizer in backward: stage 0, no offload)
+        self.zeros = options("zero_stage", par.zero_stage, [z for z in (0, 1, 2, 3) if _allows(
+            plan, parallelism=replace(par, zero_stage=z))])
         self.pipelines = options("pipeline", par.pipeline,
                                  [p for p in (1, 2, 4, 8, 16) if m.num_layers % p == 0 and m.num_layers // p >= 2])
         self.contexts = options("context", par.context,
                                 [c for c in (1, 2, 4, 8) if wl.sequence_length % c == 0 and wl.sequence_length // c >= 1024]
                                 or [1])
         self.ckpts = options("activation_checkpointing", tech.activation_checkpointing,
-                             ("none", "selective", "full") if tech.attention == "eager" else ("none", "full"))
-        self.offloads = options("offload", tech.offload, ("none", "optimizer", "optimizer_and_params"))
+                             ("none", "selective", "full") if tech.attention == "eager" else ("none", "full"),
+                             CHECKPOINTING_BY_SAVING.index)
+        self.offloads = options("offload", tech.offload, [o for o in OFFLOADS_BY_SAVING
+                                                          if _allows(plan, techniques=replace(tech, offload=o),
+                                                                     parallelism=replace(par, zero_stage=3 if o ==
+                                                                     "optimizer_and_params" else par.zero_stage))],
+                                OFFLOADS_BY_SAVING.index)
         mbs, mb = [], wl.micro_batch_size
         while mb >= 1:
             mbs.append(mb)
             mb = mb // 2 if mb % 2 == 0 else 0
-        self.micro_batches = options("micro_batch_size", wl.micro_batch_size, mbs + ([1] if mbs[-1] != 1 else []))
+        self.micro_batches = options("micro_batch_size", wl.micro_batch_size, mbs + ([1] if mbs[-1] != 1 else []),
+                                     lambda n: -n)  # largest first
         self.experts = options("expert", par.expert, [e for e in (1, 2, 4, 8, 16, 32, 64) if m.num_experts
                                                       and m.num_experts % e == 0] or [1])
 
     def tensors(self, gpu: Gpu) -> tuple[int, ...]:
-        m = self.plan.model
+        """Tensor-parallel degrees within a node that split the heads, and the plan's own on its own GPU."""
+        m, own = self.plan.model, self.plan.parallelism.tensor
         if "tensor" in self.fixed:
-            return (self.plan.parallelism.tensor,)
-        return tuple(t for t in (1, 2, 4, 8) if t <= gpu.gpus_per_node and m.num_attention_heads % t == 0
-                     and m.intermediate_size % t == 0 and (m.num_kv_heads % t == 0 or t % m.num_kv_heads == 0))
+            return (own,)
+        within = {t for t in (1, 2, 4, 8) if t <= gpu.gpus_per_node and m.num_attention_heads % t == 0
+                  and m.intermediate_size % t == 0 and (m.num_kv_heads % t == 0 or t % m.num_kv_heads == 0)}
+        return tuple(sorted(within | ({own} if gpu.id == self.plan.hardware.gpu else set())))
 
     def plan_for(self, s: _Strategy, gpu: Gpu, count: int) -> Plan | None:
         """The plan with this strategy on `count` GPUs, or None when the strategy cannot be laid out."""
@@ -136,7 +159,6 @@ class _Search:
         data = count // model_parallel
         if self.global_batch % (s.micro_batch * data):
             return None
-        tokens_per_rank = base.workload.sequence_length // s.context
         try:
             return replace(
                 base,
@@ -144,13 +166,23 @@ class _Search:
                 # float8 all-gathers exist only where FSDP gathers (ZeRO-3 layouts)
                 precision=replace(base.precision, fp8_all_gather=base.precision.fp8_all_gather and s.zero == 3),
                 techniques=replace(base.techniques, activation_checkpointing=s.ckpt, offload=s.offload),
-                parallelism=Parallelism(data=data, zero_stage=s.zero, tensor=s.tensor, pipeline=s.pipeline,
-                                        context=s.context, expert=s.expert,
-                                        sequence_parallel=s.tensor > 1 and tokens_per_rank % s.tensor == 0),
+                parallelism=self.parallelism_for(s, data),
                 hardware=Hardware(gpu=gpu.id, count=count),
             )
         except PlanError:
             return None
+
+    def parallelism_for(self, s: _Strategy, data: int) -> Parallelism:
+        """The strategy's degrees over the plan's own settings: its pipeline schedule and virtual stages where the
+        strategy pipelines, async TP where it keeps sequence parallelism; micro-batches per step follow the batch."""
+        par, tokens_per_rank = self.plan.parallelism, self.plan.workload.sequence_length // s.context
+        sequence_parallel = s.tensor > 1 and tokens_per_rank % s.tensor == 0
+        pipelined = s.pipeline > 1 and par.pipeline > 1
+        return replace(par, data=data, zero_stage=s.zero, tensor=s.tensor, pipeline=s.pipeline, context=s.context,
+                       expert=s.expert, sequence_parallel=sequence_parallel, pipeline_microbatches=None,
+                       pipeline_schedule=par.pipeline_schedule if pipelined else "1f1b",
+                       virtual_stages=par.virtual_stages if pipelined else 1,
+                       async_tp=par.async_tp and sequence_parallel)
 
     def evaluate(self, s: _Strategy, gpu: Gpu, count: int) -> Estimate | None:
         """Estimate of the strategy, memoized across GPU types: memory does not depend on the GPU, so the
@@ -279,7 +311,9 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
     tokens = tokens or DEFAULT_JOB_TOKENS
 
     gpus = [catalog[plan.hardware.gpu]] if "gpu" in fixed else list(catalog.values())
-    counts = (plan.hardware.count,) if "count" in fixed else tuple(n for n in COUNT_LADDER if n <= max_count)
+    own = {plan.hardware.count} if plan.hardware.count <= max_count else set()  # the plan's count is a candidate
+    counts = (plan.hardware.count,) if "count" in fixed else tuple(sorted(
+        {n for n in COUNT_LADDER if n <= max_count} | own))
     inference = plan.workload.task == "inference"
     if inference:
         tokens, source = 10**6, "inference: costs per million generated tokens"
@@ -340,7 +374,9 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
         return [], (f"{gpu.name} ×{closest.plan.hardware.count}: needs {format_bytes(closest.device_bytes)} per GPU "
                     f"even with the most memory-saving strategy, {allowed}")
 
-    last = max(first, min(counts[-1], plan.workload.global_batch_size))  # beyond one GPU per sequence: no gain
+    # beyond one GPU per sequence no gain, but the plan's own count is always tried
+    last = max(first, min(counts[-1], plan.workload.global_batch_size),
+               plan.hardware.count if plan.hardware.count in counts else 0)
     found = []
     for n in (c for c in counts if first <= c <= last):
         best: tuple[float, Candidate] | None = None

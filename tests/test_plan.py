@@ -183,3 +183,14 @@ def test_optimizer_in_backward_rules():
         plan_from_dict({**base, "parallelism": {"data": 2, "zero_stage": 2}})
     with pytest.raises(PlanError, match=r"^techniques.optimizer_in_backward: True applies to training, not inference$"):
         plan_from_dict({**base, "workload": {"task": "inference"}})
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"techniques": {"offload": "optimizer"}}, "techniques.offload: 'optimizer' applies to training, not inference"),
+    ({"parallelism": {"zero_stage": 3, "data": 2}}, "parallelism.zero_stage: 3 applies to training, not inference"),
+])
+def test_inference_refuses_training_settings_instead_of_ignoring_them(extra, message):
+    # an inference plan carrying one got an empty recommendation instead of a clear refusal
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"task": "inference"}, **extra})
+    assert str(err.value) == message

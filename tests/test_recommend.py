@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import TINY
@@ -146,3 +146,63 @@ def test_float8_all_gather_plans_are_searched_without_error():
                            "parallelism": {"zero_stage": 3, "data": 2}})
     rec = recommend(plan)
     assert rec.best is not None and rec.best.plan.precision.fp8_all_gather == (rec.best.plan.parallelism.zero_stage == 3)
+
+
+@st.composite
+def fitting_plans(draw):
+    """Plans of real small models with the settings the search must keep (schedules, async TP, optimizer in
+    backward, frameworks) on a count that need not be on the ladder."""
+    preset = draw(st.sampled_from(["llama-3.2-1b", "qwen2.5-0.5b", "smollm2-1.7b", "qwen3-30b-a3b"]))
+    tensor, pipeline, data = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 3]))
+    d = {"model": {"preset": preset}, "framework": draw(st.sampled_from(["generic", "torchtune", "torchtitan"])),
+         "workload": {"task": draw(st.sampled_from(["pretrain", "finetune", "lora"])),
+                      "sequence_length": draw(st.sampled_from([1024, 4096])), "micro_batch_size": 1},
+         "techniques": {"activation_checkpointing": draw(st.sampled_from(["none", "selective_op", "every_k", "full"]))},
+         "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data,
+                         "zero_stage": draw(st.sampled_from([0, 1, 3]))}}
+    if pipeline > 1:
+        d["parallelism"].update(pipeline_schedule="interleaved_1f1b", virtual_stages=2)
+        d["workload"]["global_batch_size"] = 4 * data
+    if tensor > 1 and draw(st.booleans()):
+        d["parallelism"].update(sequence_parallel=True, async_tp=True)
+        d["techniques"]["compile"] = True
+    if data == 1 and tensor == pipeline == 1 and draw(st.booleans()):
+        d["techniques"]["optimizer_in_backward"] = True
+        d["parallelism"]["zero_stage"] = 0
+    try:
+        return plan_from_dict(d)
+    except PlanError:
+        assume(False)
+
+
+@settings(max_examples=80, deadline=None)
+@given(fitting_plans())
+def test_a_plan_that_fits_as_given_is_among_the_candidates(plan):
+    catalog = catalog_of(H100)
+    est = estimate(plan, catalog, detail=False)
+    assume(est.device_bytes <= int(est.usable_bytes * 0.9) and est.host_bytes <= 128 * 2**30)
+    rec = recommend(plan, catalog, max_count=16)
+    assert any(c.count == plan.hardware.count for c in rec.candidates), (plan.hardware.count, rec.rejected)
+
+
+@pytest.mark.parametrize("data", [
+    {"framework": "torchtune", "model": {"preset": "llama-3.1-8b"}, "workload": {"task": "finetune"}},
+    {"model": {"preset": "llama-3.2-1b"}, "techniques": {"optimizer_in_backward": True}},
+])
+def test_plans_the_search_once_lost_keep_their_settings(data):
+    # found by trying: each candidate was rebuilt from fresh defaults, so a plan that steps its optimizer in
+    # backward (no ZeRO, no offload) had no layout at all, though it fits one H100 as given
+    plan = plan_from_dict(data)
+    rec = recommend(plan, catalog_of(H100), max_count=8)
+    assert [c.count for c in rec.candidates][:1] == [1]
+    assert all(c.plan.techniques.optimizer_in_backward and c.plan.parallelism.zero_stage == 0 for c in rec.candidates)
+
+
+def test_candidates_keep_the_plan_s_pipeline_schedule_and_async_tp():
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"global_batch_size": 8},
+                           "techniques": {"compile": True},
+                           "parallelism": {"tensor": 2, "sequence_parallel": True, "async_tp": True, "pipeline": 2,
+                                           "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}})
+    rec = recommend(plan, catalog_of(H100), fixed={"tensor", "pipeline"})
+    par = rec.best.plan.parallelism
+    assert (par.pipeline_schedule, par.virtual_stages, par.async_tp) == ("interleaved_1f1b", 2, True)

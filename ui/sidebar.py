@@ -218,8 +218,9 @@ def precision_inputs() -> None:
         if st.session_state["compute"] == "fp8":
             drawn(st.selectbox, "Low-precision recipe", CHOICES["precision.fp8_recipe"], key="fp8_recipe",
                   help="Scaling of the float8 (or 4-bit) matmul operands (torchao)")
-            drawn(st.checkbox, "Float8 all-gather", key="fp8_all_gather",
-                  help="FSDP all-gathers layers' weights in float8 instead of 16 bits (ZeRO-3)")
+            if task in TRAINING_TASKS:
+                drawn(st.checkbox, "Float8 all-gather", key="fp8_all_gather",
+                      help="FSDP all-gathers layers' weights in float8 instead of 16 bits (ZeRO-3)")
         if task in FROZEN_WEIGHTS:
             _frozen_weights(task)
         if task in TRAINING_TASKS:
@@ -261,9 +262,9 @@ def technique_inputs(models: dict[str, Preset]) -> None:
             drawn(st.number_input, "Checkpoint every k-th layer", 1, 1024, key="checkpoint_every")
         drawn(st.selectbox, "Attention", CHOICES["techniques.attention"], key="attention",
               help="flash: fused kernel, no s×s scores kept; eager: scores materialized")
-        drawn(st.selectbox, "Offload", CHOICES["techniques.offload"], key="offload",
-              help="Move optimizer states (and parameters, ZeRO-3) to CPU memory")
         if st.session_state["task"] in TRAINING_TASKS:
+            drawn(st.selectbox, "Offload", CHOICES["techniques.offload"], key="offload",
+                  help="Move optimizer states (and parameters, ZeRO-3) to CPU memory")
             _training_techniques()
         if _has_experts(models):
             drawn(st.number_input, "MoE capacity factor (0: dropless)", 0.0, 64.0, step=0.25, key="moe_capacity_factor",
@@ -284,8 +285,9 @@ def parallelism_inputs(catalog: dict) -> None:
     with st.expander("Parallelism and hardware", expanded=True):
         drawn(st.selectbox, "GPU", list(catalog), key="gpu", format_func=lambda k: catalog[k].name)
         drawn(st.number_input, "Data parallel", 1, MAX_DEGREE, key="data")
-        drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage",
-              help="3 = FSDP full shard")
+        if st.session_state["task"] in TRAINING_TASKS:  # sharding of training states
+            drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage",
+                  help="3 = FSDP full shard")
         drawn(st.selectbox, "Tensor parallel", [1, 2, 4, 8, 16], key="tensor")
         drawn(st.checkbox, "Sequence parallel", key="sequence_parallel", help="With tensor parallelism")
         drawn(st.checkbox, "Async tensor parallel", key="async_tp",
