@@ -41,6 +41,7 @@ from planner.perf import DEFAULT_MFU
 from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_micro_batch,
                                max_sequence_length, min_gpus, recommend)
 
+CLI_BUDGET_S = 60.0  # a command line can wait for a big search; the app cannot (ui/tabs.py)
 ESTIMATE_FORMATS = {"table": estimate_to_table, "json": estimate_to_json, "yaml": estimate_to_yaml}
 
 
@@ -76,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="your price per GPU-hour for a catalog GPU (repeatable)")
     rec.add_argument("--fix", default="", metavar="KEY,...",
                      help=f"plan values the search keeps; any of: {', '.join(SEARCH_KEYS)}")
+    rec.add_argument("--budget", type=float, default=CLI_BUDGET_S, metavar="SECONDS",
+                     help=f"time the search may take, then it answers with the best found (default {CLI_BUDGET_S:g})")
 
     lim = command("limits", "largest micro-batch, longest sequence and fewest GPUs for the plan's GPU")
     lim.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM)
@@ -171,7 +174,7 @@ def _run(args: argparse.Namespace) -> str:
         rec = recommend(plan, catalog, headroom=args.headroom, mfu=mfu, mfu_by_gpu=mfu_by_gpu,
                         prices=_per_gpu("--price", args.price, "h100-sxm-80gb=2.10"),
                         fixed={k for k in args.fix.split(",") if k}, rank_by=args.rank,
-                        host_memory_gib_per_gpu=args.host_gib)
+                        host_memory_gib_per_gpu=args.host_gib, budget_s=args.budget)
         note = approximate_note(plan.model)
         if args.format == "table":
             return (f"{note}\n" if note else "") + recommendation_to_table(rec, args.top)

@@ -191,6 +191,9 @@ def recommendation_to_table(rec: Recommendation, top: int | None = 10) -> str:
     lines = [f"job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.flops_per_token:.3g} FLOPs/token; "
              f"{rec.mfu:.0%} model FLOPs utilization; {rec.headroom:.0%} memory headroom; ranked by "
              f"{'cost of the job' if rec.rank_by == 'job' else 'cost per hour'}", ""]
+    if rec.cut_after_s is not None:
+        lines[1:1] = [f"search cut after {rec.cut_after_s:g} s by its time budget: the best found by then "
+                      f"({sum('not searched' in r.reason for r in rec.rejected)} GPU types not searched)"]
     if not rec.candidates:
         lines.append("no GPU in the catalog fits this plan")
     else:

@@ -14,6 +14,7 @@ How the search is organised (and why it is fast):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal, get_args
@@ -77,6 +78,7 @@ class Recommendation:
     headroom: float
     mfu: float
     rank_by: RankBy
+    cut_after_s: float | None = None  # the time budget ran out: the best answers found by then
 
     @property
     def best(self) -> Candidate | None:
@@ -105,9 +107,14 @@ def _allows(plan: Plan, **sections) -> bool:
     return True
 
 
+class _OutOfTime(Exception):
+    """The search's time budget ran out while it was estimating a layout."""
+
+
 class _Search:
-    def __init__(self, plan: Plan, catalog: dict[str, Gpu], fixed: frozenset[str]) -> None:
-        self.plan, self.catalog, self.fixed = plan, catalog, fixed
+    def __init__(self, plan: Plan, catalog: dict[str, Gpu], fixed: frozenset[str],
+                 deadline: float = float("inf")) -> None:
+        self.plan, self.catalog, self.fixed, self.deadline = plan, catalog, fixed, deadline
         self.memo: dict[tuple[_Strategy, int], Estimate | None] = {}
         m, wl, tech, par = plan.model, plan.workload, plan.techniques, plan.parallelism
         self.global_batch = wl.global_batch_size
@@ -189,6 +196,8 @@ class _Search:
         estimate may name another GPU of the catalog (see `for_gpu`)."""
         key = (s, count)
         if key not in self.memo:
+            if time.perf_counter() > self.deadline:
+                raise _OutOfTime
             plan = self.plan_for(s, gpu, count)
             self.memo[key] = None if plan is None else estimate(plan, self.catalog, detail=False)
         return self.memo[key]
@@ -271,11 +280,15 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
               mfu: float = DEFAULT_MFU, prices: dict[str, float] | None = None,
               fixed: frozenset[str] | set[str] = frozenset(), max_count: int = MAX_COUNT,
               rank_by: RankBy = "job", host_memory_gib_per_gpu: float = DEFAULT_HOST_GIB_PER_GPU,
-              mfu_by_gpu: dict[str, float] | None = None) -> Recommendation:
+              mfu_by_gpu: dict[str, float] | None = None, budget_s: float | None = None) -> Recommendation:
     """Every feasible (GPU type, count) with its fastest strategy, ranked cheapest first.
 
-    `prices` and `mfu_by_gpu` override the catalog's price and the assumed utilization per GPU id."""
+    `prices` and `mfu_by_gpu` override the catalog's price and the assumed utilization per GPU id. With
+    `budget_s` the search stops when that many seconds are spent and returns what it found, saying so."""
+    start = time.perf_counter()
     catalog = catalog if catalog is not None else load_catalog()
+    if budget_s is not None and not 0 < budget_s <= 86_400:
+        raise bad("budget_s", budget_s, "must be a number of seconds above 0 and at most 86,400")
     if not 0 <= host_memory_gib_per_gpu <= 1_000_000:
         raise bad("host_memory_gib_per_gpu", host_memory_gib_per_gpu, "must be from 0 to 1,000,000 GiB")
     host = int(host_memory_gib_per_gpu * 2**30)
@@ -317,13 +330,20 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
     inference = plan.workload.task == "inference"
     if inference:
         tokens, source = 10**6, "inference: costs per million generated tokens"
-    search = _Search(plan, catalog, fixed)
+    search = _Search(plan, catalog, fixed, start + budget_s if budget_s is not None else float("inf"))
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
+    cut = False
     for gpu in gpus:
+        if cut:
+            rejected.append(Rejection(gpu=gpu, reason=f"{gpu.name}: not searched (the {budget_s:g} s budget ran out)"))
+            continue
         args = (search, gpu, counts, headroom, host, tokens, mfu_by_gpu.get(gpu.id, mfu),
                 prices.get(gpu.id, gpu.price_usd_per_hour))
-        found, reason = _search_inference(*args) if inference else _search_gpu(*args)
+        try:
+            found, reason = _search_inference(*args) if inference else _search_gpu(*args)
+        except _OutOfTime as out:
+            found, reason, cut = list(out.args[0]) if out.args else [], f"{gpu.name}: search cut by the budget", True
         candidates.extend(found)
         if not found:
             rejected.append(Rejection(gpu=gpu, reason=reason))
@@ -336,7 +356,8 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
                           job_tokens=tokens, job_tokens_source=source,
                           flops_per_token=flops_per_token(replace(plan, techniques=replace(
                               plan.techniques, activation_checkpointing="none"))) / (3 if inference else 1),
-                          headroom=headroom, mfu=mfu, rank_by=rank_by)
+                          headroom=headroom, mfu=mfu, rank_by=rank_by,
+                          cut_after_s=round(time.perf_counter() - start, 2) if cut else None)
 
 
 def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int, tokens: int,
@@ -349,8 +370,6 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
                f" headroom) and {format_bytes(host)} of host memory per GPU")
 
     classes = search.time_classes()
-    ckpt_rank = {c: i for i, c in enumerate(search.ckpts)}  # later = recomputes more = less memory
-    offload_rank = {o: i for i, o in enumerate(search.offloads)}  # later = offloads more = less memory
 
     # the fewest GPUs: the first count where a class with the most recomputation fits; every offload level is
     # tried, as deeper offloading saves device memory but needs more host memory. (Not a bisection: the global
@@ -378,34 +397,45 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
     last = max(first, min(counts[-1], plan.workload.global_batch_size),
                plan.hardware.count if plan.hardware.count in counts else 0)
     found = []
-    for n in (c for c in counts if first <= c <= last):
-        best: tuple[float, Candidate] | None = None
-        failed: list[tuple[int, int, int]] = []  # classes whose most memory-saving layout did not fit
-        base_hours = job_hours(replace(plan, techniques=replace(plan.techniques, activation_checkpointing="none",
-                                                                offload="none"),
-                                       precision=replace(plan.precision, fp8_all_gather=False),
-                                       parallelism=Parallelism(data=n), hardware=Hardware(gpu=gpu.id, count=n),
-                                       workload=replace(plan.workload, global_batch_size=None, micro_batch_size=1)),
-                               gpu, tokens, mfu)
-        for bound, ckpt, offload, p in classes:
-            if best is not None and bound * base_hours >= best[0]:
-                break
-            rank = (ckpt_rank[ckpt], offload_rank[offload])
-            if any(fp == p and fc >= rank[0] and fo >= rank[1] for fc, fo, fp in failed):
-                continue  # a class that saves at least as much memory already failed
-            extreme = search.most_saving(gpu, n, ckpt, offload, p)
-            if extreme is None or not limits.fits(extreme):
-                failed.append((*rank, p))
-                continue
-            est = search.simplest(gpu, n, limits, ckpt, offload, p)
-            if est is not None:
-                est = _for_gpu(est, gpu)
-                hours = job_hours(est.plan, gpu, tokens, mfu)
-                if best is None or hours < best[0]:
-                    best = (hours, _candidate(est, gpu, n, hours, price, limits.device, first, search.catalog))
-        if best is not None:
-            found.append(best[1])
+    try:
+        for n in (c for c in counts if first <= c <= last):
+            found.extend(_best_at(search, gpu, n, limits, classes, tokens, mfu, price, first))
+    except _OutOfTime:
+        raise _OutOfTime(found) from None
     return found, ""
+
+
+def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, tokens: int, mfu: float,
+             price: float | None, first: int) -> list[Candidate]:
+    """The fastest strategy that fits on `n` GPUs, as a one-candidate list ([] if none fits)."""
+    plan = search.plan
+    ckpt_rank = {c: i for i, c in enumerate(search.ckpts)}  # later = recomputes more = less memory
+    offload_rank = {o: i for i, o in enumerate(search.offloads)}  # later = offloads more = less memory
+    best: tuple[float, Candidate] | None = None
+    failed: list[tuple[int, int, int]] = []  # classes whose most memory-saving layout did not fit
+    base_hours = job_hours(replace(plan, techniques=replace(plan.techniques, activation_checkpointing="none",
+                                                            offload="none"),
+                                   precision=replace(plan.precision, fp8_all_gather=False),
+                                   parallelism=Parallelism(data=n), hardware=Hardware(gpu=gpu.id, count=n),
+                                   workload=replace(plan.workload, global_batch_size=None, micro_batch_size=1)),
+                           gpu, tokens, mfu)
+    for bound, ckpt, offload, p in classes:
+        if best is not None and bound * base_hours >= best[0]:
+            break
+        rank = (ckpt_rank[ckpt], offload_rank[offload])
+        if any(fp == p and fc >= rank[0] and fo >= rank[1] for fc, fo, fp in failed):
+            continue  # a class that saves at least as much memory already failed
+        extreme = search.most_saving(gpu, n, ckpt, offload, p)
+        if extreme is None or not limits.fits(extreme):
+            failed.append((*rank, p))
+            continue
+        est = search.simplest(gpu, n, limits, ckpt, offload, p)
+        if est is not None:
+            est = _for_gpu(est, gpu)
+            hours = job_hours(est.plan, gpu, tokens, mfu)
+            if best is None or hours < best[0]:
+                best = (hours, _candidate(est, gpu, n, hours, price, limits.device, first, search.catalog))
+    return [] if best is None else [best[1]]
 
 
 def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int,

@@ -156,3 +156,12 @@ def test_choices_come_from_the_plans_types_and_match_the_readme():
     assert json.loads(run("choices", "--format", "json").stdout)["precision.optimizer"] == list(get_args(Optimizer))
     assert CHOICES["parallelism.zero_stage"] == (0, 1, 2, 3) and "workload.lora.targets" in LISTS
     assert "--rank {job,hour}" in run("recommend", "--help").stdout
+
+
+def test_recommend_budget_cuts_the_search_and_the_table_says_so(tmp_path):
+    heavy = tmp_path / "heavy.yaml"
+    heavy.write_text("model: {preset: qwen3-235b-a22b, num_layers: 128, num_experts: 256}\n"
+                     "workload: {micro_batch_size: 8192, global_batch_size: 8192}\ntechniques: {attention: eager}\n")
+    out = run("recommend", str(heavy), "--budget", "0.3")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].startswith("search cut after ")

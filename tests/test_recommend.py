@@ -1,4 +1,5 @@
 import itertools
+import time
 
 import pytest
 import yaml
@@ -206,3 +207,23 @@ def test_candidates_keep_the_plan_s_pipeline_schedule_and_async_tp():
     rec = recommend(plan, catalog_of(H100), fixed={"tensor", "pipeline"})
     par = rec.best.plan.parallelism
     assert (par.pipeline_schedule, par.virtual_stages, par.async_tp) == ("interleaved_1f1b", 2, True)
+
+
+HEAVY = {"model": {"preset": "qwen3-235b-a22b", "num_layers": 128, "num_experts": 256},
+         "workload": {"micro_batch_size": 8192, "global_batch_size": 8192}, "techniques": {"attention": "eager"}}
+
+
+def test_a_time_budget_bounds_the_search_and_says_so():
+    # found by trying: this one link kept a search busy for 30-40 s
+    start = time.perf_counter()
+    rec = recommend(plan_from_dict(HEAVY), budget_s=0.5)
+    assert time.perf_counter() - start < 0.5 + 0.5  # one estimate past the budget at most
+    assert rec.cut_after_s is not None and rec.cut_after_s >= 0.5
+    assert rec.rejected[-1].reason.endswith(": not searched (the 0.5 s budget ran out)")
+    assert recommend(tiny(), catalog_of(H100), budget_s=30).cut_after_s is None  # a search within its budget
+
+
+def test_budget_must_be_positive():
+    with pytest.raises(PlanError) as err:
+        recommend(tiny(), budget_s=0)
+    assert str(err.value) == "budget_s: 0 must be a number of seconds above 0 and at most 86,400"

@@ -26,10 +26,14 @@ from ui.state import load_into_widgets
 RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
 
 
+# A hosted page must answer: the search stops here and shows what it found (the CLI allows 60 s)
+APP_SEARCH_BUDGET_S = 0.8
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headroom: float, rank_by: str):
     prices = {plan.hardware.gpu: price} if price > 0 and plan.hardware.gpu in _catalog else {}
-    return recommend(plan, _catalog, prices=prices, headroom=headroom, rank_by=rank_by)
+    return recommend(plan, _catalog, prices=prices, headroom=headroom, rank_by=rank_by, budget_s=APP_SEARCH_BUDGET_S)
 
 
 def verdict(plan: Plan, result: Estimate) -> None:
@@ -88,6 +92,9 @@ def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recom
     rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by)
     st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.mfu:.0%} model FLOPs utilization "
                f"of each GPU's dense peak; {rec.headroom:.0%} of memory kept free.")
+    if rec.cut_after_s is not None:
+        st.warning(f"The search stopped after {rec.cut_after_s:g} s: these are the best answers found by then. "
+                   "`python -m planner recommend` searches the whole catalog.")
     if rec.best is None:
         st.warning("No GPU in the catalog fits this workload, even with every memory-saving technique.")
     else:
