@@ -38,8 +38,8 @@ from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
 from planner.plan import Plan
 from planner.perf import DEFAULT_MFU
-from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_micro_batch,
-                               max_sequence_length, min_gpus, recommend)
+from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_batch_size,
+                               max_micro_batch, max_prompt_tokens, max_sequence_length, min_gpus, recommend)
 
 CLI_BUDGET_S = 60.0  # a command line can wait for a big search; the app cannot (ui/tabs.py)
 ESTIMATE_FORMATS = {"table": estimate_to_table, "json": estimate_to_json, "yaml": estimate_to_yaml}
@@ -182,14 +182,27 @@ def _run(args: argparse.Namespace) -> str:
             print(note, file=sys.stderr)
         rows = recommendation_to_list(rec, args.top)
         return json.dumps(rows, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(rows, sort_keys=False)
-    mb = max_micro_batch(plan, catalog, headroom=args.headroom)
-    seq = max_sequence_length(plan, catalog, headroom=args.headroom)
-    fewest = min_gpus(plan, catalog, headroom=args.headroom)
+    return _limits(plan, catalog, args.headroom)
+
+
+def _limits(plan: Plan, catalog: dict, headroom: float) -> str:
+    """The `limits` command's answer: what the plan's task can grow to on its GPUs, and the fewest GPUs."""
     gpu = catalog[plan.hardware.gpu].name
+    if plan.workload.task == "inference":
+        batch, prompt = max_batch_size(plan, catalog, headroom=headroom), max_prompt_tokens(plan, catalog,
+                                                                                              headroom=headroom)
+        grow = [f"  most sequences at once: {f'{batch:,}' if batch else 'none fits'} "
+                f"({plan.workload.inference.context_tokens:,} tokens each)",
+                f"  longest prompt:         {f'{prompt:,} tokens' if prompt else 'none fits'} "
+                f"(batch {plan.workload.inference.batch_size:,}, {plan.workload.inference.output_tokens:,} output)"]
+    else:
+        mb, seq = max_micro_batch(plan, catalog, headroom=headroom), max_sequence_length(plan, catalog,
+                                                                                        headroom=headroom)
+        grow = [f"  largest micro-batch: {mb if mb else 'none fits'}",
+                f"  longest sequence:    {f'{seq:,} tokens' if seq else 'none fits'}"]
+    fewest = min_gpus(plan, catalog, headroom=headroom)
     return "\n".join([*filter(None, [approximate_note(plan.model)]),
-        f"on {plan.hardware.count} × {gpu} with the plan's strategy and {args.headroom:.0%} headroom:",
-        f"  largest micro-batch: {mb if mb else 'none fits'}",
-        f"  longest sequence:    {f'{seq:,} tokens' if seq else 'none fits'}",
+        f"on {plan.hardware.count} × {gpu} with the plan's strategy and {headroom:.0%} headroom:", *grow,
         f"fewest {gpu}: " + (f"{fewest.count} ({fewest.why.split(': ', 1)[1]})" if fewest else "none fits, up to 1,024"),
     ]) + "\n"
 

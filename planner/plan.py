@@ -87,7 +87,8 @@ class Inference:
     def __post_init__(self) -> None:
         check_int("workload.inference.batch_size", self.batch_size, lo=1, hi=MAX_BATCH)
         check_int("workload.inference.prompt_tokens", self.prompt_tokens, lo=1, hi=MAX_SEQUENCE)
-        check_int("workload.inference.output_tokens", self.output_tokens, lo=0, hi=MAX_SEQUENCE)
+        # at least one: generation produces a token (the time model divides by them)
+        check_int("workload.inference.output_tokens", self.output_tokens, lo=1, hi=MAX_SEQUENCE)
         if self.gpu_memory_utilization is not None:
             check_float("workload.inference.gpu_memory_utilization", self.gpu_memory_utilization, lo=0.05, hi=1.0)
         if self.prefill_chunk_tokens is not None:

@@ -23,7 +23,7 @@ from planner.catalog import Gpu, load_catalog
 from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
 from planner.perf import DEFAULT_MFU, flops_per_token, job_hours, peak_flops, throughput
-from planner.plan import Hardware, Parallelism, Plan
+from planner.plan import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
 from planner.units import format_bytes
 from planner.validate import check_choice
 
@@ -554,6 +554,36 @@ def max_sequence_length(plan: Plan, catalog: dict[str, Gpu] | None = None, *, he
         return limits.fits(estimate(p, catalog, detail=False))
 
     return _largest(fits, step, 16_777_216)
+
+
+def _serves(est: Estimate, limits: _Limits) -> bool:
+    """An inference estimate fits: within the engine's own budget when it serves, else within the allowance."""
+    return est.device_bytes <= (est.usable_bytes if est.serving is not None else limits.device)
+
+
+def _inference_limit(plan: Plan, catalog: dict[str, Gpu] | None, headroom: float, key: str, high: int) -> int | None:
+    """The largest value of an inference key (workload.inference.`key`) that fits the plan's GPUs."""
+    catalog = catalog if catalog is not None else load_catalog()
+    limits, inf = _plan_limits(plan, catalog, headroom, 0), plan.workload.inference
+
+    def fits(n: int) -> bool:
+        p = replace(plan, workload=replace(plan.workload, inference=replace(inf, **{key: n})))
+        return _serves(estimate(p, catalog, detail=False), limits)
+
+    return _largest(fits, 1, high)
+
+
+def max_batch_size(plan: Plan, catalog: dict[str, Gpu] | None = None, *,
+                   headroom: float = DEFAULT_HEADROOM) -> int | None:
+    """Inference: the most sequences of the plan's prompt and output length generated together that fit."""
+    return _inference_limit(plan, catalog, headroom, "batch_size", MAX_BATCH)
+
+
+def max_prompt_tokens(plan: Plan, catalog: dict[str, Gpu] | None = None, *,
+                      headroom: float = DEFAULT_HEADROOM) -> int | None:
+    """Inference: the longest prompt that fits with the plan's batch and output tokens."""
+    return _inference_limit(plan, catalog, headroom, "prompt_tokens",
+                            MAX_SEQUENCE - plan.workload.inference.output_tokens)
 
 
 def min_gpus(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,

@@ -165,3 +165,14 @@ def test_recommend_budget_cuts_the_search_and_the_table_says_so(tmp_path):
     out = run("recommend", str(heavy), "--budget", "0.3")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[1].startswith("search cut after ")
+
+
+def test_limits_of_an_inference_plan_speak_of_sequences_and_prompts(tmp_path):
+    plan = tmp_path / "serve.yaml"
+    plan.write_text("model: {preset: llama-3.2-1b}\nworkload: {task: inference, inference: {batch_size: 4}}\n")
+    out = run("limits", str(plan))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[1].startswith("  most sequences at once: ") and lines[1].endswith(" (1,280 tokens each)")
+    assert lines[2].startswith("  longest prompt: ") and lines[2].endswith(" tokens (batch 4, 256 output)")
+    assert "micro-batch" not in out.stdout

@@ -194,3 +194,11 @@ def test_inference_refuses_training_settings_instead_of_ignoring_them(extra, mes
     with pytest.raises(PlanError) as err:
         plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"task": "inference"}, **extra})
     assert str(err.value) == message
+
+
+def test_inference_generates_at_least_one_token():
+    # output_tokens 0 was accepted and divided the time model by zero
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": {"preset": "llama-3.2-1b"},
+                        "workload": {"task": "inference", "inference": {"output_tokens": 0}}})
+    assert str(err.value) == "workload.inference.output_tokens: 0 is out of range; must be from 1 to 16,777,216"

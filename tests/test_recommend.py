@@ -11,7 +11,8 @@ from planner.catalog import CATALOG_PATH, load_catalog, parse_catalog
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.codec import plan_from_dict, plan_to_dict
-from planner.recommend import DEFAULT_JOB_TOKENS, max_micro_batch, max_sequence_length, min_gpus, recommend
+from planner.recommend import (DEFAULT_JOB_TOKENS, max_batch_size, max_micro_batch, max_prompt_tokens,
+                               max_sequence_length, min_gpus, recommend)
 
 CATALOG = load_catalog()
 H100 = dict(yaml.safe_load(CATALOG_PATH.read_text())["gpus"][0])
@@ -227,3 +228,18 @@ def test_budget_must_be_positive():
     with pytest.raises(PlanError) as err:
         recommend(tiny(), budget_s=0)
     assert str(err.value) == "budget_s: 0 must be a number of seconds above 0 and at most 86,400"
+
+
+def test_inference_limits_hit_the_boundary():
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "hardware": {"gpu": "rtx-4090-24gb"},
+                           "workload": {"task": "inference", "inference": {"batch_size": 4}}})
+    limit = int(CATALOG["rtx-4090-24gb"].usable_bytes * 0.9)
+
+    def device(**inference):
+        d = plan_to_dict(plan)
+        return estimate(plan_from_dict({**d, "workload": {**d["workload"], "inference": {
+            **d["workload"]["inference"], **inference}}})).device_bytes
+
+    batch, prompt = max_batch_size(plan), max_prompt_tokens(plan)
+    assert device(batch_size=batch) <= limit < device(batch_size=batch + 1)
+    assert device(prompt_tokens=prompt) <= limit < device(prompt_tokens=prompt + 1)

@@ -144,7 +144,7 @@ def model_inputs(models: dict[str, Preset]) -> None:
 def _inference_workload() -> None:
     drawn(st.number_input, "Concurrent sequences", 1, MAX_BATCH, key="batch_size")
     drawn(st.number_input, "Prompt tokens", 1, MAX_SEQUENCE, step=256, key="prompt_tokens")
-    drawn(st.number_input, "Output tokens", 0, MAX_SEQUENCE, step=64, key="output_tokens")
+    drawn(st.number_input, "Output tokens", 1, MAX_SEQUENCE, step=64, key="output_tokens")
     st.checkbox("Serving engine (vLLM-style)", key="serving",
                 help="The engine claims a fraction of GPU memory; the KV cache fills what is left")
     if st.session_state["serving"]:
