@@ -1,4 +1,6 @@
-"""Fuzz the planner's inputs: generated plans, malformed YAML and tampered share links.
+"""Fuzz the planner's inputs: generated plans, malformed YAML, tampered share links, and structurally mutated plans
+and config.json files (one node replaced by a value of another shape: containers, nesting, huge and special
+numbers, long text), each under a time limit.
 
 Plans are drawn across the whole plan space (every task, precision, optimizer, technique, parallelism and
 model kind, in and out of range). A valid plan must estimate without raising, with integer non-negative
@@ -12,6 +14,7 @@ oversized) may only raise `PlanError`; a tampered link never raises. Anything el
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -23,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planner.catalog import load_catalog  # noqa: E402
 from planner.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
+from planner.hf_config import model_from_hf_config  # noqa: E402
 from planner.loader import load_yaml  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
@@ -211,9 +215,58 @@ def check_input(kind: str, payload) -> str:
     return "accepted"
 
 
+# Structural mutation (issue 14): a valid document with one node replaced by a value of another shape: a
+# container where a scalar was, a scalar where a container was, nesting, huge and special numbers, long text.
+HOSTILE_VALUES = (lambda v: [v, v], lambda v: {"a": v}, lambda v: [[[[v]]]], lambda v: 10**40, lambda v: -(10**18),
+                  lambda v: float("nan"), lambda v: float("inf"), lambda v: "x" * 100_000, lambda v: True,
+                  lambda v: None, lambda v: list(range(100_000)), lambda v: "", lambda v: 2**31, lambda v: 0.5)
+HF_CONFIGS = [json.loads(p.read_text()) for p in sorted(
+    (Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs").glob("*.json"))]
+SLOW_S = 2.0  # an input that takes longer than this is a bug: a hosted page must answer
+
+
+def _paths(node, prefix=()):
+    """Every path to a node of a plain document (mappings and lists)."""
+    yield prefix
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in children:
+        yield from _paths(child, prefix + (key,))
+
+
+def mutate(rng: random.Random, document):
+    """A deep copy of `document` with one node (not the root) replaced by a hostile value of another shape."""
+    out = json.loads(json.dumps(document))
+    path = rng.choice([p for p in _paths(out) if p])
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = rng.choice(HOSTILE_VALUES)(node[path[-1]])
+    return out
+
+
+def check_structural(rng: random.Random, valid_plans: list[dict]) -> str:
+    """A mutated plan (half the time under a framework whose rules read it) or config.json: only PlanError."""
+    if rng.random() < 0.7:
+        d = mutate(rng, rng.choice(valid_plans))
+        if rng.random() < 0.5:
+            d["framework"] = rng.choice(["torchtune", "torchtitan", "megatron", "deepspeed"])
+        try:
+            estimate(plan_from_dict(d))
+        except PlanError:
+            return "rejected"
+        return "accepted"
+    config = mutate(rng, rng.choice(HF_CONFIGS))
+    try:
+        model_from_hf_config(config)
+        model_from_hf_config(json.dumps(config, allow_nan=True))
+    except PlanError:
+        return "rejected"
+    return "accepted"
+
+
 def run(plans: int, inputs: int, seed: int, recommend_every: int = 50) -> dict:
     rng = random.Random(seed)
-    counts = {"ok": 0, "invalid": 0, "accepted": 0, "rejected": 0}
+    counts = {"ok": 0, "invalid": 0, "accepted": 0, "rejected": 0, "structural accepted": 0, "structural rejected": 0}
     bugs: list[str] = []
     valid_yaml = []
     for i in range(plans):
@@ -233,6 +286,18 @@ def run(plans: int, inputs: int, seed: int, recommend_every: int = 50) -> dict:
             counts[check_input(kind, payload)] += 1
         except Exception:  # noqa: BLE001
             bugs.append(f"{kind} {str(payload)[:300]!r}\n{traceback.format_exc(limit=3)}")
+    valid_plans = [load_yaml(text) for text in valid_yaml]
+    for i in range(inputs):
+        state = rng.getstate()
+        start = time.perf_counter()
+        try:
+            outcome = check_structural(rng, valid_plans)
+        except Exception:  # noqa: BLE001
+            bugs.append(f"structural input {i} (seed state {hash(state)})\n{traceback.format_exc(limit=3)}")
+            continue
+        counts["structural " + outcome] += 1
+        if time.perf_counter() - start > SLOW_S:
+            bugs.append(f"structural input {i} took {time.perf_counter() - start:.1f} s (limit {SLOW_S:g} s)")
     return {"counts": counts, "bugs": bugs}
 
 
@@ -248,6 +313,8 @@ def main() -> None:
     print(f"{args.plans:,} generated plans: {c['ok']:,} valid and checked, {c['invalid']:,} refused with PlanError")
     print(f"{args.inputs:,} malformed YAML / link inputs: {c['rejected']:,} refused with PlanError, "
           f"{c['accepted']:,} accepted (links fall back field by field)")
+    print(f"{args.inputs:,} structurally mutated plans and config.json files: {c['structural rejected']:,} refused "
+          f"with PlanError, {c['structural accepted']:,} accepted; each under {SLOW_S:g} s")
     print(f"bugs: {len(result['bugs'])}   ({time.perf_counter() - start:.0f} s, seed {args.seed})")
     for bug in result["bugs"][:20]:
         print("\n" + bug)

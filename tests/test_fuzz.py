@@ -1,4 +1,5 @@
-"""A slice of bench/fuzz.py in CI: generated plans, malformed YAML and tampered links give answers or PlanError."""
+"""A slice of bench/fuzz.py in CI: generated plans, malformed YAML, tampered links and structural mutations give
+answers or PlanError."""
 
 import sys
 
@@ -14,3 +15,12 @@ def test_fuzz_slice_finds_no_bugs():
     counts = result["counts"]
     assert result["bugs"] == []
     assert counts["ok"] > 50 and counts["invalid"] > 50 and counts["rejected"] > 50 and counts["accepted"] > 50
+    assert counts["structural rejected"] > 50 and counts["structural accepted"] > 20
+
+
+def test_a_mutation_replaces_one_node_with_another_shape():
+    rng = fuzz.random.Random(0)
+    doc = {"model": {"preset": "gpt2"}, "workload": {"sequence_length": 128}}
+    changed = [fuzz.mutate(rng, doc) for _ in range(20)]
+    assert doc == {"model": {"preset": "gpt2"}, "workload": {"sequence_length": 128}}  # the original is kept
+    assert all(c != doc for c in changed)
