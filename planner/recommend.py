@@ -15,6 +15,7 @@ How the search is organised (and why it is fast):
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal, get_args
@@ -276,6 +277,37 @@ class _Limits:
         return est.device_bytes <= self.device and est.host_bytes <= self.host
 
 
+def _check_arguments(plan: Plan, catalog: dict[str, Gpu], *, headroom: float, mfu: float, mfu_by_gpu: dict,
+                     prices: dict, fixed: Collection[str], max_count: int, rank_by: str, host_gib: float,
+                     budget_s: float | None) -> None:
+    """recommend()'s arguments, each checked with the field it came in."""
+    if budget_s is not None and not 0 < budget_s <= 86_400:
+        raise bad("budget_s", budget_s, "must be a number of seconds above 0 and at most 86,400")
+    if not 0 <= host_gib <= 1_000_000:
+        raise bad("host_memory_gib_per_gpu", host_gib, "must be from 0 to 1,000,000 GiB")
+    if not 1 <= max_count <= MAX_COUNT:
+        raise bad("max_count", max_count, f"must be from 1 to {MAX_COUNT:,}")
+    if not 0 <= headroom < 1:
+        raise bad("headroom", headroom, "must be a fraction from 0 to below 1 (e.g. 0.1 for 10 %)")
+    for key, value in (("mfu", mfu), *((f"mfu.{g}", v) for g, v in mfu_by_gpu.items())):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise bad(key, value, "must be a fraction above 0 and at most 1 (e.g. 0.4)")
+    for gpu_id in mfu_by_gpu:
+        if gpu_id not in catalog:
+            raise bad("mfu", gpu_id, f"is not in the GPU catalog; known: {', '.join(catalog)}")
+    check_choice("rank_by", rank_by, get_args(RankBy))
+    for key in fixed:
+        if key not in SEARCH_KEYS:
+            raise bad("fixed", key, f"is not a searchable key; searchable: {', '.join(SEARCH_KEYS)}")
+    for gpu_id, price in prices.items():
+        if gpu_id not in catalog:
+            raise bad("prices", gpu_id, f"is not in the GPU catalog; known: {', '.join(catalog)}")
+        if not price > 0:
+            raise bad(f"prices.{gpu_id}", price, "must be a positive price in USD per GPU-hour")
+    if "gpu" in fixed and plan.hardware.gpu not in catalog:
+        raise bad("hardware.gpu", plan.hardware.gpu, f"is not in the GPU catalog; known: {', '.join(catalog)}")
+
+
 def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
               mfu: float = DEFAULT_MFU, prices: dict[str, float] | None = None,
               fixed: frozenset[str] | set[str] = frozenset(), max_count: int = MAX_COUNT,
@@ -287,35 +319,11 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
     `budget_s` the search stops when that many seconds are spent and returns what it found, saying so."""
     start = time.perf_counter()
     catalog = catalog if catalog is not None else load_catalog()
-    if budget_s is not None and not 0 < budget_s <= 86_400:
-        raise bad("budget_s", budget_s, "must be a number of seconds above 0 and at most 86,400")
-    if not 0 <= host_memory_gib_per_gpu <= 1_000_000:
-        raise bad("host_memory_gib_per_gpu", host_memory_gib_per_gpu, "must be from 0 to 1,000,000 GiB")
+    _check_arguments(plan, catalog, headroom=headroom, mfu=mfu, mfu_by_gpu=mfu_by_gpu or {}, prices=prices or {},
+                     fixed=fixed, max_count=max_count, rank_by=rank_by, host_gib=host_memory_gib_per_gpu,
+                     budget_s=budget_s)
     host = int(host_memory_gib_per_gpu * 2**30)
-    if not 1 <= max_count <= MAX_COUNT:
-        raise bad("max_count", max_count, f"must be from 1 to {MAX_COUNT:,}")
-    if not 0 <= headroom < 1:
-        raise bad("headroom", headroom, "must be a fraction from 0 to below 1 (e.g. 0.1 for 10 %)")
-    mfu_by_gpu = dict(mfu_by_gpu or {})
-    for key, value in (("mfu", mfu), *((f"mfu.{g}", v) for g, v in mfu_by_gpu.items())):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise bad(key, value, "must be a fraction above 0 and at most 1 (e.g. 0.4)")
-    for gpu_id in mfu_by_gpu:
-        if gpu_id not in catalog:
-            raise bad("mfu", gpu_id, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-    check_choice("rank_by", rank_by, get_args(RankBy))
-    fixed = frozenset(fixed)
-    for key in fixed:
-        if key not in SEARCH_KEYS:
-            raise bad("fixed", key, f"is not a searchable key; searchable: {', '.join(SEARCH_KEYS)}")
-    prices = dict(prices or {})
-    for gpu_id, price in prices.items():
-        if gpu_id not in catalog:
-            raise bad("prices", gpu_id, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-        if not price > 0:
-            raise bad(f"prices.{gpu_id}", price, "must be a positive price in USD per GPU-hour")
-    if "gpu" in fixed and plan.hardware.gpu not in catalog:
-        raise bad("hardware.gpu", plan.hardware.gpu, f"is not in the GPU catalog; known: {', '.join(catalog)}")
+    mfu_by_gpu, prices, fixed = dict(mfu_by_gpu or {}), dict(prices or {}), frozenset(fixed)
 
     tokens = plan.job_tokens
     source = ("workload.train_tokens" if plan.workload.train_tokens else
