@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from planner.loader import load_data_file
-from planner.plan import NESTED, SECTIONS, Framework, Plan
+from planner.plan import MAX_GPUS, NESTED, SECTIONS, Framework, Plan
 
 FRAMEWORKS_PATH = Path(__file__).parent / "data" / "frameworks.yaml"
 
@@ -106,7 +106,7 @@ def _value(data: dict, key: str) -> Any:
 
 def _is_count(value: Any) -> bool:
     """A whole number the plan could accept as a degree or GPU count (no bool, no text, no billion-digit int)."""
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 20
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS
 
 
 def _holds(setting: Setting, value_of: Callable[[str], Any]) -> bool:

@@ -109,7 +109,12 @@ def _allows(plan: Plan, **sections) -> bool:
 
 
 class _OutOfTime(Exception):
-    """The search's time budget ran out while it was estimating a layout."""
+    """The search's time budget ran out while it was estimating a layout; `found` holds the candidates of the GPU
+    type being searched that were complete by then."""
+
+    def __init__(self, found: list[Candidate] | None = None) -> None:
+        super().__init__()
+        self.found = found or []
 
 
 class _Search:
@@ -319,11 +324,10 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
     `budget_s` the search stops when that many seconds are spent and returns what it found, saying so."""
     start = time.perf_counter()
     catalog = catalog if catalog is not None else load_catalog()
-    _check_arguments(plan, catalog, headroom=headroom, mfu=mfu, mfu_by_gpu=mfu_by_gpu or {}, prices=prices or {},
-                     fixed=fixed, max_count=max_count, rank_by=rank_by, host_gib=host_memory_gib_per_gpu,
-                     budget_s=budget_s)
-    host = int(host_memory_gib_per_gpu * 2**30)
     mfu_by_gpu, prices, fixed = dict(mfu_by_gpu or {}), dict(prices or {}), frozenset(fixed)
+    _check_arguments(plan, catalog, headroom=headroom, mfu=mfu, mfu_by_gpu=mfu_by_gpu, prices=prices, fixed=fixed,
+                     max_count=max_count, rank_by=rank_by, host_gib=host_memory_gib_per_gpu, budget_s=budget_s)
+    host = int(host_memory_gib_per_gpu * 2**30)
 
     tokens = plan.job_tokens
     source = ("workload.train_tokens" if plan.workload.train_tokens else
@@ -351,7 +355,7 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
         try:
             found, reason = _search_inference(*args) if inference else _search_gpu(*args)
         except _OutOfTime as out:
-            found, reason, cut = list(out.args[0]) if out.args else [], f"{gpu.name}: search cut by the budget", True
+            found, reason, cut = out.found, f"{gpu.name}: search cut by the budget", True
         candidates.extend(found)
         if not found:
             rejected.append(Rejection(gpu=gpu, reason=reason))
