@@ -376,10 +376,8 @@ class Plan:
     def _check_optimizer_in_backward(self) -> None:
         """No gradient survives backward, so nothing can accumulate, be clipped globally, or be all-reduced as a
         whole (torchtune allows it only without accumulation; here also without ZeRO or offload)."""
-        if not self.techniques.optimizer_in_backward:
+        if not self.techniques.optimizer_in_backward:  # (inference refuses it with the other training settings)
             return
-        if self.workload.task == "inference":
-            raise bad("techniques.optimizer_in_backward", True, "applies to training, not inference")
         if self.micro_batches_per_step > 1:
             raise bad("techniques.optimizer_in_backward", True,
                       f"needs one micro-batch per step (gradient accumulation {self.micro_batches_per_step}): "
@@ -404,6 +402,7 @@ class Plan:
         if task == "inference":  # what inference does not model: a setting of training, refused rather than ignored
             for key, value, unset in (("techniques.compile", tech.compile, False),
                                       ("techniques.activation_offload", tech.activation_offload, False),
+                                      ("techniques.optimizer_in_backward", tech.optimizer_in_backward, False),
                                       ("techniques.offload", tech.offload, "none"),
                                       ("precision.fp8_all_gather", self.precision.fp8_all_gather, False),
                                       ("parallelism.zero_stage", par.zero_stage, 0)):
