@@ -16,7 +16,7 @@ from planner.memory import estimate
 from planner.models import presets
 from ui import tabs
 from ui.sidebar import sidebar
-from ui.state import plan_dict, start_session
+from ui.state import current_plan_dict, start_session
 
 st.set_page_config(page_title="VRAM Planner", page_icon="🧮", layout="wide")
 start_session()
@@ -25,7 +25,7 @@ catalog, catalog_key = sidebar(presets())
 for warning in st.session_state.get("link_warnings", []):
     st.warning(f"Share link: {warning}")
 try:
-    plan = plan_from_dict(plan_dict(st.session_state, st.session_state["shown"]))
+    plan = plan_from_dict(current_plan_dict())
     result = estimate(plan, catalog)
 except PlanError as exc:
     st.error(str(exc))

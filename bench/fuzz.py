@@ -1,6 +1,7 @@
 """Fuzz the planner's inputs: generated plans, malformed YAML, tampered share links, and structurally mutated plans
 and config.json files (one node replaced by a value of another shape: containers, nesting, huge and special
-numbers, long text), each under a time limit.
+numbers, long text), each under a time limit and, for the structural ones, a memory limit (the peak of Python's
+heap while the input is handled, by tracemalloc).
 
 Plans are drawn across the whole plan space (every task, precision, optimizer, technique, parallelism and
 model kind, in and out of range). A valid plan must estimate without raising, with integer non-negative
@@ -17,8 +18,10 @@ import argparse
 import json
 import random
 import sys
+import resource
 import time
 import traceback
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -223,6 +226,7 @@ HOSTILE_VALUES = (lambda v: [v, v], lambda v: {"a": v}, lambda v: [[[[v]]]], lam
 HF_CONFIGS = [json.loads(p.read_text()) for p in sorted(
     (Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs").glob("*.json"))]
 SLOW_S = 2.0  # an input that takes longer than this is a bug: a hosted page must answer
+MEMORY_LIMIT_BYTES = 512 * 2**20  # an input that makes the heap grow more than this is a bug (a hosted worker)
 
 
 def _paths(node, prefix=()):
@@ -287,17 +291,36 @@ def run(plans: int, inputs: int, seed: int, recommend_every: int = 50) -> dict:
         except Exception:  # noqa: BLE001
             bugs.append(f"{kind} {str(payload)[:300]!r}\n{traceback.format_exc(limit=3)}")
     valid_plans = [load_yaml(text) for text in valid_yaml]
-    for i in range(inputs):
-        start = time.perf_counter()
-        try:
-            outcome = check_structural(rng, valid_plans)
-        except Exception:  # noqa: BLE001
-            bugs.append(f"structural input {i} (seed {seed})\n{traceback.format_exc(limit=3)}")
-            continue
-        counts["structural " + outcome] += 1
-        if time.perf_counter() - start > SLOW_S:
-            bugs.append(f"structural input {i} took {time.perf_counter() - start:.1f} s (limit {SLOW_S:g} s)")
-    return {"counts": counts, "bugs": bugs}
+    peak_bytes = _structural(rng, valid_plans, inputs, seed, counts, bugs)
+    return {"counts": counts, "bugs": bugs, "structural_peak_bytes": peak_bytes}
+
+
+def _structural(rng: random.Random, valid_plans: list[dict], inputs: int, seed: int, counts: dict,
+                bugs: list[str]) -> int:
+    """The structural mutations, each under the time and memory limits; returns the largest heap growth of one."""
+    worst = 0
+    tracemalloc.start()
+    try:
+        for i in range(inputs):
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            start = time.perf_counter()
+            try:
+                outcome = check_structural(rng, valid_plans)
+            except Exception:  # noqa: BLE001
+                bugs.append(f"structural input {i} (seed {seed})\n{traceback.format_exc(limit=3)}")
+                continue
+            counts["structural " + outcome] += 1
+            grown = tracemalloc.get_traced_memory()[1] - base
+            worst = max(worst, grown)
+            if time.perf_counter() - start > SLOW_S:
+                bugs.append(f"structural input {i} took {time.perf_counter() - start:.1f} s (limit {SLOW_S:g} s)")
+            if grown > MEMORY_LIMIT_BYTES:
+                bugs.append(f"structural input {i} grew the heap by {grown / 2**20:,.0f} MiB "
+                            f"(limit {MEMORY_LIMIT_BYTES / 2**20:,.0f} MiB)")
+    finally:
+        tracemalloc.stop()
+    return worst
 
 
 def main() -> None:
@@ -313,7 +336,10 @@ def main() -> None:
     print(f"{args.inputs:,} malformed YAML / link inputs: {c['rejected']:,} refused with PlanError, "
           f"{c['accepted']:,} accepted (links fall back field by field)")
     print(f"{args.inputs:,} structurally mutated plans and config.json files: {c['structural rejected']:,} refused "
-          f"with PlanError, {c['structural accepted']:,} accepted; each under {SLOW_S:g} s")
+          f"with PlanError, {c['structural accepted']:,} accepted; each under {SLOW_S:g} s, the largest heap growth "
+          f"of one {result['structural_peak_bytes'] / 2**20:,.1f} MiB (limit {MEMORY_LIMIT_BYTES / 2**20:,.0f} MiB)")
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    print(f"peak resident memory of the whole run: {peak_rss_mib:,.0f} MiB")
     print(f"bugs: {len(result['bugs'])}   ({time.perf_counter() - start:.0f} s, seed {args.seed})")
     for bug in result["bugs"][:20]:
         print("\n" + bug)

@@ -26,6 +26,7 @@ from planner.frameworks import apply_framework
 from planner.loader import load_yaml
 from planner.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
 from planner.plan import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
+from planner.validate import check_mapping
 
 
 # --- plan ↔ nested dict ↔ YAML ------------------------------------------------------------------------------------
@@ -57,9 +58,7 @@ def plan_from_dict(data: Any) -> Plan:
         raise bad("schema", schema, f"is not supported; this planner reads {SCHEMA!r}")
     if "model" not in data:
         raise PlanError("model", "missing; give a model.preset or the architecture keys")
-    for name in ("model", *SECTIONS):  # shapes first: the framework's rules read values inside them
-        if data.get(name) is not None and not isinstance(data[name], dict):
-            raise bad(name, data[name], "must be a mapping")
+    check_mapping(data, Plan, "")  # types, ranges and lengths first: the framework's rules read these values
     data = apply_framework(data)
     sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in SECTIONS.items()}
     name = data.get("name") or ""

@@ -10,6 +10,7 @@ the number of data-parallel ranks), as the frameworks' own recipes do.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from planner.loader import load_data_file
-from planner.plan import MAX_GPUS, NESTED, SECTIONS, Framework, Plan
+from planner.plan import NESTED, SECTIONS, Framework, Plan
 
 FRAMEWORKS_PATH = Path(__file__).parent / "data" / "frameworks.yaml"
 
@@ -94,19 +95,11 @@ def _value(data: dict, key: str) -> Any:
     found, value = _lookup(data, key)
     if found:
         return value
-    if key == "parallelism.data":
+    if key == "parallelism.data":  # the document's types and ranges are checked before any rule reads them
         count = _lookup(data, "hardware.count")[1]
-        split = 1
-        for degree in ("tensor", "pipeline", "context"):
-            found = _lookup(data, f"parallelism.{degree}")[1]
-            split *= found if _is_count(found) else 1  # the plan's own validation names a bad degree later
-        return count // split if _is_count(count) else 1
+        split = math.prod(_lookup(data, f"parallelism.{degree}")[1] or 1 for degree in ("tensor", "pipeline", "context"))
+        return count // split if count else 1
     return _leaf_default(key)
-
-
-def _is_count(value: Any) -> bool:
-    """A whole number the plan could accept as a degree or GPU count (no bool, no text, no billion-digit int)."""
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS
 
 
 def _holds(setting: Setting, value_of: Callable[[str], Any]) -> bool:

@@ -8,14 +8,14 @@ and GPT-2 / GPT-NeoX / Falcon (LayerNorm, GeLU, fused qkv projection). Presets l
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from planner.errors import PlanError, bad, unknown_key
 from planner.loader import load_data_file
-from planner.validate import check_bool, check_choice, check_int, check_str
+from planner.validate import between, check_fields, check_int, text
 
 Mlp = Literal["swiglu", "gelu"]
 Norm = Literal["rmsnorm", "layernorm"]
@@ -29,6 +29,7 @@ MAX_HEADS = 4_096
 MAX_HEAD_DIM = 4_096
 MAX_INTERMEDIATE = 1_048_576
 MAX_VOCAB = 4_194_304
+MIN_APPROX_PARAMS, MAX_APPROX_PARAMS = 50_000_000, 5_000_000_000_000  # model.params
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,13 +78,15 @@ class ParamCounts:
 class Model:
     """Architecture of a dense decoder-only transformer (the `model:` block of a plan)."""
 
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    intermediate_size: int
-    vocab_size: int
-    num_kv_heads: int | None = None  # default: num_attention_heads (MHA)
-    head_dim: int | None = None  # default: hidden_size / num_attention_heads
+    num_layers: int = field(metadata=between(1, MAX_LAYERS))
+    hidden_size: int = field(metadata=between(1, MAX_HIDDEN))
+    num_attention_heads: int = field(metadata=between(1, MAX_HEADS))
+    intermediate_size: int = field(metadata=between(1, MAX_INTERMEDIATE))
+    vocab_size: int = field(metadata=between(1, MAX_VOCAB))
+    # default: num_attention_heads (MHA)
+    num_kv_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    # default: hidden_size / num_attention_heads
+    head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
     mlp: Mlp = "swiglu"
     norm: Norm = "rmsnorm"
     tie_embeddings: bool = False
@@ -91,45 +94,35 @@ class Model:
     # Mixture of experts: 0 experts = dense. Each MoE layer routes a token to `experts_per_token` of
     # `num_experts` MLPs of `moe_intermediate_size`, plus `shared_experts` always-on ones; the first
     # `first_dense_layers` layers keep a dense MLP of `intermediate_size` (DeepSeek).
-    num_experts: int = 0
-    experts_per_token: int = 0
-    moe_intermediate_size: int | None = None  # default: intermediate_size
-    shared_experts: int = 0
-    first_dense_layers: int = 0
+    num_experts: int = field(default=0, metadata=between(0, 4_096))
+    experts_per_token: int = field(default=0, metadata=between(0, 4_096))
+    # default: intermediate_size
+    moe_intermediate_size: int | None = field(default=None, metadata=between(1, MAX_INTERMEDIATE))
+    shared_experts: int = field(default=0, metadata=between(0, 64))
+    first_dense_layers: int = field(default=0, metadata=between(0, MAX_LAYERS))
     # Sliding-window attention: layers attend to the last `sliding_window` tokens; with
     # `global_attention_every` = n, every n-th layer attends globally instead (Gemma 2: 2, Gemma 3: 6).
-    sliding_window: int | None = None
-    global_attention_every: int = 0
+    sliding_window: int | None = field(default=None, metadata=between(1, 16_777_216))
+    global_attention_every: int = field(default=0, metadata=between(0, MAX_LAYERS))
     # Multi-head latent attention (DeepSeek-V2/V3): keys and values come from a shared latent of
     # `kv_lora_rank` plus a decoupled RoPE key of `qk_rope_head_dim`; queries from a latent of `q_lora_rank`
     # (None: a plain projection). `head_dim` is then the per-head non-RoPE q/k width, `v_head_dim` the value's.
-    kv_lora_rank: int | None = None
-    q_lora_rank: int | None = None
-    qk_rope_head_dim: int = 0
-    v_head_dim: int | None = None
+    kv_lora_rank: int | None = field(default=None, metadata=between(1, MAX_HIDDEN))
+    q_lora_rank: int | None = field(default=None, metadata=between(1, MAX_HIDDEN))
+    qk_rope_head_dim: int = field(default=0, metadata=between(0, MAX_HEAD_DIM))
+    v_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
     # Per-head RMSNorm on queries and keys before RoPE (Qwen3, Gemma 3): one head_dim weight each, shared by the
     # heads. OLMo 2's full-width q/k norms are not this.
     qk_norm: bool = False
-    preset: str | None = None
+    preset: str | None = field(default=None, metadata=text(100))
     # Set when the architecture was guessed from a parameter count alone (model_from_param_count); every
     # output then calls the plan approximate, and a plan file keeps only this count.
-    approx_params: int | None = None
+    approx_params: int | None = field(default=None, metadata=between(MIN_APPROX_PARAMS, MAX_APPROX_PARAMS))
 
     def __post_init__(self) -> None:
-        check_int("model.num_layers", self.num_layers, lo=1, hi=MAX_LAYERS)
-        check_int("model.hidden_size", self.hidden_size, lo=1, hi=MAX_HIDDEN)
-        check_int("model.num_attention_heads", self.num_attention_heads, lo=1, hi=MAX_HEADS)
-        check_int("model.intermediate_size", self.intermediate_size, lo=1, hi=MAX_INTERMEDIATE)
-        check_int("model.vocab_size", self.vocab_size, lo=1, hi=MAX_VOCAB)
-        check_choice("model.mlp", self.mlp, get_args(Mlp))
-        check_choice("model.norm", self.norm, get_args(Norm))
-        check_bool("model.tie_embeddings", self.tie_embeddings)
-        check_bool("model.bias", self.bias)
-        if self.preset is not None:
-            check_str("model.preset", self.preset, max_len=100)
+        check_fields(self, "model")
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
-        check_int("model.num_kv_heads", self.num_kv_heads, lo=1, hi=MAX_HEADS)
         if self.num_attention_heads % self.num_kv_heads:
             raise bad("model.num_kv_heads", self.num_kv_heads,
                       f"must divide model.num_attention_heads ({self.num_attention_heads})")
@@ -139,35 +132,24 @@ class Model:
                           f"is not a multiple of model.num_attention_heads ({self.num_attention_heads});"
                           " give model.head_dim")
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
-        check_int("model.head_dim", self.head_dim, lo=1, hi=MAX_HEAD_DIM)
-        check_int("model.num_experts", self.num_experts, lo=0, hi=4_096)
-        check_int("model.shared_experts", self.shared_experts, lo=0, hi=64)
+            check_int("model.head_dim", self.head_dim, lo=1, hi=MAX_HEAD_DIM)
         check_int("model.first_dense_layers", self.first_dense_layers, lo=0, hi=self.num_layers)
         if self.num_experts:
             check_int("model.experts_per_token", self.experts_per_token, lo=1, hi=self.num_experts)
             if self.moe_intermediate_size is None:
                 object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
-            check_int("model.moe_intermediate_size", self.moe_intermediate_size, lo=1, hi=MAX_INTERMEDIATE)
             if self.first_dense_layers == self.num_layers:
                 raise bad("model.first_dense_layers", self.first_dense_layers,
                           f"leaves no MoE layer of model.num_layers ({self.num_layers})")
         elif self.experts_per_token or self.shared_experts or self.moe_intermediate_size or self.first_dense_layers:
             raise bad("model.num_experts", 0, "must be set (> 0) for experts_per_token, shared_experts, "
                                              "moe_intermediate_size or first_dense_layers")
-        if self.sliding_window is not None:
-            check_int("model.sliding_window", self.sliding_window, lo=1, hi=16_777_216)
         check_int("model.global_attention_every", self.global_attention_every, lo=0, hi=self.num_layers)
-        check_bool("model.qk_norm", self.qk_norm)
         if self.global_attention_every and self.sliding_window is None:
             raise bad("model.global_attention_every", self.global_attention_every, "needs model.sliding_window")
         if self.kv_lora_rank is not None:
-            check_int("model.kv_lora_rank", self.kv_lora_rank, lo=1, hi=MAX_HIDDEN)
-            check_int("model.qk_rope_head_dim", self.qk_rope_head_dim, lo=0, hi=MAX_HEAD_DIM)
-            if self.q_lora_rank is not None:
-                check_int("model.q_lora_rank", self.q_lora_rank, lo=1, hi=MAX_HIDDEN)
             if self.v_head_dim is None:
                 object.__setattr__(self, "v_head_dim", self.head_dim)
-            check_int("model.v_head_dim", self.v_head_dim, lo=1, hi=MAX_HEAD_DIM)
             if self.num_kv_heads != self.num_attention_heads:
                 raise bad("model.num_kv_heads", self.num_kv_heads, "must equal num_attention_heads with latent "
                                                                   "attention (kv_lora_rank): every head has its keys")
@@ -294,7 +276,6 @@ def presets() -> dict[str, Preset]:
 
 
 # --- Parameter count only ------------------------------------------------------------------------------
-MIN_APPROX_PARAMS, MAX_APPROX_PARAMS = 50_000_000, 5_000_000_000_000
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 

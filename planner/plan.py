@@ -14,7 +14,7 @@ from planner.dtypes import (COMPUTE_DTYPES, DEFAULT_GROUP_SIZE, DTYPES, KV_DTYPE
                             ComputeDType, DType, KvDType, WeightDType)
 from planner.errors import bad
 from planner.models import Model
-from planner.validate import check_bool, check_choice, check_float, check_int, check_str
+from planner.validate import between, check_fields, text
 
 SCHEMA = "vram-planner/v1"
 
@@ -51,22 +51,16 @@ MAX_GPUS = 1_048_576
 class Lora:
     """Low-rank adapters (Hu et al. 2021) on the named projections of every layer."""
 
-    rank: int = 8
-    alpha: float = 16.0  # scaling = alpha / rank; no effect on memory
+    rank: int = field(default=8, metadata=between(1, 65_536))
+    alpha: float = field(default=16.0, metadata=between(0, 1e6))  # scaling = alpha / rank; no effect on memory
     targets: tuple[LoraTarget, ...] = ("q", "v")  # q k v o (attention), gate up down (MLP)
-    dropout: float = 0.0  # > 0 keeps a dropped-out copy of each targeted input for backward
+    # > 0 keeps a dropped-out copy of each targeted input for backward
+    dropout: float = field(default=0.0, metadata=between(0, 0.99))
     variant: LoraVariant = "lora"  # lora | dora (weight-decomposed: a learned magnitude per output row)
 
     def __post_init__(self) -> None:
-        check_int("workload.lora.rank", self.rank, lo=1, hi=65_536)
-        check_choice("workload.lora.variant", self.variant, get_args(LoraVariant))
-        check_float("workload.lora.alpha", self.alpha, lo=0, hi=1e6)
-        check_float("workload.lora.dropout", self.dropout, lo=0, hi=0.99)
+        check_fields(self, "workload.lora")
         targets = self.targets
-        if isinstance(targets, str) or not isinstance(targets, (list, tuple)) or not targets:
-            raise bad("workload.lora.targets", targets, f"must be a non-empty list of: {', '.join(get_args(LoraTarget))}")
-        for target in targets:
-            check_choice("workload.lora.targets", target, get_args(LoraTarget))
         if len(set(targets)) != len(targets):
             raise bad("workload.lora.targets", list(targets), "names a projection twice")
         object.__setattr__(self, "targets", tuple(t for t in get_args(LoraTarget) if t in targets))
@@ -76,23 +70,18 @@ class Lora:
 class Inference:
     """Generation: prefill of the prompts, then decode token by token with a KV cache."""
 
-    batch_size: int = 1  # sequences generated together
-    prompt_tokens: int = 1024
-    output_tokens: int = 256
+    batch_size: int = field(default=1, metadata=between(1, MAX_BATCH))  # sequences generated together
+    prompt_tokens: int = field(default=1024, metadata=between(1, MAX_SEQUENCE))
+    # at least one: generation produces a token (the time model divides by them)
+    output_tokens: int = field(default=256, metadata=between(1, MAX_SEQUENCE))
     # Serving engine (vLLM): the fraction of GPU memory the engine claims; the KV cache fills what weights and
     # activations leave. None: a plain generate() loop whose cache grows with the tokens.
-    gpu_memory_utilization: float | None = None
-    prefill_chunk_tokens: int | None = None  # chunked prefill: tokens per forward; default the whole prompt batch
+    gpu_memory_utilization: float | None = field(default=None, metadata=between(0.05, 1.0))
+    # chunked prefill: tokens per forward; default the whole prompt batch
+    prefill_chunk_tokens: int | None = field(default=None, metadata=between(1, MAX_SEQUENCE))
 
     def __post_init__(self) -> None:
-        check_int("workload.inference.batch_size", self.batch_size, lo=1, hi=MAX_BATCH)
-        check_int("workload.inference.prompt_tokens", self.prompt_tokens, lo=1, hi=MAX_SEQUENCE)
-        # at least one: generation produces a token (the time model divides by them)
-        check_int("workload.inference.output_tokens", self.output_tokens, lo=1, hi=MAX_SEQUENCE)
-        if self.gpu_memory_utilization is not None:
-            check_float("workload.inference.gpu_memory_utilization", self.gpu_memory_utilization, lo=0.05, hi=1.0)
-        if self.prefill_chunk_tokens is not None:
-            check_int("workload.inference.prefill_chunk_tokens", self.prefill_chunk_tokens, lo=1, hi=MAX_SEQUENCE)
+        check_fields(self, "workload.inference")
 
     @property
     def context_tokens(self) -> int:
@@ -102,27 +91,23 @@ class Inference:
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     task: Task = "pretrain"  # pretrain | finetune (full) | lora | qlora | inference
-    sequence_length: int = 4096  # tokens per sequence
-    micro_batch_size: int = 1  # sequences per GPU per forward/backward
-    global_batch_size: int | None = None  # sequences per optimizer step; default micro_batch_size × data
-    steps: int | None = None  # optimizer steps of the whole job (for its cost); or give train_tokens
-    train_tokens: int | None = None  # tokens of the whole job; default: steps × global batch × sequence
+    sequence_length: int = field(default=4096, metadata=between(1, MAX_SEQUENCE))  # tokens per sequence
+    # sequences per GPU per forward/backward
+    micro_batch_size: int = field(default=1, metadata=between(1, MAX_BATCH))
+    # sequences per optimizer step; default micro_batch_size × data
+    global_batch_size: int | None = field(default=None, metadata=between(1, MAX_BATCH * MAX_DEGREE))
+    # optimizer steps of the whole job (for its cost); or give train_tokens
+    steps: int | None = field(default=None, metadata=between(1, 10**12))
+    # tokens of the whole job; default: steps × global batch × sequence
+    train_tokens: int | None = field(default=None, metadata=between(1, 10**16))
     lora: Lora = field(default_factory=Lora)  # used by task lora and qlora
     inference: Inference = field(default_factory=Inference)  # used by task inference
 
     def __post_init__(self) -> None:
-        check_choice("workload.task", self.task, get_args(Task))
-        check_int("workload.sequence_length", self.sequence_length, lo=1, hi=MAX_SEQUENCE)
-        check_int("workload.micro_batch_size", self.micro_batch_size, lo=1, hi=MAX_BATCH)
-        if self.global_batch_size is not None:
-            check_int("workload.global_batch_size", self.global_batch_size, lo=1, hi=MAX_BATCH * MAX_DEGREE)
-        if self.steps is not None:
-            check_int("workload.steps", self.steps, lo=1, hi=10**12)
-        if self.train_tokens is not None:
-            check_int("workload.train_tokens", self.train_tokens, lo=1, hi=10**16)
-            if self.steps is not None:
-                raise bad("workload.train_tokens", self.train_tokens, "and workload.steps both set the job's"
-                                                                      " length; give one")
+        check_fields(self, "workload")
+        if self.train_tokens is not None and self.steps is not None:
+            raise bad("workload.train_tokens", self.train_tokens, "and workload.steps both set the job's"
+                                                                  " length; give one")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +119,8 @@ class Precision:
     optimizer_state: DType | None = None  # default: fp32 with fp32 master weights, else the compute dtype
     optimizer_impl: OptimizerImpl = "foreach"  # PyTorch's default on CUDA | fused | forloop
     weights: WeightDType | None = None  # frozen or served weights; default: nf4 for qlora, else compute
-    quant_group_size: int | None = None  # int4 and nf4 block size; default 128 (int4), 64 (nf4)
+    # int4 and nf4 block size; default 128 (int4), 64 (nf4)
+    quant_group_size: int | None = field(default=None, metadata=between(1, 1_048_576))
     double_quant: bool = False  # nf4: quantize the block scales too (QLoRA)
     kv_cache: KvDType | None = None  # inference KV cache; default: the compute dtype
     # float8 training (compute fp8): how tensors are scaled. tensorwise / rowwise: torchao Float8Linear with one
@@ -144,32 +130,18 @@ class Precision:
     fp8_all_gather: bool = False  # FSDP2 all-gathers the float8 weights instead of 16-bit ones (torchao)
 
     def __post_init__(self) -> None:
-        check_choice("precision.compute", self.compute, COMPUTE_DTYPES)
-        check_choice("precision.master_weights", self.master_weights, get_args(MasterWeights))
+        check_fields(self, "precision")
         default = "fp32" if self.master_weights == "fp32" else self.activation_dtype
         if self.gradients is None:
             object.__setattr__(self, "gradients", default)
         if self.optimizer_state is None:
             object.__setattr__(self, "optimizer_state", default)
-        check_choice("precision.gradients", self.gradients, DTYPES)
-        check_choice("precision.optimizer", self.optimizer, get_args(Optimizer))
-        check_choice("precision.optimizer_state", self.optimizer_state, DTYPES)
-        check_choice("precision.optimizer_impl", self.optimizer_impl, get_args(OptimizerImpl))
-        if self.weights is not None:
-            check_choice("precision.weights", self.weights, WEIGHT_DTYPES)
         if self.kv_cache is None:
             object.__setattr__(self, "kv_cache", self.activation_dtype)
-        check_choice("precision.kv_cache", self.kv_cache, KV_DTYPES)
-        if self.quant_group_size is not None:
-            check_int("precision.quant_group_size", self.quant_group_size, lo=1, hi=1_048_576)
-        check_bool("precision.double_quant", self.double_quant)
         if self.fp8_recipe is None and self.compute == "fp8":
             object.__setattr__(self, "fp8_recipe", "tensorwise")
-        if self.fp8_recipe is not None:
-            check_choice("precision.fp8_recipe", self.fp8_recipe, get_args(Fp8Recipe))
-            if self.compute != "fp8":
-                raise bad("precision.fp8_recipe", self.fp8_recipe, "applies to precision.compute fp8")
-        check_bool("precision.fp8_all_gather", self.fp8_all_gather)
+        if self.fp8_recipe is not None and self.compute != "fp8":
+            raise bad("precision.fp8_recipe", self.fp8_recipe, "applies to precision.compute fp8")
         if self.fp8_all_gather and self.compute != "fp8":
             raise bad("precision.fp8_all_gather", True, "applies to precision.compute fp8")
 
@@ -191,12 +163,12 @@ class Techniques:
     # attention outputs are saved, the rest recomputed) | full (every layer) | every_k (every
     # `checkpoint_every`-th layer, as torchtitan's selective layer AC with ac_freq = k does)
     activation_checkpointing: Checkpointing = "none"
-    checkpoint_every: int = 2
+    checkpoint_every: int = field(default=2, metadata=between(1, 1024))
     attention: Attention = "flash"  # fused SDPA/FlashAttention | eager (scores materialized)
     offload: Offload = "none"  # none | optimizer (states + master on CPU) | optimizer_and_params
     # MoE training with token dropping (GShard, Switch, Megatron --moe-expert-capacity-factor): each expert's
     # buffer is padded to capacity_factor × its even share of the routed tokens. None: dropless (HF, MegaBlocks).
-    moe_capacity_factor: float | None = None
+    moe_capacity_factor: float | None = field(default=None, metadata=between(0.1, 64))
     # The optimizer steps each parameter from a post-accumulate-grad hook as soon as its gradient is ready,
     # and the gradient is freed (torchtune optimizer_in_bwd; PyTorch "How to save memory by fusing the
     # optimizer step into the backward pass"): no full set of gradients ever exists.
@@ -205,57 +177,38 @@ class Techniques:
     # CEWithChunkedOutputLoss: the output projection and the fp32 loss run on `loss_chunks` slices of tokens) or
     # `fused` (Liger fused linear cross-entropy: logits exist one chunk at a time, gradients made in forward).
     loss: Loss = "full"
-    loss_chunks: int = 8
+    loss_chunks: int = field(default=8, metadata=between(1, 1024))
     compile: bool = False  # torch.compile: fused elementwise ops, fewer saved intermediates
     # saved activations are copied to host memory after use in forward and brought back for backward
     # (torchtune OffloadActivations); what stays on the GPU is itemized
     activation_offload: bool = False
 
     def __post_init__(self) -> None:
-        check_choice("techniques.activation_checkpointing", self.activation_checkpointing,
-                     get_args(Checkpointing))
-        check_choice("techniques.attention", self.attention, get_args(Attention))
-        check_int("techniques.checkpoint_every", self.checkpoint_every, lo=1, hi=1024)
-        check_choice("techniques.offload", self.offload, get_args(Offload))
-        check_bool("techniques.optimizer_in_backward", self.optimizer_in_backward)
-        check_choice("techniques.loss", self.loss, get_args(Loss))
-        check_int("techniques.loss_chunks", self.loss_chunks, lo=1, hi=1024)
-        check_bool("techniques.compile", self.compile)
-        check_bool("techniques.activation_offload", self.activation_offload)
+        check_fields(self, "techniques")
         if self.moe_capacity_factor is not None:
-            object.__setattr__(self, "moe_capacity_factor",
-                               check_float("techniques.moe_capacity_factor", self.moe_capacity_factor, lo=0.1, hi=64))
+            object.__setattr__(self, "moe_capacity_factor", float(self.moe_capacity_factor))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Parallelism:
-    data: int | None = None  # default: hardware.count / (tensor × pipeline × context)
+    # default: hardware.count / (tensor × pipeline × context)
+    data: int | None = field(default=None, metadata=between(1, MAX_DEGREE))
     zero_stage: ZeroStage = 0  # 0 (DDP) | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP full shard)
-    tensor: int = 1
+    tensor: int = field(default=1, metadata=between(1, MAX_DEGREE))
     sequence_parallel: bool = False
-    pipeline: int = 1
-    context: int = 1
-    expert: int = 1  # expert parallelism: MoE experts split over this many of the data × context ranks
+    pipeline: int = field(default=1, metadata=between(1, MAX_DEGREE))
+    context: int = field(default=1, metadata=between(1, MAX_DEGREE))
+    expert: int = field(default=1, metadata=between(1, MAX_DEGREE))  # expert parallelism: MoE experts split over this many of the data × context ranks
     # how micro-batches flow through the pipeline stages (what each stage holds in flight)
     pipeline_schedule: PipelineSchedule = "1f1b"
-    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
-    pipeline_microbatches: int | None = None  # micro-batches per step; default global batch ÷ (micro-batch × data)
+    # model chunks per pipeline rank (interleaved 1F1B)
+    virtual_stages: int = field(default=1, metadata=between(1, 1024))
+    # micro-batches per step; default global batch ÷ (micro-batch × data)
+    pipeline_microbatches: int | None = field(default=None, metadata=between(1, MAX_BATCH))
     async_tp: bool = False  # all-gather/reduce-scatter overlapped with the matmuls (torchtitan, needs compile)
 
     def __post_init__(self) -> None:
-        if self.data is not None:
-            check_int("parallelism.data", self.data, lo=1, hi=MAX_DEGREE)
-        check_int("parallelism.zero_stage", self.zero_stage, lo=0, hi=3)
-        check_int("parallelism.tensor", self.tensor, lo=1, hi=MAX_DEGREE)
-        check_bool("parallelism.sequence_parallel", self.sequence_parallel)
-        check_int("parallelism.pipeline", self.pipeline, lo=1, hi=MAX_DEGREE)
-        check_int("parallelism.context", self.context, lo=1, hi=MAX_DEGREE)
-        check_int("parallelism.expert", self.expert, lo=1, hi=MAX_DEGREE)
-        check_choice("parallelism.pipeline_schedule", self.pipeline_schedule, get_args(PipelineSchedule))
-        check_int("parallelism.virtual_stages", self.virtual_stages, lo=1, hi=1024)
-        if self.pipeline_microbatches is not None:
-            check_int("parallelism.pipeline_microbatches", self.pipeline_microbatches, lo=1, hi=MAX_BATCH)
-        check_bool("parallelism.async_tp", self.async_tp)
+        check_fields(self, "parallelism")
         if (self.virtual_stages > 1) != (self.pipeline_schedule == "interleaved_1f1b"):
             raise bad("parallelism.virtual_stages", self.virtual_stages,
                       "must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any other schedule")
@@ -267,13 +220,12 @@ class Parallelism:
 
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
-    gpu: str = "h100-sxm-80gb"  # an id from gpu_catalog.yaml
-    count: int | None = None  # default: data × tensor × pipeline × context
+    gpu: str = field(default="h100-sxm-80gb", metadata=text(100))  # an id from gpu_catalog.yaml
+    # default: data × tensor × pipeline × context
+    count: int | None = field(default=None, metadata=between(1, MAX_GPUS))
 
     def __post_init__(self) -> None:
-        check_str("hardware.gpu", self.gpu, max_len=100)
-        if self.count is not None:
-            check_int("hardware.count", self.count, lo=1, hi=MAX_GPUS)
+        check_fields(self, "hardware")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,14 +236,13 @@ class Plan:
     techniques: Techniques = field(default_factory=Techniques)
     parallelism: Parallelism = field(default_factory=Parallelism)
     hardware: Hardware = field(default_factory=Hardware)
-    name: str = ""
+    name: str = field(default="", metadata=text(200))
     # the training or serving stack; its recipes' defaults are laid under the plan's keys by
     # codec.plan_from_dict (planner/frameworks.py), so a Plan built directly only records it
     framework: Framework = "generic"
 
     def __post_init__(self) -> None:
-        check_str("name", self.name, max_len=200)
-        check_choice("framework", self.framework, get_args(Framework))
+        check_fields(self, "")
         self._resolve_degrees()
         self._check_splits()
         self._resolve_batch()

@@ -1,8 +1,11 @@
-"""Small checks shared by every part of the plan; each raises PlanError naming field, value and rule."""
+"""The checks every part of the plan shares, and each field's declared rule; each raises PlanError naming field,
+value and rule."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from dataclasses import Field, dataclass, fields, is_dataclass
+from functools import cache
+from typing import Any, Iterable, Literal, get_args, get_origin, get_type_hints
 
 from planner.errors import bad
 
@@ -29,10 +32,10 @@ def check_bool(field: str, value: Any) -> bool:
     return value
 
 
-def check_choice(field: str, value: Any, choices: Iterable[str]) -> str:
+def check_choice(field: str, value: Any, choices: Iterable[Any]) -> Any:
     choices = tuple(choices)
-    if value not in choices:
-        raise bad(field, value, f"is not one of: {', '.join(choices)}")
+    if isinstance(value, bool) or value not in choices:  # True == 1: a bool is never a choice
+        raise bad(field, value, f"is not one of: {', '.join(str(c) for c in choices)}")
     return value
 
 
@@ -42,3 +45,110 @@ def check_str(field: str, value: Any, *, max_len: int) -> str:
     if len(value) > max_len:
         raise bad(field, value[:40] + "…", f"is too long; at most {max_len} characters")
     return value
+
+
+# --- declared field rules ----------------------------------------------------------------------------------------
+# Every field of the plan's dataclasses declares what it accepts: its type annotation gives the kind (bool, int,
+# float, text, one of a Literal's choices, a list of them, optional with `| None`) and its metadata the bounds
+# (`between`) or the length cap (`text`). The same rules check a built object (`check_fields`, from each
+# __post_init__) and a raw document before any rule reads it (`check_mapping`, from codec.plan_from_dict), so a
+# framework condition never evaluates a wrong type or a huge number.
+Kind = Literal["bool", "int", "float", "text", "choice", "choices"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    kind: Kind
+    optional: bool
+    lo: float = 0
+    hi: float = 0
+    max_len: int = 0
+    choices: tuple[Any, ...] = ()
+
+
+def between(lo: float, hi: float) -> dict[str, Any]:
+    """A number field's declared range (dataclass field metadata)."""
+    return {"bounds": (lo, hi)}
+
+
+def text(max_len: int) -> dict[str, Any]:
+    """A text field's declared length cap (dataclass field metadata)."""
+    return {"max_len": max_len}
+
+
+def _rule(owner: type, f: Field, hint: Any) -> Rule | None:
+    args = get_args(hint)
+    optional = type(None) in args
+    if optional:
+        (hint,) = (a for a in args if a is not type(None))
+    if is_dataclass(hint):
+        return None  # a nested section: checked by its own rules
+    if get_origin(hint) is Literal:
+        return Rule(kind="choice", optional=optional, choices=get_args(hint))
+    if get_origin(hint) is tuple:
+        return Rule(kind="choices", optional=optional, choices=get_args(get_args(hint)[0]))
+    if hint is bool:
+        return Rule(kind="bool", optional=optional)
+    name = f"{owner.__name__}.{f.name}"
+    if hint in (int, float):
+        if "bounds" not in f.metadata:
+            raise TypeError(f"{name} declares no bounds: give it metadata=between(lo, hi)")
+        lo, hi = f.metadata["bounds"]
+        return Rule(kind="int" if hint is int else "float", optional=optional, lo=lo, hi=hi)
+    if hint is str:
+        if "max_len" not in f.metadata:
+            raise TypeError(f"{name} declares no length cap: give it metadata=text(n)")
+        return Rule(kind="text", optional=optional, max_len=f.metadata["max_len"])
+    raise TypeError(f"{name}: no rule for the type {hint!r}")
+
+
+@cache
+def rules(cls: type) -> dict[str, Rule | None]:
+    """Each field of a dataclass and its declared rule (None for a nested section)."""
+    hints = get_type_hints(cls)
+    return {f.name: _rule(cls, f, hints[f.name]) for f in fields(cls)}
+
+
+def check_value(field: str, rule: Rule, value: Any) -> None:
+    if value is None and rule.optional:
+        return
+    if rule.kind == "bool":
+        check_bool(field, value)
+    elif rule.kind == "int":
+        check_int(field, value, lo=int(rule.lo), hi=int(rule.hi))
+    elif rule.kind == "float":
+        check_float(field, value, lo=rule.lo, hi=rule.hi)
+    elif rule.kind == "text":
+        check_str(field, value, max_len=rule.max_len)
+    elif rule.kind == "choice":
+        check_choice(field, value, rule.choices)
+    else:
+        if not isinstance(value, (list, tuple)) or not value:
+            raise bad(field, value, f"must be a non-empty list of: {', '.join(rule.choices)}")
+        for item in value:
+            check_choice(field, item, rule.choices)
+
+
+def check_fields(obj: Any, prefix: str) -> None:
+    """Each field of a built dataclass against its declared rule."""
+    for name, rule in rules(type(obj)).items():
+        if rule is not None:
+            check_value(f"{prefix}.{name}" if prefix else name, rule, getattr(obj, name))
+
+
+def check_mapping(raw: dict, cls: type, prefix: str) -> None:
+    """The keys of a raw document's section that `cls` declares, against their rules, nested sections
+    included (unknown keys are left to the section's builder, which lists the known ones)."""
+    for key, value in raw.items():
+        rule = rules(cls).get(key, False)
+        field = f"{prefix}.{key}" if prefix else key
+        if rule:
+            check_value(field, rule, value)
+        elif rule is None and value is not None:
+            if not isinstance(value, dict):
+                raise bad(field, value, "must be a mapping")
+            check_mapping(value, _nested_type(cls, key), field)
+
+
+def _nested_type(cls: type, key: str) -> type:
+    return get_type_hints(cls)[key]

@@ -123,6 +123,44 @@ def test_plan_upload_and_a_bad_file():
     assert not at.exception and any(e.value.startswith("Plan file: plan: not valid YAML") for e in at.error)
 
 
+# Plans whose files hold values in keys the app does not draw for them (the issue-14 reproduction first)
+UPLOADED_PLANS = [
+    {"model": {"preset": "qwen3-14b"}, "workload": {"task": "inference", "global_batch_size": 256,
+                                                    "sequence_length": 8192}},
+    {"model": {"preset": "llama-3.2-1b"}, "workload": {"train_tokens": 10**11},
+     "techniques": {"activation_checkpointing": "full", "checkpoint_every": 3, "loss_chunks": 4}},
+    {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 2, "pipeline": 4},
+     "workload": {"global_batch_size": 16, "micro_batch_size": 2}},
+]
+
+
+@pytest.mark.parametrize("plan", UPLOADED_PLANS)
+def test_an_uploaded_plan_comes_back_exactly(plan):
+    """Upload a plan file: the page's plan (as its link writes it, and so its download) is the file's, every key
+    included, those the task does not use too."""
+    at = app()
+    text = plan_to_yaml(plan_from_dict(plan))
+    at.file_uploader(key="plan_upload").upload("plan.yaml", text.encode(), "application/x-yaml").run()
+    assert not at.exception
+    back, warnings = plan_from_query(dict(at.query_params), DEFAULT)
+    assert warnings == [] and plan_to_yaml(back) == text
+
+
+def test_hidden_values_the_plan_refuses_after_an_edit_are_dropped():
+    at = app()
+    text = plan_to_yaml(plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "techniques": {"compile": True},
+                                        "parallelism": {"data": 8, "zero_stage": 3, "pipeline": 2,
+                                                        "pipeline_schedule": "gpipe"}}))
+    at.file_uploader(key="plan_upload").upload("plan.yaml", text.encode(), "application/x-yaml").run()
+    at.selectbox(key="task").set_value("inference").run()  # compile and ZeRO are training settings
+    assert not at.exception and not at.error
+    at.number_input(key="pipeline").set_value(1).run()  # the hidden gpipe schedule needs a pipeline
+    assert not at.exception and not at.error
+    back = plan_from_query(dict(at.query_params), DEFAULT)[0]
+    assert back.workload.task == "inference" and back.parallelism.pipeline_schedule == "1f1b"
+    assert back.hardware.count == 8 and back.workload.global_batch_size == 8
+
+
 def test_uploaded_catalog_and_a_bad_one():
     at = app()
     at.file_uploader(key="catalog_upload").upload("mine.yaml", (ROOT / "gpu_catalog.yaml").read_bytes(),

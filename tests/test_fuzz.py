@@ -16,6 +16,7 @@ def test_fuzz_slice_finds_no_bugs():
     assert result["bugs"] == []
     assert counts["ok"] > 50 and counts["invalid"] > 50 and counts["rejected"] > 50 and counts["accepted"] > 50
     assert counts["structural rejected"] > 50 and counts["structural accepted"] > 20
+    assert 0 < result["structural_peak_bytes"] < fuzz.MEMORY_LIMIT_BYTES
 
 
 def test_a_mutation_replaces_one_node_with_another_shape():

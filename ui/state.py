@@ -1,8 +1,11 @@
 """The app's state: widget keys (the plan's leaf keys, as in a share link) ↔ the plan.
 
 No plan rules live here. `widget_values` lays a plan out as widget values; `plan_dict` builds the plan file's dict
-back from the widgets the last run drew, faithfully: a hidden widget adds nothing (its key takes the plan's
-default), and an invalid combination reaches the plan, whose error the page shows.
+back from the widgets the last run drew, faithfully, and an invalid combination reaches the plan, whose error the
+page shows. A plan key whose widget is hidden (the training settings of an inference plan, the pipeline schedule
+without a pipeline) keeps the value it was loaded with, so an uploaded plan is downloaded exactly, as long as the
+plan accepts it beside what is drawn: `current_plan_dict` drops, one by one, the hidden values the plan's errors
+name (a derived count after a degree changed, a training setting of a plan turned to inference).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import streamlit as st
 from planner.catalog import load_catalog
 from planner.choices import CHOICES
 from planner.codec import plan_from_dict, plan_from_query, plan_to_dict
+from planner.errors import PlanError
 from planner.models import MODEL_KEYS
 from planner.plan import Inference, Lora, Plan, section_keys
 
@@ -33,7 +37,7 @@ MLA_INTS = {"kv_lora_rank": "KV latent rank (0: standard attention)", "q_lora_ra
             "qk_rope_head_dim": "RoPE key dim per head", "v_head_dim": "Value dim per head"}
 # A group of model widgets switched off by a 0 in its first one (as each label says)
 GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "global_attention_every"),
-          "kv_lora_rank": tuple(MLA_INTS)}
+          "kv_lora_rank": tuple(MLA_INTS), "serving": ("gpu_memory_utilization",)}
 # Plan keys a plan may leave out or set to None (unused MoE, windows, latent attention; "no limit" counts), and
 # the widget value that stands for "not set": a widget holding it adds nothing to the plan
 WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0,
@@ -91,7 +95,7 @@ def load_into_widgets(plan: Plan) -> None:
 
 def plan_dict(values: Mapping[str, Any], shown: Collection[str]) -> dict[str, Any]:
     """The plan file's dict from the values of the widgets `shown`, each as it is."""
-    off = {key for switch, group in GROUPS.items() if switch in shown and not values[switch] for key in group}
+    off = {key for switch, group in GROUPS.items() if not values.get(switch, True) for key in group}
     out: dict[str, Any] = {"model": {}}
     for key in shown:
         value = values[key]
@@ -107,9 +111,27 @@ def plan_dict(values: Mapping[str, Any], shown: Collection[str]) -> dict[str, An
     return out
 
 
+def with_hidden(values: Mapping[str, Any], shown: Collection[str], keys: Collection[str]) -> dict[str, Any]:
+    """The plan dict of the widgets `shown` and of the hidden plan keys among `keys` (not the model's: the preset
+    and the drawn architecture say it whole), less each hidden value the plan refuses beside the others."""
+    hidden = [k for k in keys if k not in shown and k in values and k in PATHS and PATHS[k][0] != "model"]
+    for _ in range(len(hidden) + 1):
+        d = plan_dict(values, [*shown, *hidden])
+        try:
+            plan_from_dict(d)
+            return d
+        except PlanError as exc:
+            culprit = next((k for k in hidden if ".".join(PATHS[k]) == exc.field), None)
+            if culprit is None:  # an error about what is drawn: the page shows it
+                break
+            hidden.remove(culprit)
+    return plan_dict(values, shown)
+
+
 def current_plan_dict() -> dict[str, Any]:
-    """The plan dict of the widgets as the last complete run drew them (for callbacks)."""
-    return plan_dict(st.session_state, st.session_state.get("shown", ()))
+    """The plan dict of the widgets as the last run drew them, with the hidden values the plan accepts."""
+    state = st.session_state
+    return with_hidden(state, state.get("shown", ()), state.get("plan_keys", ()))
 
 
 def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
