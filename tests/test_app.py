@@ -1,6 +1,7 @@
 """The Streamlit app through streamlit.testing: the page (AppTest.from_file) with every input group, the share link,
 files and errors; and each ui/ module on its own (AppTest.from_function)."""
 
+import time
 from urllib.parse import parse_qsl
 
 import pytest
@@ -159,6 +160,18 @@ def test_hidden_values_the_plan_refuses_after_an_edit_are_dropped():
     back = plan_from_query(dict(at.query_params), DEFAULT)[0]
     assert back.workload.task == "inference" and back.parallelism.pipeline_schedule == "1f1b"
     assert back.hardware.count == 8 and back.workload.global_batch_size == 8
+
+
+def test_a_heavy_link_reruns_in_under_two_seconds():
+    """The issue-14 link (128 layers of 256 experts, micro-batch 8,192, eager attention) once took 38 s of search:
+    the recommender's budget bounds every rerun."""
+    heavy = {"preset": "qwen3-235b-a22b", "num_layers": "128", "num_experts": "256", "micro_batch_size": "8192",
+             "global_batch_size": "8192", "attention": "eager"}
+    at = app(heavy)
+    for length in (2048, 1024):
+        start = time.perf_counter()
+        at.number_input(key="sequence_length").set_value(length).run()
+        assert not at.exception and time.perf_counter() - start < 2
 
 
 def test_uploaded_catalog_and_a_bad_one():
