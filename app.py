@@ -14,6 +14,7 @@ from planner.codec import plan_from_dict, plan_to_query
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.models import presets
+from planner.perf import plan_time
 from ui import tabs
 from ui.sidebar import sidebar
 from ui.state import current_plan_dict, start_session
@@ -27,15 +28,19 @@ for warning in st.session_state.get("link_warnings", []):
 try:
     plan = plan_from_dict(current_plan_dict())
     result = estimate(plan, catalog)
+    time = plan_time(plan, result.gpu)
 except PlanError as exc:
     st.error(str(exc))
     st.stop()
 st.query_params.from_dict(plan_to_query(plan))
 
-tabs.verdict(plan, result)
-tab_plan, tab_explore, tab_cheapest, tab_share = st.tabs(["Breakdown", "Explore", "Cheapest hardware", "Share and export"])
+tabs.verdict(plan, result, time)
+tab_plan, tab_time, tab_explore, tab_cheapest, tab_share = st.tabs(
+    ["Breakdown", "Time", "Explore", "Cheapest hardware", "Share and export"])
 with tab_plan:
     tabs.breakdown(plan, result)
+with tab_time:
+    tabs.timing(plan, time)
 with tab_cheapest:
     rec = tabs.cheapest(plan, catalog, catalog_key, float(st.session_state.get("price") or 0.0))
 with tab_explore:

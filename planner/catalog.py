@@ -36,6 +36,19 @@ class Gpu:
     price_date: str | None
     price_url: str | None
     spec_source: str
+    # What the time model needs beyond the datasheet (planner/perf/rates.py), each measured or stated with its
+    # source in perf_source. Optional in a user's catalog: the time model then says which default it took.
+    # fraction of the dense bf16/fp16 peak large GEMMs sustain (above 1 where the datasheet's figure is the
+    # half-rate one of a GeForce-class card)
+    matmul_efficiency: float | None = None
+    fp8_matmul_efficiency: float | None = None  # the same for fp8 GEMMs
+    link_gb_per_s: float | None = None  # per GPU and direction into the fast domain (NVLink, xGMI; else PCIe)
+    peer_gb_per_s: float | None = None  # to one peer, where less than the link (a mesh of point-to-point links)
+    fast_domain_gpus: int | None = None  # GPUs that reach each other at link_gb_per_s
+    pcie_gb_per_s: float | None = None  # host link per direction
+    network_gb_per_s: float | None = None  # scale-out network per GPU and direction
+    allreduce_busbw_gb_per_s: float | None = None  # measured all-reduce bus bandwidth over the whole fast domain
+    perf_source: str | None = None
 
     @property
     def usable_bytes(self) -> int:
@@ -44,9 +57,13 @@ class Gpu:
 
 _FIELDS = {f.name: f for f in fields(Gpu)}
 _TEXT = {"id", "name", "vendor", "usable_memory_source", "memory_type", "interconnect", "spec_source"}
-_OPTIONAL_TEXT = {"price_provider", "price_date", "price_url"}
+_OPTIONAL_TEXT = {"price_provider", "price_date", "price_url", "perf_source"}
+_MAY_BE_ABSENT = {"matmul_efficiency", "fp8_matmul_efficiency", "link_gb_per_s", "peer_gb_per_s", "fast_domain_gpus",
+                  "pcie_gb_per_s", "network_gb_per_s", "allreduce_busbw_gb_per_s", "perf_source"}
 _POSITIVE = {"memory_gb", "usable_memory_gib", "memory_bandwidth_tb_per_s", "fp32_tflops"}
-_OPTIONAL_POSITIVE = {"bf16_tflops", "fp16_tflops", "fp8_tflops", "price_usd_per_hour"}
+_OPTIONAL_POSITIVE = {"bf16_tflops", "fp16_tflops", "fp8_tflops", "price_usd_per_hour", "link_gb_per_s", "peer_gb_per_s",
+                      "pcie_gb_per_s", "network_gb_per_s", "allreduce_busbw_gb_per_s"}
+_FRACTIONS = {"matmul_efficiency", "fp8_matmul_efficiency"}
 
 
 def _check_entry(index: int, entry: Any) -> Gpu:
@@ -59,7 +76,7 @@ def _check_entry(index: int, entry: Any) -> Gpu:
         if key not in _FIELDS:
             raise PlanError(f"{label}.{key}", f"unknown field; allowed fields are: {', '.join(_FIELDS)}")
     for key in _FIELDS:
-        if key not in entry:
+        if key not in entry and key not in _MAY_BE_ABSENT:
             raise PlanError(f"{label}.{key}", "missing (use null where a figure does not exist)")
     for key, value in entry.items():
         where = f"{label}.{key}"
@@ -72,9 +89,14 @@ def _check_entry(index: int, entry: Any) -> Gpu:
             raise bad(where, value, "must be a positive number in the unit its name gives")
         if key in _OPTIONAL_POSITIVE and value is not None and not (is_number and value > 0):
             raise bad(where, value, "must be a positive number or null")
-    if isinstance(entry["gpus_per_node"], bool) or not isinstance(entry["gpus_per_node"], int) \
-            or not 1 <= entry["gpus_per_node"] <= 1024:
-        raise bad(f"{label}.gpus_per_node", entry["gpus_per_node"], "must be an integer from 1 to 1024")
+        if key in _FRACTIONS and value is not None and not (is_number and 0 < value <= 2):
+            raise bad(where, value, "must be a fraction of the dense peak above 0 and at most 2, or null")
+    for key in ("gpus_per_node", "fast_domain_gpus"):
+        value = entry.get(key, 1)
+        if key == "fast_domain_gpus" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+            raise bad(f"{label}.{key}", value, "must be an integer from 1 to 1024")
     # vendors' "80 GB" HBM is 80 GiB physically, so the usable GiB can approach but never pass the label's number
     if entry["usable_memory_gib"] > entry["memory_gb"]:
         raise bad(f"{label}.usable_memory_gib", entry["usable_memory_gib"], f"exceeds memory_gb "

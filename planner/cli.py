@@ -36,8 +36,8 @@ from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yam
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
+from planner.perf import plan_time
 from planner.plan import Plan
-from planner.perf import DEFAULT_MFU
 from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_batch_size,
                                max_micro_batch, max_prompt_tokens, max_sequence_length, min_gpus, recommend)
 
@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"fraction of usable memory kept free (default {DEFAULT_HEADROOM})")
     rec.add_argument("--rank", choices=get_args(RankBy), default="job", help="rank by cost of the job or per hour")
     rec.add_argument("--mfu", action="append", default=[], metavar="FRACTION or GPU=FRACTION",
-                     help=f"assumed model FLOPs utilization, for all GPUs or one (default {DEFAULT_MFU}; repeatable)")
+                     help="override the time model with a model FLOPs utilization, for all GPUs or one (repeatable)")
     rec.add_argument("--host-gib", type=float, default=DEFAULT_HOST_GIB_PER_GPU,
                      help=f"host RAM per GPU for offloading, GiB (default {DEFAULT_HOST_GIB_PER_GPU})")
     rec.add_argument("--price", action="append", default=[], metavar="GPU=USD",
@@ -146,10 +146,10 @@ def _per_gpu(option: str, pairs: list[str], example: str) -> dict[str, float]:
     return values
 
 
-def _mfu(values: list[str]) -> tuple[float, dict[str, float]]:
+def _mfu(values: list[str]) -> tuple[float | None, dict[str, float]]:
     overall = [v for v in values if "=" not in v]
     try:
-        mfu = float(overall[-1]) if overall else DEFAULT_MFU
+        mfu = float(overall[-1]) if overall else None
     except ValueError:
         raise bad("--mfu", overall[-1], "must be a fraction like 0.4 or GPU=FRACTION") from None
     return mfu, _per_gpu("--mfu", [v for v in values if "=" in v], "mi300x-192gb=0.3")
@@ -166,7 +166,8 @@ def _run(args: argparse.Namespace) -> str:
     plan = _plan(args)
     catalog = load_catalog(args.catalog)
     if args.command == "estimate":
-        return ESTIMATE_FORMATS[args.format](estimate(plan, catalog))
+        est = estimate(plan, catalog)
+        return ESTIMATE_FORMATS[args.format](est, plan_time(plan, est.gpu))
     if args.command == "recommend":
         if args.top < 1:
             raise bad("--top", args.top, "must be at least 1")

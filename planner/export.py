@@ -14,13 +14,25 @@ from planner.codec import leaf_text, plan_to_dict
 from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.models import Preset, approximate_note
+from planner.perf import StepTime
 from planner.plan import Plan, section_keys
 from planner.recommend import Candidate, Recommendation
 from planner.units import format_bytes
 
 
-def estimate_to_dict(est: Estimate) -> dict[str, Any]:
-    """The JSON form (CLI `--format json`): totals, verdict, items at the peak, per-stage phases, the plan."""
+def time_to_dict(time: StepTime) -> dict[str, Any]:
+    """The time model's view: the step, its rates, what bounds it, and its items."""
+    return {"step_time_s": time.step_time_s, "tokens_per_step": time.tokens_per_step, "gpus": time.gpus,
+            "tokens_per_s_per_gpu": time.tokens_per_s_per_gpu,
+            "model_flops_per_s_per_gpu": time.model_flops_per_s_per_gpu, "mfu": time.mfu, "bound": time.bound,
+            "efficiency": time.efficiency_note,
+            "items": [{"name": i.name, "label": i.label, "kind": i.kind, "seconds": i.seconds,
+                       "hidden_seconds": i.hidden_s, "formula": i.formula, "note": i.note} for i in time.items]}
+
+
+def estimate_to_dict(est: Estimate, time: StepTime | None = None) -> dict[str, Any]:
+    """The JSON form (CLI `--format json`): totals, verdict, items at the peak, per-stage phases, the step's time
+    (when given), the plan."""
     note = approximate_note(est.plan.model)
     return ({"approximate_model": note} if note else {}) | {
         "peak_allocated_bytes": est.peak_allocated_bytes,
@@ -46,16 +58,30 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
                     "peak_reserved_bytes": s.reserved_bytes, "device_bytes": s.device_bytes,
                     "phases": [{"name": ph.name, "allocated_bytes": ph.allocated_bytes} for ph in s.phases]}
                    for s in est.stages],
+        **({"time": time_to_dict(time)} if time is not None else {}),
         "plan": plan_to_dict(est.plan),
     }
 
 
-def estimate_to_json(est: Estimate) -> str:
-    return json.dumps(estimate_to_dict(est), indent=2)
+def estimate_to_json(est: Estimate, time: StepTime | None = None) -> str:
+    return json.dumps(estimate_to_dict(est, time), indent=2)
 
 
-def estimate_to_yaml(est: Estimate) -> str:
-    return yaml.safe_dump(estimate_to_dict(est), sort_keys=False, allow_unicode=True)
+def estimate_to_yaml(est: Estimate, time: StepTime | None = None) -> str:
+    return yaml.safe_dump(estimate_to_dict(est, time), sort_keys=False, allow_unicode=True)
+
+
+def time_to_table(time: StepTime, inference: bool) -> list[str]:
+    """The time model's lines of the text report."""
+    what = "one batch of generation" if inference else "one optimizer step"
+    tokens = "generated tokens" if inference else "tokens"
+    lines = [f"time of {what}: {time.step_time_s:,.4g} s, bound by {time.bound}; {time.tokens_per_s_per_gpu:,.0f} "
+             f"{tokens}/s per GPU; MFU {time.mfu:.1%} ({time.efficiency_note})"]
+    name_w = max(len(i.label) for i in time.items)
+    lines.append(f"{'item':<{name_w}}  {'seconds':>9}  formula — note")
+    lines += [f"{i.label:<{name_w}}  {i.seconds:>9.4g}  {i.formula} — {i.note}" for i in time.items
+              if i.seconds or i.hidden_s]
+    return lines
 
 
 def _framework_line(plan: Plan) -> str | None:
@@ -92,8 +118,9 @@ def _approx_label(plan: Plan) -> str | None:
     return f"~{n / 1e9:,.3g}B-parameter model" if n else None
 
 
-def estimate_to_table(est: Estimate) -> str:
-    """A plain-text report: verdict, the itemized peak, the three totals, and the phases of each stage."""
+def estimate_to_table(est: Estimate, time: StepTime | None = None) -> str:
+    """A plain-text report: verdict, the itemized peak, the three totals, the phases of each stage, and the
+    step's time (when given)."""
     plan = est.plan
     par = plan.parallelism
     lines = [
@@ -132,6 +159,8 @@ def estimate_to_table(est: Estimate) -> str:
             if par.pipeline > 1 else "phases"
         phases = ", ".join(f"{ph.name} {format_bytes(ph.allocated_bytes)}" for ph in s.phases)
         lines.append(f"{head}: {phases}")
+    if time is not None:
+        lines += ["", *time_to_table(time, plan.workload.task == "inference")]
     return "\n".join(lines) + "\n"
 
 
@@ -147,6 +176,7 @@ def candidate_to_dict(c: Candidate) -> dict[str, Any]:
         "device_bytes": c.device_bytes,
         "usd_per_hour": c.usd_per_hour,
         "job_hours": c.job_hours,
+        "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
         "job_usd": c.job_usd,
         "strategy": c.strategy,
         "why": c.why,
@@ -189,7 +219,7 @@ def _money(x: float | None, digits: int = 2) -> str:
 def recommendation_to_table(rec: Recommendation, top: int | None = 10) -> str:
     cents = 2 if rec.job_tokens_source.startswith("inference") else 0
     lines = [f"job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.flops_per_token:.3g} FLOPs/token; "
-             f"{rec.mfu:.0%} model FLOPs utilization; {rec.headroom:.0%} memory headroom; ranked by "
+             f"{rec.time_basis}; {rec.headroom:.0%} memory headroom; ranked by "
              f"{'cost of the job' if rec.rank_by == 'job' else 'cost per hour'}", ""]
     if rec.cut_after_s is not None:
         lines[1:1] = [f"search cut after {rec.cut_after_s:g} s by its time budget: the best found by then "

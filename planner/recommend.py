@@ -23,7 +23,7 @@ from typing import Literal, get_args
 from planner.catalog import Gpu, load_catalog
 from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
-from planner.perf import DEFAULT_MFU, flops_per_token, job_hours, peak_flops, throughput
+from planner.perf import compute_floor_hours, flops_per_token, job_time, peak_flops, throughput
 from planner.plan import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
 from planner.units import format_bytes
 from planner.validate import check_choice
@@ -53,6 +53,7 @@ class Candidate:
     usd_per_hour: float | None  # None when the catalog has no price for this GPU
     job_hours: float
     job_usd: float | None
+    tokens_per_s_per_gpu: float  # training tokens, or generated tokens when serving
     strategy: str  # short: "ZeRO-3, TP 2 + SP, full recomputation, micro-batch 1"
     why: str
     catalog: dict[str, Gpu] = field(repr=False, compare=False)
@@ -77,13 +78,19 @@ class Recommendation:
     job_tokens_source: str
     flops_per_token: float  # of the base plan, without recomputation
     headroom: float
-    mfu: float
+    mfu: float | None  # an override of the time model: job time is model FLOPs at this fraction of the peak
     rank_by: RankBy
     cut_after_s: float | None = None  # the time budget ran out: the best answers found by then
 
     @property
     def best(self) -> Candidate | None:
         return self.candidates[0] if self.candidates else None
+
+    @property
+    def time_basis(self) -> str:
+        if self.mfu is None:
+            return "job time from the step-time model (each GPU's measured matmul rate, HBM and links)"
+        return f"job time at {self.mfu:.0%} model FLOPs utilization of each GPU's dense peak (override)"
 
 
 # --- The search ---------------------------------------------------------------------------------------------
@@ -282,7 +289,7 @@ class _Limits:
         return est.device_bytes <= self.device and est.host_bytes <= self.host
 
 
-def _check_arguments(plan: Plan, catalog: dict[str, Gpu], *, headroom: float, mfu: float, mfu_by_gpu: dict,
+def _check_arguments(plan: Plan, catalog: dict[str, Gpu], *, headroom: float, mfu: float | None, mfu_by_gpu: dict,
                      prices: dict, fixed: Collection[str], max_count: int, rank_by: str, host_gib: float,
                      budget_s: float | None) -> None:
     """recommend()'s arguments, each checked with the field it came in."""
@@ -295,6 +302,8 @@ def _check_arguments(plan: Plan, catalog: dict[str, Gpu], *, headroom: float, mf
     if not 0 <= headroom < 1:
         raise bad("headroom", headroom, "must be a fraction from 0 to below 1 (e.g. 0.1 for 10 %)")
     for key, value in (("mfu", mfu), *((f"mfu.{g}", v) for g, v in mfu_by_gpu.items())):
+        if value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise bad(key, value, "must be a fraction above 0 and at most 1 (e.g. 0.4)")
     for gpu_id in mfu_by_gpu:
@@ -314,13 +323,14 @@ def _check_arguments(plan: Plan, catalog: dict[str, Gpu], *, headroom: float, mf
 
 
 def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
-              mfu: float = DEFAULT_MFU, prices: dict[str, float] | None = None,
+              mfu: float | None = None, prices: dict[str, float] | None = None,
               fixed: frozenset[str] | set[str] = frozenset(), max_count: int = MAX_COUNT,
               rank_by: RankBy = "job", host_memory_gib_per_gpu: float = DEFAULT_HOST_GIB_PER_GPU,
               mfu_by_gpu: dict[str, float] | None = None, budget_s: float | None = None) -> Recommendation:
     """Every feasible (GPU type, count) with its fastest strategy, ranked cheapest first.
 
-    `prices` and `mfu_by_gpu` override the catalog's price and the assumed utilization per GPU id. With
+    Job time comes from the step-time model (planner/perf/); `mfu` (all GPUs) and `mfu_by_gpu` (per GPU id)
+    override it with model FLOPs at that fraction of the dense peak. `prices` override the catalog's. With
     `budget_s` the search stops when that many seconds are spent and returns what it found, saying so."""
     start = time.perf_counter()
     catalog = catalog if catalog is not None else load_catalog()
@@ -373,7 +383,7 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
 
 
 def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int, tokens: int,
-                mfu: float, price: float | None) -> tuple[list[Candidate], str]:
+                mfu: float | None, price: float | None) -> tuple[list[Candidate], str]:
     plan = search.plan
     if peak_flops(gpu, plan.precision.compute) is None:
         return [], f"{gpu.name}: no {plan.precision.compute} tensor cores; plan another compute dtype"
@@ -408,16 +418,20 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
     # beyond one GPU per sequence no gain, but the plan's own count is always tried
     last = max(first, min(counts[-1], plan.workload.global_batch_size),
                plan.hardware.count if plan.hardware.count in counts else 0)
-    found = []
+    found: list[Candidate] = []
     try:
         for n in (c for c in counts if first <= c <= last):
-            found.extend(_best_at(search, gpu, n, limits, classes, tokens, mfu, price, first))
+            best = _best_at(search, gpu, n, limits, classes, tokens, mfu, price, first)
+            if best and found and best[0].job_hours >= min(c.job_hours for c in found) \
+                    and n != plan.hardware.count:
+                break  # more GPUs no longer shorten the job: every larger count costs more for no time
+            found.extend(best)
     except _OutOfTime:
         raise _OutOfTime(found) from None
     return found, ""
 
 
-def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, tokens: int, mfu: float,
+def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, tokens: int, mfu: float | None,
              price: float | None, first: int) -> list[Candidate]:
     """The fastest strategy that fits on `n` GPUs, as a one-candidate list ([] if none fits)."""
     plan = search.plan
@@ -425,15 +439,17 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
     offload_rank = {o: i for i, o in enumerate(search.offloads)}  # later = offloads more = less memory
     best: tuple[float, Candidate] | None = None
     failed: list[tuple[int, int, int]] = []  # classes whose most memory-saving layout did not fit
-    base_hours = job_hours(replace(plan, techniques=replace(plan.techniques, activation_checkpointing="none",
-                                                            offload="none"),
-                                   precision=replace(plan.precision, fp8_all_gather=False),
-                                   parallelism=Parallelism(data=n), hardware=Hardware(gpu=gpu.id, count=n),
-                                   workload=replace(plan.workload, global_batch_size=None, micro_batch_size=1)),
-                           gpu, tokens, mfu)
+    # A lower bound of a class's hours: its factor × the work (compute and memory) of one unit of it. The unit is
+    # the FLOPs at the achievable rate until a candidate is found, then that candidate's own work over its
+    # factor: another layout can hide or avoid communication, not the work.
+    unit = compute_floor_hours(plan, gpu, tokens, n, mfu)
+    pcie = {o: compute_floor_hours(plan, gpu, tokens, n, mfu, o) - unit for o in search.offloads}
     for bound, ckpt, offload, p in classes:
-        if best is not None and bound * base_hours >= best[0]:
+        if best is not None and bound * unit >= best[0]:
             break
+        if best is not None and (bound * unit + pcie[offload] >= best[0]
+                                 or offload != "none" and best[1].plan.techniques.offload == "none"):
+            continue  # its PCIe transfers alone make it slower; offload is for plans that do not fit without
         rank = (ckpt_rank[ckpt], offload_rank[offload])
         if any(fp == p and fc >= rank[0] and fo >= rank[1] for fc, fo, fp in failed):
             continue  # a class that saves at least as much memory already failed
@@ -444,14 +460,15 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
         est = search.simplest(gpu, n, limits, ckpt, offload, p)
         if est is not None:
             est = _for_gpu(est, gpu)
-            hours = job_hours(est.plan, gpu, tokens, mfu)
+            hours, work = job_time(est.plan, gpu, tokens, mfu)
+            unit = max(unit, work / bound)
             if best is None or hours < best[0]:
-                best = (hours, _candidate(est, gpu, n, hours, price, limits.device, first, search.catalog))
+                best = (hours, _candidate(est, gpu, n, (hours, tokens), price, limits.device, first, search.catalog))
     return [] if best is None else [best[1]]
 
 
 def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int,
-                      tokens: int, mfu: float, price: float | None) -> tuple[list[Candidate], str]:
+                      tokens: int, mfu: float | None, price: float | None) -> tuple[list[Candidate], str]:
     """Replicas of the model: tensor parallelism within a node, pipeline parallelism across nodes. More
     replicas multiply throughput at the same cost per token, so one replica of each layout is a candidate."""
     plan = search.plan
@@ -478,7 +495,7 @@ def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headro
             if est.device_bytes > budget:
                 closest = est if closest is None or est.device_bytes < closest.device_bytes else closest
                 continue
-            speed = throughput(candidate_plan, gpu, mfu)
+            speed = throughput(candidate_plan, gpu)
             hours = tokens / (speed.output_tokens_per_second_per_gpu * n) / 3600
             usd = None if price is None else price * n
             layout = (f"TP {t}" + (f" × PP {p}" if p > 1 else "") if n > 1 else "one GPU") + \
@@ -488,6 +505,7 @@ def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headro
                    f"tok/s per replica")
             found.append(Candidate(gpu=gpu, count=n, plan=candidate_plan, device_bytes=est.device_bytes,
                                    usd_per_hour=usd, job_hours=hours, job_usd=None if usd is None else usd * hours,
+                                   tokens_per_s_per_gpu=speed.output_tokens_per_second_per_gpu,
                                    strategy=layout, why=why, catalog=search.catalog))
     if found:
         return found, ""
@@ -497,8 +515,9 @@ def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headro
                 f"{format_bytes(limits.device)} allowed")
 
 
-def _candidate(est: Estimate, gpu: Gpu, n: int, hours: float, price: float | None, limit: int, first: int,
+def _candidate(est: Estimate, gpu: Gpu, n: int, job: tuple[float, int], price: float | None, limit: int, first: int,
                catalog: dict[str, Gpu]) -> Candidate:
+    hours, tokens = job
     par, tech, wl = est.plan.parallelism, est.plan.techniques, est.plan.workload
     parts = [f"ZeRO-{par.zero_stage}" if par.zero_stage else ("DDP" if par.data > 1 else "one replica")]
     parts += [f"TP {par.tensor}" + (" + SP" if par.sequence_parallel else "")] if par.tensor > 1 else []
@@ -515,6 +534,7 @@ def _candidate(est: Estimate, gpu: Gpu, n: int, hours: float, price: float | Non
     usd_per_hour = None if price is None else price * n
     return Candidate(gpu=gpu, count=n, plan=est.plan, device_bytes=est.device_bytes, usd_per_hour=usd_per_hour,
                      job_hours=hours, job_usd=None if usd_per_hour is None else hours * usd_per_hour,
+                     tokens_per_s_per_gpu=tokens / (hours * 3600) / n,
                      strategy=strategy, why=why, catalog=catalog)
 
 

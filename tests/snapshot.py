@@ -20,12 +20,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import accuracy  # noqa: E402
+import throughput as throughput_bench  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
 from planner.export import candidate_to_dict, estimate_to_dict  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
-from planner.perf import flops_per_token, job_hours, throughput  # noqa: E402
+from planner.perf import StepTime, flops_per_token, job_hours, plan_time, throughput  # noqa: E402
 from planner.recommend import max_micro_batch, max_sequence_length, min_gpus, recommend  # noqa: E402
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -120,9 +121,19 @@ SEARCHED: dict[str, dict[str, Any]] = {
 }
 
 
+def _time_entry(time: StepTime | None) -> dict[str, Any] | None:
+    """The time model's numbers, compactly: the step, its rates and each item's seconds (exposed, hidden)."""
+    if time is None:
+        return None
+    return {"step_time_s": time.step_time_s, "tokens_per_s_per_gpu": time.tokens_per_s_per_gpu, "mfu": time.mfu,
+            "bound": time.bound, "items": {i.name: [i.seconds, i.hidden_s] for i in time.items}}
+
+
 def _estimate_entry(data: dict[str, Any]) -> dict[str, Any]:
     try:
-        return estimate_to_dict(estimate(plan_from_dict(data)))
+        plan = plan_from_dict(data)
+        est = estimate(plan)
+        return {**estimate_to_dict(est), "time": _time_entry(plan_time(plan, est.gpu))}
     except PlanError as e:
         return {"error": str(e)}
 
@@ -143,9 +154,10 @@ def searched() -> dict[str, Any]:
         fewest = min_gpus(plan)
         entry["min_gpus"] = None if fewest is None else candidate_to_dict(fewest)
         if plan.workload.task == "inference":
-            entry["throughput"] = throughput(plan, est.gpu, 0.4).__dict__
+            entry["throughput"] = throughput(plan, est.gpu).__dict__
         else:
-            entry["job_hours"] = job_hours(plan, est.gpu, 10**9, 0.4)
+            entry["job_hours"] = job_hours(plan, est.gpu, 10**9)
+            entry["job_hours_at_mfu_0.4"] = job_hours(plan, est.gpu, 10**9, 0.4)
             entry["max_sequence_length"] = max_sequence_length(plan)
         out[name] = entry
     return out
@@ -157,11 +169,18 @@ def accuracy_rows() -> dict[str, Any]:
             "skipped": [[row, why] for row, why in skipped]}
 
 
+def throughput_rows() -> dict[str, Any]:
+    rows, skipped = throughput_bench.run()
+    return {"rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
+            "skipped": [[row, why] for row, why in skipped]}
+
+
 def files() -> dict[str, Any]:
     """Every snapshot file's name and content."""
     out = {f"estimates/{preset}.json": estimates(preset) for preset in presets()}
     out["searched.json"] = searched()
     out["accuracy.json"] = accuracy_rows()
+    out["throughput.json"] = throughput_rows()
     return out
 
 

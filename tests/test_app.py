@@ -33,7 +33,8 @@ def test_first_page_shows_a_real_plan():
     at = app()
     assert not at.exception
     assert at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×8: needs ")
-    assert [m.label for m in at.metric] == ["peak allocated", "peak reserved", "device", "usable"]
+    assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "bound by", "peak allocated",
+                                           "peak reserved", "device", "usable"]
     assert "Optimizer states" in set(table(at, "formula")["item"])
     assert at.query_params["preset"] == "llama-3.1-8b" and at.query_params["zero_stage"] == "3"
 
@@ -427,6 +428,7 @@ def _tab_page(plan: dict, tab: str):
     from planner.catalog import load_catalog
     from planner.memory import estimate
     from planner.codec import plan_from_dict
+    from planner.perf import plan_time
     from planner.recommend import recommend
     from ui import tabs
 
@@ -438,8 +440,10 @@ def _tab_page(plan: dict, tab: str):
         st.session_state["rec"] = tabs.cheapest(plan, catalog, "project", 0.0)
     elif tab == "explore":
         tabs.explore(plan, result, catalog, recommend(plan, catalog))
+    elif tab == "time":
+        tabs.timing(plan, plan_time(plan, result.gpu))
     else:
-        tabs.verdict(plan, result)
+        tabs.verdict(plan, result, plan_time(plan, result.gpu))
         tabs.share(plan, result)
 
 
@@ -454,6 +458,14 @@ def test_breakdown_tab_for_a_pipelined_framework_plan():
     assert set(table(at, "source")["in this plan"]) == {"from the framework"}
 
 
+def test_time_tab_itemizes_the_step():
+    at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "time"), default_timeout=30).run()
+    assert not at.exception
+    items = table(at, "hidden s")
+    assert {"Matmuls and attention", "Pipeline bubble", "Optimizer step"} <= set(items["item"])
+    assert all(items["formula"].str.len() > 0)
+
+
 def test_cheapest_and_explore_tabs():
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "cheapest"), default_timeout=60).run()
     assert not at.exception and at.radio(key="rank_by").options == ["cost of the job", "cost per hour"]
@@ -466,6 +478,7 @@ def test_cheapest_and_explore_tabs():
 def test_share_tab_links_the_plan():
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "share"), default_timeout=30).run()
     assert not at.exception and at.header[0].value == "Your plan" and at.success
+    assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "bound by"]
     query = dict(parse_qsl(at.code[0].value.split("?", 1)[1]))
     plan, warnings = plan_from_query(query, DEFAULT)
     assert not warnings and plan_to_dict(plan) == plan_to_dict(plan_from_dict(TAB_PLAN))

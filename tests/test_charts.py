@@ -5,7 +5,8 @@ from planner.explore import sweep
 from planner.memory import estimate
 from planner.codec import plan_from_dict
 from planner.recommend import recommend
-from ui.charts import breakdown_chart, recommendation_chart, sweep_chart
+from planner.perf import step_time
+from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart
 
 CATALOG = load_catalog()
 PLAN = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 2048}})
@@ -43,3 +44,21 @@ def test_recommendation_chart_has_one_bar_per_priced_gpu_type():
     rows = _rows(recommendation_chart(rec).to_dict())
     assert len(rows) == len({c.gpu.id for c in rec.candidates if c.usd_per_hour is not None})
     assert rows[0]["GPU"] == rec.best.gpu.name
+
+
+def test_count_chart_has_a_line_per_cheapest_gpu_type_over_its_counts():
+    rec = recommend(PLAN, CATALOG)
+    rows = _rows(count_chart(rec, types=3).to_dict())
+    cheapest = list(dict.fromkeys(c.gpu.name for c in rec.candidates if c.job_usd is not None))[:3]
+    assert sorted({r["GPU"] for r in rows}) == sorted(cheapest)
+    best = [r for r in rows if r["GPU"] == rec.best.gpu.name]
+    assert len(best) == sum(c.gpu.id == rec.best.gpu.id for c in rec.candidates)
+
+
+def test_time_chart_shows_the_critical_path_and_the_hidden_communication():
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}})
+    time = step_time(plan, CATALOG["h100-sxm-80gb"])
+    rows = _rows(time_chart(time).to_dict())
+    assert {r["item"] for r in rows if r["part"] == "on the critical path"} == {i.label for i in time.items if i.seconds}
+    hidden = [r for r in rows if r["part"] == "hidden behind compute"]
+    assert [r["item"] for r in hidden] == ["Data-parallel collectives"]

@@ -1,13 +1,14 @@
-"""planner/memory/ stays a package of short functions: none longer than 80 lines, no import inside a function."""
+"""planner/memory/ and planner/perf/ stay packages of short functions: none longer than 80 lines, no import inside a
+function."""
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "planner" / "memory"
+PACKAGES = [Path(__file__).resolve().parent.parent / "planner" / name for name in ("memory", "perf")]
 
 
 def _functions():
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(p for package in PACKAGES for p in package.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 yield path.name, node

@@ -1,4 +1,4 @@
-"""The time model: FLOPs and job hours by hand on TINY, decode bounded by HBM bandwidth."""
+"""The time model's FLOPs, its MFU override and serving throughput, by hand."""
 
 import pytest
 
@@ -25,7 +25,7 @@ def test_flops_per_token_by_hand():
     assert flops_per_token(full) == 4 * (2 * 137_728 + 8_192)  # one more forward
 
 
-def test_job_hours_by_hand():
+def test_job_hours_under_an_mfu_override_by_hand():
     a40 = CATALOG["a40-48gb"]
     hours = job_hours(tiny(hardware={"gpu": "a40-48gb"}), a40, 10**9, 0.4)
     assert hours == pytest.approx(1e9 * 3 * (2 * 137_728 + 8_192) / (149.7e12 * 0.4) / 3600)
@@ -35,7 +35,7 @@ def test_decode_is_bandwidth_bound():
     h100 = load_catalog()["h100-sxm-80gb"]
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "inference", "inference": {
         "batch_size": 1, "prompt_tokens": 1, "output_tokens": 1}}})
-    speed = throughput(plan, h100, 0.4)
+    speed = throughput(plan, h100)
     read = weight_bytes(plan)[0] + 1.5 * kv_bytes_per_token(plan)
     assert speed.decode_tokens_per_second == pytest.approx(3.35e12 * 0.8 / read)
 
@@ -47,4 +47,4 @@ def test_moe_decode_reads_only_routed_experts():
     w_bytes, w_params = weight_bytes(plan)
     idle = 32 * param_counts(plan.model).expert * 6  # batch 1: 2 of 8 experts per layer are read
     read = w_bytes - idle * w_bytes / w_params + 1.5 * kv_bytes_per_token(plan)
-    assert throughput(plan, h100, 0.4).decode_tokens_per_second == pytest.approx(3.35e12 * 0.8 / read)
+    assert throughput(plan, h100).decode_tokens_per_second == pytest.approx(3.35e12 * 0.8 / read)

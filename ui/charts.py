@@ -13,6 +13,7 @@ import pandas as pd
 
 from planner.explore import Point
 from planner.memory import Estimate
+from planner.perf import StepTime
 from planner.recommend import Recommendation
 from planner.units import to_unit
 
@@ -95,3 +96,41 @@ def recommendation_chart(rec: Recommendation) -> alt.Chart:
     measure = "job USD" if rec.rank_by == "job" else "USD per hour"
     chart = _with_data(_recommendation_template(measure), pd.DataFrame(list(best.values())))
     return chart.properties(height=max(120, 18 * len(best)))
+
+
+@cache
+def _time_template() -> alt.Chart:
+    return alt.Chart().mark_bar().encode(
+        x=alt.X("seconds:Q", stack="zero", title="seconds per step"),
+        y=alt.Y("item:N", sort=alt.EncodingSortField("order"), title=None),
+        color=alt.Color("part:N", scale=alt.Scale(domain=["on the critical path", "hidden behind compute"],
+                                                  range=["#1f77b4", "#c6dbef"]),
+                        legend=alt.Legend(title=None, orient="bottom")),
+        tooltip=["item:N", "part:N", "seconds:Q"],
+    )
+
+
+def time_chart(time: StepTime) -> alt.Chart:
+    """The step's items: seconds on the critical path, and the communication hidden behind compute."""
+    rows = [{"item": i.label, "part": part, "seconds": round(s, 6), "order": n}
+            for n, i in enumerate(time.items)
+            for part, s in (("on the critical path", i.seconds), ("hidden behind compute", i.hidden_s)) if s]
+    return _with_data(_time_template(), pd.DataFrame(rows)).properties(height=max(120, 26 * len(time.items)))
+
+
+@cache
+def _count_template(measure: str) -> alt.Chart:
+    return alt.Chart().mark_line(point=True).encode(
+        x=alt.X("GPUs:Q", scale=alt.Scale(type="log", base=2)), y=alt.Y(f"{measure}:Q", scale=alt.Scale(type="log")),
+        color=alt.Color("GPU:N", legend=alt.Legend(title=None, orient="bottom", columns=3, labelLimit=260)),
+        tooltip=["GPU:N", "GPUs:Q", "job USD:Q", "hours:Q", "strategy:N"],
+    )
+
+
+def count_chart(rec: Recommendation, types: int = 6) -> alt.Chart:
+    """Cost and time against the GPU count, for the best strategy at each count of the cheapest GPU types."""
+    order = list(dict.fromkeys(c.gpu.id for c in rec.candidates if c.job_usd is not None))[:types]
+    rows = [{"GPU": c.gpu.name, "GPUs": c.count, "job USD": round(c.job_usd, 2), "hours": round(c.job_hours, 3),
+             "strategy": c.strategy} for c in rec.candidates if c.gpu.id in order]
+    measure = "job USD" if rec.rank_by == "job" else "hours"
+    return _with_data(_count_template(measure), pd.DataFrame(rows)).properties(height=300)

@@ -17,10 +17,11 @@ from planner.frameworks import load_frameworks, provenance
 from planner.loader import load_yaml
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.models import approximate_note
+from planner.perf import StepTime
 from planner.plan import Plan
 from planner.recommend import RankBy, Recommendation, recommend
 from planner.units import format_bytes, to_unit
-from ui.charts import breakdown_chart, recommendation_chart, sweep_chart
+from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart
 from ui.state import load_into_widgets
 
 RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
@@ -36,8 +37,8 @@ def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headr
     return recommend(plan, _catalog, prices=prices, headroom=headroom, rank_by=rank_by, budget_s=APP_SEARCH_BUDGET_S)
 
 
-def verdict(plan: Plan, result: Estimate) -> None:
-    """The plan's name, size, task and GPUs, its approximation warning, and whether it fits."""
+def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
+    """The plan's name, size, task and GPUs, its approximation warning, whether it fits, and how fast it runs."""
     st.header(plan.name or "Your plan")
     st.caption(f"{plan.model.params.total / 1e9:.2f} B parameters"
                + (f" ({plan.model.params.active / 1e9:.2f} B active)" if plan.model.num_experts else "")
@@ -45,6 +46,27 @@ def verdict(plan: Plan, result: Estimate) -> None:
     if note := approximate_note(plan.model):
         st.warning(note)
     (st.success if result.fits else st.error)(result.reason)
+    if time is None:
+        st.warning(f"{result.gpu.name} has no {plan.precision.compute} tensor cores: no time estimate.")
+        return
+    serving = plan.workload.task == "inference"
+    cols = st.columns(4)
+    cols[0].metric("seconds per batch" if serving else "seconds per step", f"{time.step_time_s:,.3g}")
+    cols[1].metric("generated tokens/s per GPU" if serving else "tokens/s per GPU", f"{time.tokens_per_s_per_gpu:,.0f}")
+    cols[2].metric("MFU", f"{time.mfu:.1%}", help="model FLOPs per second over the dense bf16 peak")
+    cols[3].metric("bound by", time.bound)
+
+
+def timing(plan: Plan, time: StepTime | None) -> None:
+    """The step's time, item by item: a chart and the table of formulas."""
+    if time is None:
+        st.info("No time estimate: the GPU has no tensor cores for the plan's compute dtype.")
+        return
+    st.caption(time.efficiency_note)
+    st.altair_chart(time_chart(time), width="stretch")
+    st.dataframe(pd.DataFrame([{"item": i.label, "seconds": round(i.seconds, 5), "hidden s": round(i.hidden_s, 5),
+                                "formula": i.formula, "note": i.note} for i in time.items]),
+                 hide_index=True, width="stretch")
 
 
 def _framework_settings(plan: Plan) -> None:
@@ -90,8 +112,8 @@ def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recom
     headroom = c2.slider("Memory headroom", 0.0, 0.5, 0.10, 0.01, key="headroom",
                          help="Fraction of usable memory kept free")
     rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by)
-    st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.mfu:.0%} model FLOPs utilization "
-               f"of each GPU's dense peak; {rec.headroom:.0%} of memory kept free.")
+    st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.time_basis}; "
+               f"{rec.headroom:.0%} of memory kept free.")
     if rec.cut_after_s is not None:
         st.warning(f"The search stopped after {rec.cut_after_s:g} s: these are the best answers found by then. "
                    "`python -m planner recommend` searches the whole catalog.")
@@ -99,6 +121,8 @@ def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recom
         st.warning("No GPU in the catalog fits this workload, even with every memory-saving technique.")
     else:
         st.altair_chart(recommendation_chart(rec), width="stretch")
+        st.caption("How many GPUs: the job's cost against the count, for the best strategy at each count")
+        st.altair_chart(count_chart(rec), width="stretch")
         st.dataframe(pd.DataFrame([{k: v for k, v in candidate_to_dict(c).items()
                                     if k not in ("parallelism", "techniques", "gpu_name")}
                                    for c in rec.candidates[:30]]), hide_index=True, width="stretch")

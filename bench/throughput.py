@@ -1,0 +1,129 @@
+"""The time model against published measured training throughput (bench/data/throughput.csv).
+
+Every row is mapped to a plan by the general rules in `plan_of()`: the architecture from the row's columns,
+the parallelism and batch as published, no per-row values. A row the plan format cannot describe yet is listed
+with the reason. The prediction is the step-time model's tokens per second per GPU; MFU is shown beside.
+
+    python bench/throughput.py          # table, then median and p90 absolute error, by source
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner.catalog import load_catalog  # noqa: E402
+from planner.codec import plan_from_dict  # noqa: E402
+from planner.errors import PlanError  # noqa: E402
+from planner.perf import flops_per_token, model_flops_per_token, peak_flops, step_time  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "throughput.csv"
+# The peers' time models on the same plans:
+# - "40 % MFU": model FLOPs (6N + attention) at 40 % of the dense peak, the planner's model before its step-time
+#   model (and the rule of thumb people use);
+# - llm-analysis (cli-ai-lab/llm-analysis, analysis.py): a layer's compute latency is its FLOPs (recomputation
+#   included) at the peak × flops_efficiency, default 0.5; communication is left out here (it adds TP
+#   collectives only, and the rows' DP/FSDP collectives are overlapped in its model).
+PEER_MFU = 0.40
+LLM_ANALYSIS_FLOPS_EFFICIENCY = 0.5
+# Sources whose stacks run tensor parallelism with sequence parallelism (Megatron-Core and NeMo recipes).
+MEGATRON_SOURCES = ("megatron", "nemo2407", "mbridge")
+
+
+def _int(row: dict, key: str, default: int) -> int:
+    return int(row[key]) if row[key].strip() else default
+
+
+def model_of(row: dict) -> dict:
+    """The architecture from the row's columns; the notes say GeLU (MPT, GPT: LayerNorm, 4 × hidden MLP) and
+    tied embeddings where the model has them; otherwise a Llama-style SwiGLU/RMSNorm model."""
+    notes = row["notes"].lower()
+    gelu = "gelu" in notes or row["model"].upper().startswith(("GPT-", "GPT3", "MPT"))
+    model = {"num_layers": int(row["num_layers"]), "hidden_size": int(row["hidden_size"]),
+             "num_attention_heads": int(row["num_attention_heads"]),
+             "num_kv_heads": _int(row, "num_kv_heads", int(row["num_attention_heads"])),
+             "intermediate_size": int(row["intermediate_size"]), "vocab_size": int(row["vocab_size"]),
+             "mlp": "gelu" if gelu else "swiglu", "norm": "layernorm" if gelu else "rmsnorm",
+             "tie_embeddings": "tied emb" in notes}
+    experts = _int(row, "num_experts", 0)
+    if experts:
+        model |= {"num_experts": experts, "experts_per_token": int(row["experts_per_token"]),
+                  "moe_intermediate_size": int(row["intermediate_size"])}
+    return model
+
+
+def plan_of(row: dict) -> dict:
+    tp, pp, vp = _int(row, "tensor", 1), _int(row, "pipeline", 1), _int(row, "virtual_stages", 1)
+    parallelism = {"data": _int(row, "data", 1), "tensor": tp, "pipeline": pp, "context": _int(row, "context", 1),
+                   "expert": _int(row, "expert", 1), "zero_stage": _int(row, "zero_stage", 0),
+                   "sequence_parallel": tp > 1 and row["source_id"] in MEGATRON_SOURCES}
+    if vp > 1:
+        parallelism |= {"pipeline_schedule": "interleaved_1f1b", "virtual_stages": vp}
+    return {"name": row["id"], "model": model_of(row),
+            "workload": {"sequence_length": int(row["sequence_length"]),
+                         "micro_batch_size": _int(row, "micro_batch_size", 1),
+                         "global_batch_size": int(row["global_batch_size"])},
+            "precision": {"compute": row["precision"]},
+            "techniques": {"activation_checkpointing": row["activation_checkpointing"].strip() or "none"},
+            "parallelism": parallelism, "hardware": {"gpu": row["gpu"]}}
+
+
+def run() -> tuple[list[dict], list[tuple[str, str]]]:
+    catalog = load_catalog()
+    rows, skipped = [], []
+    for row in csv.DictReader(DATA.open()):
+        if row["gpu"] not in catalog:
+            skipped.append((row["id"], f"GPU {row['gpu']!r} is not in the catalog"))
+            continue
+        try:
+            plan = plan_from_dict(plan_of(row))
+        except PlanError as exc:
+            skipped.append((row["id"], str(exc)))
+            continue
+        gpu = catalog[plan.hardware.gpu]
+        step = step_time(plan, gpu)
+        measured = float(row["tokens_per_s_per_gpu"])
+        peak = peak_flops(gpu, plan.precision.compute)
+        rows.append({"row": row["id"], "source": row["source_id"], "model": row["model"], "gpu": row["gpu"],
+                     "gpus": int(row["num_gpus"]), "precision": row["precision"],
+                     "measured": measured, "predicted": step.tokens_per_s_per_gpu,
+                     "error": step.tokens_per_s_per_gpu / measured - 1, "mfu_measured": row["mfu"],
+                     "mfu_predicted": step.mfu, "bound": step.bound,
+                     "rule40": peak * PEER_MFU / model_flops_per_token(plan) / measured - 1,
+                     "llm_analysis": peak * LLM_ANALYSIS_FLOPS_EFFICIENCY / flops_per_token(plan) / measured - 1})
+    return rows, skipped
+
+
+def summary(rows: list[dict], key: str = "error") -> str:
+    errors = sorted(abs(r[key]) for r in rows)
+    p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+    signed = statistics.median(r[key] for r in rows)
+    return (f"{len(rows)} rows: median |error| {statistics.median(errors):.1%}, p90 {p90:.1%}, "
+            f"signed median {signed:+.1%}")
+
+
+def main() -> None:
+    rows, skipped = run()
+    print("| row | source | model | GPU | GPUs | dtype | measured tok/s/GPU | predicted | error | MFU published "
+          "| MFU predicted | bound | 40 % MFU error | llm-analysis error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['row']} | {r['source']} | {r['model']} | {r['gpu']} | {r['gpus']} | {r['precision']} | "
+              f"{r['measured']:,.0f} | {r['predicted']:,.0f} | {r['error']:+.0%} | {r['mfu_measured'] or '—'} | "
+              f"{r['mfu_predicted']:.2f} | {r['bound']} | {r['rule40']:+.0%} | {r['llm_analysis']:+.0%} |")
+    print()
+    print("planner, all", summary(rows))
+    print("40 % MFU rule, all", summary(rows, "rule40"))
+    print("llm-analysis defaults, all", summary(rows, "llm_analysis"))
+    for source in sorted({r["source"] for r in rows}):
+        print(source, summary([r for r in rows if r["source"] == source]))
+    for row, why in skipped:
+        print(f"skipped {row}: {why}")
+
+
+if __name__ == "__main__":
+    main()

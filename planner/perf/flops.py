@@ -1,0 +1,53 @@
+"""FLOPs: per token of training (forward, backward, recomputation) and of a forward pass.
+
+Model FLOPs (what MFU counts) are forward + backward, 3 × forward, without recomputation; the FLOPs a step runs
+add what checkpointing recomputes.
+"""
+
+from __future__ import annotations
+
+from planner.models import attention_widths, param_counts
+from planner.plan import Plan
+
+
+def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> float:
+    """Forward FLOPs per token: 2 × the matmul parameters the token passes through (active experts only, plus
+    the output head; Kaplan et al. 2020) and attention, 2 × (q + v widths) × keys per layer (QKᵀ and PV), over the
+    keys a query sees: causal halves them where fused kernels skip the masked half (PaLM, Chowdhery et al.
+    2022, App. B), sliding windows cap them."""
+    m = plan.model
+    s = sequence_length or plan.workload.sequence_length
+    flash = plan.techniques.attention == "flash"
+    window = min(s, m.sliding_window or s)
+    per_query = s / 2 if flash else s  # eager computes the masked half too
+    keys = (m.num_layers - m.sliding_layers) * per_query + m.sliding_layers * (min(window, per_query) if flash else s)
+    q, _, _, out = attention_widths(m)
+    return 2 * matmul_params(plan) + 2 * (q + out) * keys
+
+
+def matmul_params(plan: Plan) -> int:
+    """Matmul parameters a token passes through: the layers' projections (active experts only) and the output
+    head; norms and the embedding lookup do no matmul."""
+    m = plan.model
+    counts = param_counts(m)
+    return (counts.active - counts.embedding - counts.lm_head - m.num_layers * counts.norms - counts.final_norm
+            + m.vocab_size * m.hidden_size)
+
+
+def flops_per_token(plan: Plan) -> float:
+    """Training FLOPs per token: forward + backward (3 × forward), plus one more forward under full
+    recomputation (its ⌊L/k⌋ / L share for every k-th layer, or the attention scores' forward under selective
+    recomputation of eager attention)."""
+    forward = forward_flops_per_token(plan)
+    ckpt = plan.techniques.activation_checkpointing
+    attention = forward - 2 * matmul_params(plan)
+    layers = plan.model.num_layers
+    share = (layers // plan.techniques.checkpoint_every) / layers  # the layers every_k checkpoints
+    recompute = (forward if ckpt == "full" else forward * share if ckpt == "every_k" else
+                 attention if (ckpt == "selective" and plan.techniques.attention == "eager") else 0)
+    return 3 * forward + recompute
+
+
+def model_flops_per_token(plan: Plan) -> float:
+    """Forward + backward FLOPs per token without recomputation (3 × forward): the numerator of MFU."""
+    return 3 * forward_flops_per_token(plan)

@@ -1,0 +1,348 @@
+"""How long a training step takes on one GPU of the most loaded pipeline stage, item by item.
+
+A step is `m` micro-batches (gradient accumulation, or the pipeline's micro-batches). Each runs forward and
+backward: matmuls and attention at the GPU's achievable rates (planner/perf/work.py), elementwise ops at its
+HBM bandwidth, and recomputation where checkpointing asks for it. Tensor-, context- and expert-parallel
+collectives and pipeline sends happen inside each micro-batch; data-parallel gradient (and FSDP parameter)
+collectives overlap the compute they are scheduled beside, and only what is left over is on the critical
+path. The pipeline bubble, the optimizer step and offload transfers follow. Collective costs are
+planner/perf/rates.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.catalog import Gpu
+from planner.dtypes import nbytes
+from planner.memory.layout import largest_stage_layers
+from planner.models import attention_widths, param_counts, projection_shapes
+from planner.perf.flops import model_flops_per_token
+from planner.perf.rates import Group, Rates, collective_s, rates
+from planner.perf.result import Seconds, StepTime, TimeItem, step_of
+from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, Gemm, gemms_s, keys_per_query, layer_work,
+                               matmul_elem)
+from planner.plan import ADAPTER_TASKS, Plan
+
+# Cross-entropy bytes per logit: upcast to fp32 (r2 w4), log-softmax (r4 w4), its gradient (r4 w4) and the
+# downcast of the gradient (r4 w2) = 28 whether or not it runs in chunks; Liger's fused kernel keeps the
+# softmax on chip and writes the gradient in place (r2 w2 ≈ 4, + the bf16 logits it makes chunk by chunk: 6).
+LOSS_BYTES = {"full": 28, "chunked": 28, "fused": 6}
+# Optimizer state elements per parameter, each read and written by the step
+STATES = {"adamw": 2, "paged_adamw": 2, "adamw_8bit": 2, "paged_adamw_8bit": 2, "adafactor": 0, "lion": 1,
+          "muon": 1, "sgd": 0, "sgd_momentum": 1}
+STATE_BYTES_8BIT = 1
+# An offloaded optimizer steps on the host, streaming its states through host memory: a dual-socket server's
+# DDR5 (2 × 8 channels × 4,800 MT/s × 8 B = 614 GB/s, ~70 % achievable) shared by 8 GPUs gives ~50 GB/s per
+# GPU (DeepSpeed's CPU-Adam is bandwidth-bound, Ren et al. 2021, ZeRO-Offload §5).
+HOST_BYTES_PER_S_PER_GPU = 50e9
+# Pipeline bubble: (p − 1) idle micro-batch slots per step under GPipe and 1F1B, 1/v of that with v interleaved
+# chunks (Narayanan et al. 2021), about a third with zero-bubble ZB-H1 (Qi et al. 2023).
+BUBBLE_DIVISOR = {"interleaved_1f1b": None, "zero_bubble": 3}
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Work:
+    """What one micro-batch asks of one GPU of the most loaded stage, before any rate: the same on every GPU
+    type, so the recommender computes it once per strategy."""
+
+    layer_gemms: tuple[Gemm, ...]  # the stage's layers, forward
+    other_gemms: tuple[Gemm, ...]  # the output head and LoRA adapters, forward
+    attention_flops: float  # the stage's attention cores, forward
+    elementwise_bytes: float  # the stage's layers, forward
+    loss_bytes: float
+    dequant_bytes: float  # quantized frozen weights made 16-bit again, per pass
+    frozen: bool  # the base weights get no weight gradient (LoRA, QLoRA)
+    dense_layers: int
+    moe_layers: int
+    params: float  # on this GPU before ZeRO
+    trainable: float
+
+
+_WORK: dict[tuple, _Work] = {}  # memo: a plan's work, keyed by the sections it depends on
+
+
+def _work(plan: Plan) -> _Work:
+    key = (plan.model, plan.workload, plan.precision, plan.techniques, plan.parallelism)
+    if key not in _WORK:
+        if len(_WORK) > 20_000:
+            _WORK.clear()
+        _WORK[key] = _work_of(plan)
+    return _WORK[key]
+
+
+def _work_of(plan: Plan) -> _Work:
+    m, par, wl = plan.model, plan.parallelism, plan.workload
+    tokens = wl.micro_batch_size * wl.sequence_length / par.context
+    keys = keys_per_query(plan, wl.sequence_length)
+    dense, moe = largest_stage_layers(plan)
+    works = [(n, layer_work(plan, tokens, keys, is_moe)) for n, is_moe in ((dense, False), (moe, True)) if n]
+    vocab = -(-m.vocab_size // par.tensor)
+    params, trainable = _stage_params(plan, dense, moe)
+    return _Work(layer_gemms=tuple((n * c, t, k, o, e) for n, w in works for c, t, k, o, e in w.gemms),
+                 other_gemms=((1, tokens, m.hidden_size, vocab, matmul_elem(plan)),
+                              *_adapter_gemms(plan, tokens, dense + moe)),
+                 attention_flops=sum(n * w.attention_flops for n, w in works),
+                 elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
+                 loss_bytes=tokens * vocab * LOSS_BYTES[plan.techniques.loss],
+                 dequant_bytes=_dequant_bytes(plan, dense + moe), frozen=wl.task in ADAPTER_TASKS,
+                 dense_layers=dense, moe_layers=moe, params=params, trainable=trainable)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _MicroBatch:
+    """One micro-batch's work on one GPU (seconds)."""
+
+    forward_compute: float  # matmuls and attention
+    backward_compute: float
+    forward_memory: float  # elementwise traffic
+    backward_memory: float
+    recompute: float
+    flops: float  # forward + backward FLOPs run (no recomputation)
+    layers: int  # layers on this GPU's stage
+
+
+def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
+    layer_mm, layer_flops = gemms_s(w.layer_gemms, r)
+    other_mm, other_flops = gemms_s(w.other_gemms, r)
+    attention = w.attention_flops / r.attention_flops
+    elementwise = w.elementwise_bytes / r.hbm_bytes
+    dequant = w.dequant_bytes / r.hbm_bytes
+    grads = 0 if w.frozen else 1  # frozen weights get no weight gradient: backward is the input gradient alone
+    # (LoRA adapters are small: their backward is taken as twice their forward with the head's)
+    return _MicroBatch(forward_compute=layer_mm + other_mm + attention,
+                       backward_compute=(1 + grads) * layer_mm + 2 * other_mm + ATTENTION_BACKWARD * attention,
+                       forward_memory=elementwise + w.loss_bytes / r.hbm_bytes + dequant,
+                       backward_memory=BACKWARD_ELEMENTWISE * elementwise + dequant,
+                       recompute=_recompute_s(plan, layer_mm + attention, attention, elementwise + dequant),
+                       flops=(2 + grads) * layer_flops + 3 * other_flops + 3 * w.attention_flops,
+                       layers=w.dense_layers + w.moe_layers)
+
+
+def _recompute_s(plan: Plan, layers_s: float, attention_s: float, elementwise_s: float) -> float:
+    """Forward work checkpointing runs again in backward: every layer (full), every k-th (every_k), the
+    attention scores of eager attention (selective), or the elementwise ops between saved matmuls
+    (selective_op: torchtitan's op-level policy keeps matmul and attention outputs)."""
+    tech = plan.techniques
+    ckpt = tech.activation_checkpointing
+    if ckpt == "full":
+        return layers_s + elementwise_s
+    if ckpt == "every_k":
+        layers = plan.model.num_layers
+        return (layers_s + elementwise_s) * (layers // tech.checkpoint_every) / layers
+    if ckpt == "selective" and tech.attention == "eager":
+        return attention_s
+    return elementwise_s if ckpt == "selective_op" else 0.0
+
+
+def _adapter_gemms(plan: Plan, tokens: float, layers: int) -> tuple[Gemm, ...]:
+    """The LoRA adapters' forward on the stage: two skinny matmuls per target and layer."""
+    if plan.workload.task not in ADAPTER_TASKS:
+        return ()
+    shapes, rank = projection_shapes(plan.model, plan.parallelism.tensor), plan.workload.lora.rank
+    elem = nbytes(plan.precision.activation_dtype)
+    return tuple((layers, tokens, a, b, elem) for t in plan.workload.lora.targets
+                 for a, b in ((shapes[t][0], rank), (rank, shapes[t][1])))
+
+
+def _dequant_bytes(plan: Plan, layers: int) -> float:
+    """Quantized frozen weights (QLoRA's NF4, int4, int8) are dequantized to the compute dtype before each matmul
+    (bitsandbytes' dequantize then matmul): read the packed weights, write the 16-bit copy, once per pass."""
+    weights = plan.precision.weights
+    if plan.workload.task not in ADAPTER_TASKS or weights not in ("nf4", "int4", "int8", "fp8"):
+        return 0.0
+    packed = {"nf4": 0.5, "int4": 0.5, "int8": 1, "fp8": 1}[weights]
+    params = sum(k * n for k, n in projection_shapes(plan.model, plan.parallelism.tensor).values())
+    return layers * params * (packed + nbytes(plan.precision.activation_dtype))
+
+
+# --- communication ------------------------------------------------------------------------------------------------
+def _groups(plan: Plan) -> dict[str, Group]:
+    """Each parallel dimension's communicator, in the rank order tensor, context, data, pipeline."""
+    par = plan.parallelism
+    t, c, d = par.tensor, par.context, par.data
+    return {"tensor": Group(size=t, stride=1), "context": Group(size=c, stride=t),
+            "data": Group(size=d * c, stride=t), "expert": Group(size=par.expert, stride=t),
+            "pipeline": Group(size=par.pipeline, stride=t * c * d)}
+
+
+def _exposed(name: str, label: str, comm_s: float, overlap_s: float, formula: str, note: str) -> TimeItem:
+    """A communication item: what `overlap_s` of compute cannot hide stays on the critical path."""
+    exposed = max(0.0, comm_s - overlap_s)
+    return TimeItem(name=name, label=label, kind="communication", seconds=exposed, hidden_s=comm_s - exposed,
+                    formula=f"{formula} = {comm_s:.4g} s, of which {comm_s - exposed:.4g} s hidden", note=note)
+
+
+def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe_layers: int) -> list[TimeItem]:
+    """Tensor-, context-, expert- and pipeline-parallel communication of the step's `steps` micro-batches."""
+    m, par, wl = plan.model, plan.parallelism, plan.workload
+    g = _groups(plan)
+    tokens = wl.micro_batch_size * wl.sequence_length / par.context
+    act = tokens * m.hidden_size * nbytes(plan.precision.activation_dtype)
+    passes = 3 if plan.techniques.activation_checkpointing == "full" else 2  # forward, backward (+ recomputation)
+    items = []
+    if par.tensor > 1:  # two all-reduces (or all-gather + reduce-scatter with SP) per layer and pass
+        one = collective_s("all_reduce", act, g["tensor"], r)
+        comm = steps * mb.layers * 2 * passes * one
+        overlap = steps * (mb.forward_compute + mb.backward_compute) if par.async_tp else 0.0
+        items.append(_exposed("tensor_parallel", "Tensor-parallel collectives", comm, overlap,
+                              f"{steps} × {mb.layers} layers × 2 × {passes} passes × {one:.3g} s "
+                              f"(all-reduce of {act:,.0f} B over {par.tensor} on the {g['tensor'].where(r)})",
+                              "exposed: Megatron-style TP waits for each collective, unless async TP overlaps "
+                              "it with the matmuls"))
+    if par.context > 1:  # ring attention passes K and V blocks round the ring, overlapped with attention
+        _, k_width, v_width, _ = attention_widths(m, par.tensor)
+        kv = tokens * (k_width + v_width) * nbytes(plan.precision.activation_dtype)
+        one = collective_s("send", kv, g["context"], r)
+        comm = steps * mb.layers * 3 * (par.context - 1) * one  # forward, and K, V + their gradients backward
+        items.append(_exposed("context_parallel", "Context-parallel ring exchange", comm,
+                              steps * (mb.forward_compute + mb.backward_compute),
+                              f"{steps} × {mb.layers} layers × 3 × ({par.context} − 1) hops × {one:.3g} s",
+                              "overlapped with the attention of the block in hand (ring attention)"))
+    if par.expert > 1 and m.num_experts:
+        routed = act * m.experts_per_token
+        one = collective_s("all_to_all", routed, g["expert"], r)
+        comm = steps * moe_layers * 2 * passes * one
+        items.append(_exposed("expert_parallel", "Expert-parallel all-to-all", comm, 0.0,
+                              f"{steps} × MoE layers × 2 (dispatch, combine) × {passes} passes × {one:.3g} s",
+                              "exposed: the experts wait for their tokens"))
+    if par.pipeline > 1:
+        one = collective_s("send", act / par.tensor if par.sequence_parallel else act, g["pipeline"], r)
+        items.append(_exposed("pipeline_parallel", "Pipeline sends", steps * 2 * one, 0.0,
+                              f"{steps} micro-batches × 2 (activation forward, gradient backward) × {one:.3g} s",
+                              "exposed between stages"))
+    return items
+
+
+def _stage_params(plan: Plan, dense: int, moe: int) -> tuple[float, float]:
+    """(parameters on one GPU of the stage of `dense` and `moe` layers before ZeRO, of which trainable)."""
+    m, par = plan.model, plan.parallelism
+    counts = param_counts(m, par.tensor, par.expert)
+    ends = (counts.embedding + counts.lm_head) / (1 if par.pipeline == 1 else 2)  # the first or last stage's table
+    params = dense * counts.layer + moe * counts.moe_layer + ends
+    if plan.workload.task not in ADAPTER_TASKS:
+        return params, params
+    shapes, rank = projection_shapes(m, par.tensor), plan.workload.lora.rank
+    return params, (dense + moe) * sum(rank * (shapes[t][0] + shapes[t][1]) for t in plan.workload.lora.targets)
+
+
+def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: int) -> TimeItem | None:
+    """Gradient (and ZeRO-3 parameter) collectives over the data × context ranks, overlapped with the compute
+    they run beside: DDP's bucketed all-reduce with the last backward; ZeRO-2's reduce-scatter with each
+    backward; FSDP's all-gathers with the layer before (prefetch) and its reduce-scatter with backward, all
+    but the first unit's gather."""
+    par, prec = plan.parallelism, plan.precision
+    group = _groups(plan)["data"]
+    if group.size == 1:
+        return None
+    params, trainable = w.params, w.trainable
+    grads = trainable * nbytes(prec.gradients)
+    gathered = params * (1 if prec.fp8_all_gather else nbytes(prec.activation_dtype))
+    fwd, bwd = mb.forward_compute + mb.forward_memory, mb.backward_compute + mb.backward_memory
+    z = par.zero_stage
+    if z == 3:
+        ag, rs = collective_s("all_gather", gathered, group, r), collective_s("reduce_scatter", grads, group, r)
+        comm = steps * (2 * ag + rs)
+        exposed = steps * (max(0.0, ag - fwd) + max(0.0, ag + rs - bwd)) + ag / max(mb.layers, 1)
+        formula = f"{steps} × (2 all-gathers × {ag:.3g} s + reduce-scatter {rs:.3g} s)"
+    elif z == 2:
+        rs, ag = collective_s("reduce_scatter", grads, group, r), collective_s("all_gather", gathered, group, r)
+        comm, exposed = steps * rs + ag, steps * max(0.0, rs - bwd) + ag
+        formula = f"{steps} × reduce-scatter {rs:.3g} s + all-gather of the updated weights {ag:.3g} s"
+    else:
+        kind = "all_reduce" if z == 0 else "reduce_scatter"
+        sync = collective_s(kind, grads, group, r)
+        ag = collective_s("all_gather", gathered, group, r) if z == 1 else 0.0
+        comm, exposed = sync + ag, max(0.0, sync - bwd) + ag
+        formula = f"{kind.replace('_', '-')} of the gradients {sync:.3g} s" + (
+            f" + all-gather of the updated weights {ag:.3g} s" if z == 1 else "")
+    exposed = min(exposed, comm)
+    return TimeItem(name="data_parallel", label="Data-parallel collectives", kind="communication", seconds=exposed,
+                    hidden_s=comm - exposed,
+                    formula=f"{formula} = {comm:.4g} s over {group.size} ranks on the {group.where(r)}, "
+                            f"{comm - exposed:.4g} s hidden",
+                    note=f"ZeRO-{z}: gradients in {prec.gradients}, weights gathered in "
+                         f"{'fp8' if prec.fp8_all_gather else prec.activation_dtype}")
+
+
+def _optimizer_item(plan: Plan, r: Rates, w: _Work) -> TimeItem:
+    """The optimizer step streams its shard of master weights, gradients and states through HBM once."""
+    prec, par = plan.precision, plan.parallelism
+    shard = w.trainable / (par.data * par.context if par.zero_stage else 1)
+    state = STATE_BYTES_8BIT if prec.optimizer.endswith("8bit") else nbytes(prec.optimizer_state)
+    master = 8 if prec.master_weights == "fp32" else 0  # read and write the fp32 copy
+    per_param = master + nbytes(prec.gradients) + 2 * STATES[prec.optimizer] * state \
+        + 2 * nbytes(prec.activation_dtype)
+    host = plan.techniques.offload != "none"
+    cost = Seconds(amount=shard * per_param, unit="B", rate=HOST_BYTES_PER_S_PER_GPU if host else r.hbm_bytes,
+                   rate_unit="B/s")
+    return TimeItem(name="optimizer", label="Optimizer step", kind="host" if host else "memory",
+                    seconds=cost.seconds, hidden_s=0.0, formula=f"{shard:,.0f} params × {per_param} B ({cost.text})",
+                    note=f"{prec.optimizer} on the {'host (offloaded)' if host else 'GPU'}: master weights, gradient "
+                         f"and states read and written once")
+
+
+def _offload_item(plan: Plan, r: Rates, w: _Work, steps: int) -> TimeItem | None:
+    """Offloaded states cross PCIe: gradients down and updated weights up once per step; offloaded weights come
+    up for every micro-batch's forward and backward."""
+    off = plan.techniques.offload
+    if off == "none":
+        return None
+    par = plan.parallelism
+    shard = w.params / (par.data * par.context)
+    moved = w.trainable / (par.data * par.context) * 4 * 2 + (2 * steps * shard * 2 if off == "optimizer_and_params" else 0)
+    cost = Seconds(amount=moved, unit="B", rate=r.pcie_bytes, rate_unit="B/s")
+    return TimeItem(name="offload", label="Offload transfers (PCIe)", kind="host", seconds=cost.seconds, hidden_s=0.0,
+                    formula=cost.text, note="exposed: the step waits for the gradients and the updated weights")
+
+
+def _compute_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int) -> list[TimeItem]:
+    compute = steps * (mb.forward_compute + mb.backward_compute)
+    memory = steps * (mb.forward_memory + mb.backward_memory)
+    items = [TimeItem(name="compute", label="Matmuls and attention", kind="compute", seconds=compute, hidden_s=0.0,
+                      formula=f"{steps} micro-batches × ({mb.forward_compute:.4g} s forward + "
+                              f"{mb.backward_compute:.4g} s backward); {steps * mb.flops:,.4g} FLOP at "
+                              f"{r.matmul_flops / 1e12:,.0f} TFLOP/s achievable where compute-bound",
+                      note=f"each matmul by roofline; {r.matmul_efficiency:.0%} of the dense peak "
+                           f"({r.efficiency_source})"),
+             TimeItem(name="elementwise", label="Norms, activations, loss", kind="memory", seconds=memory,
+                      hidden_s=0.0, formula=f"{steps} × ({mb.forward_memory:.4g} s + {mb.backward_memory:.4g} s) "
+                                            f"at {r.hbm_bytes / 1e12:.2f} TB/s",
+                      note="bytes moved by the elementwise ops (fused by torch.compile where it is on)")]
+    if mb.recompute:
+        items.append(TimeItem(name="recompute", label="Recomputation", kind="compute", seconds=steps * mb.recompute,
+                              hidden_s=0.0, formula=f"{steps} × {mb.recompute:.4g} s",
+                              note=f"{plan.techniques.activation_checkpointing} checkpointing runs forward work again"))
+    return items
+
+
+def _bubble_item(plan: Plan, per_micro_batch_s: float) -> TimeItem | None:
+    par = plan.parallelism
+    if par.pipeline == 1:
+        return None
+    divisor = {"interleaved_1f1b": par.virtual_stages, "zero_bubble": 3}.get(par.pipeline_schedule, 1)
+    seconds = (par.pipeline - 1) / divisor * per_micro_batch_s
+    return TimeItem(name="bubble", label="Pipeline bubble", kind="bubble", seconds=seconds, hidden_s=0.0,
+                    formula=f"({par.pipeline} − 1) / {divisor} × {per_micro_batch_s:.4g} s per micro-batch",
+                    note=f"{par.pipeline_schedule}: stages idle while the pipeline fills and drains")
+
+
+def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
+    """One optimizer step of a training plan on `gpu` (None: the GPU has no tensor cores for its dtype)."""
+    r = rates(gpu, plan.precision.compute)
+    if r is None:
+        return None
+    steps = plan.micro_batches_per_step
+    w = _work(plan)
+    mb = _micro_batch(plan, w, r)
+    items = _compute_items(plan, r, mb, steps) + _model_parallel_items(plan, r, mb, steps, w.moe_layers)
+    bubble = _bubble_item(plan, sum(i.seconds for i in items) / steps)
+    extra = [bubble, _data_parallel_item(plan, r, w, mb, steps), _optimizer_item(plan, r, w),
+             _offload_item(plan, r, w, steps)]
+    items += [i for i in extra if i is not None]
+    wl = plan.workload
+    peak = rates(gpu, "bf16") or r
+    return step_of(items, tokens=wl.global_batch_size * wl.sequence_length, gpus=plan.hardware.count,
+                   model_flops_per_token=model_flops_per_token(plan), peak_flops=peak.peak_flops,
+                   efficiency_note=f"matmuls at {r.matmul_efficiency:.0%} of {r.peak_flops / 1e12:,.0f} TFLOP/s "
+                                   f"({r.efficiency_source})")

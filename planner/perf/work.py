@@ -1,0 +1,117 @@
+"""The work of one layer on one GPU for a batch of tokens: matmuls timed by roofline, attention, and the bytes
+the elementwise ops move.
+
+A matmul of (T × k) by (k × n) does 2Tkn FLOPs and moves (Tk + kn + Tn) elements; it takes the longer of its
+FLOPs at the achievable matmul rate and its bytes at the achievable HBM bandwidth (the roofline, Williams,
+Waterman & Patterson 2009), so skinny matmuls (LoRA adapters, decode) are memory-bound and large ones
+compute-bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.dtypes import nbytes
+from planner.models import attention_widths, projection_shapes
+from planner.perf.rates import Rates
+from planner.plan import Plan
+
+# Bytes an elementwise op moves per element of its output, in Hugging Face's eager modelling code and when
+# torch.compile fuses each chain into one kernel (read the inputs once, write the output once):
+# - RMSNorm (LlamaRMSNorm.forward): upcast (r2 w4), square (r4 w4), mean (r4), scale (r4 w4), downcast (r4 w2),
+#   weight (r2 w2) = 36 eager; fused 4 (r2 w2). LayerNorm is one native kernel either way: 4.
+# - residual add: r2 r2 w2 = 6 either way.
+# - SwiGLU act(gate) × up per intermediate element: silu (r2 w2) + mul (r2 r2 w2) = 10 eager; fused 6. GeLU 4.
+# - RoPE per q/k element (apply_rotary_pos_emb: q·cos + rotate_half(q)·sin): 4 products and a cat ≈ 24 eager;
+#   fused ≈ 6 (q, cos, sin read, out written).
+# - eager attention per score element: QKᵀ written (2), mask add (r2 r2 w2), softmax in fp32 (r2 w4), downcast
+#   (r4 w2), read by PV (2) = 22; flash attention keeps scores on chip: 0.
+NORM_BYTES = {"rmsnorm": (36, 4), "layernorm": (4, 4)}  # (eager, fused)
+RESIDUAL_BYTES = 6
+ACT_BYTES = {"swiglu": (10, 6), "gelu": (4, 4)}
+ROPE_BYTES = (24, 6)
+EAGER_SCORE_BYTES = 22
+# Backward elementwise work reads the saved inputs and the incoming gradient and writes the input gradient:
+# about twice the forward's traffic.
+BACKWARD_ELEMENTWISE = 2.0
+# FlashAttention's backward runs 5 matmuls to the forward's 2 (it recomputes the scores): 2.5 × the forward
+# FLOPs (Dao 2023, FlashAttention-2, §3.2).
+ATTENTION_BACKWARD = 2.5
+
+
+# A matmul of a step: (how many, tokens, k, n, bytes per element)
+Gemm = tuple[float, float, int, int, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerWork:
+    """Forward work of one layer on one GPU for a batch of tokens, before any rate is applied."""
+
+    gemms: tuple[Gemm, ...]  # projections (and experts, and the router)
+    attention_flops: float  # the attention core (QKᵀ, PV)
+    elementwise_bytes: float
+
+
+def gemm_s(tokens: float, k: int, n: int, r: Rates, elem: int) -> tuple[float, float]:
+    """(seconds, FLOPs) of a (tokens × k) by (k × n) matmul by roofline."""
+    flops = 2 * tokens * k * n
+    moved = (tokens * k + k * n + tokens * n) * elem
+    return max(flops / r.matmul_flops, moved / r.hbm_bytes), flops
+
+
+def gemms_s(gemms: tuple[Gemm, ...], r: Rates) -> tuple[float, float]:
+    """(seconds, FLOPs) of a list of matmuls, each by roofline."""
+    seconds = flops = 0.0
+    for count, tokens, k, n, elem in gemms:
+        s, f = gemm_s(tokens, k, n, r, elem)
+        seconds, flops = seconds + count * s, flops + count * f
+    return seconds, flops
+
+
+def matmul_elem(plan: Plan) -> int:
+    """Bytes per element a matmul reads and writes: fp8 matmuls take 8-bit operands."""
+    return 1 if plan.precision.compute == "fp8" else nbytes(plan.precision.activation_dtype)
+
+
+def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[Gemm, ...]:
+    """One layer's projections: attention, and the MLP or the routed and shared experts and the router."""
+    m, par = plan.model, plan.parallelism
+    elem = matmul_elem(plan)
+    skip = {"gate", "up", "down"} if moe else set()
+    gemms: list[Gemm] = [(1, tokens, k, n, elem) for name, (k, n) in projection_shapes(m, par.tensor).items()
+                         if name not in skip]
+    if moe:  # each rank runs its experts on the tokens routed to them: tokens × top-k on average
+        e = m.moe_intermediate_size // par.tensor
+        mats = 3 if m.mlp == "swiglu" else 2
+        local = m.num_experts // par.expert
+        routed = tokens * m.experts_per_token / local  # tokens per local expert
+        gemms += [(local * mats, routed, m.hidden_size, e, elem), (1, tokens, m.hidden_size, m.num_experts, elem)]
+        if m.shared_experts:
+            gemms.append((m.shared_experts * mats, tokens, m.hidden_size, e, elem))
+    return tuple(gemms)
+
+
+def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
+    """One layer's forward on one GPU: `tokens` queries (after context parallelism), each attending to `keys`
+    keys on average."""
+    m, par, tech = plan.model, plan.parallelism, plan.techniques
+    q, k, _, out = attention_widths(m, par.tensor)
+    fused = 1 if tech.compile else 0
+    h_here = m.hidden_size / (par.tensor if par.sequence_parallel else 1)
+    inter = (m.moe_intermediate_size * (m.experts_per_token + m.shared_experts) if moe else m.intermediate_size)
+    per_token = (2 * NORM_BYTES[m.norm][fused] * h_here + 2 * RESIDUAL_BYTES * h_here
+                 + ACT_BYTES[m.mlp][fused] * inter / par.tensor + ROPE_BYTES[fused] * (q + k))
+    if tech.attention == "eager":
+        per_token += EAGER_SCORE_BYTES * (m.num_attention_heads // par.tensor) * keys
+    return LayerWork(gemms=_projections(plan, tokens, moe), attention_flops=2 * (q + out) * tokens * keys,
+                     elementwise_bytes=per_token * tokens)
+
+
+def keys_per_query(plan: Plan, sequence_length: int) -> float:
+    """Keys a query's attention kernel computes against, averaged over the layers: causal flash kernels skip the
+    masked half (s/2), eager computes it (s); sliding windows cap it."""
+    m, s = plan.model, sequence_length
+    flash = plan.techniques.attention == "flash"
+    per_query = s / 2 if flash else s
+    window = min(per_query, m.sliding_window or s) if flash else s
+    return ((m.num_layers - m.sliding_layers) * per_query + m.sliding_layers * window) / m.num_layers

@@ -1,0 +1,133 @@
+"""The step-time model: collectives and matmuls by hand, a compute-bound step by hand, and invariants over
+plans (items add up, exposed ≤ communication, more bandwidth never slower, more GPUs never slower in total)."""
+
+import dataclasses
+
+import pytest
+
+from planner.catalog import load_catalog
+from planner.codec import plan_from_dict
+from planner.perf import plan_time, step_time
+from planner.perf.rates import (DEFAULT_MATMUL_EFFICIENCY, HOP_LATENCY_S, LATENCY_BASE_S, NETWORK_EFFICIENCY, Group,
+                                 collective_s, rates)
+from planner.perf.work import gemm_s
+
+CATALOG = load_catalog()
+H100 = CATALOG["h100-sxm-80gb"]
+
+
+def test_a_ring_all_reduce_by_hand():
+    """8 H100s on NVSwitch: the measured all-reduce bus bandwidth, 370 GB/s; NCCL's 8.4 µs + 3.4 µs per step."""
+    r = rates(H100, "bf16")
+    group = Group(size=8, stride=1)
+    assert group.where(r) == "link"
+    assert collective_s("all_reduce", 1e9, group, r) == pytest.approx(2 * 7 / 8 * 1e9 / 370e9 + 8.4e-6 + 14 * 3.4e-6)
+    assert collective_s("all_gather", 1e9, group, r) == pytest.approx(7 / 8 * 1e9 / 370e9 + 8.4e-6 + 7 * 3.4e-6)
+    assert collective_s("all_reduce", 1e9, Group(size=1, stride=1), r) == 0
+    assert (LATENCY_BASE_S, HOP_LATENCY_S["link"]) == (8.4e-6, 3.4e-6)
+
+
+def test_a_mesh_gives_a_small_group_only_its_peers_links():
+    """MI300X: 448 GB/s into the 8-GPU xGMI mesh, 64 GB/s to each peer, 312.9 GB/s measured all-reduce bus
+    bandwidth: a pair gets one peer link at the measured fraction (64 × 312.9/448 ≈ 44.7 GB/s)."""
+    r = rates(CATALOG["mi300x-192gb"], "bf16")
+    assert Group(size=8, stride=1).bandwidth(r) == pytest.approx(312.9e9)
+    assert Group(size=2, stride=1).bandwidth(r) == pytest.approx(64e9 * 312.9 / 448)
+
+
+def test_a_pcie_card_collects_over_its_pcie_path():
+    r = rates(CATALOG["l40s-48gb"], "bf16")
+    assert Group(size=4, stride=1).where(r) == "pcie" and Group(size=4, stride=1).bandwidth(r) == pytest.approx(
+        32e9 * 0.44)
+
+
+def test_the_default_matmul_fraction_is_the_catalogs_median():
+    fractions = sorted(g.matmul_efficiency for g in CATALOG.values())
+    assert DEFAULT_MATMUL_EFFICIENCY == fractions[len(fractions) // 2]
+
+
+def test_a_group_that_leaves_the_fast_domain_uses_the_network():
+    r = rates(H100, "bf16")
+    across = Group(size=2, stride=8)  # data-parallel pairs of 8-GPU tensor-parallel groups
+    assert across.where(r) == "network"
+    assert across.bandwidth(r) == pytest.approx(50e9 * NETWORK_EFFICIENCY)
+
+
+def test_matmuls_by_roofline():
+    r = rates(H100, "bf16")
+    big, flops = gemm_s(4096, 4096, 4096, r, 2)
+    assert flops == 2 * 4096**3 and big == pytest.approx(flops / r.matmul_flops)  # compute-bound
+    skinny, _ = gemm_s(4096, 4096, 8, r, 2)  # a LoRA adapter: bound by its bytes
+    assert skinny == pytest.approx((4096 * 4096 + 4096 * 8 + 4096 * 8) * 2 / r.hbm_bytes)
+
+
+def test_a_compute_bound_step_by_hand():
+    """Llama 3.1 8B, one H100, sequence 4,096, micro-batch 1. Per layer the projections hold q 4096², k and v
+    4096 × 1024, o 4096², gate, up, down 3 × 4096 × 14,336 = 218,103,808 parameters; × 32 layers + the
+    head 4096 × 128,256 = 7,504,658,432. Forward matmuls 2 × 4,096 tokens × that = 6.1478e13 FLOPs, × 3 with
+    the backward. Attention (causal flash): 2 × (4,096 + 4,096) × 4,096 × 2,048 keys × 32 layers = 4.398e12
+    forward, × 3.5 with FlashAttention's 2.5 × backward, at 0.6 of the GEMM rate. Every matmul here is
+    compute-bound: 989 TFLOP/s × 0.80 measured = 791.2 TFLOP/s; attention 474.7 TFLOP/s."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"sequence_length": 4096}})
+    step = step_time(plan, H100)
+    compute = next(i for i in step.items if i.name == "compute")
+    matmuls = 3 * 2 * 4096 * 7_504_658_432 / 791.2e12
+    attention = 3.5 * 2 * 8192 * 4096 * 2048 * 32 / 474.72e12
+    assert compute.seconds == pytest.approx(matmuls + attention, rel=1e-9)
+    assert step.step_time_s == pytest.approx(sum(i.seconds for i in step.items))
+    assert step.bound == "compute" and step.tokens_per_s_per_gpu == pytest.approx(4096 / step.step_time_s)
+
+
+PLANS = [
+    {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3},
+     "workload": {"sequence_length": 8192, "global_batch_size": 32}, "techniques": {"activation_checkpointing": "full"}},
+    {"model": {"preset": "llama-3.1-70b"}, "parallelism": {"data": 4, "tensor": 8, "pipeline": 4,
+                                                          "sequence_parallel": True},
+     "workload": {"global_batch_size": 64}, "techniques": {"activation_checkpointing": "selective_op"}},
+    {"model": {"preset": "mixtral-8x7b"}, "parallelism": {"data": 8, "expert": 8, "zero_stage": 1, "context": 2},
+     "workload": {"sequence_length": 8192, "global_batch_size": 16}},
+    {"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora"},
+     "techniques": {"activation_checkpointing": "full"}},
+    {"model": {"preset": "qwen2.5-7b"}, "parallelism": {"data": 2, "zero_stage": 2},
+     "techniques": {"offload": "optimizer"}},
+    {"model": {"preset": "llama-3.2-1b"}, "parallelism": {"data": 2, "pipeline": 2,
+                                                         "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2},
+     "workload": {"global_batch_size": 16}},
+    {"model": {"preset": "qwen3-14b"}, "parallelism": {"tensor": 2},
+     "workload": {"task": "inference", "inference": {"batch_size": 16}}},
+]
+
+
+@pytest.mark.parametrize("data", PLANS)
+def test_items_add_up_and_exposed_is_at_most_the_communication(data):
+    plan = plan_from_dict(data)
+    step = plan_time(plan, H100)
+    assert step.step_time_s == pytest.approx(sum(i.seconds for i in step.items)) and step.step_time_s > 0
+    for item in step.items:
+        assert item.seconds >= 0 and item.hidden_s >= 0, item
+        assert item.kind == "communication" or item.hidden_s == 0, item
+    assert 0 < step.mfu < 1
+
+
+@pytest.mark.parametrize("data", PLANS)
+def test_more_bandwidth_is_never_slower(data):
+    plan = plan_from_dict(data)
+    fast = dataclasses.replace(H100, memory_bandwidth_tb_per_s=2 * H100.memory_bandwidth_tb_per_s,
+                               link_gb_per_s=2 * H100.link_gb_per_s, network_gb_per_s=2 * H100.network_gb_per_s,
+                               pcie_gb_per_s=2 * H100.pcie_gb_per_s)
+    assert plan_time(plan, fast).step_time_s <= plan_time(plan, H100).step_time_s
+
+
+def test_more_gpus_never_train_fewer_tokens_per_second_in_total():
+    totals = []
+    for n in (1, 2, 4, 8):
+        plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": n, "zero_stage": 3},
+                               "workload": {"global_batch_size": 64}})
+        step = step_time(plan, H100)
+        totals.append(step.tokens_per_s_per_gpu * n)
+    assert totals == sorted(totals)
+
+
+def test_a_gpu_without_the_dtype_has_no_time():
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "precision": {"compute": "fp8"}})
+    assert step_time(plan, CATALOG["a100-sxm-80gb"]) is None
