@@ -34,6 +34,9 @@ DEFAULT_HEADROOM = 0.10  # memory kept free for what no model predicts (fragment
 DEFAULT_HOST_GIB_PER_GPU = 128
 DEFAULT_JOB_TOKENS = 10**9  # without workload.steps or train_tokens, costs are per billion training tokens
 MAX_COUNT = 1024
+# The count ladder of a GPU type stops where scaling efficiency (the fewest GPU-hours found over this count's)
+# falls below one half: every larger count costs over twice as much for the same job.
+MIN_SCALING_EFFICIENCY = 0.5
 COUNT_LADDER = tuple(2**i for i in range(11))  # 1, 2, 4, 8 GPUs, then 2 ... 128 eight-GPU nodes
 
 SEARCH_KEYS = ("gpu", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
@@ -422,9 +425,10 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
     try:
         for n in (c for c in counts if first <= c <= last):
             best = _best_at(search, gpu, n, limits, classes, tokens, mfu, price, first)
-            if best and found and best[0].job_hours >= min(c.job_hours for c in found) \
-                    and n != plan.hardware.count:
-                break  # more GPUs no longer shorten the job: every larger count costs more for no time
+            if best and found and n != plan.hardware.count and (
+                    best[0].job_hours >= min(c.job_hours for c in found)
+                    or n * best[0].job_hours > MIN_SCALING_EFFICIENCY ** -1 * min(c.count * c.job_hours for c in found)):
+                break  # more GPUs no longer shorten the job, or the GPU-hours ran past twice the fewest
             found.extend(best)
     except _OutOfTime:
         raise _OutOfTime(found) from None

@@ -65,6 +65,21 @@ class Rule:
     max_len: int = 0
     choices: tuple[Any, ...] = ()
 
+    def accepts(self, value: Any) -> bool:
+        """The fast path of `check_value`: True when the value passes (False: let check_value say why)."""
+        if value is None:
+            return self.optional
+        kind, t = self.kind, type(value)
+        if kind == "int":
+            return t is int and self.lo <= value <= self.hi
+        if kind == "choice":
+            return t is not bool and value in self.choices
+        if kind == "bool":
+            return t is bool
+        if kind == "float":
+            return (t is float or t is int) and self.lo <= value <= self.hi  # NaN fails the comparison
+        return kind == "text" and t is str and len(value) <= self.max_len
+
 
 def between(lo: float, hi: float) -> dict[str, Any]:
     """A number field's declared range (dataclass field metadata)."""
@@ -129,11 +144,17 @@ def check_value(field: str, rule: Rule, value: Any) -> None:
             check_choice(field, item, rule.choices)
 
 
+@cache
+def _checked(cls: type) -> tuple[tuple[str, Rule], ...]:
+    return tuple((name, rule) for name, rule in rules(cls).items() if rule is not None)
+
+
 def check_fields(obj: Any, prefix: str) -> None:
     """Each field of a built dataclass against its declared rule."""
-    for name, rule in rules(type(obj)).items():
-        if rule is not None:
-            check_value(f"{prefix}.{name}" if prefix else name, rule, getattr(obj, name))
+    for name, rule in _checked(type(obj)):
+        value = getattr(obj, name)
+        if not rule.accepts(value):
+            check_value(f"{prefix}.{name}" if prefix else name, rule, value)
 
 
 def check_mapping(raw: dict, cls: type, prefix: str) -> None:

@@ -243,3 +243,34 @@ def test_inference_limits_hit_the_boundary():
     batch, prompt = max_batch_size(plan), max_prompt_tokens(plan)
     assert device(batch_size=batch) <= limit < device(batch_size=batch + 1)
     assert device(prompt_tokens=prompt) <= limit < device(prompt_tokens=prompt + 1)
+
+
+def test_each_gpu_types_counts_get_faster_and_stay_within_twice_the_fewest_gpu_hours():
+    """The count ladder stops once more GPUs no longer shorten the job or scaling efficiency falls below 50 %."""
+    rec = recommend(plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"global_batch_size": 64}}))
+    for gpu in {c.gpu.id for c in rec.candidates}:
+        ladder = sorted((c for c in rec.candidates if c.gpu.id == gpu), key=lambda c: c.count)
+        hours = [c.job_hours for c in ladder]
+        assert hours == sorted(hours, reverse=True) and len(set(hours)) == len(hours), gpu
+        fewest = min(c.count * c.job_hours for c in ladder)
+        assert all(c.count * c.job_hours <= 2 * fewest for c in ladder), gpu
+
+
+def test_offload_only_where_nothing_fits_without_it():
+    rec = recommend(plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 2048}}),
+                    catalog_of(H100))
+    assert rec.candidates and all(c.plan.techniques.offload == "none" for c in rec.candidates)
+
+
+def test_pcie_cards_do_not_undercut_h100s_on_a_405b_job():
+    """Issue 15: with communication free, 16-256 RTX 6000 Ada with TP 8 and CP 8 over PCIe once ranked above
+    H100s for Llama 3.1 405B. Their collectives now run over PCIe and a ~3 GB/s network per GPU."""
+    catalog = load_catalog()
+    rec = recommend(plan_from_dict({"model": {"preset": "llama-3.1-405b"},
+                                    "workload": {"sequence_length": 8192, "global_batch_size": 1024}}), catalog)
+    cost = {}
+    for c in rec.candidates:
+        if c.job_usd is not None:
+            cost.setdefault(c.gpu.id, c.job_usd)
+    pcie = [g for g, gpu in catalog.items() if g in cost and gpu.link_gb_per_s and gpu.link_gb_per_s <= gpu.pcie_gb_per_s]
+    assert "rtx-6000-ada-48gb" in pcie and all(cost[g] > cost["h100-sxm-80gb"] for g in pcie)
