@@ -422,13 +422,18 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
     last = max(first, min(counts[-1], plan.workload.global_batch_size),
                plan.hardware.count if plan.hardware.count in counts else 0)
     found: list[Candidate] = []
+    stopped = False  # more GPUs no longer shorten the job, or the GPU-hours ran past twice the fewest
     try:
         for n in (c for c in counts if first <= c <= last):
+            own = n == plan.hardware.count  # the plan's own count is always tried
+            if stopped and not own:
+                continue
             best = _best_at(search, gpu, n, limits, classes, tokens, mfu, price, first)
-            if best and found and n != plan.hardware.count and (
+            if best and found and not own and (
                     best[0].job_hours >= min(c.job_hours for c in found)
                     or n * best[0].job_hours > MIN_SCALING_EFFICIENCY ** -1 * min(c.count * c.job_hours for c in found)):
-                break  # more GPUs no longer shorten the job, or the GPU-hours ran past twice the fewest
+                stopped = True
+                continue
             found.extend(best)
     except _OutOfTime:
         raise _OutOfTime(found) from None
