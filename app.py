@@ -46,4 +46,4 @@ with tab_cheapest:
 with tab_explore:
     tabs.explore(plan, result, catalog, rec)
 with tab_share:
-    tabs.share(plan, result)
+    tabs.share(plan, result, time)

@@ -444,7 +444,7 @@ def _tab_page(plan: dict, tab: str):
         tabs.timing(plan, plan_time(plan, result.gpu))
     else:
         tabs.verdict(plan, result, plan_time(plan, result.gpu))
-        tabs.share(plan, result)
+        tabs.share(plan, result, plan_time(plan, result.gpu))
 
 
 TAB_PLAN = {"model": {"preset": "llama-3.2-1b"}, "framework": "torchtitan", "workload": {"global_batch_size": 4},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import get_args
 from urllib.parse import urlencode
 
@@ -12,7 +11,7 @@ import streamlit as st
 from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.explore import current_value, savings, sweep, sweep_keys
-from planner.export import candidate_to_dict, estimate_to_dict
+from planner.export import candidate_to_dict, estimate_to_json
 from planner.frameworks import load_frameworks, provenance
 from planner.loader import load_yaml
 from planner.memory import TOTALS_MEANING, Estimate
@@ -171,7 +170,7 @@ def _plan_upload() -> None:
         st.error(f"Plan file: {st.session_state['upload_error']}")
 
 
-def share(plan: Plan, result: Estimate) -> None:
+def share(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     """The share link, the downloads, and a plan file upload."""
     query = urlencode(plan_to_query(plan))
     base = getattr(st.context, "url", None) or ""
@@ -185,6 +184,6 @@ def share(plan: Plan, result: Estimate) -> None:
                            "level": i.level} for i in result.items])
     c2.download_button("Breakdown (CSV)", table.to_csv(index=False), file_name="breakdown.csv", mime="text/csv",
                        key="download_csv", on_click="ignore")
-    c3.download_button("Breakdown (JSON)", json.dumps(estimate_to_dict(result), indent=2), file_name="breakdown.json",
+    c3.download_button("Breakdown (JSON)", estimate_to_json(result, time), file_name="breakdown.json",
                        mime="application/json", key="download_json", on_click="ignore")
     _plan_upload()
