@@ -90,6 +90,7 @@ def run() -> tuple[list[dict], list[tuple[str, str]]]:
         peak = peak_flops(gpu, plan.precision.compute)
         rows.append({"row": row["id"], "source": row["source_id"], "model": row["model"], "gpu": row["gpu"],
                      "gpus": int(row["num_gpus"]), "precision": row["precision"],
+                     "sequence_length": int(row["sequence_length"]),
                      "measured": measured, "predicted": step.tokens_per_s_per_gpu,
                      "error": step.tokens_per_s_per_gpu / measured - 1, "mfu_measured": row["mfu"],
                      "mfu_predicted": step.mfu, "bound": step.bound,
@@ -104,6 +105,19 @@ def summary(rows: list[dict], key: str = "error") -> str:
     signed = statistics.median(r[key] for r in rows)
     return (f"{len(rows)} rows: median |error| {statistics.median(errors):.1%}, p90 {p90:.1%}, "
             f"signed median {signed:+.1%}")
+
+
+def relative_speeds(rows: list[dict]) -> list[dict]:
+    """Pairs of rows of the same model, sequence and dtype on two GPU types: the measured speed ratio against the
+    predicted one (the question a buyer asks: how much faster is this GPU on my job?)."""
+    pairs = []
+    for a in rows:
+        for b in rows:
+            same = all(a[k] == b[k] for k in ("model", "sequence_length", "precision"))
+            if same and a["gpu"] < b["gpu"]:
+                pairs.append({"model": a["model"], "sequence_length": a["sequence_length"], "gpus": (a["gpu"], b["gpu"]),
+                              "measured": a["measured"] / b["measured"], "predicted": a["predicted"] / b["predicted"]})
+    return pairs
 
 
 def main() -> None:
@@ -123,6 +137,17 @@ def main() -> None:
         print(source, summary([r for r in rows if r["source"] == source]))
     for row, why in skipped:
         print(f"skipped {row}: {why}")
+    pairs = relative_speeds(rows)
+    print()
+    print("| model | sequence | GPU A / GPU B | measured speed ratio | predicted | error |")
+    print("|---|---|---|---|---|---|")
+    for p in pairs:
+        print(f"| {p['model']} | {p['sequence_length']:,} | {p['gpus'][0]} / {p['gpus'][1]} | {p['measured']:.2f} | "
+              f"{p['predicted']:.2f} | {p['predicted'] / p['measured'] - 1:+.0%} |")
+    errors = sorted(abs(p["predicted"] / p["measured"] - 1) for p in pairs)
+    if errors:
+        print(f"\n{len(pairs)} GPU pairs: median |error| of the speed ratio {statistics.median(errors):.1%}, "
+              f"max {errors[-1]:.1%}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,9 @@ MAX_COUNT = 1024
 # The count ladder of a GPU type stops where scaling efficiency (the fewest GPU-hours found over this count's)
 # falls below one half: every larger count costs over twice as much for the same job.
 MIN_SCALING_EFFICIENCY = 0.5
+# At one count at most this many strategy classes (recomputation × offload × pipeline depth) are timed, fastest
+# compute first: a bound on the search's work where communication dominates and no class can be ruled out.
+MAX_TIMED_CLASSES = 6
 COUNT_LADDER = tuple(2**i for i in range(11))  # 1, 2, 4, 8 GPUs, then 2 ... 128 eight-GPU nodes
 
 SEARCH_KEYS = ("gpu", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
@@ -453,8 +456,9 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
     # factor: another layout can hide or avoid communication, not the work.
     unit = compute_floor_hours(plan, gpu, tokens, n, mfu)
     pcie = {o: compute_floor_hours(plan, gpu, tokens, n, mfu, o) - unit for o in search.offloads}
+    timed = 0
     for bound, ckpt, offload, p in classes:
-        if best is not None and bound * unit >= best[0]:
+        if best is not None and (bound * unit >= best[0] or timed >= MAX_TIMED_CLASSES):
             break
         if best is not None and (bound * unit + pcie[offload] >= best[0]
                                  or offload != "none" and best[1].plan.techniques.offload == "none"):
@@ -470,7 +474,7 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
         if est is not None:
             est = _for_gpu(est, gpu)
             hours, work = job_time(est.plan, gpu, tokens, mfu)
-            unit = max(unit, work / bound)
+            unit, timed = max(unit, work / bound), timed + 1
             if best is None or hours < best[0]:
                 best = (hours, _candidate(est, gpu, n, (hours, tokens), price, limits.device, first, search.catalog))
     return [] if best is None else [best[1]]

@@ -53,6 +53,15 @@ def test_a_group_that_leaves_the_fast_domain_uses_the_network():
     assert across.bandwidth(r) == pytest.approx(50e9 * NETWORK_EFFICIENCY)
 
 
+def test_a_group_across_nodes_shares_its_members_nics():
+    """32 H100s (4 nodes of 8): NCCL runs a channel per NIC, so each node's 8 members share 8 × 50 GB/s at 85 %
+    = 340 GB/s, under the 370 GB/s of NVLink; one member per node (TP 8 inside) gets its own NIC's 42.5."""
+    r = rates(H100, "bf16")
+    assert Group(size=32, stride=1).where(r) == "network"
+    assert Group(size=32, stride=1).bandwidth(r) == pytest.approx(8 * 50e9 * 0.85)
+    assert Group(size=4, stride=8).bandwidth(r) == pytest.approx(50e9 * 0.85)
+
+
 def test_matmuls_by_roofline():
     r = rates(H100, "bf16")
     big, flops = gemm_s(4096, 4096, 4096, r, 2)
