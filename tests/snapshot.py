@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import accuracy  # noqa: E402
+import serving as serving_bench  # noqa: E402
 import throughput as throughput_bench  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
 from planner.export import candidate_to_dict, estimate_to_dict  # noqa: E402
@@ -175,12 +176,19 @@ def throughput_rows() -> dict[str, Any]:
             "skipped": [[row, why] for row, why in skipped]}
 
 
+def serving_rows() -> dict[str, Any]:
+    rows, skipped = serving_bench.run()
+    return {"rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
+            "skipped": [[row, why] for row, why in skipped]}
+
+
 def files() -> dict[str, Any]:
     """Every snapshot file's name and content."""
     out = {f"estimates/{preset}.json": estimates(preset) for preset in presets()}
     out["searched.json"] = searched()
     out["accuracy.json"] = accuracy_rows()
     out["throughput.json"] = throughput_rows()
+    out["serving.json"] = serving_rows()
     return out
 
 

@@ -9,6 +9,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import accuracy  # noqa: E402
 import oracle_check  # noqa: E402
+import serving  # noqa: E402
 import throughput  # noqa: E402
 
 
@@ -36,3 +37,11 @@ def test_throughput_expresses_rows_and_explains_the_rest():
     errors = [abs(r["error"]) for r in rows]
     assert statistics.median(errors) < 0.25  # measured 20.4 % (14.8 % before collectives across nodes shared NICs)
     assert all(r["predicted"] > 0 and 0 < r["mfu_predicted"] < 1 for r in rows)
+
+
+def test_serving_compares_every_fixed_batch_row():
+    rows, skipped = serving.run()
+    assert len(rows) == 25 and len(rows) + len(skipped) == 40
+    assert all(why == "a max-throughput run: no fixed batch" for _, why in skipped)
+    errors = [abs(r["error"]) for r in rows]
+    assert statistics.median(errors) < 0.25  # measured 15.8 % when the serving bench landed
