@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accuracy import p90  # noqa: E402
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
@@ -77,9 +80,8 @@ def main() -> None:
     for r in rows:
         print(f"| {r['row']} | {r['engine']} | {r['model']} | {r['gpu']} | {r['tensor']} | {r['weights']} | "
               f"{r['batch']} | {r['per']} | {r['measured']:,.1f} | {r['predicted']:,.1f} | {r['error']:+.0%} |")
-    errors = sorted(abs(r["error"]) for r in rows)
-    print(f"\nall: {len(rows)} rows, median |error| {statistics.median(errors):.1%}, "
-          f"p90 {errors[min(len(errors) - 1, int(0.9 * len(errors)))]:.1%}, "
+    errors = [abs(r["error"]) for r in rows]
+    print(f"\nall: {len(rows)} rows, median |error| {statistics.median(errors):.1%}, p90 {p90(errors):.1%}, "
           f"signed median {statistics.median(r['error'] for r in rows):+.1%}")
     for engine in sorted({r["engine"] for r in rows}):
         errors = sorted(abs(r["error"]) for r in rows if r["engine"] == engine)

@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accuracy import p90  # noqa: E402
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
@@ -100,10 +103,9 @@ def run() -> tuple[list[dict], list[tuple[str, str]]]:
 
 
 def summary(rows: list[dict], key: str = "error") -> str:
-    errors = sorted(abs(r[key]) for r in rows)
-    p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+    errors = [abs(r[key]) for r in rows]
     signed = statistics.median(r[key] for r in rows)
-    return (f"{len(rows)} rows: median |error| {statistics.median(errors):.1%}, p90 {p90:.1%}, "
+    return (f"{len(rows)} rows: median |error| {statistics.median(errors):.1%}, p90 {p90(errors):.1%}, "
             f"signed median {signed:+.1%}")
 
 
