@@ -39,7 +39,10 @@ MAX_COUNT = 1024
 MIN_SCALING_EFFICIENCY = 0.5
 # At one count at most this many strategy classes (recomputation × offload × pipeline depth) are timed, fastest
 # compute first: a bound on the search's work where communication dominates and no class can be ruled out.
-MAX_TIMED_CLASSES = 6
+MAX_TIMED_CLASSES = 8
+# A layout whose step spends more than this share beyond its compute and memory work (exposed communication,
+# bubble) has its wider tensor-parallel layouts timed too.
+COMMUNICATION_SHARE = 0.10
 COUNT_LADDER = tuple(2**i for i in range(11))  # 1, 2, 4, 8 GPUs, then 2 ... 128 eight-GPU nodes
 
 SEARCH_KEYS = ("gpu", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
@@ -253,12 +256,12 @@ class _Search:
         return sorted(classes, key=lambda c: (c[0], self.offloads.index(c[2]), c[3]))
 
     def simplest(self, gpu: Gpu, count: int, limits: _Limits, ckpt: str, offload: str,
-                 pipeline: int) -> Estimate | None:
+                 pipeline: int, tensors: tuple[int, ...] | None = None) -> Estimate | None:
         """The first strategy of one time class that fits, fewest changes first: ZeRO stage, then expert
-        parallelism, then micro-batch, then context, then tensor parallelism. A layout whose highest ZeRO stage
-        does not fit is skipped whole: lower stages hold more."""
+        parallelism, then micro-batch, then context, then tensor parallelism (of `tensors`, default every
+        degree). A layout whose highest ZeRO stage does not fit is skipped whole: lower stages hold more."""
         zeros = [z for z in self.zeros if offload != "optimizer_and_params" or z == 3]
-        for t in self.tensors(gpu):
+        for t in tensors or self.tensors(gpu):
             for c in self.contexts:
                 if t * pipeline * c > count:
                     continue
@@ -451,18 +454,20 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
     offload_rank = {o: i for i, o in enumerate(search.offloads)}  # later = offloads more = less memory
     best: tuple[float, Candidate] | None = None
     failed: list[tuple[int, int, int]] = []  # classes whose most memory-saving layout did not fit
-    # A lower bound of a class's hours: its factor × the work (compute and memory) of one unit of it. The unit is
-    # the FLOPs at the achievable rate until a candidate is found, then that candidate's own work over its
-    # factor: another layout can hide or avoid communication, not the work.
+    # A lower bound of a class's hours: its factor (recomputation, least bubble) × the FLOPs at the achievable
+    # matmul rate. (Not a found layout's own work: another layout's matmul shapes and elementwise traffic differ.)
     unit = compute_floor_hours(plan, gpu, tokens, n, mfu)
     pcie = {o: compute_floor_hours(plan, gpu, tokens, n, mfu, o) - unit for o in search.offloads}
     timed = 0
+    deepest: dict[tuple[str, str], float] = {}  # per recomputation × offload: hours at the last pipeline depth
     for bound, ckpt, offload, p in classes:
         if best is not None and (bound * unit >= best[0] or timed >= MAX_TIMED_CLASSES):
             break
         if best is not None and (bound * unit + pcie[offload] >= best[0]
                                  or offload != "none" and best[1].plan.techniques.offload == "none"):
             continue  # its PCIe transfers alone make it slower; offload is for plans that do not fit without
+        if deepest.get((ckpt, offload)) == float("inf"):
+            continue  # a shallower pipeline of this kind was faster than a deeper one: deeper only adds bubble
         rank = (ckpt_rank[ckpt], offload_rank[offload])
         if any(fp == p and fc >= rank[0] and fo >= rank[1] for fc, fo, fp in failed):
             continue  # a class that saves at least as much memory already failed
@@ -470,14 +475,35 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
         if extreme is None or not limits.fits(extreme):
             failed.append((*rank, p))
             continue
-        est = search.simplest(gpu, n, limits, ckpt, offload, p)
-        if est is not None:
-            est = _for_gpu(est, gpu)
-            hours, work = job_time(est.plan, gpu, tokens, mfu)
-            unit, timed = max(unit, work / bound), timed + 1
+        timed += 1
+        fastest = float("inf")
+        for est in _layouts(search, gpu, n, limits, (ckpt, offload, p), tokens, mfu):
+            hours, _ = job_time(est.plan, gpu, tokens, mfu)
+            fastest = min(fastest, hours)
             if best is None or hours < best[0]:
                 best = (hours, _candidate(est, gpu, n, (hours, tokens), price, limits.device, first, search.catalog))
+        previous = deepest.get((ckpt, offload))
+        deepest[(ckpt, offload)] = float("inf") if previous is not None and fastest > previous else fastest
     return [] if best is None else [best[1]]
+
+
+def _layouts(search: _Search, gpu: Gpu, n: int, limits: _Limits, cls: tuple[str, str, int], tokens: int,
+             mfu: float | None) -> list[Estimate]:
+    """The simplest layout of a class that fits, and, where its step spends more than COMMUNICATION_SHARE beyond
+    its work (exposed communication, bubble), the simplest layout at the widest tensor-parallel degree inside the
+    fast domain: tensor parallelism there divides the bytes each rank gathers and reduces across it."""
+    est = search.simplest(gpu, n, limits, *cls)
+    if est is None:
+        return []
+    found = [_for_gpu(est, gpu)]
+    hours, work = job_time(found[0].plan, gpu, tokens, mfu)
+    domain = gpu.fast_domain_gpus or 1
+    widest = max((t for t in search.tensors(gpu) if t <= domain), default=1)
+    if mfu is None and hours > work * (1 + COMMUNICATION_SHARE) and widest > est.plan.parallelism.tensor:
+        wider = search.simplest(gpu, n, limits, *cls, tensors=(widest,))
+        if wider is not None:
+            found.append(_for_gpu(wider, gpu))
+    return found
 
 
 def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int,

@@ -11,6 +11,7 @@ from planner.catalog import CATALOG_PATH, load_catalog, parse_catalog
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.codec import plan_from_dict, plan_to_dict
+from planner.perf import job_hours
 from planner.recommend import (DEFAULT_JOB_TOKENS, max_batch_size, max_micro_batch, max_prompt_tokens,
                                max_sequence_length, min_gpus, recommend)
 
@@ -274,3 +275,19 @@ def test_pcie_cards_do_not_undercut_h100s_on_a_405b_job():
             cost.setdefault(c.gpu.id, c.job_usd)
     pcie = [g for g, gpu in catalog.items() if g in cost and gpu.link_gb_per_s and gpu.link_gb_per_s <= gpu.pcie_gb_per_s]
     assert "rtx-6000-ada-48gb" in pcie and all(cost[g] > cost["h100-sxm-80gb"] for g in pcie)
+
+
+def test_at_a_fixed_count_the_search_finds_a_layout_no_slower_than_the_obvious_ones():
+    """Llama 3.1 70B on 32 H100: the search's answer is at least as fast as ZeRO-3 with full recomputation and as
+    TP 8 + PP 2 (the layouts an engineer would try first), each timed by the same model."""
+    catalog = load_catalog()
+    gpu = catalog["h100-sxm-80gb"]
+    base = {"model": {"preset": "llama-3.1-70b"}, "workload": {"sequence_length": 4096, "global_batch_size": 32},
+            "hardware": {"gpu": "h100-sxm-80gb"}}
+    rec = recommend(plan_from_dict({**base, "parallelism": {"data": 32}}), {gpu.id: gpu}, fixed={"count", "gpu"})
+    obvious = [{"techniques": {"activation_checkpointing": "full"}, "parallelism": {"data": 32, "zero_stage": 3}},
+               {"parallelism": {"data": 2, "tensor": 8, "pipeline": 2, "sequence_parallel": True, "zero_stage": 1}}]
+    for layout in obvious:
+        plan = plan_from_dict({**base, **layout})
+        assert estimate(plan, catalog).device_bytes < gpu.usable_bytes  # it fits, so the search could pick it
+        assert rec.best.job_hours <= job_hours(plan, gpu, rec.job_tokens) * 1.001
