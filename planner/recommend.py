@@ -477,8 +477,7 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
             continue
         timed += 1
         fastest = float("inf")
-        for est in _layouts(search, gpu, n, limits, (ckpt, offload, p), tokens, mfu):
-            hours, _ = job_time(est.plan, gpu, tokens, mfu)
+        for est, hours in _layouts(search, gpu, n, limits, (ckpt, offload, p), tokens, mfu):
             fastest = min(fastest, hours)
             if best is None or hours < best[0]:
                 best = (hours, _candidate(est, gpu, n, (hours, tokens), price, limits.device, first, search.catalog))
@@ -488,21 +487,23 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
 
 
 def _layouts(search: _Search, gpu: Gpu, n: int, limits: _Limits, cls: tuple[str, str, int], tokens: int,
-             mfu: float | None) -> list[Estimate]:
+             mfu: float | None) -> list[tuple[Estimate, float]]:
     """The simplest layout of a class that fits, and, where its step spends more than COMMUNICATION_SHARE beyond
     its work (exposed communication, bubble), the simplest layout at the widest tensor-parallel degree inside the
     fast domain: tensor parallelism there divides the bytes each rank gathers and reduces across it."""
     est = search.simplest(gpu, n, limits, *cls)
     if est is None:
         return []
-    found = [_for_gpu(est, gpu)]
-    hours, work = job_time(found[0].plan, gpu, tokens, mfu)
+    est = _for_gpu(est, gpu)
+    hours, work = job_time(est.plan, gpu, tokens, mfu)
+    found = [(est, hours)]
     domain = gpu.fast_domain_gpus or 1
     widest = max((t for t in search.tensors(gpu) if t <= domain), default=1)
     if mfu is None and hours > work * (1 + COMMUNICATION_SHARE) and widest > est.plan.parallelism.tensor:
         wider = search.simplest(gpu, n, limits, *cls, tensors=(widest,))
         if wider is not None:
-            found.append(_for_gpu(wider, gpu))
+            wider = _for_gpu(wider, gpu)
+            found.append((wider, job_time(wider.plan, gpu, tokens, mfu)[0]))
     return found
 
 

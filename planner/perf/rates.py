@@ -15,6 +15,7 @@ reduce-scatter move (n−1)/n × B in n−1 steps; an all-to-all moves (n−1)/n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from planner.catalog import Gpu
@@ -72,6 +73,7 @@ def _tflops(gpu: Gpu, dtype: str) -> float | None:
     return {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp8": gpu.fp8_tflops, "fp32": gpu.fp32_tflops}[dtype]
 
 
+@lru_cache(maxsize=1024)
 def rates(gpu: Gpu, dtype: str) -> Rates | None:
     """The GPU's rates for matmuls in `dtype` (None: it has no tensor cores for it)."""
     tflops = _tflops(gpu, dtype)
