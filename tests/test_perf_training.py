@@ -140,3 +140,13 @@ def test_more_gpus_never_train_fewer_tokens_per_second_in_total():
 def test_a_gpu_without_the_dtype_has_no_time():
     plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "precision": {"compute": "fp8"}})
     assert step_time(plan, CATALOG["a100-sxm-80gb"]) is None
+
+
+def test_a_communication_bound_step_names_its_link():
+    """Llama 3.1 70B with TP 8 over L40S's PCIe: the tensor-parallel all-reduces bound the step."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-70b"}, "hardware": {"gpu": "l40s-48gb"},
+                           "parallelism": {"data": 2, "tensor": 8, "sequence_parallel": True},
+                           "workload": {"global_batch_size": 16}, "techniques": {"activation_checkpointing": "full"}})
+    step = step_time(plan, CATALOG["l40s-48gb"])
+    assert step.bound == "communication over PCIe"
+    assert max(step.items, key=lambda i: i.seconds).name == "tensor_parallel"

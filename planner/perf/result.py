@@ -9,6 +9,7 @@ Kind = Literal["compute", "memory", "communication", "bubble", "host"]
 # what a step is bound by, from its largest kind of time
 BOUND_OF_KIND = {"compute": "compute", "memory": "memory bandwidth", "communication": "communication",
                  "bubble": "pipeline bubble", "host": "host transfers"}
+OVER = {"link": "the fast interconnect (NVLink, xGMI)", "pcie": "PCIe", "network": "the network"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,7 @@ class TimeItem:
     hidden_s: float
     formula: str
     note: str
+    over: str = ""  # communication: the link it runs over (link, pcie, network)
 
     @property
     def total_s(self) -> float:
@@ -75,5 +77,15 @@ def step_of(items: list[TimeItem], *, tokens: int, gpus: int, model_flops_per_to
     flops = per_gpu * model_flops_per_token
     return StepTime(items=tuple(items), step_time_s=total, tokens_per_step=tokens, gpus=gpus,
                     tokens_per_s_per_gpu=per_gpu, model_flops_per_s_per_gpu=flops, mfu=flops / peak_flops,
-                    bound=BOUND_OF_KIND[max(by_kind, key=by_kind.get)] if by_kind else "compute",
-                    efficiency_note=efficiency_note)
+                    bound=_bound(items, by_kind), efficiency_note=efficiency_note)
+
+
+def _bound(items: list[TimeItem], by_kind: dict[str, float]) -> str:
+    """The kind of time that takes the most; for communication, the link its largest item runs over."""
+    if not by_kind:
+        return "compute"
+    kind = max(by_kind, key=by_kind.get)
+    if kind != "communication":
+        return BOUND_OF_KIND[kind]
+    largest = max((i for i in items if i.kind == "communication"), key=lambda i: i.seconds)
+    return f"communication over {OVER[largest.over]}" if largest.over in OVER else "communication"

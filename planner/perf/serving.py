@@ -91,7 +91,7 @@ def serving_items(plan: Plan, r: Rates) -> list[TimeItem]:
         prompt_one = collective_s("all_reduce", act * inf.prompt_tokens, Group(size=par.tensor, stride=1), r)
         seconds = layers * 2 * (inf.output_tokens * one + prompt_one)
         items.append(TimeItem(name="tensor_parallel", label="Tensor-parallel all-reduces", kind="communication",
-                              seconds=seconds, hidden_s=0.0,
+                              seconds=seconds, hidden_s=0.0, over=Group(size=par.tensor, stride=1).where(r),
                               formula=f"{layers} layers × 2 × ({inf.output_tokens} steps × {one:.3g} s + prefill "
                                       f"{prompt_one:.3g} s)", note="exposed; latency-bound at decode"))
     return items

@@ -166,11 +166,14 @@ def _groups(plan: Plan) -> dict[str, Group]:
             "pipeline": Group(size=par.pipeline, stride=t * c * d)}
 
 
-def _exposed(name: str, label: str, comm_s: float, overlap_s: float, formula: str, note: str) -> TimeItem:
-    """A communication item: what `overlap_s` of compute cannot hide stays on the critical path."""
+def _exposed(name: str, label: str, comm: tuple[float, float, str], formula: str, note: str) -> TimeItem:
+    """A communication item from (seconds, seconds of compute it overlaps, the link it runs over): what the
+    compute cannot hide stays on the critical path."""
+    comm_s, overlap_s, over = comm
     exposed = max(0.0, comm_s - overlap_s)
     return TimeItem(name=name, label=label, kind="communication", seconds=exposed, hidden_s=comm_s - exposed,
-                    formula=f"{formula} = {comm_s:.4g} s, of which {comm_s - exposed:.4g} s hidden", note=note)
+                    formula=f"{formula} = {comm_s:.4g} s, of which {comm_s - exposed:.4g} s hidden", note=note,
+                    over=over)
 
 
 def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe_layers: int) -> list[TimeItem]:
@@ -185,7 +188,7 @@ def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe
         one = collective_s("all_reduce", act, g["tensor"], r)
         comm = steps * mb.layers * 2 * passes * one
         overlap = steps * (mb.forward_compute + mb.backward_compute) if par.async_tp else 0.0
-        items.append(_exposed("tensor_parallel", "Tensor-parallel collectives", comm, overlap,
+        items.append(_exposed("tensor_parallel", "Tensor-parallel collectives", (comm, overlap, g["tensor"].where(r)),
                               f"{steps} × {mb.layers} layers × 2 × {passes} passes × {one:.3g} s "
                               f"(all-reduce of {act:,.0f} B over {par.tensor} on the {g['tensor'].where(r)})",
                               "exposed: Megatron-style TP waits for each collective, unless async TP overlaps "
@@ -195,20 +198,20 @@ def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe
         kv = tokens * (k_width + v_width) * nbytes(plan.precision.activation_dtype)
         one = collective_s("send", kv, g["context"], r)
         comm = steps * mb.layers * 3 * (par.context - 1) * one  # forward, and K, V + their gradients backward
-        items.append(_exposed("context_parallel", "Context-parallel ring exchange", comm,
-                              steps * (mb.forward_compute + mb.backward_compute),
+        items.append(_exposed("context_parallel", "Context-parallel ring exchange",
+                              (comm, steps * (mb.forward_compute + mb.backward_compute), g["context"].where(r)),
                               f"{steps} × {mb.layers} layers × 3 × ({par.context} − 1) hops × {one:.3g} s",
                               "overlapped with the attention of the block in hand (ring attention)"))
     if par.expert > 1 and m.num_experts:
         routed = act * m.experts_per_token
         one = collective_s("all_to_all", routed, g["expert"], r)
         comm = steps * moe_layers * 2 * passes * one
-        items.append(_exposed("expert_parallel", "Expert-parallel all-to-all", comm, 0.0,
+        items.append(_exposed("expert_parallel", "Expert-parallel all-to-all", (comm, 0.0, g["expert"].where(r)),
                               f"{steps} × MoE layers × 2 (dispatch, combine) × {passes} passes × {one:.3g} s",
                               "exposed: the experts wait for their tokens"))
     if par.pipeline > 1:
         one = collective_s("send", act / par.tensor if par.sequence_parallel else act, g["pipeline"], r)
-        items.append(_exposed("pipeline_parallel", "Pipeline sends", steps * 2 * one, 0.0,
+        items.append(_exposed("pipeline_parallel", "Pipeline sends", (steps * 2 * one, 0.0, g["pipeline"].where(r)),
                               f"{steps} micro-batches × 2 (activation forward, gradient backward) × {one:.3g} s",
                               "exposed between stages"))
     return items
@@ -258,7 +261,7 @@ def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: 
             f" + all-gather of the updated weights {ag:.3g} s" if z == 1 else "")
     exposed = min(exposed, comm)
     return TimeItem(name="data_parallel", label="Data-parallel collectives", kind="communication", seconds=exposed,
-                    hidden_s=comm - exposed,
+                    hidden_s=comm - exposed, over=group.where(r),
                     formula=f"{formula} = {comm:.4g} s over {group.size} ranks on the {group.where(r)}, "
                             f"{comm - exposed:.4g} s hidden",
                     note=f"ZeRO-{z}: gradients in {prec.gradients}, weights gathered in "
