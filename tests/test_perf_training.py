@@ -150,3 +150,38 @@ def test_a_communication_bound_step_names_its_link():
     step = step_time(plan, CATALOG["l40s-48gb"])
     assert step.bound == "communication over PCIe"
     assert max(step.items, key=lambda i: i.seconds).name == "tensor_parallel"
+
+
+def _item(step, name):
+    return next(i for i in step.items if i.name == name)
+
+
+def test_the_optimizer_step_by_hand():
+    """AdamW with fp32 master weights on one GPU: read and write the fp32 master (8 B), write its bf16 copy
+    (2 B), read the fp32 gradient (4 B), read and write two fp32 states (16 B) = 30 B per parameter at 80 % of
+    3.35 TB/s."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 1024}})
+    step = step_time(plan, H100)
+    params = plan.model.params.total
+    assert _item(step, "optimizer").seconds == pytest.approx(params * 30 / (3.35e12 * 0.8))
+
+
+def test_the_bubble_by_hand():
+    """Interleaved 1F1B, 2 stages, 2 chunks each: (2 − 1) / 2 of one micro-batch's time."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"global_batch_size": 8},
+                           "parallelism": {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}})
+    step = step_time(plan, H100)
+    per_micro_batch = sum(i.seconds for i in step.items if i.name not in ("bubble", "data_parallel", "optimizer",
+                                                                          "offload")) / 8
+    assert _item(step, "bubble").seconds == pytest.approx(per_micro_batch / 2)
+
+
+def test_ddp_hides_its_all_reduce_behind_the_last_backward():
+    """DDP on 8 H100: the fp32 gradient all-reduce of a 1B model (≈ 5 GB at 370 GB/s ≈ 24 ms) overlaps the last
+    micro-batch's backward (longer): nothing is exposed, and the item says how much was hidden."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "parallelism": {"data": 8},
+                           "workload": {"sequence_length": 4096, "global_batch_size": 8}})
+    dp = _item(step_time(plan, H100), "data_parallel")
+    grads = plan.model.params.total * 4
+    assert dp.seconds == 0 and dp.hidden_s == pytest.approx(2 * 7 / 8 * grads / 370e9 + 8.4e-6 + 14 * 3.4e-6)
+    assert dp.over == "link"

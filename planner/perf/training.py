@@ -221,7 +221,8 @@ def _stage_params(plan: Plan, dense: int, moe: int) -> tuple[float, float]:
     """(parameters on one GPU of the stage of `dense` and `moe` layers before ZeRO, of which trainable)."""
     m, par = plan.model, plan.parallelism
     counts = param_counts(m, par.tensor, par.expert)
-    ends = (counts.embedding + counts.lm_head) / (1 if par.pipeline == 1 else 2)  # the first or last stage's table
+    # the first stage's table, or the last stage's head and final norm
+    ends = (counts.embedding + counts.lm_head + counts.final_norm) / (1 if par.pipeline == 1 else 2)
     params = dense * counts.layer + moe * counts.moe_layer + ends
     if plan.workload.task not in ADAPTER_TASKS:
         return params, params
@@ -273,9 +274,9 @@ def _optimizer_item(plan: Plan, r: Rates, w: _Work) -> TimeItem:
     prec, par = plan.precision, plan.parallelism
     shard = w.trainable / (par.data * par.context if par.zero_stage else 1)
     state = STATE_BYTES_8BIT if prec.optimizer.endswith("8bit") else nbytes(prec.optimizer_state)
-    master = 8 if prec.master_weights == "fp32" else 0  # read and write the fp32 copy
-    per_param = master + nbytes(prec.gradients) + 2 * STATES[prec.optimizer] * state \
-        + 2 * nbytes(prec.activation_dtype)
+    # read and write the fp32 master and write its 16-bit copy, or read and write the 16-bit weights themselves
+    weights = 8 + nbytes(prec.activation_dtype) if prec.master_weights == "fp32" else 2 * nbytes(prec.activation_dtype)
+    per_param = weights + nbytes(prec.gradients) + 2 * STATES[prec.optimizer] * state
     host = plan.techniques.offload != "none"
     cost = Seconds(amount=shard * per_param, unit="B", rate=HOST_BYTES_PER_S_PER_GPU if host else r.hbm_bytes,
                    rate_unit="B/s")
