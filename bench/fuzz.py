@@ -5,7 +5,8 @@ heap while the input is handled, by tracemalloc).
 
 Plans are drawn across the whole plan space (every task, precision, optimizer, technique, parallelism and
 model kind, in and out of range). A valid plan must estimate without raising, with integer non-negative
-items that add up and allocated ≤ reserved ≤ device; an invalid one may raise only the planner's own
+items that add up and allocated ≤ reserved ≤ device, and a step time of finite, non-negative items that add
+up; an invalid one may raise only the planner's own
 `PlanError`. Malformed YAML (mutated, truncated, wrong types, alias bombs, deep nesting, duplicated keys,
 oversized) may only raise `PlanError`; a tampered link never raises. Anything else is a bug and is printed.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import resource
@@ -33,6 +35,7 @@ from planner.hf_config import model_from_hf_config  # noqa: E402
 from planner.loader import load_yaml  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
+from planner.perf import StepTime, plan_time  # noqa: E402
 from planner.recommend import recommend  # noqa: E402
 
 PRESETS = sorted(presets())
@@ -140,6 +143,16 @@ def random_plan(rng: random.Random) -> dict:
     return plan
 
 
+def check_time(time: StepTime | None) -> None:
+    """The time model's invariants: finite, non-negative items that add up, exposed within the total."""
+    if time is None:  # the GPU has no tensor cores for the compute dtype
+        return
+    seconds = [time.step_time_s, *(i.seconds for i in time.items), *(i.hidden_s for i in time.items)]
+    assert all(math.isfinite(x) and x >= 0 for x in seconds), "a time that is negative or not finite"
+    assert math.isclose(time.step_time_s, sum(i.seconds for i in time.items)), "time items do not add up"
+    assert time.step_time_s > 0 and 0 < time.mfu < 2, "a step of no time or an MFU beyond reason"
+
+
 def check_plan(d: dict, with_recommend: bool) -> str:
     """'ok', 'invalid' (PlanError), or raises AssertionError / any bug."""
     try:
@@ -157,6 +170,7 @@ def check_plan(d: dict, with_recommend: bool) -> str:
     assert est.fits == (est.device_bytes <= est.usable_bytes), "verdict disagrees with the totals"
     assert plan_from_yaml(plan_to_yaml(plan)) == plan, "YAML round trip changed the plan"
     assert plan_from_query(plan_to_query(plan), DEFAULT)[0] == plan, "share link round trip changed the plan"
+    check_time(plan_time(plan, est.gpu))
     if with_recommend:
         rec = recommend(plan)
         assert all(c.device_bytes <= c.gpu.usable_bytes for c in rec.candidates), "a recommendation does not fit"
