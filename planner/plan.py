@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args
 
-from planner.dtypes import (COMPUTE_DTYPES, DEFAULT_GROUP_SIZE, DTYPES, KV_DTYPES, QUANTIZED, WEIGHT_DTYPES,
-                            ComputeDType, DType, KvDType, WeightDType)
+from planner.dtypes import DEFAULT_GROUP_SIZE, QUANTIZED, WEIGHT_DTYPES, ComputeDType, DType, KvDType, WeightDType
 from planner.errors import bad
 from planner.models import Model
 from planner.validate import between, check_fields, text

@@ -1,11 +1,9 @@
 """Inference memory: golden values by hand on TINY, and invariants."""
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import TINY
-from planner.catalog import load_catalog
 from planner.memory.inference import kv_bytes_per_token, weight_bytes
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
 from planner.codec import plan_from_dict
