@@ -480,7 +480,8 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
         for est, hours in _layouts(search, gpu, n, limits, (ckpt, offload, p), tokens, mfu):
             fastest = min(fastest, hours)
             if best is None or hours < best[0]:
-                best = (hours, _candidate(est, gpu, n, (hours, tokens), price, limits.device, first, search.catalog))
+                best = (hours, _candidate(_for_gpu(est, gpu), gpu, n, (hours, tokens), price, limits.device, first,
+                                          search.catalog))
         previous = deepest.get((ckpt, offload))
         deepest[(ckpt, offload)] = float("inf") if previous is not None and fastest > previous else fastest
     return [] if best is None else [best[1]]
@@ -494,7 +495,7 @@ def _layouts(search: _Search, gpu: Gpu, n: int, limits: _Limits, cls: tuple[str,
     est = search.simplest(gpu, n, limits, *cls)
     if est is None:
         return []
-    est = _for_gpu(est, gpu)
+    # the estimate may name another GPU type (memory is shared across types); the time reads only `gpu`
     hours, work = job_time(est.plan, gpu, tokens, mfu)
     found = [(est, hours)]
     domain = gpu.fast_domain_gpus or 1
@@ -502,7 +503,6 @@ def _layouts(search: _Search, gpu: Gpu, n: int, limits: _Limits, cls: tuple[str,
     if mfu is None and hours > work * (1 + COMMUNICATION_SHARE) and widest > est.plan.parallelism.tensor:
         wider = search.simplest(gpu, n, limits, *cls, tensors=(widest,))
         if wider is not None:
-            wider = _for_gpu(wider, gpu)
             found.append((wider, job_time(wider.plan, gpu, tokens, mfu)[0]))
     return found
 
