@@ -10,7 +10,7 @@ from planner.codec import plan_from_dict
 from planner.perf import plan_time, step_time
 from planner.perf.rates import (DEFAULT_MATMUL_EFFICIENCY, HOP_LATENCY_S, LATENCY_BASE_S, NETWORK_EFFICIENCY, Group,
                                  collective_s, rates)
-from planner.perf.work import gemm_s
+from planner.perf.work import gemm_s, layer_work
 
 CATALOG = load_catalog()
 H100 = CATALOG["h100-sxm-80gb"]
@@ -185,3 +185,14 @@ def test_ddp_hides_its_all_reduce_behind_the_last_backward():
     grads = plan.model.params.total * 4
     assert dp.seconds == 0 and dp.hidden_s == pytest.approx(2 * 7 / 8 * grads / 370e9 + 8.4e-6 + 14 * 3.4e-6)
     assert dp.over == "link"
+
+
+def test_moe_layers_move_their_tokens_to_the_experts_and_back():
+    """A MoE layer's elementwise bytes exceed a dense layer's of the same widths by the token permutation:
+    4 B × (top-k + 1) × hidden per token (Mixtral: top-2, hidden 4,096 → 49,152 B per token)."""
+    plan = plan_from_dict({"model": {"preset": "mixtral-8x7b"}})
+    dense, moe = layer_work(plan, 1.0, 1.0, moe=False), layer_work(plan, 1.0, 1.0, moe=True)
+    m = plan.model
+    activation = (moe.elementwise_bytes - dense.elementwise_bytes) - 4 * 3 * 4096
+    # the rest of the difference is the SwiGLU of the top-2 experts against the dense MLP's
+    assert activation == pytest.approx(10 * (m.moe_intermediate_size * m.experts_per_token - m.intermediate_size))

@@ -31,6 +31,11 @@ RESIDUAL_BYTES = 6
 ACT_BYTES = {"swiglu": (10, 6), "gelu": (4, 4)}
 ROPE_BYTES = (24, 6)
 EAGER_SCORE_BYTES = 22
+# MoE token permutation per token and MoE layer (Megatron-Core's permute/unpermute, HF's index_select and
+# index_add): dispatch reads the token's hidden state and writes its k copies in expert order (r h, w k·h);
+# combine reads the k expert outputs and writes their weighted sum (r k·h, w h): 2 (k + 1) h elements of
+# 2 bytes moved, fused or not.
+MOE_PERMUTE_BYTES_PER_ELEMENT = 4
 # Backward elementwise work reads the saved inputs and the incoming gradient and writes the input gradient:
 # about twice the forward's traffic.
 BACKWARD_ELEMENTWISE = 2.0
@@ -103,6 +108,8 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
                  + ACT_BYTES[m.mlp][fused] * inter / par.tensor + ROPE_BYTES[fused] * (q + k))
     if tech.attention == "eager":
         per_token += EAGER_SCORE_BYTES * (m.num_attention_heads // par.tensor) * keys
+    if moe:
+        per_token += MOE_PERMUTE_BYTES_PER_ELEMENT * (m.experts_per_token + 1) * m.hidden_size
     return LayerWork(gemms=_projections(plan, tokens, moe), attention_flops=2 * (q + out) * tokens * keys,
                      elementwise_bytes=per_token * tokens)
 
