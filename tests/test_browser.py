@@ -61,6 +61,11 @@ def test_plan_change_and_share_link_in_chromium(server, tmp_path):
         page.screenshot(path=shot)
         assert os.path.getsize(shot) > 10_000
 
+        page.get_by_role("tab", name="Time").click()  # the step's time renders as a chart too
+        panel = page.get_by_role("tabpanel").filter(has_text="Matmuls and attention")
+        panel.locator(".vega-embed canvas, .vega-embed svg").first.wait_for(timeout=30_000)
+        page.get_by_role("tab", name="Breakdown").click()
+
         box = page.get_by_role("spinbutton", name="Sequence length")
         box.fill("16384")
         box.press("Enter")
