@@ -17,7 +17,7 @@ from planner.memory.inference import kv_cache_bytes, weight_bytes
 from planner.memory.layout import largest_stage_layers
 from planner.models import param_counts
 from planner.perf.flops import forward_flops_per_token, matmul_params
-from planner.perf.rates import Group, Rates, collective_s, rates
+from planner.perf.rates import ATTENTION_FRACTION_OF_MATMUL, Group, Rates, collective_s, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.work import gemm_s, gemms_s, keys_per_query, layer_work, matmul_elem
 from planner.plan import Plan
@@ -76,7 +76,7 @@ def serving_items(plan: Plan, r: Rates) -> list[TimeItem]:
     items = [TimeItem(name="prefill", label="Prefill (prompts' forward)", kind="compute", seconds=prefill,
                       hidden_s=0.0, formula=f"{inf.batch_size} × {inf.prompt_tokens} tokens through "
                                             f"{par.pipeline} stage(s) = {prefill:.4g} s",
-                      note="matmuls by roofline, attention at the achievable matmul rate"),
+                      note=f"matmuls by roofline, attention at {ATTENTION_FRACTION_OF_MATMUL:g} × the 16-bit matmul rate"),
              TimeItem(name="prefill_elementwise", label="Prefill norms and activations", kind="memory",
                       seconds=prefill_mem, hidden_s=0.0, formula=f"{prefill_mem:.4g} s at {r.hbm_bytes / 1e12:.2f} TB/s",
                       note="elementwise bytes of the prompts' forward"),
