@@ -490,15 +490,17 @@ def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, 
 def _layouts(search: _Search, gpu: Gpu, n: int, limits: _Limits, cls: tuple[str, str, int], tokens: int,
              mfu: float | None) -> list[tuple[Estimate, float]]:
     """The simplest layout of a class that fits, and, where its step spends more than COMMUNICATION_SHARE beyond
-    its work (exposed communication, bubble), the simplest layout at the widest tensor-parallel degree inside the
-    fast domain: tensor parallelism there divides the bytes each rank gathers and reduces across it."""
+    its work (exposed communication, bubble), the simplest layout at the widest tensor-parallel degree inside an
+    NVLink-class fast domain: tensor parallelism there divides the bytes each rank gathers and reduces across it."""
     est = search.simplest(gpu, n, limits, *cls)
     if est is None:
         return []
     # the estimate may name another GPU type (memory is shared across types); the time reads only `gpu`
     hours, work = job_time(est.plan, gpu, tokens, mfu)
     found = [(est, hours)]
-    domain = gpu.fast_domain_gpus or 1
+    # only over NVLink-class links: over PCIe, tensor parallelism's per-layer all-reduces cost more than the
+    # gradient traffic they save
+    domain = gpu.fast_domain_gpus or 1 if (gpu.link_gb_per_s or 0) > (gpu.pcie_gb_per_s or 0) else 1
     widest = max((t for t in search.tensors(gpu) if t <= domain), default=1)
     if mfu is None and hours > work * (1 + COMMUNICATION_SHARE) and widest > est.plan.parallelism.tensor:
         wider = search.simplest(gpu, n, limits, *cls, tensors=(widest,))
