@@ -299,8 +299,11 @@ class Plan:
             if (par.data * par.context) % par.expert:
                 raise bad("parallelism.expert", par.expert, f"does not divide data × context ({par.data} × "
                                                             f"{par.context}); expert ranks are carved from them")
-        if m.num_layers % par.pipeline:
-            raise bad("parallelism.pipeline", par.pipeline, f"does not divide model.num_layers ({m.num_layers})")
+        if m.num_layers % par.pipeline and par.pipeline > (m.num_layers + 2) // 2:  # uneven: see layout.stage_split
+            raise bad("parallelism.pipeline", par.pipeline,
+                      f"leaves a stage without layers: model.num_layers ({m.num_layers}) split unevenly, with the"
+                      f" embedding and the output head counted as a layer each, fills at most"
+                      f" {(m.num_layers + 2) // 2} stages")
         if seq % par.context:
             raise bad("parallelism.context", par.context, f"does not divide workload.sequence_length ({seq})")
         if par.sequence_parallel and (seq // par.context) % t:
@@ -341,9 +344,10 @@ class Plan:
         par, tech, task = self.parallelism, self.techniques, self.workload.task
         if par.pipeline_schedule != "1f1b" and par.pipeline == 1:
             raise bad("parallelism.pipeline_schedule", par.pipeline_schedule, "needs parallelism.pipeline > 1")
-        if self.model.num_layers % (par.pipeline * par.virtual_stages):
+        layers = self.model.num_layers
+        if par.virtual_stages > 1 and layers % (par.pipeline * par.virtual_stages):  # interleaved: even chunks
             raise bad("parallelism.virtual_stages", par.virtual_stages,
-                      f"× pipeline ({par.pipeline}) does not divide model.num_layers ({self.model.num_layers})")
+                      f"× pipeline ({par.pipeline}) does not divide model.num_layers ({layers})")
         if par.async_tp and not (par.sequence_parallel and tech.compile):
             raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
                                                     " (torchtitan's micro-pipelined TP is an inductor pass)")

@@ -3,7 +3,8 @@
 import pytest
 
 from planner.memory.inference import weight_bytes
-from planner.memory.layout import largest_stage_layers, stage_layers
+from planner.memory import estimate
+from planner.memory.layout import largest_stage_layers, stage_layers, stage_split
 from planner.models import presets
 from planner.codec import plan_from_dict
 
@@ -13,10 +14,30 @@ from planner.codec import plan_from_dict
 def test_every_stage_holds_its_share_of_layers_dense_first(preset, pipeline):
     m = presets()[preset].model
     splits = [stage_layers(m, i, pipeline) for i in range(pipeline)]
-    assert all(d + e == m.num_layers // pipeline for d, e in splits)
+    assert [d + e for d, e in splits] == list(stage_split(m.num_layers, pipeline))
+    assert sum(d + e for d, e in splits) == m.num_layers  # every layer on exactly one stage
     dense = [d for d, _ in splits]
     assert dense == sorted(dense, reverse=True)  # MoE models put their dense layers first
-    assert sum(dense) == min(m.num_layers - m.moe_layers, pipeline * (m.num_layers // pipeline))
+    assert sum(dense) == m.num_layers - m.moe_layers
+
+
+def test_an_uneven_split_counts_the_embedding_and_the_head_as_layers():
+    """Llama 3.1 405B: 126 layers + embedding + head = 128 units; 8 stages of 16 units are 15, 16 × 6, 15 layers;
+    16 stages of 8 are 7, 8 × 14, 7. 61 layers (DeepSeek-V3) on 4 stages: 63 units = 15, 16, 16, 16 → 14, 16, 16,
+    15. An even split stays even."""
+    assert stage_split(126, 8) == (15, 16, 16, 16, 16, 16, 16, 15)
+    assert stage_split(126, 16) == (7,) + (8,) * 14 + (7,)
+    assert stage_split(61, 4) == (14, 16, 16, 15)
+    assert stage_split(32, 4) == (8, 8, 8, 8)
+
+
+def test_the_most_loaded_stage_of_an_uneven_split_is_reported():
+    """405B on 16 stages: stage 1 has a layer more than stage 0 and one micro-batch fewer in flight (1F1B)."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-405b"}, "workload": {"sequence_length": 8192,
+                                                                               "global_batch_size": 64},
+                           "parallelism": {"data": 1, "tensor": 8, "pipeline": 16}})
+    est = estimate(plan)
+    assert est.stage == 1 and est.device_bytes == max(s.device_bytes for s in est.stages)
 
 
 def test_served_weights_take_the_largest_stage_of_the_training_split():

@@ -4,6 +4,7 @@ holds, the micro-batches a stage keeps in flight, ZeRO sharding, and the per-sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from planner.dtypes import nbytes
 from planner.memory.terms import Sharded, Term
@@ -33,10 +34,25 @@ class StageParams:
 
 
 # --- The one pipeline layer split ---------------------------------------------------------------------------
+@cache
+def stage_split(num_layers: int, pipeline: int) -> tuple[int, ...]:
+    """Layers of each pipeline stage. Even where the stages divide the layers. Otherwise the embedding and the
+    output head count as one layer each and the units are spread evenly, the last stages taking the remainder
+    (torchtitan's layers-per-stage split; Megatron's --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split): 126 layers on 8 stages are 15, 16 × 6, 15."""
+    if num_layers % pipeline == 0:
+        return (num_layers // pipeline,) * pipeline
+    base, extra = divmod(num_layers + 2, pipeline)
+    units = [base + (1 if i >= pipeline - extra else 0) for i in range(pipeline)]
+    units[0] -= 1
+    units[-1] -= 1
+    return tuple(units)
+
+
 def stage_layers(m: Model, stage: int, pipeline: int) -> tuple[int, int]:
     """(dense, MoE) layers of a pipeline stage; MoE models put their dense layers first."""
-    per = m.num_layers // pipeline
-    start = stage * per
+    split = stage_split(m.num_layers, pipeline)
+    per, start = split[stage], sum(split[:stage])
     dense_total = m.num_layers - m.moe_layers
     dense = max(0, min(dense_total, start + per) - start)
     return dense, per - dense
@@ -189,7 +205,7 @@ def stage_context(plan: Plan, index: int, detail: bool) -> StageContext:
     note = f" ÷ {shard} (ZeRO-{par.zero_stage} over data × context)" + (
         f"; experts ÷ {shard // par.expert} (the ranks beside each expert-parallel group)" if par.expert > 1 else "")
     return StageContext(plan=plan, index=index, detail=detail, first=index == 0, last=index == par.pipeline - 1,
-                        layers=m.num_layers // par.pipeline, sp=stage_params(plan, index),
+                        layers=stage_split(m.num_layers, par.pipeline)[index], sp=stage_params(plan, index),
                         bc=nbytes(plan.precision.activation_dtype), autocast=autocast(plan),
                         lora=wl.task in ("lora", "qlora"), accum=plan.micro_batches_per_step,
                         in_flight=in_flight(plan, index), tokens=wl.micro_batch_size * wl.sequence_length // par.context,

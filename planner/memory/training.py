@@ -8,7 +8,7 @@ from functools import partial
 from planner.catalog import Gpu
 from planner.dtypes import nbytes
 from planner.memory import checkpointing, techniques
-from planner.memory.layout import StageContext, stage_context, stage_params
+from planner.memory.layout import StageContext, stage_context, stage_params, stage_split
 from planner.memory.losses import Loss, loss
 from planner.memory.optimizers import Optimizer, optimizer, trainable
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
@@ -101,10 +101,14 @@ def host_bytes(plan: Plan) -> int:
 def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     runtime = runtime_items(plan, detail)
     runtime_bytes = sum(i.bytes for i in runtime)
-    # A middle stage holds a subset of the first stage's items, each no larger (no embedding, fewer
-    # micro-batches in flight), so the most loaded stage is the first or the last.
+    # A middle stage of as many layers as the first holds a subset of its items, each no larger (no embedding,
+    # fewer micro-batches in flight), so the most loaded stage is the first, the last, or, where the split is
+    # uneven, the first of the middle stages with the most layers.
     p = plan.parallelism.pipeline
-    edges = (stage(plan, 0, runtime_bytes, detail),) + ((stage(plan, p - 1, runtime_bytes, detail),) if p > 1 else ())
+    split = stage_split(plan.model.num_layers, p)
+    middle = max(range(1, p - 1), key=lambda i: (split[i], -i), default=None)
+    indices = [0] + ([p - 1] if p > 1 else []) + ([middle] if middle is not None and split[middle] > split[0] else [])
+    edges = tuple(stage(plan, i, runtime_bytes, detail) for i in indices)
     worst = max(edges, key=lambda s: (s.device_bytes, -s.index))
     reserve = allocator_reserve(
         "Allocator reserve", worst.reserved_bytes - worst.peak_allocated_bytes,
