@@ -299,11 +299,13 @@ class Plan:
             if (par.data * par.context) % par.expert:
                 raise bad("parallelism.expert", par.expert, f"does not divide data × context ({par.data} × "
                                                             f"{par.context}); expert ranks are carved from them")
-        if m.num_layers % par.pipeline and par.pipeline > (m.num_layers + 2) // 2:  # uneven: see layout.stage_split
-            raise bad("parallelism.pipeline", par.pipeline,
-                      f"leaves a stage without layers: model.num_layers ({m.num_layers}) split unevenly, with the"
-                      f" embedding and the output head counted as a layer each, fills at most"
-                      f" {(m.num_layers + 2) // 2} stages")
+        chunks = par.pipeline * par.virtual_stages  # uneven splits: see memory/layout.chunk_split
+        if m.num_layers % chunks and chunks > (m.num_layers + 2) // 2:
+            field, value = ("parallelism.virtual_stages", par.virtual_stages) if par.virtual_stages > 1 else (
+                "parallelism.pipeline", par.pipeline)
+            raise bad(field, value, f"leaves a stage without layers: model.num_layers ({m.num_layers}) split"
+                                    f" unevenly into {chunks} chunks, with the embedding and the output head"
+                                    f" counted as a layer each, fills at most {(m.num_layers + 2) // 2}")
         if seq % par.context:
             raise bad("parallelism.context", par.context, f"does not divide workload.sequence_length ({seq})")
         if par.sequence_parallel and (seq // par.context) % t:
@@ -344,10 +346,6 @@ class Plan:
         par, tech, task = self.parallelism, self.techniques, self.workload.task
         if par.pipeline_schedule != "1f1b" and par.pipeline == 1:
             raise bad("parallelism.pipeline_schedule", par.pipeline_schedule, "needs parallelism.pipeline > 1")
-        layers = self.model.num_layers
-        if par.virtual_stages > 1 and layers % (par.pipeline * par.virtual_stages):  # interleaved: even chunks
-            raise bad("parallelism.virtual_stages", par.virtual_stages,
-                      f"× pipeline ({par.pipeline}) does not divide model.num_layers ({layers})")
         if par.async_tp and not (par.sequence_parallel and tech.compile):
             raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
                                                     " (torchtitan's micro-pipelined TP is an inductor pass)")

@@ -4,7 +4,7 @@ import pytest
 
 from planner.memory.inference import weight_bytes
 from planner.memory import estimate
-from planner.memory.layout import largest_stage_layers, stage_layers, stage_split
+from planner.memory.layout import chunk_split, largest_stage_layers, stage_layers, stage_split
 from planner.models import presets
 from planner.codec import plan_from_dict
 
@@ -29,6 +29,8 @@ def test_an_uneven_split_counts_the_embedding_and_the_head_as_layers():
     assert stage_split(126, 16) == (7,) + (8,) * 14 + (7,)
     assert stage_split(61, 4) == (14, 16, 16, 15)
     assert stage_split(32, 4) == (8, 8, 8, 8)
+    # interleaved: 8 stages × 8 chunks = 64 chunks of 2 units; stage 0 holds chunks 0, 8, …, 56
+    assert chunk_split(126, 64)[:2] == (1, 2) and stage_split(126, 8, 8) == (15, 16, 16, 16, 16, 16, 16, 15)
 
 
 def test_the_most_loaded_stage_of_an_uneven_split_is_reported():
