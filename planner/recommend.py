@@ -24,6 +24,7 @@ from planner.catalog import Gpu, load_catalog
 from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
 from planner.perf import compute_floor_hours, flops_per_token, job_time, peak_flops, throughput
+from planner.perf.rates import rates
 from planner.plan import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
 from planner.units import format_bytes
 from planner.validate import check_choice
@@ -437,7 +438,7 @@ def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: fl
             best = _best_at(search, gpu, n, limits, classes, tokens, mfu, price, first)
             if best and found and not own and (
                     best[0].job_hours >= min(c.job_hours for c in found)
-                    or n * best[0].job_hours > MIN_SCALING_EFFICIENCY ** -1 * min(c.count * c.job_hours for c in found)):
+                    or n * best[0].job_hours > min(c.count * c.job_hours for c in found) / MIN_SCALING_EFFICIENCY):
                 stopped = True
                 continue
             found.extend(best)
@@ -500,7 +501,8 @@ def _layouts(search: _Search, gpu: Gpu, n: int, limits: _Limits, cls: tuple[str,
     found = [(est, hours)]
     # only over NVLink-class links: over PCIe, tensor parallelism's per-layer all-reduces cost more than the
     # gradient traffic they save
-    domain = gpu.fast_domain_gpus or 1 if (gpu.link_gb_per_s or 0) > (gpu.pcie_gb_per_s or 0) else 1
+    r = rates(gpu, search.plan.precision.compute)
+    domain = r.fast_domain_gpus if r.link_kind == "link" else 1
     widest = max((t for t in search.tensors(gpu) if t <= domain), default=1)
     if mfu is None and hours > work * (1 + COMMUNICATION_SHARE) and widest > est.plan.parallelism.tensor:
         wider = search.simplest(gpu, n, limits, *cls, tensors=(widest,))

@@ -12,6 +12,7 @@ from planner.errors import PlanError
 from planner.memory import estimate
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.perf import job_hours
+from planner.perf.rates import rates
 from planner.recommend import (DEFAULT_JOB_TOKENS, max_batch_size, max_micro_batch, max_prompt_tokens,
                                max_sequence_length, min_gpus, recommend)
 
@@ -273,7 +274,7 @@ def test_pcie_cards_do_not_undercut_h100s_on_a_405b_job():
     for c in rec.candidates:
         if c.job_usd is not None:
             cost.setdefault(c.gpu.id, c.job_usd)
-    pcie = [g for g, gpu in catalog.items() if g in cost and gpu.link_gb_per_s and gpu.link_gb_per_s <= gpu.pcie_gb_per_s]
+    pcie = [g for g, gpu in catalog.items() if g in cost and gpu.link_gb_per_s and rates(gpu, "bf16").link_kind == "pcie"]
     assert "rtx-6000-ada-48gb" in pcie and all(cost[g] > cost["h100-sxm-80gb"] for g in pcie)
 
 

@@ -38,12 +38,16 @@ def plan_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     return serving_time(plan, gpu) if plan.workload.task == "inference" else step_time(plan, gpu)
 
 
+def _override_hours(plan: Plan, gpu: Gpu, tokens: int, count: int, mfu: float) -> float:
+    """Hours under a user's MFU: the model FLOPs of `tokens` at that fraction of `count` GPUs' dense peak."""
+    return tokens * model_flops_per_token(plan) / (count * peak_flops(gpu, plan.precision.compute) * mfu) / 3600
+
+
 def job_time(plan: Plan, gpu: Gpu, tokens: int, mfu: float | None = None) -> tuple[float, float]:
     """(wall-clock hours to train on `tokens` tokens, of which compute and memory work): steps × the modelled
     step, or, with `mfu`, model FLOPs at that fraction of the dense peak of the compute dtype (all work)."""
     if mfu is not None:
-        hours = tokens * model_flops_per_token(plan) / (plan.hardware.count * peak_flops(gpu, plan.precision.compute)
-                                                        * mfu) / 3600
+        hours = _override_hours(plan, gpu, tokens, plan.hardware.count, mfu)
         return hours, hours
     step = step_time(plan, gpu)
     steps = tokens / (plan.workload.global_batch_size * plan.workload.sequence_length)
@@ -62,7 +66,7 @@ def compute_floor_hours(plan: Plan, gpu: Gpu, tokens: int, count: int, mfu: floa
     gradients and weights that must cross PCIe once per step (each GPU's share of them at best); with `mfu`,
     the override's job time, which no strategy changes."""
     if mfu is not None:
-        return tokens * model_flops_per_token(plan) / (count * peak_flops(gpu, plan.precision.compute) * mfu) / 3600
+        return _override_hours(plan, gpu, tokens, count, mfu)
     r = rates(gpu, plan.precision.compute)
     passes = 2 if plan.workload.task in ADAPTER_TASKS else 3
     compute = tokens * passes * forward_flops_per_token(plan) / (count * r.matmul_flops)

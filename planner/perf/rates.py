@@ -99,6 +99,13 @@ def rates(gpu: Gpu, dtype: str) -> Rates | None:
                  network_bytes=network * NETWORK_EFFICIENCY, pcie_bytes=pcie * PCIE_TRANSFER_EFFICIENCY)
 
 
+def mfu_reference(gpu: Gpu, r: Rates) -> tuple[float, str]:
+    """(the peak MFU is measured against: dense bf16, else the compute dtype's; the note on the matmul rate)."""
+    peak = rates(gpu, "bf16") or r
+    return peak.peak_flops, (f"matmuls at {r.matmul_efficiency:.0%} of {r.peak_flops / 1e12:,.0f} TFLOP/s "
+                             f"({r.efficiency_source})")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Group:
     """A communicator: `size` ranks, `stride` apart in the rank order (tensor innermost, then context, then

@@ -17,7 +17,7 @@ from planner.memory.inference import kv_cache_bytes, weight_bytes
 from planner.memory.layout import largest_stage_layers
 from planner.models import param_counts
 from planner.perf.flops import forward_flops_per_token, matmul_params
-from planner.perf.rates import ATTENTION_FRACTION_OF_MATMUL, Group, Rates, collective_s, rates
+from planner.perf.rates import ATTENTION_FRACTION_OF_MATMUL, Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.work import gemm_s, gemms_s, keys_per_query, layer_work, matmul_elem
 from planner.plan import Plan
@@ -87,11 +87,12 @@ def serving_items(plan: Plan, r: Rates) -> list[TimeItem]:
     if par.tensor > 1:
         layers = sum(largest_stage_layers(plan)) * par.pipeline
         act = inf.batch_size * plan.model.hidden_size * nbytes(plan.precision.activation_dtype)
-        one = collective_s("all_reduce", act, Group(size=par.tensor, stride=1), r)
-        prompt_one = collective_s("all_reduce", act * inf.prompt_tokens, Group(size=par.tensor, stride=1), r)
+        group = Group(size=par.tensor, stride=1)
+        one = collective_s("all_reduce", act, group, r)
+        prompt_one = collective_s("all_reduce", act * inf.prompt_tokens, group, r)
         seconds = layers * 2 * (inf.output_tokens * one + prompt_one)
         items.append(TimeItem(name="tensor_parallel", label="Tensor-parallel all-reduces", kind="communication",
-                              seconds=seconds, hidden_s=0.0, over=Group(size=par.tensor, stride=1).where(r),
+                              seconds=seconds, hidden_s=0.0, over=group.where(r),
                               formula=f"{layers} layers × 2 × ({inf.output_tokens} steps × {one:.3g} s + prefill "
                                       f"{prompt_one:.3g} s)", note="exposed; latency-bound at decode"))
     return items
@@ -103,12 +104,10 @@ def serving_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     if r is None:
         return None
     inf, par = plan.workload.inference, plan.parallelism
-    peak = rates(gpu, "bf16") or r
+    peak, note = mfu_reference(gpu, r)
     flops_per_token = forward_flops_per_token(plan, inf.context_tokens) * inf.context_tokens / inf.output_tokens
     return step_of(serving_items(plan, r), tokens=inf.batch_size * inf.output_tokens, gpus=par.tensor * par.pipeline,
-                   model_flops_per_token=flops_per_token, peak_flops=peak.peak_flops,
-                   efficiency_note=f"matmuls at {r.matmul_efficiency:.0%} of {r.peak_flops / 1e12:,.0f} TFLOP/s "
-                                   f"({r.efficiency_source})")
+                   model_flops_per_token=flops_per_token, peak_flops=peak, efficiency_note=note)
 
 
 def throughput(plan: Plan, gpu: Gpu) -> Throughput:

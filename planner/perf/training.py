@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.catalog import Gpu
-from planner.dtypes import nbytes
+from planner.dtypes import QUANTIZED, bits, nbytes
 from planner.memory.layout import largest_stage_layers
-from planner.models import attention_widths, param_counts, projection_shapes
+from planner.models import attention_widths, lora_params_per_layer, param_counts, projection_shapes
 from planner.perf.flops import model_flops_per_token
-from planner.perf.rates import Group, Rates, collective_s, rates
+from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, Gemm, gemms_s, keys_per_query, layer_work,
                                matmul_elem)
@@ -149,11 +149,10 @@ def _dequant_bytes(plan: Plan, layers: int) -> float:
     """Quantized frozen weights (QLoRA's NF4, int4, int8) are dequantized to the compute dtype before each matmul
     (bitsandbytes' dequantize then matmul): read the packed weights, write the 16-bit copy, once per pass."""
     weights = plan.precision.weights
-    if plan.workload.task not in ADAPTER_TASKS or weights not in ("nf4", "int4", "int8", "fp8"):
+    if plan.workload.task not in ADAPTER_TASKS or weights not in QUANTIZED:
         return 0.0
-    packed = {"nf4": 0.5, "int4": 0.5, "int8": 1, "fp8": 1}[weights]
     params = sum(k * n for k, n in projection_shapes(plan.model, plan.parallelism.tensor).values())
-    return layers * params * (packed + nbytes(plan.precision.activation_dtype))
+    return layers * params * (bits(weights) / 8 + nbytes(plan.precision.activation_dtype))
 
 
 # --- communication ------------------------------------------------------------------------------------------------
@@ -226,8 +225,8 @@ def _stage_params(plan: Plan, dense: int, moe: int) -> tuple[float, float]:
     params = dense * counts.layer + moe * counts.moe_layer + ends
     if plan.workload.task not in ADAPTER_TASKS:
         return params, params
-    shapes, rank = projection_shapes(m, par.tensor), plan.workload.lora.rank
-    return params, (dense + moe) * sum(rank * (shapes[t][0] + shapes[t][1]) for t in plan.workload.lora.targets)
+    lora = plan.workload.lora
+    return params, (dense + moe) * lora_params_per_layer(m, lora.targets, lora.rank, par.tensor)
 
 
 def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: int) -> TimeItem | None:
@@ -345,8 +344,6 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
              _offload_item(plan, r, w, steps)]
     items += [i for i in extra if i is not None]
     wl = plan.workload
-    peak = rates(gpu, "bf16") or r
+    peak, note = mfu_reference(gpu, r)
     return step_of(items, tokens=wl.global_batch_size * wl.sequence_length, gpus=plan.hardware.count,
-                   model_flops_per_token=model_flops_per_token(plan), peak_flops=peak.peak_flops,
-                   efficiency_note=f"matmuls at {r.matmul_efficiency:.0%} of {r.peak_flops / 1e12:,.0f} TFLOP/s "
-                                   f"({r.efficiency_source})")
+                   model_flops_per_token=model_flops_per_token(plan), peak_flops=peak, efficiency_note=note)
