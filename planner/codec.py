@@ -26,7 +26,7 @@ from planner.frameworks import apply_framework
 from planner.loader import load_yaml
 from planner.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
 from planner.plan import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
-from planner.validate import check_mapping
+from planner.validate import check_mapping, rules
 
 
 # --- plan ↔ nested dict ↔ YAML ------------------------------------------------------------------------------------
@@ -41,9 +41,7 @@ def _section(name: str, cls: type, raw: Any) -> Any:
             raise unknown_key(name, key, allowed)
         nested = NESTED.get((name, key))
         values[key] = _section(f"{name}.{key}", nested, value if value is not None else {}) if nested else value
-    if "targets" in values and isinstance(values["targets"], list):
-        values["targets"] = tuple(values["targets"])
-    return cls(**values)
+    return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
 
 
 def plan_from_dict(data: Any) -> Plan:
@@ -228,8 +226,11 @@ def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
         path = LEAVES[key]
         current = base_flat.get(path, _block_default(path))
         try:
-            chosen[key] = _parse(text, current) if current is not None else (
-                yaml.safe_load(text) if len(text) < 100 else text)
+            if takes_integers(path):
+                chosen[key] = [int(v) for v in text.split(",") if v]
+            else:
+                chosen[key] = _parse(text, current) if current is not None else (
+                    yaml.safe_load(text) if len(text) < 100 else text)
         except (ValueError, yaml.YAMLError):
             warnings.append(f"{key}: {text!r} is not a valid value; the default is used")
     for _ in range(len(chosen) + 1):
@@ -246,6 +247,13 @@ def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
             warnings.append(f"{culprit}: {exc}; the default is used")
             del chosen[culprit]
     return plan_from_dict(default), warnings
+
+
+def takes_integers(path: tuple[str, ...]) -> bool:
+    """Whether the plan key at `path` is a list of integers (a link writes it comma-separated)."""
+    owner = SECTIONS.get(path[0]) if len(path) == 2 else NESTED.get(path[:2]) if len(path) == 3 else None
+    rule = rules(owner).get(path[-1]) if owner else None
+    return rule is not None and rule.kind == "ints"
 
 
 def _block_default(path: tuple[str, ...]) -> Any:

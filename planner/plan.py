@@ -13,6 +13,7 @@ from typing import Literal, get_args
 from planner.dtypes import DEFAULT_GROUP_SIZE, QUANTIZED, WEIGHT_DTYPES, ComputeDType, DType, KvDType, WeightDType
 from planner.errors import bad
 from planner.models import Model
+from planner.pipeline import split_problem
 from planner.validate import between, check_fields, text
 
 SCHEMA = "vram-planner/v1"
@@ -36,6 +37,7 @@ Loss = Literal["full", "chunked", "fused"]
 LoraVariant = Literal["lora", "dora"]
 Fp8Recipe = Literal["tensorwise", "rowwise", "mxfp8", "nvfp4"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"]
+PipelineSplit = Literal["auto", "even", "weighted"]  # see planner/pipeline.py
 Framework = Literal["generic", "hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan", "megatron",
                     "axolotl", "vllm", "hf_generate"]
 INFERENCE_FRAMEWORKS = ("vllm", "hf_generate")
@@ -202,6 +204,13 @@ class Parallelism:
     pipeline_schedule: PipelineSchedule = "1f1b"
     # model chunks per pipeline rank (interleaved 1F1B)
     virtual_stages: int = field(default=1, metadata=between(1, 1024))
+    # how the layers are spread over the pipeline × virtual_stages chunks: even | weighted (the embedding and the
+    # output head count as a layer each; torchtitan, Megatron's --account-for-*-in-pipeline-split) | auto (even
+    # where the chunks divide the layers, else weighted)
+    pipeline_split: PipelineSplit = "auto"
+    # the layers of each chunk in order, e.g. Megatron's --decoder-first/last-pipeline-num-layers or torchtitan's
+    # module_fqns_per_model_part; when given it is the split (pipeline_split is then unused)
+    pipeline_layers: tuple[int, ...] | None = field(default=None, metadata=between(1, 100_000))
     # micro-batches per step; default global batch ÷ (micro-batch × data)
     pipeline_microbatches: int | None = field(default=None, metadata=between(1, MAX_BATCH))
     async_tp: bool = False  # all-gather/reduce-scatter overlapped with the matmuls (torchtitan, needs compile)
@@ -299,13 +308,13 @@ class Plan:
             if (par.data * par.context) % par.expert:
                 raise bad("parallelism.expert", par.expert, f"does not divide data × context ({par.data} × "
                                                             f"{par.context}); expert ranks are carved from them")
-        chunks = par.pipeline * par.virtual_stages  # uneven splits: see memory/layout.chunk_split
-        if m.num_layers % chunks and chunks > (m.num_layers + 2) // 2:
-            field, value = ("parallelism.virtual_stages", par.virtual_stages) if par.virtual_stages > 1 else (
-                "parallelism.pipeline", par.pipeline)
-            raise bad(field, value, f"leaves a stage without layers: model.num_layers ({m.num_layers}) split"
-                                    f" unevenly into {chunks} chunks, with the embedding and the output head"
-                                    f" counted as a layer each, fills at most {(m.num_layers + 2) // 2}")
+        problem = split_problem(m.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split,
+                                par.pipeline_layers)
+        if problem and par.pipeline_layers is not None:
+            raise bad("parallelism.pipeline_layers", list(par.pipeline_layers), problem)
+        if problem:
+            raise bad(*(("parallelism.virtual_stages", par.virtual_stages) if par.virtual_stages > 1
+                        else ("parallelism.pipeline", par.pipeline)), problem)
         if seq % par.context:
             raise bad("parallelism.context", par.context, f"does not divide workload.sequence_length ({seq})")
         if par.sequence_parallel and (seq // par.context) % t:

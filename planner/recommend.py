@@ -25,6 +25,7 @@ from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
 from planner.perf import compute_floor_hours, flops_per_token, job_time, peak_flops, throughput
 from planner.perf.rates import rates
+from planner.pipeline import split_problem
 from planner.plan import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
 from planner.units import format_bytes
 from planner.validate import check_choice
@@ -149,8 +150,9 @@ class _Search:
         # ZeRO stages and offloads the plan's own settings allow (optimizer in backward: stage 0, no offload)
         self.zeros = options("zero_stage", par.zero_stage, [z for z in (0, 1, 2, 3) if _allows(
             plan, parallelism=replace(par, zero_stage=z))])
-        self.pipelines = options("pipeline", par.pipeline,
-                                 [p for p in (1, 2, 4, 8, 16) if m.num_layers % p == 0 and m.num_layers // p >= 2])
+        self.pipelines = options("pipeline", par.pipeline, [p for p in (1, 2, 4, 8, 16) if m.num_layers // p >= 2 and (
+            split_problem(m.num_layers, p * (par.virtual_stages if par.pipeline > 1 else 1), par.pipeline_split,
+                          None) is None)])
         self.contexts = options("context", par.context,
                                 [c for c in (1, 2, 4, 8) if wl.sequence_length % c == 0 and wl.sequence_length // c >= 1024]
                                 or [1])
@@ -212,6 +214,7 @@ class _Search:
                        expert=s.expert, sequence_parallel=sequence_parallel, pipeline_microbatches=None,
                        pipeline_schedule=par.pipeline_schedule if pipelined else "1f1b",
                        virtual_stages=par.virtual_stages if pipelined else 1,
+                       pipeline_layers=par.pipeline_layers if s.pipeline == par.pipeline else None,
                        async_tp=par.async_tp and sequence_parallel)
 
     def evaluate(self, s: _Strategy, gpu: Gpu, count: int) -> Estimate | None:
@@ -530,7 +533,11 @@ def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headro
             if n not in counts and "count" not in search.fixed:
                 continue
             try:
-                candidate_plan = replace(plan, parallelism=Parallelism(data=1, tensor=t, pipeline=p),
+                own = plan.parallelism  # its split rule, and its list of layers at its own depth
+                layers = own.pipeline_layers if p == own.pipeline and own.virtual_stages == 1 else None
+                candidate_plan = replace(plan, parallelism=Parallelism(data=1, tensor=t, pipeline=p,
+                                                                       pipeline_split=own.pipeline_split,
+                                                                       pipeline_layers=layers),
                                          hardware=Hardware(gpu=gpu.id, count=n))
             except PlanError:
                 continue

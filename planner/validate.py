@@ -49,11 +49,12 @@ def check_str(field: str, value: Any, *, max_len: int) -> str:
 
 # --- declared field rules ----------------------------------------------------------------------------------------
 # Every field of the plan's dataclasses declares what it accepts: its type annotation gives the kind (bool, int,
-# float, text, one of a Literal's choices, a list of them, optional with `| None`) and its metadata the bounds
-# (`between`) or the length cap (`text`). The same rules check a built object (`check_fields`, from each
+# float, text, one of a Literal's choices, a list of them or of integers, optional with `| None`) and its metadata
+# the bounds (`between`) or the length cap (`text`). The same rules check a built object (`check_fields`, from each
 # __post_init__) and a raw document before any rule reads it (`check_mapping`, from codec.plan_from_dict), so a
 # framework condition never evaluates a wrong type or a huge number.
-Kind = Literal["bool", "int", "float", "text", "choice", "choices"]
+Kind = Literal["bool", "int", "float", "text", "choice", "choices", "ints"]
+MAX_LIST_ITEMS = 4096  # the longest list of numbers a field takes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,21 +101,28 @@ def _rule(owner: type, f: Field, hint: Any) -> Rule | None:
         return None  # a nested section: checked by its own rules
     if get_origin(hint) is Literal:
         return Rule(kind="choice", optional=optional, choices=get_args(hint))
+    name = f"{owner.__name__}.{f.name}"
+    if get_origin(hint) is tuple and get_args(hint)[0] is int:
+        lo, hi = _bounds(name, f)
+        return Rule(kind="ints", optional=optional, lo=lo, hi=hi, max_len=MAX_LIST_ITEMS)
     if get_origin(hint) is tuple:
         return Rule(kind="choices", optional=optional, choices=get_args(get_args(hint)[0]))
     if hint is bool:
         return Rule(kind="bool", optional=optional)
-    name = f"{owner.__name__}.{f.name}"
     if hint in (int, float):
-        if "bounds" not in f.metadata:
-            raise TypeError(f"{name} declares no bounds: give it metadata=between(lo, hi)")
-        lo, hi = f.metadata["bounds"]
+        lo, hi = _bounds(name, f)
         return Rule(kind="int" if hint is int else "float", optional=optional, lo=lo, hi=hi)
     if hint is str:
         if "max_len" not in f.metadata:
             raise TypeError(f"{name} declares no length cap: give it metadata=text(n)")
         return Rule(kind="text", optional=optional, max_len=f.metadata["max_len"])
     raise TypeError(f"{name}: no rule for the type {hint!r}")
+
+
+def _bounds(name: str, f: Field) -> tuple[float, float]:
+    if "bounds" not in f.metadata:
+        raise TypeError(f"{name} declares no bounds: give it metadata=between(lo, hi)")
+    return f.metadata["bounds"]
 
 
 @cache
@@ -137,6 +145,12 @@ def check_value(field: str, rule: Rule, value: Any) -> None:
         check_str(field, value, max_len=rule.max_len)
     elif rule.kind == "choice":
         check_choice(field, value, rule.choices)
+    elif rule.kind == "ints":
+        if not isinstance(value, (list, tuple)) or not 0 < len(value) <= rule.max_len:
+            raise bad(field, value if isinstance(value, (int, float, str)) else "…",
+                      f"must be a list of 1 to {rule.max_len:,} integers")
+        for item in value:
+            check_int(field, item, lo=int(rule.lo), hi=int(rule.hi))
     else:
         if not isinstance(value, (list, tuple)) or not value:
             raise bad(field, value, f"must be a non-empty list of: {', '.join(rule.choices)}")

@@ -311,6 +311,20 @@ def test_new_technique_widgets_reach_the_plan():
     assert at.query_params["compile"] == "true" and at.query_params["activation_checkpointing"] == "selective_op"
 
 
+def test_an_uneven_pipeline_split_is_typed_in_and_shared():
+    """Llama 3.1 405B on 8 stages: Megatron's even rule refuses 126 layers; a listed split plans, a malformed list
+    is the plan's error, and the link carries the list."""
+    at = app({"preset": "llama-3.1-405b", "pipeline": "8", "tensor": "8", "data": "1", "global_batch_size": "8"})
+    at.selectbox(key="pipeline_split").select("even").run()
+    assert not at.exception and at.error[0].value.startswith("parallelism.pipeline: 8 does not divide model."
+                                                             "num_layers (126) into 8 even chunks")
+    at.text_input(key="pipeline_layers").input("12, 17,17,17,17,17,17,12").run()
+    assert not at.exception and at.error[0].value.startswith("does not fit on NVIDIA H100 SXM 80GB ×64")
+    assert at.query_params["pipeline_layers"] == "12,17,17,17,17,17,17,12"
+    at.text_input(key="pipeline_layers").input("12,x").run()
+    assert at.error[0].value == "parallelism.pipeline_layers: '12,x' must be a list of 1 to 4,096 integers"
+
+
 def test_rules_the_app_no_longer_retypes_show_the_plans_own_error():
     at = app()
     at.checkbox(key="sequence_parallel").check().run()  # with tensor 1

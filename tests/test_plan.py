@@ -58,11 +58,11 @@ def test_round_trip():
     ({"hardware": {"count": 6}, "parallelism": {"tensor": 4}},
      "hardware.count: 6 is not a multiple of tensor × pipeline × context (4 × 1 × 1)"),
     ({"parallelism": {"tensor": 3}}, "parallelism.tensor: 3 does not divide model.num_attention_heads (4)"),
-    ({"parallelism": {"pipeline": 3}}, "parallelism.pipeline: 3 leaves a stage without layers: model.num_layers (2)"
+    ({"parallelism": {"pipeline": 3}}, "parallelism.pipeline: 3 leaves a chunk without layers: model.num_layers (2)"
                                        " split unevenly into 3 chunks, with the embedding and the output head"
                                        " counted as a layer each, fills at most 2"),
     ({"parallelism": {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 3}},
-     "parallelism.virtual_stages: 3 leaves a stage without layers: model.num_layers (2) split unevenly into 6"
+     "parallelism.virtual_stages: 3 leaves a chunk without layers: model.num_layers (2) split unevenly into 6"
      " chunks, with the embedding and the output head counted as a layer each, fills at most 2"),
     ({"parallelism": {"context": 3}}, "parallelism.context: 3 does not divide workload.sequence_length (4096)"),
     ({"parallelism": {"sequence_parallel": True}},

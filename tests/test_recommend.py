@@ -292,3 +292,15 @@ def test_at_a_fixed_count_the_search_finds_a_layout_no_slower_than_the_obvious_o
         plan = plan_from_dict({**base, **layout})
         assert estimate(plan, catalog).device_bytes < gpu.usable_bytes  # it fits, so the search could pick it
         assert rec.best.job_hours <= job_hours(plan, gpu, rec.job_tokens) * 1.001
+
+
+@pytest.mark.parametrize("split, deepest", [("auto", 16), ("even", 2)])
+def test_uneven_pipelines_are_searched_where_the_split_rule_allows_them(split, deepest):
+    """Llama 3.1 405B (126 layers) on 128 H100s: the weighted split lets the search try 4, 8 and 16 stages;
+    Megatron's even rule stops at 2 (126 = 2 × 63)."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-405b"}, "parallelism": {"pipeline_split": split},
+                           "workload": {"sequence_length": 8192, "global_batch_size": 512}})
+    rec = recommend(plan, {"h100-sxm-80gb": load_catalog()["h100-sxm-80gb"]}, fixed={"gpu"},
+                    max_count=128, budget_s=30)
+    depths = {c.plan.parallelism.pipeline for c in rec.candidates}
+    assert max(depths) <= deepest and (split == "even" or depths & {4, 8, 16})

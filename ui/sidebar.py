@@ -278,6 +278,11 @@ def _pipeline() -> None:
         drawn(st.selectbox, "Pipeline schedule", CHOICES["parallelism.pipeline_schedule"], key="pipeline_schedule")
         if st.session_state["pipeline_schedule"] == "interleaved_1f1b":
             drawn(st.number_input, "Virtual stages per GPU", 1, 1024, key="virtual_stages")
+        drawn(st.selectbox, "Layer split", CHOICES["parallelism.pipeline_split"], key="pipeline_split",
+              help="even: the stages divide the layers (Megatron); weighted: the embedding and the output head count "
+                   "as a layer each (torchtitan); auto: even where possible")
+        drawn(st.text_input, "Layers per chunk (optional)", key="pipeline_layers", placeholder="e.g. 12,17,17,12",
+              help="The layers of each pipeline chunk in order, comma-separated; when given it is the split")
 
 
 def parallelism_inputs(catalog: dict) -> None:

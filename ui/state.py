@@ -18,7 +18,7 @@ import streamlit as st
 
 from planner.catalog import load_catalog
 from planner.choices import CHOICES
-from planner.codec import plan_from_dict, plan_from_query, plan_to_dict
+from planner.codec import leaf_text, plan_from_dict, plan_from_query, plan_to_dict, takes_integers
 from planner.errors import PlanError
 from planner.models import MODEL_KEYS
 from planner.plan import Inference, Lora, Plan, section_keys
@@ -42,7 +42,7 @@ GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "
 # the widget value that stands for "not set": a widget holding it adds nothing to the plan
 WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0,
                       "qk_norm": False, **dict.fromkeys(MLA_INTS, 0), "moe_capacity_factor": 0.0, "steps": 0,
-                      "quant_group_size": 0, "prefill_chunk_tokens": 0}
+                      "quant_group_size": 0, "prefill_chunk_tokens": 0, "pipeline_layers": ""}
 
 
 def _paths() -> dict[str, tuple[str, ...]]:
@@ -60,6 +60,16 @@ def _paths() -> dict[str, tuple[str, ...]]:
 
 
 PATHS = _paths()
+# keys whose widget is a text box of comma-separated integers (a plan list of numbers)
+INTEGER_LISTS = tuple(key for key, path in PATHS.items() if takes_integers(path))
+
+
+def _integers(text: str) -> list[int] | str:
+    """A text box's comma-separated integers; the text itself where it is not that (the plan says why)."""
+    try:
+        return [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        return text
 
 
 def widget_values(plan: Plan) -> dict[str, Any]:
@@ -80,6 +90,7 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     # a choice the plan leaves unset (the fp8 recipe of a bf16 plan) shows its first value
     out.update({key: CHOICES[".".join(path)][0] for key, path in PATHS.items()
                 if out.get(key) is None and ".".join(path) in CHOICES})
+    out.update({key: leaf_text(out[key]) if out.get(key) else "" for key in INTEGER_LISTS})
     out["serving"] = out["gpu_memory_utilization"] is not None
     out["gpu_memory_utilization"] = out["gpu_memory_utilization"] or 0.9
     return {key: list(value) if isinstance(value, tuple) else value for key, value in out.items()}
@@ -98,7 +109,7 @@ def plan_dict(values: Mapping[str, Any], shown: Collection[str]) -> dict[str, An
     off = {key for switch, group in GROUPS.items() if not values.get(switch, True) for key in group}
     out: dict[str, Any] = {"model": {}}
     for key in shown:
-        value = values[key]
+        value = _integers(values[key]) if key in INTEGER_LISTS else values[key]
         if key == "preset" and value not in (CUSTOM, PARAMS):
             out["model"]["preset"] = value
         if key not in PATHS or key in off or (not value and (key in WIDGET_WHEN_ABSENT or isinstance(value, list))):

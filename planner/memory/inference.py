@@ -50,7 +50,7 @@ def kv_bytes_per_token(plan: Plan) -> int:
     else:  # K and V per KV head on this rank (≥ one head)
         _, k, v, _ = attention_widths(m, par.tensor)
         width = k + v
-    return max(stage_split(m.num_layers, par.pipeline)) * width * nbytes(plan.precision.kv_cache)
+    return max(stage_split(plan)) * width * nbytes(plan.precision.kv_cache)
 
 
 def kv_cache_bytes(plan: Plan, tokens: int) -> int:
@@ -180,7 +180,7 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     # The engine claims `total` whatever it holds; if the batch needs more, it cannot start. Its budget is
     # the memory it may use, so fits means: the batch's KV cache fits beside the weights.
     device = max(total, phase.allocated_bytes + runtime_bytes)
-    stage = Stage(index=0, layers=max(stage_split(m.num_layers, plan.parallelism.pipeline)), micro_batches_in_flight=1,
+    stage = Stage(index=0, layers=max(stage_split(plan)), micro_batches_in_flight=1,
                   phases=(phase,), peak=phase, reserved_bytes=device - runtime_bytes, device_bytes=device)
     reserve = allocator_reserve("Engine reserve (free KV blocks)", device - runtime_bytes - phase.allocated_bytes,
                                 f"{inf.gpu_memory_utilization:.0%} of usable memory − the items above",
@@ -194,7 +194,7 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
 def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item, detail: bool) -> tuple[Phase, Phase]:
     m, inf, bc = plan.model, plan.workload.inference, nbytes(plan.precision.activation_dtype)
     b, ctx, per_token = inf.batch_size, inf.context_tokens, kv_bytes_per_token(plan)
-    layers = max(stage_split(m.num_layers, plan.parallelism.pipeline))
+    layers = max(stage_split(plan))
     _, k, _, _ = attention_widths(m, plan.parallelism.tensor)
     final = max(ctx - 1, inf.prompt_tokens)  # the last token is sampled, not cached
     layer_kv = b * final * per_token // layers  # a global layer's K, V grow by torch.cat
@@ -235,7 +235,7 @@ def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     # the churning memory is the KV cache and the activations: everything but the weights and cuBLAS
     reserved = peak.allocated_bytes + round(ALLOCATOR_CHURN_FRACTION * (peak.allocated_bytes - weights.bytes
                                                                         - CUBLAS_WORKSPACE_BYTES))
-    stage = Stage(index=0, layers=max(stage_split(plan.model.num_layers, plan.parallelism.pipeline)),
+    stage = Stage(index=0, layers=max(stage_split(plan)),
                   micro_batches_in_flight=1,
                   phases=(prefill, decode), peak=peak, reserved_bytes=reserved, device_bytes=reserved + runtime_bytes)
     reserve = allocator_reserve("Allocator reserve", reserved - peak.allocated_bytes,

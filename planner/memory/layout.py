@@ -4,11 +4,10 @@ holds, the micro-batches a stage keeps in flight, ZeRO sharding, and the per-sta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-
 from planner.dtypes import nbytes
 from planner.memory.terms import Sharded, Term
-from planner.models import Model, lora_params_per_layer, param_counts, projection_shapes
+from planner.models import lora_params_per_layer, param_counts, projection_shapes
+from planner.pipeline import chunk_split
 from planner.plan import Plan
 
 
@@ -33,35 +32,26 @@ class StageParams:
     adapters: int  # LoRA parameters on this stage (task lora/qlora), else 0
 
 
-# --- The one pipeline layer split ---------------------------------------------------------------------------
-@cache
-def chunk_split(num_layers: int, chunks: int) -> tuple[int, ...]:
-    """Layers of each model chunk in order. Even where the chunks divide the layers. Otherwise the embedding
-    and the output head count as one layer each and the units are spread evenly, the last chunks taking the
-    remainder (torchtitan's layers-per-stage split; Megatron's --account-for-embedding-in-pipeline-split and
-    --account-for-loss-in-pipeline-split): 126 layers in 8 chunks are 15, 16 × 6, 15."""
-    if num_layers % chunks == 0:
-        return (num_layers // chunks,) * chunks
-    base, extra = divmod(num_layers + 2, chunks)
-    units = [base + (1 if i >= chunks - extra else 0) for i in range(chunks)]
-    units[0] -= 1
-    units[-1] -= 1
-    return tuple(units)
+# --- The pipeline layer split (planner/pipeline.py) ---------------------------------------------------------
+def chunks_of(plan: Plan) -> tuple[int, ...]:
+    """Layers of each of the plan's pipeline × virtual_stages model chunks, by its split rule or list."""
+    par = plan.parallelism
+    return chunk_split(plan.model.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split,
+                       par.pipeline_layers)
 
 
-@cache
-def stage_split(num_layers: int, pipeline: int, virtual: int = 1) -> tuple[int, ...]:
-    """Layers of each pipeline stage: its chunks i, i + p, i + 2p, … of the model's p × v chunks (interleaved
-    schedules give each stage v of them)."""
-    chunks = chunk_split(num_layers, pipeline * virtual)
-    return tuple(sum(chunks[i::pipeline]) for i in range(pipeline))
+def stage_split(plan: Plan) -> tuple[int, ...]:
+    """Layers of each pipeline stage: its chunks i, i + p, i + 2p, … (interleaved schedules give each stage v of
+    the model's p × v chunks)."""
+    chunks, p = chunks_of(plan), plan.parallelism.pipeline
+    return tuple(sum(chunks[i::p]) for i in range(p))
 
 
-def stage_layers(m: Model, stage: int, pipeline: int, virtual: int = 1) -> tuple[int, int]:
+def stage_layers(plan: Plan, stage: int) -> tuple[int, int]:
     """(dense, MoE) layers of a pipeline stage over its chunks; MoE models put their dense layers first."""
-    chunks = chunk_split(m.num_layers, pipeline * virtual)
+    m, p, chunks = plan.model, plan.parallelism.pipeline, chunks_of(plan)
     dense_total, dense, total = m.num_layers - m.moe_layers, 0, 0
-    for c in range(stage, pipeline * virtual, pipeline):
+    for c in range(stage, len(chunks), p):
         start = sum(chunks[:c])
         dense += max(0, min(dense_total, start + chunks[c]) - start)
         total += chunks[c]
@@ -74,9 +64,8 @@ def _stage_weight(split: tuple[int, int], layer: int, moe_layer: int) -> int:
 
 def largest_stage_layers(plan: Plan) -> tuple[int, int]:
     """(dense, MoE) layers of the pipeline stage with the most layer parameters."""
-    m, p = plan.model, plan.parallelism.pipeline
-    counts = param_counts(m, plan.parallelism.tensor)
-    splits = [stage_layers(m, i, p, plan.parallelism.virtual_stages) for i in range(p)]
+    counts = param_counts(plan.model, plan.parallelism.tensor)
+    splits = [stage_layers(plan, i) for i in range(plan.parallelism.pipeline)]
     return max(splits, key=lambda s: _stage_weight(s, counts.layer, counts.moe_layer))
 
 
@@ -128,7 +117,7 @@ def stage_params(plan: Plan, stage: int) -> StageParams:
     counts = param_counts(m, par.tensor, par.expert)
     table = counts.embedding  # vocab-parallel rows of the embedding (and of the output head)
     last = stage == p - 1
-    dense, moe = stage_layers(m, stage, p, par.virtual_stages)
+    dense, moe = stage_layers(plan, stage)
     embedding = table if stage == 0 else 0
     # the output head: its own table when untied; with tied embeddings and pipeline > 1 the last stage keeps a
     # copy of the embedding (Megatron), with pipeline = 1 it is the embedding itself
@@ -215,7 +204,7 @@ def stage_context(plan: Plan, index: int, detail: bool) -> StageContext:
     note = f" ÷ {shard} (ZeRO-{par.zero_stage} over data × context)" + (
         f"; experts ÷ {shard // par.expert} (the ranks beside each expert-parallel group)" if par.expert > 1 else "")
     return StageContext(plan=plan, index=index, detail=detail, first=index == 0, last=index == par.pipeline - 1,
-                        layers=stage_split(m.num_layers, par.pipeline, par.virtual_stages)[index],
+                        layers=stage_split(plan)[index],
                         sp=stage_params(plan, index),
                         bc=nbytes(plan.precision.activation_dtype), autocast=autocast(plan),
                         lora=wl.task in ("lora", "qlora"), accum=plan.micro_batches_per_step,

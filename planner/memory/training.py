@@ -105,7 +105,7 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     # fewer micro-batches in flight), so the most loaded stage is the first, the last, or, where the split is
     # uneven, the first of the middle stages with the most layers.
     p = plan.parallelism.pipeline
-    split = stage_split(plan.model.num_layers, p, plan.parallelism.virtual_stages)
+    split = stage_split(plan)
     middle = max(range(1, p - 1), key=lambda i: (split[i], -i), default=None)
     indices = [0] + ([p - 1] if p > 1 else []) + ([middle] if middle is not None and split[middle] > split[0] else [])
     edges = tuple(stage(plan, i, runtime_bytes, detail) for i in indices)
