@@ -61,7 +61,7 @@ def plan_from_dict(data: Any) -> Plan:
     sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in SECTIONS.items()}
     name = data.get("name") or ""
     return Plan(model=model_from_dict(data["model"]), name=name, framework=data.get("framework") or "generic",
-                **sections)
+                framework_release=data.get("framework_release") or "", **sections)
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -70,6 +70,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     if plan.name:
         out["name"] = plan.name
     out["framework"] = plan.framework
+    if plan.framework_release:
+        out["framework_release"] = plan.framework_release
     out["model"] = model_to_dict(plan.model)
     for name in SECTIONS:
         out[name] = _plain(getattr(plan, name))
@@ -100,7 +102,8 @@ def plan_to_yaml(plan: Plan) -> str:
 # --- flat leaf keys ----------------------------------------------------------------------------------------------
 def _leaf_paths() -> dict[str, tuple[str, ...]]:
     """Each leaf key of the file format (`sequence_length`) and its path in the plan dict."""
-    leaves: dict[str, tuple[str, ...]] = {"name": ("name",), "framework": ("framework",)}
+    leaves: dict[str, tuple[str, ...]] = {"name": ("name",), "framework": ("framework",),
+                                          "framework_release": ("framework_release",)}
     for key in (*MODEL_KEYS, "params"):
         leaves[key] = ("model", key)
     for section in SECTIONS:

@@ -10,13 +10,15 @@ the number of data-parallel ranks), as the frameworks' own recipes do.
 from __future__ import annotations
 
 import copy
+import datetime
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any, get_args
 
+from planner.errors import bad
 from planner.loader import load_data_file
 from planner.plan import NESTED, SECTIONS, Framework, Plan
 
@@ -29,13 +31,20 @@ class Setting:
     value: Any
     source: str  # the file, config or doc of the framework it was read from
     when: tuple[tuple[str, Any], ...] = ()  # (dotted key, list of values or {"min": n}) that must all hold
+    # the releases it holds for, by date: from `since` (inclusive) to `until` (exclusive); a plan that names no
+    # release is the latest, so a setting with an `until` does not hold for it
+    since: datetime.date | None = None
+    until: datetime.date | None = None
 
     @property
     def condition(self) -> str:
         """The condition in words, e.g. 'workload.task in finetune; parallelism.data ≥ 2' ('' when always)."""
-        return "; ".join(f"{key} ≥ {rule['min']}" if isinstance(rule, dict) else
-                         f"{key} {'in' if len(rule) > 1 else '='} {', '.join(str(v) for v in rule)}"
-                         for key, rule in self.when)
+        words = [f"{key} ≥ {rule['min']}" if isinstance(rule, dict) else
+                 f"{key} {'in' if len(rule) > 1 else '='} {', '.join(str(v) for v in rule)}" for key, rule in self.when]
+        if self.since or self.until:
+            words.append("release " + " ".join(w for w in (self.since and f"from {self.since}",
+                                                           self.until and f"before {self.until}") if w))
+        return "; ".join(words)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +53,20 @@ class Recipe:
     label: str
     summary: str  # what the framework keeps in which dtype and where, in one sentence
     settings: tuple[Setting, ...]
+    releases: dict[str, datetime.date] = field(default_factory=dict)  # tagged release -> its date
+
+    def release_date(self, release: str) -> datetime.date | None:
+        """The date of a plan's `framework_release` (a tagged release or YYYY-MM-DD); None for the latest."""
+        if not release:
+            return None
+        if release in self.releases:
+            return self.releases[release]
+        try:
+            return datetime.date.fromisoformat(release)
+        except ValueError:
+            known = ", ".join(self.releases) or "none tagged"
+            raise bad("framework_release", release, f"is not a release of {self.name} ({known}) or a date "
+                                                    f"YYYY-MM-DD") from None
 
 
 def _leaf_default(key: str) -> Any:
@@ -76,9 +99,16 @@ def load_frameworks() -> dict[str, Recipe]:
             for key in (s["key"], *(k for k, _ in when)):
                 if not _known_key(key):  # a data error, caught by the tests
                     raise ValueError(f"frameworks.yaml: {name}: {key!r} is not a plan key")
-            settings.append(Setting(key=s["key"], value=s["value"], source=s["source"], when=when))
-        recipes[name] = Recipe(name=name, label=entry["label"], summary=entry["summary"], settings=tuple(settings))
+            settings.append(Setting(key=s["key"], value=s["value"], source=s["source"], when=when,
+                                    since=_date(s.get("since")), until=_date(s.get("until"))))
+        recipes[name] = Recipe(name=name, label=entry["label"], summary=entry["summary"], settings=tuple(settings),
+                               releases={str(k): _date(v) for k, v in (entry.get("releases") or {}).items()})
     return recipes
+
+
+def _date(value: Any) -> datetime.date | None:
+    """A date of frameworks.yaml (YAML reads an unquoted 2025-04-02 as a date already)."""
+    return value if value is None or isinstance(value, datetime.date) else datetime.date.fromisoformat(str(value))
 
 
 def _lookup(data: dict, key: str) -> tuple[bool, Any]:
@@ -102,7 +132,11 @@ def _value(data: dict, key: str) -> Any:
     return _leaf_default(key)
 
 
-def _holds(setting: Setting, value_of: Callable[[str], Any]) -> bool:
+def _holds(setting: Setting, value_of: Callable[[str], Any], released: datetime.date | None) -> bool:
+    if setting.until and (released is None or released >= setting.until):
+        return False
+    if setting.since and released is not None and released < setting.since:
+        return False
     for key, rule in setting.when:
         value = value_of(key)
         if isinstance(rule, dict):
@@ -113,13 +147,14 @@ def _holds(setting: Setting, value_of: Callable[[str], Any]) -> bool:
     return True
 
 
-def applicable(framework: str, value_of: Callable[[str], Any]) -> list[Setting]:
-    """The settings of `framework` whose conditions the plan meets, `value_of` giving the plan's value of a dotted
-    key (a later setting of a key wins)."""
+def applicable(framework: str, value_of: Callable[[str], Any], release: str = "") -> list[Setting]:
+    """The settings of `framework` at `release` whose conditions the plan meets, `value_of` giving the plan's value
+    of a dotted key (a later setting of a key wins)."""
     recipe = load_frameworks().get(framework)
     if recipe is None:
         return []
-    chosen = {s.key: s for s in recipe.settings if _holds(s, value_of)}
+    released = recipe.release_date(release)
+    chosen = {s.key: s for s in recipe.settings if _holds(s, value_of, released)}
     return list(chosen.values())
 
 
@@ -141,7 +176,7 @@ def apply_framework(data: dict) -> dict:
     if not isinstance(framework, str) or framework == "generic":
         return data
     out = copy.deepcopy(data)
-    for setting in applicable(framework, lambda key: _value(data, key)):
+    for setting in applicable(framework, lambda key: _value(data, key), data.get("framework_release") or ""):
         if _lookup(data, setting.key)[0]:
             continue  # the plan's own value wins
         node = out
@@ -157,7 +192,8 @@ def apply_framework(data: dict) -> dict:
 def provenance(plan: Plan) -> list[tuple[Setting, bool]]:
     """Each setting the plan's framework makes for this plan, and whether the plan keeps its value (True) or
     overrides it."""
-    settings = applicable(plan.framework, lambda key: _attribute(plan, key, default=_leaf_default(key)))
+    settings = applicable(plan.framework, lambda key: _attribute(plan, key, default=_leaf_default(key)),
+                          plan.framework_release)
     return [(setting, _attribute(plan, setting.key) == setting.value) for setting in settings]
 
 

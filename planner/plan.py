@@ -34,6 +34,7 @@ Checkpointing = Literal["none", "selective", "selective_op", "full", "every_k"]
 Attention = Literal["flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer_and_params"]
 Loss = Literal["full", "chunked", "fused"]
+CompileScope = Literal["blocks", "loss", "blocks_and_loss"]
 LoraVariant = Literal["lora", "dora"]
 Fp8Recipe = Literal["tensorwise", "rowwise", "mxfp8", "nvfp4"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"]
@@ -180,6 +181,10 @@ class Techniques:
     loss: Loss = "full"
     loss_chunks: int = field(default=8, metadata=between(1, 1024))
     compile: bool = False  # torch.compile: fused elementwise ops, fewer saved intermediates
+    # what compile covers: the transformer blocks (fused elementwise ops, fewer saved intermediates), the loss (a
+    # compiled cross-entropy keeps no fp32 copy of the logits) or both (torchtitan from 2025-04 and its
+    # compile.components default, torchtune's compile, HF Trainer's torch_compile whose forward holds the loss)
+    compile_scope: CompileScope = "blocks_and_loss"
     # saved activations are copied to host memory after use in forward and brought back for backward
     # (torchtune OffloadActivations); what stays on the GPU is itemized
     activation_offload: bool = False
@@ -188,6 +193,14 @@ class Techniques:
         check_fields(self, "techniques")
         if self.moe_capacity_factor is not None:
             object.__setattr__(self, "moe_capacity_factor", float(self.moe_capacity_factor))
+
+    @property
+    def compiled_blocks(self) -> bool:
+        return self.compile and self.compile_scope != "loss"
+
+    @property
+    def compiled_loss(self) -> bool:
+        return self.compile and self.compile_scope != "blocks"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,6 +261,9 @@ class Plan:
     # the training or serving stack; its recipes' defaults are laid under the plan's keys by
     # codec.plan_from_dict (planner/frameworks.py), so a Plan built directly only records it
     framework: Framework = "generic"
+    # the framework's release (a tagged version, or the date of a commit as YYYY-MM-DD) where a recipe setting
+    # changed between releases; empty: the latest
+    framework_release: str = field(default="", metadata=text(40))
 
     def __post_init__(self) -> None:
         check_fields(self, "")
@@ -355,9 +371,10 @@ class Plan:
         par, tech, task = self.parallelism, self.techniques, self.workload.task
         if par.pipeline_schedule != "1f1b" and par.pipeline == 1:
             raise bad("parallelism.pipeline_schedule", par.pipeline_schedule, "needs parallelism.pipeline > 1")
-        if par.async_tp and not (par.sequence_parallel and tech.compile):
+        if par.async_tp and not (par.sequence_parallel and tech.compiled_blocks):
             raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
-                                                    " (torchtitan's micro-pipelined TP is an inductor pass)")
+                                                    " of the blocks (torchtitan's micro-pipelined TP is an inductor"
+                                                    " pass)")
         if self.precision.fp8_all_gather and par.zero_stage != 3:
             raise bad("precision.fp8_all_gather", True, "needs parallelism.zero_stage 3 (FSDP all-gathers weights)")
         if task == "inference":  # what inference does not model: a setting of training, refused rather than ignored
@@ -369,6 +386,8 @@ class Plan:
                                       ("parallelism.zero_stage", par.zero_stage, 0)):
                 if value != unset:
                     raise bad(key, value, "applies to training, not inference")
+        if self.framework == "generic" and self.framework_release:
+            raise bad("framework_release", self.framework_release, "needs a framework; generic has no releases")
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         if inference_framework and task != "inference":
             raise bad("framework", self.framework, f"serves models: workload.task must be inference, not {task}")
@@ -419,7 +438,7 @@ def default_weights(task: str, activation_dtype: str) -> str:
 SECTIONS: dict[str, type] = {"workload": Workload, "precision": Precision, "techniques": Techniques,
                              "parallelism": Parallelism, "hardware": Hardware}
 NESTED: dict[tuple[str, str], type] = {("workload", "lora"): Lora, ("workload", "inference"): Inference}
-TOP_KEYS = ("schema", "name", "framework", "model", *SECTIONS)
+TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIONS)
 
 
 def section_keys(section: str) -> tuple[str, ...]:

@@ -325,6 +325,20 @@ def test_an_uneven_pipeline_split_is_typed_in_and_shared():
     assert at.error[0].value == "parallelism.pipeline_layers: '12,x' must be a list of 1 to 4,096 integers"
 
 
+def test_a_framework_release_re_derives_the_settings_that_changed():
+    """torchtitan in January 2025 compiled the blocks only; its release box brings that scope, the link keeps it,
+    and another framework forgets the release."""
+    at = app({"preset": "llama-3.1-8b", "framework": "torchtitan", "compile": "true", "data": "8"})
+    assert at.selectbox(key="compile_scope").value == "blocks_and_loss"
+    at.text_input(key="framework_release").input("2025-01-15").run()
+    assert not at.exception and not at.error and at.selectbox(key="compile_scope").value == "blocks"
+    assert at.query_params["framework_release"] == "2025-01-15"
+    at.text_input(key="framework_release").input("0.9").run()
+    assert at.error[0].value.startswith("framework_release: '0.9' is not a release of torchtitan")
+    at.selectbox(key="framework").select("torchtune").run()
+    assert not at.exception and at.text_input(key="framework_release").value == ""
+
+
 def test_rules_the_app_no_longer_retypes_show_the_plans_own_error():
     at = app()
     at.checkbox(key="sequence_parallel").check().run()  # with tensor 1

@@ -27,7 +27,7 @@ def test_example_plan_file_reads():
 @pytest.mark.parametrize("text, message", [
     ("model: {num_layers: 2}\nmodel: {num_layers: 3}\n", "model: duplicated key (line 2)"),
     ("model: [\n", "plan: not valid YAML at line 2, column 1 (expected the node content, but found '<stream end>')"),
-    ("- 1\n- 2\n", "plan: must be a mapping with the keys schema, name, framework, model, workload, precision, techniques,"
+    ("- 1\n- 2\n", "plan: must be a mapping with the keys schema, name, framework, framework_release, model, workload, precision, techniques,"
                    " parallelism, hardware"),
 ])
 def test_bad_yaml_messages(text, message):
@@ -48,12 +48,12 @@ def test_python_tags_are_refused():
 
 @pytest.mark.parametrize("data, message, field, value", [
     ({}, "model: missing; give a model.preset or the architecture keys", "model", NO_VALUE),
-    ({"model": TINY, "hardwares": {}}, "hardwares: unknown key; allowed keys are: framework, hardware, model, name, "
+    ({"model": TINY, "hardwares": {}}, "hardwares: unknown key; allowed keys are: framework, framework_release, hardware, model, name, "
                                        "parallelism, precision, schema, techniques, workload", "hardwares", NO_VALUE),
     ({"model": TINY, "workload": 3}, "workload: 3 must be a mapping", "workload", 3),
     ({"model": TINY, "workload": {"lora": {"rank": 0}}},
      "workload.lora.rank: 0 is out of range; must be from 1 to 65,536", "workload.lora.rank", 0),
-    (["model"], "plan: must be a mapping with the keys schema, name, framework, model, workload, precision, "
+    (["model"], "plan: must be a mapping with the keys schema, name, framework, framework_release, model, workload, precision, "
                 "techniques, parallelism, hardware", "plan", NO_VALUE),
 ])
 def test_plan_dict_errors_carry_field_and_value(data, message, field, value):

@@ -111,3 +111,37 @@ def test_yaml_round_trip_keeps_the_framework(framework):
 
 def test_readme_table_is_the_data():
     assert frameworks_to_table() in README.read_text()
+
+
+@pytest.mark.parametrize("release, scope", [("", "blocks_and_loss"), ("2024-12-10", "blocks_and_loss"),
+                                            ("2024-12-18", "blocks"), ("2025-04-01", "blocks"),
+                                            ("2025-04-02", "blocks_and_loss"), ("0.1.0", "blocks_and_loss")])
+def test_a_setting_holds_for_the_releases_that_had_it(release, scope):
+    """torchtitan compiled only the transformer blocks from PR #755 (2024-12-18) until PR #1033 (2025-04-02)."""
+    data = {"framework": "torchtitan", "model": MODEL, "techniques": {"compile": True}}
+    plan = plan_from_dict({**data, "framework_release": release} if release else data)
+    assert plan.techniques.compile_scope == scope
+    setting = next(s for s, _ in provenance(plan) if s.key == "techniques.compile_scope") if scope == "blocks" else None
+    assert setting is None or setting.condition == "release from 2024-12-18 before 2025-04-02"
+
+
+def test_the_blocks_only_release_keeps_the_fp32_logits():
+    """Issue 16: at seq 16k the Dec-2024 torchtitan holds the whole T·V fp32 loss buffer a compiled loss avoids."""
+    plans = [plan_from_dict({"framework": "torchtitan", "framework_release": release, "model": MODEL,
+                             "workload": {"sequence_length": 16384}, "techniques": {"compile": True}})
+             for release in ("2025-01-15", "0.2.0")]
+    blocks, both = (estimate(p).peak_allocated_bytes for p in plans)
+    assert blocks - both > 16384 * 128256 * 4 // 2  # at least half the fp32 logits more
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"framework": "torchtitan", "framework_release": "0.3"},
+     "framework_release: '0.3' is not a release of torchtitan (0.1.0, 0.2.0, 0.2.1, 0.2.2) or a date YYYY-MM-DD"),
+    ({"framework": "megatron", "framework_release": "core_r0.9"},
+     "framework_release: 'core_r0.9' is not a release of megatron (none tagged) or a date YYYY-MM-DD"),
+    ({"framework_release": "2025-01-01"}, "framework_release: '2025-01-01' needs a framework; generic has no releases"),
+])
+def test_release_messages(data, message):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": MODEL, **data})
+    assert str(err.value) == message

@@ -107,8 +107,12 @@ def test_round_trip():
     ({"precision": {"compute": "fp8", "fp8_all_gather": True}},
      "precision.fp8_all_gather: True needs parallelism.zero_stage 3 (FSDP all-gathers weights)"),
     ({"parallelism": {"tensor": 2, "sequence_parallel": True, "async_tp": True}},
-     "parallelism.async_tp: True needs parallelism.sequence_parallel and techniques.compile (torchtitan's"
-     " micro-pipelined TP is an inductor pass)"),
+     "parallelism.async_tp: True needs parallelism.sequence_parallel and techniques.compile of the blocks"
+     " (torchtitan's micro-pipelined TP is an inductor pass)"),
+    ({"parallelism": {"tensor": 2, "sequence_parallel": True, "async_tp": True},
+      "techniques": {"compile": True, "compile_scope": "loss"}},
+     "parallelism.async_tp: True needs parallelism.sequence_parallel and techniques.compile of the blocks"
+     " (torchtitan's micro-pipelined TP is an inductor pass)"),
     ({"parallelism": {"pipeline": 2, "virtual_stages": 2}},
      "parallelism.virtual_stages: 2 must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any other"
      " schedule"),
@@ -140,7 +144,7 @@ def test_unknown_keys_name_the_key_and_the_allowed_ones():
         plan(workload={"seq_len": 10})
     assert str(err.value) == ("workload.seq_len: unknown key; allowed keys are: global_batch_size, "
                               "inference, lora, micro_batch_size, sequence_length, steps, task, train_tokens")
-    with pytest.raises(PlanError, match=r"^hardwares: unknown key; allowed keys are: framework, hardware, model, name, "):
+    with pytest.raises(PlanError, match=r"^hardwares: unknown key; allowed keys are: framework, framework_release, hardware, model, name, "):
         plan_from_dict({"model": TINY, "hardwares": {}})
 
 

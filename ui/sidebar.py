@@ -56,12 +56,25 @@ def _on_framework() -> None:
     recipes = load_frameworks()
     new, old = st.session_state["framework"], st.session_state.get("framework_loaded", "generic")
     d = without_keys(current_plan_dict(), {x.key for name in (new, old) for x in recipes[name].settings})
+    d.pop("framework_release", None)  # a release names a version of the framework it was given with
     if new in INFERENCE_FRAMEWORKS:
         d["workload"] = {"task": "inference"}
     elif d["workload"]["task"] not in TRAINING_TASKS and new != "generic":
         d["workload"] = {"task": "pretrain"}
     try:
         load_into_widgets(plan_from_dict({**d, "framework": new}))
+        st.session_state.pop("framework_error", None)
+    except PlanError as exc:
+        st.session_state["framework_error"] = str(exc)
+
+
+def _on_release() -> None:
+    """Another release of the framework re-derives the keys its recipe governs (settings that changed between
+    releases); every other key stays."""
+    framework = st.session_state["framework"]
+    d = without_keys(current_plan_dict(), {x.key for x in load_frameworks()[framework].settings})
+    try:
+        load_into_widgets(plan_from_dict(d))
         st.session_state.pop("framework_error", None)
     except PlanError as exc:
         st.session_state["framework_error"] = str(exc)
@@ -76,6 +89,12 @@ def plan_inputs() -> None:
           format_func=lambda k: recipes[k].label,
           help="Sets the defaults its standard recipes use (dtypes, checkpointing, loss, sharding); any value you "
                "change wins. The Breakdown tab lists what it set.")
+    if st.session_state["framework"] != "generic":
+        releases = ", ".join(recipes[st.session_state["framework"]].releases)
+        drawn(st.text_input, "Framework release (optional)", key="framework_release", max_chars=40,
+              on_change=_on_release, placeholder="latest",
+              help=f"A tagged release ({releases or 'none listed'}) or a commit's date YYYY-MM-DD, where the "
+                   "recipe's settings changed between releases; empty: the latest")
     if st.session_state.get("framework_error"):
         st.error(f"Framework: {st.session_state['framework_error']}")
 
@@ -239,6 +258,11 @@ def _training_techniques() -> None:
           help="Step and free each gradient during backward (torchtune optimizer_in_bwd); needs one micro-batch "
                "per step, no ZeRO, no offload")
     drawn(st.checkbox, "torch.compile", key="compile", help="Fused elementwise ops save fewer intermediates")
+    if st.session_state["compile"]:
+        drawn(st.selectbox, "Compiled", CHOICES["techniques.compile_scope"], key="compile_scope",
+              help="blocks: the transformer blocks only (torchtitan Dec 2024 - Mar 2025); loss: a compiled "
+                   "cross-entropy keeps no fp32 copy of the logits; blocks_and_loss: both (torchtitan since 2025-04, "
+                   "torchtune, HF Trainer)")
     drawn(st.checkbox, "Activation offloading", key="activation_offload",
           help="Saved activations wait in pinned host memory between forward and backward (torchtune)")
 

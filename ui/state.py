@@ -47,7 +47,8 @@ WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global
 
 def _paths() -> dict[str, tuple[str, ...]]:
     """Widget key -> its path in the plan dict."""
-    paths = {"name": ("name",), "framework": ("framework",), "params_text": ("model", "params")}
+    paths = {"name": ("name",), "framework": ("framework",), "framework_release": ("framework_release",),
+             "params_text": ("model", "params")}
     paths.update({key: ("model", key) for key in MODEL_KEYS if key != "preset"})
     blocks = {"lora": Lora, "inference": Inference}
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
@@ -77,7 +78,7 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     d, m = plan_to_dict(plan), plan.model
     out = {**{f.name: getattr(Lora(), f.name) for f in fields(Lora)},
            **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
-           "name": d.get("name", ""), "framework": d["framework"],
+           "name": d.get("name", ""), "framework": d["framework"], "framework_release": d.get("framework_release", ""),
            "preset": m.preset or (PARAMS if m.approx_params else CUSTOM)}
     out.update({k: v for k, v in d["model"].items() if k not in ("preset", "params")})
     if m.approx_params:  # the guessed architecture fills the custom fields, for editing from there

@@ -203,7 +203,7 @@ def layer_acts(plan: Plan) -> LayerActs:
     # MLP. SwiGLU saves gate, silu(gate), up and their product (4 × I); GeLU saves fc and gelu(fc) (2 × I).
     factor = 4 if m.mlp == "swiglu" else 2
     mlp, mlp_formula = factor * b16 * inter, f"{factor} × {b16}I = {factor}×{b16}×{count(inter)}"
-    if plan.techniques.compile and not cast and plan.techniques.attention == "flash" and not m.mla:
+    if plan.techniques.compiled_blocks and not cast and plan.techniques.attention == "flash" and not m.mla:
         norms, norm_formula, attention, attention_formula, mlp, mlp_formula = _compiled_acts(plan, b16, inter)
         factor = 3 if m.mlp == "swiglu" else 2
     if prec.fp8_recipe == "nvfp4":
@@ -243,7 +243,7 @@ def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
     saved = {"rep": input_bytes * h, "attn": b * out + 4 * (m.num_attention_heads // t), "mlp": 0}
     if not m.bias:
         for n, (width, where) in enumerate(mms):
-            if n % 2 == 0 and not (plan.techniques.compile and n == len(mms) - 1):
+            if n % 2 == 0 and not (plan.techniques.compiled_blocks and n == len(mms) - 1):
                 saved[where] += b * width
     return saved["rep"], saved["attn"], saved["mlp"]
 

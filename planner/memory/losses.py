@@ -107,7 +107,7 @@ def loss(ctx: StageContext) -> Loss:
     tech = ctx.plan.techniques
     if tech.loss == "fused":
         return _fused(ctx)
-    if tech.compile:
+    if tech.compiled_loss:
         return _compiled(ctx)
     return _chunked(ctx) if tech.loss == "chunked" else _plain(ctx)
 

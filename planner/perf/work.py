@@ -101,7 +101,7 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
     keys on average."""
     m, par, tech = plan.model, plan.parallelism, plan.techniques
     q, k, _, out = attention_widths(m, par.tensor)
-    fused = 1 if tech.compile else 0
+    fused = 1 if tech.compiled_blocks else 0
     h_here = m.hidden_size / (par.tensor if par.sequence_parallel else 1)
     inter = (m.moe_intermediate_size * (m.experts_per_token + m.shared_experts) if moe else m.intermediate_size)
     per_token = (2 * NORM_BYTES[m.norm][fused] * h_here + 2 * RESIDUAL_BYTES * h_here
