@@ -67,11 +67,31 @@ def _lora(config: str) -> dict:
 def framework(row: dict) -> str:
     """The plan's framework for the stack a row names (lit-gpt and bare scripts: generic)."""
     stack, sharding = row["framework"].lower(), row["fsdp_or_zero"].lower()
+    if "gpt-fast" in stack:
+        return "gpt_fast"
     if "torchtitan" in stack or "torchtune" in stack:
         return "torchtitan" if "torchtitan" in stack else "torchtune"
     if "hf trainer" in stack or "accelerate" in stack:
         return "deepspeed" if "deepspeed" in sharding else "accelerate_fsdp" if "fsdp" in sharding else "hf_trainer"
     return "generic"
+
+
+def _served_weights(quant: str) -> dict:
+    """precision keys of a served model's quantization text (weight-only or dynamic: the weights' dtype; the
+    activations' dynamic quantization is transient)."""
+    keys: dict = {}
+    if "nf4" in quant:
+        keys |= {"weights": "nf4", "double_quant": "dq" in quant}
+    for needle, dtype in (("int8 weight", "int8"), ("int8 dynamic", "int8"), ("int4 weight", "int4"),
+                          ("float8 weight", "fp8"), ("float8 dynamic", "fp8")):
+        if needle in quant:
+            keys["weights"] = dtype
+    group = re.search(r"group (\d+)", quant)
+    if group:
+        keys["quant_group_size"] = int(group.group(1))
+    if "int8 kv cache" in quant:
+        keys["kv_cache"] = "int8"
+    return keys
 
 
 def _dtype(text: str) -> str:
@@ -97,7 +117,8 @@ def express(row: dict) -> tuple[dict | None, str]:
     if "neox" in family or "gelu" in family:
         model.update(mlp="gelu", norm="layernorm", bias="falcon" not in family)
     quant = row["quantization"].lower()
-    compute = "fp8" if "float8" in quant else _dtype(row["compute_dtype"])  # torchao float8 linears
+    training = not row["task"].lower().startswith("inference")
+    compute = "fp8" if "float8" in quant and training else _dtype(row["compute_dtype"])  # torchao float8 linears
     master = "fp32" if "fp32" in row["master_weights"].lower() else "none"
     opt_text = row["optimizer"].lower()
     paged, eight_bit = "paged" in opt_text, "8bit" in opt_text
@@ -115,9 +136,9 @@ def express(row: dict) -> tuple[dict | None, str]:
         prompt, new = (int(x) for x in re.search(r"(\d+) prompt \+ (\d+) new", row["seq_len"]).groups())
         workload = {"task": "inference", "inference": {"batch_size": _first_int(row["micro_batch"]),
                                                        "prompt_tokens": prompt, "output_tokens": new}}
-        if "nf4" in quant:
-            precision["weights"] = "nf4"
-            precision["double_quant"] = "dq" in quant
+        if "linear mask" in row["attention_impl"].lower():  # torchao --linear_causal_mask
+            workload["inference"]["mask_buffer"] = False
+        precision.update(_served_weights(quant))
     if task in ("lora", "qlora"):
         workload.update(task=task, lora=_lora(row["peft_config"]))
         if task == "qlora":
@@ -145,6 +166,22 @@ def express(row: dict) -> tuple[dict | None, str]:
     return plan, ""
 
 
+def workload_class(plan: dict) -> str:
+    """The kind of run a plan is, for the per-class summary: full training, adapters, or generation."""
+    task = plan["workload"]["task"]
+    return "generation" if task == "inference" else "adapters" if task in ("lora", "qlora") else "full training"
+
+
+def summaries(rows: list[dict]) -> list[dict]:
+    """Median and p90 |error| and the signed median per workload class × statistic, and overall."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        for key in ((r["workload"], r["stat"]), ("all", "all")):
+            groups.setdefault(key, []).append(r["error_pct"])
+    return [{"workload": w, "stat": st, "rows": len(e), "median": statistics.median(abs(x) for x in e),
+             "p90": p90([abs(x) for x in e]), "signed": statistics.median(e)} for (w, st), e in sorted(groups.items(), key=lambda g: (g[0][0] == "all", g[0]))]
+
+
 def predict(plan_dict: dict, stat: str) -> int:
     est = estimate(plan_from_dict(plan_dict))
     return {"allocated": est.peak_allocated_bytes, "reserved": est.peak_reserved_bytes,
@@ -162,7 +199,7 @@ def run(path: Path = DATA) -> tuple[list[dict], list[tuple[str, str]]]:
         measured = float(row["measured_gib"])
         predicted = predict(plan, stat) / GiB
         rows.append({"row": row["row_id"], "model": row["model"], "quality": row["quality"], "stat": stat,
-                     "framework": plan["framework"],
+                     "framework": plan["framework"], "workload": workload_class(plan),
                      "config": f"s{row['seq_len']} b{row['micro_batch']} {row['attention_impl']}",
                      "measured_gib": measured, "predicted_gib": predicted,
                      "error_pct": 100 * (predicted - measured) / measured})
@@ -185,6 +222,10 @@ def main() -> None:
     if errors:
         print(f"\n{len(rows)} rows expressed: median |error| {statistics.median(errors):.1f} %, "
               f"p90 |error| {p90(errors):.1f} %")
+        print("\n| workload | statistic | rows | median abs error | p90 abs error | signed median |\n|---|---|---|---|---|---|")
+        for g in summaries(rows):
+            print(f"| {g['workload']} | {g['stat']} | {g['rows']} | {g['median']:.1f} % | {g['p90']:.1f} % | "
+                  f"{g['signed']:+.1f} % |")
     reasons: dict[str, list[str]] = {}
     for row_id, why in skipped:
         reasons.setdefault(why, []).append(row_id)

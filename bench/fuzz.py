@@ -88,7 +88,8 @@ def random_plan(rng: random.Random) -> dict:
         workload = {"task": task, "inference": {
             "batch_size": w(rng.randint(1, 256)), "prompt_tokens": w(rng.choice([1, 128, 4096, 100_000])),
             "output_tokens": w(rng.choice([1, 64, 2048])),
-            **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9]))} if rng.random() < 0.4 else {})}}
+            **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9]))} if rng.random() < 0.4 else {}),
+            **({"static_cache": True, "mask_buffer": rng.random() < 0.5} if rng.random() < 0.2 else {})}}
     precision = {"compute": rng.choice(["bf16", "fp16", "fp32", "fp8"]),
                  "master_weights": rng.choice(["fp32", "none"]),
                  "optimizer": rng.choice(["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion",
@@ -107,6 +108,7 @@ def random_plan(rng: random.Random) -> dict:
                   "offload": rng.choice(["none", "none", "optimizer", "optimizer_and_params"]),
                   "optimizer_in_backward": rng.random() < 0.1, "loss": rng.choice(["full", "full", "chunked", "fused"]),
                   "loss_chunks": w(rng.choice([1, 8, 32])), "compile": rng.random() < 0.3,
+                  "compile_scope": rng.choice(["blocks", "loss", "blocks_and_loss"]),
                   "activation_offload": rng.random() < 0.15}
     moe = bool(model.get("num_experts")) or ("preset" in model and presets()[model["preset"]].model.num_experts)
     if rng.random() < (0.3 if moe else 0.02):  # mostly where it applies; now and then where it does not
@@ -126,17 +128,22 @@ def random_plan(rng: random.Random) -> dict:
         schedule = rng.choice(["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"])
         parallelism["pipeline_schedule"] = schedule
         parallelism["virtual_stages"] = rng.choice([2, 3]) if schedule == "interleaved_1f1b" else 1
+        parallelism["pipeline_split"] = rng.choice(["auto", "auto", "even", "weighted"])
+        if rng.random() < 0.1:  # a list of layers, often of the wrong length or sum
+            chunks = parallelism["pipeline"] * parallelism["virtual_stages"]
+            parallelism["pipeline_layers"] = [rng.randint(1, 8) for _ in range(chunks + rng.choice([0, 0, 1]))]
         if rng.random() < 0.3:
             parallelism["pipeline_microbatches"] = w(rng.choice([1, 4, 8]))
     if "global_batch_size" in workload and type(data) is int and type(workload["micro_batch_size"]) is int \
             and rng.random() < 0.8:
         workload["global_batch_size"] = workload["micro_batch_size"] * data * rng.choice([1, 4])
     serving = task == "inference" or rng.random() < 0.02  # now and then a framework that does not fit the task
-    framework = rng.choice(["generic"] * 3 + (["vllm", "hf_generate"] if serving else
+    framework = rng.choice(["generic"] * 3 + (["vllm", "hf_generate", "gpt_fast"] if serving else
                                               ["hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan",
                                                "megatron", "axolotl"]))
     plan = {"framework": framework, "model": model, "workload": workload, "precision": precision, "techniques": techniques,
             "parallelism": parallelism,
+            **({"framework_release": rng.choice(["2025-01-15", "0.2.0", "9.9"])} if rng.random() < 0.05 else {}),
             "hardware": {"gpu": rng.choice(["h100-sxm-80gb", "a100-sxm-80gb", "l4-24gb", "mi300x-192gb", "tpu"])}}
     if rng.random() < 0.02:  # an unknown key somewhere
         rng.choice([plan, plan["workload"], plan["precision"]])["bogus"] = 1

@@ -143,8 +143,11 @@ def leaf_text(value: Any) -> str:
 
 # --- the share link: a plan as URL query parameters ------------------------------------------------------------
 # keys the comparison base is built with, so written whenever they differ from the planner's own default
-_ALWAYS = {("workload", "task"): ("pretrain",), ("framework",): ("generic",), ("parallelism", "data"): (1,),
-           ("parallelism", "tensor"): (1,), ("parallelism", "pipeline"): (1,), ("parallelism", "context"): (1,)}
+_ALWAYS = {("workload", "task"): ("pretrain",), ("framework",): ("generic",), ("framework_release",): ("",),
+           ("parallelism", "data"): (1,), ("parallelism", "tensor"): (1,), ("parallelism", "pipeline"): (1,),
+           ("parallelism", "context"): (1,), ("parallelism", "pipeline_schedule"): ("1f1b",),
+           ("parallelism", "virtual_stages"): (1,), ("parallelism", "pipeline_split"): ("auto",),
+           ("parallelism", "pipeline_layers"): (None,)}
 
 
 def plan_to_query(plan: Plan) -> dict[str, str]:
@@ -166,8 +169,10 @@ def plan_to_query(plan: Plan) -> dict[str, str]:
     # the default plan of the same model, task, framework and degrees (framework settings can depend on them)
     par = plan.parallelism
     base = _flatten(plan_to_dict(plan_from_dict({
-        "model": model, "framework": plan.framework, "workload": {"task": plan.workload.task},
-        "parallelism": {"data": par.data, "tensor": par.tensor, "pipeline": par.pipeline, "context": par.context}})))
+        "model": model, "framework": plan.framework, "framework_release": plan.framework_release,
+        "workload": {"task": plan.workload.task},
+        "parallelism": {key: getattr(par, key) for key in ("data", "tensor", "pipeline", "context", "pipeline_schedule",
+                                                           "virtual_stages", "pipeline_split", "pipeline_layers")}})))
     for path, value in _flatten(plan_to_dict(plan)).items():
         if path[0] in ("schema", "model") or path not in _LEAF_OF or value is None:
             continue
@@ -260,9 +265,11 @@ def takes_integers(path: tuple[str, ...]) -> bool:
 
 
 def _block_default(path: tuple[str, ...]) -> Any:
-    """The default of a key in a task-specific block (absent from plans of other tasks), for its type."""
+    """The default of a key a plan's dict may leave out (a task-specific block's, an empty release), for its type."""
     if len(path) == 3 and (path[0], path[1]) in NESTED:
         return getattr(NESTED[(path[0], path[1])](), path[2])
+    if len(path) == 1:
+        return next((f.default for f in fields(Plan) if f.name == path[0] and isinstance(f.default, str)), None)
     return None
 
 

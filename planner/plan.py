@@ -40,8 +40,8 @@ Fp8Recipe = Literal["tensorwise", "rowwise", "mxfp8", "nvfp4"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"]
 PipelineSplit = Literal["auto", "even", "weighted"]  # see planner/pipeline.py
 Framework = Literal["generic", "hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan", "megatron",
-                    "axolotl", "vllm", "hf_generate"]
-INFERENCE_FRAMEWORKS = ("vllm", "hf_generate")
+                    "axolotl", "vllm", "hf_generate", "gpt_fast"]
+INFERENCE_FRAMEWORKS = ("vllm", "hf_generate", "gpt_fast")
 
 MAX_SEQUENCE = 16_777_216
 MAX_BATCH = 1_048_576
@@ -81,9 +81,21 @@ class Inference:
     gpu_memory_utilization: float | None = field(default=None, metadata=between(0.05, 1.0))
     # chunked prefill: tokens per forward; default the whole prompt batch
     prefill_chunk_tokens: int | None = field(default=None, metadata=between(1, MAX_SEQUENCE))
+    # a generate() loop's KV cache preallocated at the whole context (HF cache_implementation="static", gpt-fast
+    # and torchao setup_caches): what a compiled decode captured as a CUDA graph needs
+    static_cache: bool = False
+    # a bool context × context causal mask beside the static cache (gpt-fast and torchao model.py; torchao's
+    # --linear_causal_mask drops it)
+    mask_buffer: bool = False
+    # each layer's attention repeats the whole cache's K and V to every query head before SDPA (gpt-fast and
+    # torchao model.py repeat_interleave; HF eager attention's repeat_kv)
+    expand_kv: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.inference")
+        if self.mask_buffer and not self.static_cache:
+            raise bad("workload.inference.mask_buffer", True, "needs workload.inference.static_cache (the mask is "
+                                                              "sized to the preallocated cache)")
 
     @property
     def context_tokens(self) -> int:
@@ -378,8 +390,7 @@ class Plan:
         if self.precision.fp8_all_gather and par.zero_stage != 3:
             raise bad("precision.fp8_all_gather", True, "needs parallelism.zero_stage 3 (FSDP all-gathers weights)")
         if task == "inference":  # what inference does not model: a setting of training, refused rather than ignored
-            for key, value, unset in (("techniques.compile", tech.compile, False),
-                                      ("techniques.activation_offload", tech.activation_offload, False),
+            for key, value, unset in (("techniques.activation_offload", tech.activation_offload, False),
                                       ("techniques.optimizer_in_backward", tech.optimizer_in_backward, False),
                                       ("techniques.offload", tech.offload, "none"),
                                       ("precision.fp8_all_gather", self.precision.fp8_all_gather, False),
@@ -389,11 +400,15 @@ class Plan:
         if self.framework == "generic" and self.framework_release:
             raise bad("framework_release", self.framework_release, "needs a framework; generic has no releases")
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
+        inf = self.workload.inference
+        if task == "inference" and inf.gpu_memory_utilization is not None and inf.static_cache:
+            raise bad("workload.inference.static_cache", True, "applies to a generate() loop; a serving engine "
+                                                               "(gpu_memory_utilization) pages its KV cache")
         if inference_framework and task != "inference":
             raise bad("framework", self.framework, f"serves models: workload.task must be inference, not {task}")
         if task == "inference" and self.framework != "generic" and not inference_framework:
-            raise bad("framework", self.framework, "is a training framework; for inference use vllm, hf_generate "
-                                                   "or generic")
+            raise bad("framework", self.framework, "is a training framework; for inference use vllm, hf_generate, "
+                                                   "gpt_fast or generic")
 
     def _check_weights(self) -> None:
         """Resolve and check precision.weights against the task (quantized weights must be frozen)."""

@@ -92,6 +92,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "inference-hf-generate": {
         "framework": "hf_generate",
         "workload": {"task": "inference", "inference": {"batch_size": 4, "prompt_tokens": 2048, "output_tokens": 512}}},
+    "inference-gpt-fast-compiled-int8": {
+        "framework": "gpt_fast", "techniques": {"compile": True}, "precision": {"weights": "int8"},
+        "workload": {"task": "inference", "inference": {"batch_size": 2, "prompt_tokens": 2000, "output_tokens": 200}}},
     "inference-int4-eager-chunked": {
         "workload": {"task": "inference",
                      "inference": {"batch_size": 2, "prompt_tokens": 1024, "prefill_chunk_tokens": 512}},

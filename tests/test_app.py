@@ -154,7 +154,7 @@ def test_hidden_values_the_plan_refuses_after_an_edit_are_dropped():
                                         "parallelism": {"data": 8, "zero_stage": 3, "pipeline": 2,
                                                         "pipeline_schedule": "gpipe"}}))
     at.file_uploader(key="plan_upload").upload("plan.yaml", text.encode(), "application/x-yaml").run()
-    at.selectbox(key="task").set_value("inference").run()  # compile and ZeRO are training settings
+    at.selectbox(key="task").set_value("inference").run()  # ZeRO is a training setting
     assert not at.exception and not at.error
     at.number_input(key="pipeline").set_value(1).run()  # the hidden gpipe schedule needs a pipeline
     assert not at.exception and not at.error
@@ -337,6 +337,18 @@ def test_a_framework_release_re_derives_the_settings_that_changed():
     assert at.error[0].value.startswith("framework_release: '0.9' is not a release of torchtitan")
     at.selectbox(key="framework").select("torchtune").run()
     assert not at.exception and at.text_input(key="framework_release").value == ""
+
+
+def test_a_compiled_generate_loop_over_a_static_cache():
+    """Issue 16: inference with torch.compile was refused; a static cache with the compiled decode's graph pool
+    plans, and the link carries it."""
+    at = app({"preset": "llama-3.1-8b", "task": "inference", "compile": "true"})
+    assert not at.exception and not at.error
+    at.checkbox(key="static_cache").check().run()
+    at.checkbox(key="mask_buffer").check().run()
+    assert not at.exception and not at.error
+    assert {"CUDA graph pool (decode)", "Causal mask buffer"} <= set(table(at, "formula")["item"])
+    assert at.query_params["static_cache"] == "true" and at.query_params["mask_buffer"] == "true"
 
 
 def test_rules_the_app_no_longer_retypes_show_the_plans_own_error():

@@ -17,9 +17,17 @@ def test_accuracy_expresses_rows_and_explains_the_rest():
     rows, skipped = accuracy.run()
     expressed = {r["row"] for r in rows}
     assert {"m069", "m074", "m075", "m081", "m083", "m085", "m086", "m107"} <= expressed  # full, LoRA, QLoRA, ZeRO-3
-    assert len(rows) + len(skipped) == 67 and all(why for _, why in skipped)
+    assert {f"m{i}" for i in range(117, 145)} <= expressed  # torchao generate.py: compiled, static cache, int8 KV
+    assert len(rows) + len(skipped) == 95 and all(why for _, why in skipped)
     errors = [abs(r["error_pct"]) for r in rows]
     assert statistics.median(errors) < 8 and max(errors) < 30
+
+
+def test_accuracy_summarizes_each_workload_class_and_statistic():
+    rows, _ = accuracy.run()
+    groups = {(g["workload"], g["stat"]): g for g in accuracy.summaries(rows)}
+    assert {("generation", "reserved"), ("full training", "allocated"), ("adapters", "allocated")} <= set(groups)
+    assert groups[("all", "all")]["rows"] == len(rows) == sum(g["rows"] for k, g in groups.items() if k[0] != "all")
 
 
 def test_oracle_terms_hold_for_llama_and_qwen_shapes():

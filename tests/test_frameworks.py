@@ -10,11 +10,11 @@ from planner.errors import PlanError
 from planner.export import frameworks_to_table
 from planner.frameworks import apply_framework, load_frameworks, provenance
 from planner.memory import estimate
-from planner.plan import TRAINING_TASKS
+from planner.plan import INFERENCE_FRAMEWORKS, TRAINING_TASKS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MODEL = {"preset": "llama-3.1-8b"}
-TRAINING = [name for name in load_frameworks() if name not in ("vllm", "hf_generate")]
+TRAINING = [name for name in load_frameworks() if name not in INFERENCE_FRAMEWORKS]
 
 
 def test_every_framework_has_a_label_summary_and_sourced_settings():
@@ -88,9 +88,9 @@ def test_serving_frameworks():
 @pytest.mark.parametrize("data, message", [
     ({"framework": "vllm"}, "framework: 'vllm' serves models: workload.task must be inference, not pretrain"),
     ({"framework": "torchtune", "workload": {"task": "inference"}},
-     "framework: 'torchtune' is a training framework; for inference use vllm, hf_generate or generic"),
+     "framework: 'torchtune' is a training framework; for inference use vllm, hf_generate, gpt_fast or generic"),
     ({"framework": "nemo"}, "framework: 'nemo' is not one of: generic, hf_trainer, accelerate_fsdp, deepspeed, "
-                            "torchtune, torchtitan, megatron, axolotl, vllm, hf_generate"),
+                            "torchtune, torchtitan, megatron, axolotl, vllm, hf_generate, gpt_fast"),
     ({"framework": "torchtune", "workload": {"task": "finetune", "global_batch_size": 4}},
      "techniques.optimizer_in_backward: True needs one micro-batch per step (gradient accumulation 4): gradients "
      "are freed as they are applied"),
@@ -103,7 +103,7 @@ def test_framework_messages(data, message):
 
 @pytest.mark.parametrize("framework", list(load_frameworks()))
 def test_yaml_round_trip_keeps_the_framework(framework):
-    task = "inference" if framework in ("vllm", "hf_generate") else "lora"
+    task = "inference" if framework in INFERENCE_FRAMEWORKS else "lora"
     plan = plan_from_dict({"framework": framework, "model": MODEL, "workload": {"task": task}})
     back = plan_from_yaml(plan_to_yaml(plan))
     assert back == plan and plan_to_dict(back)["framework"] == framework

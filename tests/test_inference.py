@@ -1,5 +1,6 @@
 """Inference memory: golden values by hand on TINY, and invariants."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -7,6 +8,7 @@ from conftest import TINY
 from planner.memory.inference import kv_bytes_per_token, weight_bytes
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
 from planner.codec import plan_from_dict
+from planner.errors import PlanError
 from planner.recommend import recommend
 
 P = 202_048
@@ -106,3 +108,46 @@ def test_latent_attention_caches_the_latent_on_every_rank():
         plan = plan_from_dict({"model": {"preset": "deepseek-v3"}, "parallelism": {"tensor": tensor},
                                "workload": {"task": "inference"}, "precision": {"compute": "bf16"}})
         assert kv_bytes_per_token(plan) == 576 * 61 * 2
+
+
+def _gpt_fast(**inference) -> dict:
+    return {"framework": "gpt_fast", "model": {"preset": "llama-3.1-8b"}, "techniques": {"compile": True},
+            "workload": {"task": "inference", "inference": {"prompt_tokens": 6, "output_tokens": 200, **inference}}}
+
+
+def test_a_compiled_static_cache_loop_by_hand():
+    """gpt-fast / torchao generate.py on Llama 3.1 8B, prompt 6 + 200 new: the cache is preallocated for 208 tokens
+    (206 rounded up to 8) at 32 layers × 2 × 8 heads × 128 × 2 B = 131,072 B a token; the bool mask is 208²; one
+    layer's K and V repeated to 32 heads is 2 × 32 × 128 × 208 × 2 B; the graph pool keeps one decode step."""
+    est = estimate(plan_from_dict(_gpt_fast()))
+    items = {i.name: i.bytes for i in est.items}
+    assert items["kv_cache"] == 208 * 131_072
+    assert items["mask_buffer"] == 208 * 208
+    assert items["expanded_kv"] == 2 * 32 * 128 * 208 * 2
+    assert items["cuda_graphs"] == 128_256 * (2 + 4) + 4 * 14_336 * 2  # last-token logits (bf16 + fp32) + 4 × I
+    assert est.phase == "prefill"  # the static cache is as large at the prompt as at the end
+    # allocated once, the static cache, its mask and the graph pool do not add to the allocator's reserve
+    churn = items["activations"] + items["expanded_kv"]
+    assert est.peak_reserved_bytes - est.peak_allocated_bytes == round(0.1 * churn)
+
+
+def test_a_static_cache_is_as_large_without_compile_and_has_no_growth_copy():
+    eager = estimate(plan_from_dict({**_gpt_fast(), "techniques": {"compile": False}}))
+    decode = next(p for p in eager.stages[0].phases if p.name.startswith("decode"))
+    assert {i.name for i in decode.items} >= {"kv_cache", "mask_buffer", "activations"}
+    assert "cuda_graphs" not in {i.name for i in eager.items}
+
+
+@pytest.mark.parametrize("inference, message", [
+    ({"static_cache": False, "mask_buffer": True},
+     "workload.inference.mask_buffer: True needs workload.inference.static_cache (the mask is sized to the "
+     "preallocated cache)"),
+    ({"static_cache": True, "gpu_memory_utilization": 0.9},
+     "workload.inference.static_cache: True applies to a generate() loop; a serving engine (gpu_memory_utilization) "
+     "pages its KV cache"),
+])
+def test_static_cache_messages(inference, message):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": {"preset": "llama-3.1-8b"},
+                        "workload": {"task": "inference", "inference": inference}})
+    assert str(err.value) == message

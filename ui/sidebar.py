@@ -168,6 +168,15 @@ def _inference_workload() -> None:
                 help="The engine claims a fraction of GPU memory; the KV cache fills what is left")
     if st.session_state["serving"]:
         drawn(st.slider, "GPU memory fraction", 0.05, 1.0, step=0.01, key="gpu_memory_utilization")
+    else:
+        drawn(st.checkbox, "Static KV cache", key="static_cache",
+              help="Preallocated for the whole context (HF cache_implementation='static', gpt-fast); what a compiled "
+                   "decode captured as a CUDA graph needs")
+        if st.session_state["static_cache"]:
+            drawn(st.checkbox, "Causal mask buffer", key="mask_buffer",
+                  help="A bool context × context mask beside the cache (gpt-fast, torchao model.py)")
+        drawn(st.checkbox, "K and V repeated to the query heads", key="expand_kv",
+              help="Attention repeat_interleaves the whole cache to every query head (gpt-fast, HF eager repeat_kv)")
     drawn(st.number_input, "Prefill chunk tokens (0: whole prompt batch)", 0, MAX_SEQUENCE, key="prefill_chunk_tokens")
 
 
@@ -257,7 +266,6 @@ def _training_techniques() -> None:
     drawn(st.checkbox, "Optimizer in backward", key="optimizer_in_backward",
           help="Step and free each gradient during backward (torchtune optimizer_in_bwd); needs one micro-batch "
                "per step, no ZeRO, no offload")
-    drawn(st.checkbox, "torch.compile", key="compile", help="Fused elementwise ops save fewer intermediates")
     if st.session_state["compile"]:
         drawn(st.selectbox, "Compiled", CHOICES["techniques.compile_scope"], key="compile_scope",
               help="blocks: the transformer blocks only (torchtitan Dec 2024 - Mar 2025); loss: a compiled "
@@ -286,6 +294,9 @@ def technique_inputs(models: dict[str, Preset]) -> None:
             drawn(st.number_input, "Checkpoint every k-th layer", 1, 1024, key="checkpoint_every")
         drawn(st.selectbox, "Attention", CHOICES["techniques.attention"], key="attention",
               help="flash: fused kernel, no s×s scores kept; eager: scores materialized")
+        drawn(st.checkbox, "torch.compile", key="compile",
+              help="Training: fused elementwise ops save fewer intermediates. Generation over a static cache: the "
+                   "decode step is captured as a CUDA graph")
         if st.session_state["task"] in TRAINING_TASKS:
             drawn(st.selectbox, "Offload", CHOICES["techniques.offload"], key="offload",
                   help="Move optimizer states (and parameters, ZeRO-3) to CPU memory")

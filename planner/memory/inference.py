@@ -34,6 +34,10 @@ CUDA_GRAPH_BYTES = 512 * MiB
 # A serving engine prefills at most this many tokens per forward unless told otherwise (vLLM's V1 engine
 # default max_num_batched_tokens for online serving is 8,192).
 SERVING_PREFILL_TOKENS = 8192
+# gpt-fast and torchao round a static cache up to a multiple of 8 tokens (model.py setup_caches, find_multiple)
+STATIC_CACHE_MULTIPLE = 8
+# items of a static-cache generate loop allocated once, before the first token (they do not fragment the cache)
+_ALLOCATED_ONCE = {"kv_cache", "mask_buffer", "cuda_graphs"}
 # the longest sequence a cache search tries (2^24 tokens)
 _MAX_TOKENS = 16_777_216
 
@@ -191,37 +195,84 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
                     serving=serving, all_stages=partial(tuple, (stage,)))
 
 
+def _decode_acts(plan: Plan, fw: _Forward) -> int:
+    """One decode step's activations: the last-token logits and a few b × max(h, I) intermediates."""
+    m, b = plan.model, plan.workload.inference.batch_size
+    width = max(m.hidden_size, projection_shapes(m, plan.parallelism.tensor)["up"][1])
+    return fw.logits + 4 * b * width * nbytes(plan.precision.activation_dtype)
+
+
+def static_cache_tokens(plan: Plan) -> int:
+    """Tokens a static cache is preallocated for: the whole context, rounded up to a multiple of 8 (gpt-fast and
+    torchao model.py setup_caches: find_multiple(max_seq_length, 8); HF's StaticCache takes prompt + new − 1)."""
+    return -(-plan.workload.inference.context_tokens // STATIC_CACHE_MULTIPLE) * STATIC_CACHE_MULTIPLE
+
+
+def _static_items(plan: Plan, fw: _Forward, detail: bool) -> tuple[Item, ...]:
+    """What a static cache brings beside the cache: the mask buffer, one layer's K and V repeated to every query
+    head over the whole cache, and the compiled decode's CUDA graph pool."""
+    m, inf, tokens = plan.model, plan.workload.inference, static_cache_tokens(plan)
+    items = []
+    heads, t = m.num_attention_heads // plan.parallelism.tensor, plan.parallelism.tensor
+    if inf.expand_kv and m.num_kv_heads < m.num_attention_heads and not m.mla:
+        bc = nbytes(plan.precision.activation_dtype)
+        items.append(item("expanded_kv", "K and V repeated to the query heads",
+                          Described(2 * inf.batch_size * heads * m.head_dim * tokens * bc,
+                                    "2 × {} seq × {} heads × {} × {:,} tokens × {} B",
+                                    (inf.batch_size, heads, m.head_dim, tokens, bc)),
+                          "One layer's cache repeat_interleave'd to every query head before SDPA (gpt-fast, torchao "
+                          "model.py)" + (f"; heads per rank of {t}" if t > 1 else ""), detail))
+    if inf.mask_buffer:
+        items.append(item("mask_buffer", "Causal mask buffer", Described(tokens * tokens, "{:,}² tokens × 1 B (bool)",
+                                                                         (tokens,)),
+                          "torch.tril(ones(L, L, bool)) kept beside the static cache (gpt-fast, torchao model.py)",
+                          detail))
+    if plan.techniques.compile:  # mode="reduce-overhead" captures the decode step over the static cache
+        items.append(item("cuda_graphs", "CUDA graph pool (decode)",
+                          Described(_decode_acts(plan, fw), "one decode step's activations and last-token logits", ()),
+                          "torch.compile(mode='reduce-overhead') keeps the captured decode step's intermediates in "
+                          "the graph's private pool between steps", detail))
+    return tuple(items)
+
+
 def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item, detail: bool) -> tuple[Phase, Phase]:
     m, inf, bc = plan.model, plan.workload.inference, nbytes(plan.precision.activation_dtype)
     b, ctx, per_token = inf.batch_size, inf.context_tokens, kv_bytes_per_token(plan)
     layers = max(stage_split(plan))
     _, k, _, _ = attention_widths(m, plan.parallelism.tensor)
+    static = _static_items(plan, fw, detail) if inf.static_cache else ()
+    pooled = inf.static_cache and plan.techniques.compile  # the decode step's activations live in the graph pool
     final = max(ctx - 1, inf.prompt_tokens)  # the last token is sampled, not cached
-    layer_kv = b * final * per_token // layers  # a global layer's K, V grow by torch.cat
+    prompt_cache, final_cache = (static_cache_tokens(plan),) * 2 if inf.static_cache else (inf.prompt_tokens, final)
+    layer_kv = 0 if inf.static_cache else b * final * per_token // layers  # a global layer's K, V grow by torch.cat
     # HF latent attention re-expands one layer's cached latents each step: kv_b's output and the full keys
     expand = b * ctx * (fw.v_alive + k) * bc if m.mla else 0
     cache = "{} seq × {:,} tokens × {:,} B/token" + _windowed(plan, ", ")
+    how = ("preallocated at the whole context, rounded up to 8 tokens (static cache)" if inf.static_cache
+           else "grown by concatenation (Hugging Face DynamicCache)")
     prefill = Phase(name="prefill", description="forward over the prompts; the cache holds the prompt", items=(
         weights, workspace,
-        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, inf.prompt_tokens), cache,
-                                               (b, inf.prompt_tokens, per_token)),
+        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, prompt_cache), cache,
+                                               (b, prompt_cache, per_token)),
              f"{plan.precision.kv_cache} " + (f"kv latent + RoPE key of {layers} layers, whole on every rank" if m.mla
                                               else f"K and V of {layers} layers, {k // m.head_dim} KV head(s) per rank"),
              detail),
         item("activations", "Prefill activations",
              Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, attention {:MiB.0}) + 3 × T·h + "
                        "last-token logits", (fw.chunk, Size(fw.mlp_peak), Size(fw.attn_peak))),
-             "Transient: freed as each op's output is consumed (no gradients kept)", detail)))
-    grown = "one layer's cache re-allocated one token longer + last-token logits" + (
+             "Transient: freed as each op's output is consumed (no gradients kept)", detail)) + static)
+    grown = ("one layer's cache re-allocated one token longer + " if layer_kv else "") + "last-token logits" + (
         " + that layer's keys and values decompressed over the context ({:MiB.0})" if m.mla else "")
-    decode = Phase(name="decode (last step)", description="the cache at full length, growing one layer", items=(
+    decode_acts = item("activations", "Cache growth copy and decode activations" if layer_kv else "Decode activations",
+                       Described(layer_kv + expand + _decode_acts(plan, fw), grown, (Size(expand),)),
+                       "torch.cat builds the longer cache beside the old one" if layer_kv else
+                       "One token per sequence through the layers", detail)
+    decode = Phase(name="decode (last step)", description="the cache at full length" + (
+        "" if inf.static_cache else ", growing one layer"), items=(
         weights, workspace,
-        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, final), cache, (b, final, per_token)),
-             f"{plan.precision.kv_cache} K and V, grown by concatenation (Hugging Face DynamicCache)", detail),
-        item("activations", "Cache growth copy and decode activations",
-             Described(layer_kv + expand + fw.logits + 4 * b * max(m.hidden_size, projection_shapes(
-                 m, plan.parallelism.tensor)["up"][1]) * bc, grown, (Size(expand),)),
-             "torch.cat builds the longer cache beside the old one", detail)))
+        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, final_cache), cache, (b, final_cache, per_token)),
+             f"{plan.precision.kv_cache} K and V, {how}", detail)) + (
+        static if pooled else (decode_acts,) + static))
     return prefill, decode
 
 
@@ -232,14 +283,16 @@ def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     peak = max((prefill, decode), key=lambda ph: ph.allocated_bytes)
     runtime = runtime_items(plan, detail)
     runtime_bytes = sum(i.bytes for i in runtime)
-    # the churning memory is the KV cache and the activations: everything but the weights and cuBLAS
-    reserved = peak.allocated_bytes + round(ALLOCATOR_CHURN_FRACTION * (peak.allocated_bytes - weights.bytes
-                                                                        - CUBLAS_WORKSPACE_BYTES))
+    # the churning memory is the growing KV cache and the activations: not what is allocated once (the weights,
+    # cuBLAS, and a static cache with its mask and graph pool)
+    once = {"weights", "cublas_workspace"} | (_ALLOCATED_ONCE if plan.workload.inference.static_cache else set())
+    churn = sum(i.bytes for i in peak.items if i.name not in once)
+    reserved = peak.allocated_bytes + round(ALLOCATOR_CHURN_FRACTION * churn)
     stage = Stage(index=0, layers=max(stage_split(plan)),
                   micro_batches_in_flight=1,
                   phases=(prefill, decode), peak=peak, reserved_bytes=reserved, device_bytes=reserved + runtime_bytes)
     reserve = allocator_reserve("Allocator reserve", reserved - peak.allocated_bytes,
-                                f"{ALLOCATOR_CHURN_FRACTION * 100:g} % of the KV cache and activations",
+                                f"{ALLOCATOR_CHURN_FRACTION * 100:g} % of the memory allocated and freed as it runs",
                                 "Cached blocks of the growing cache and freed activations", detail)
     return Estimate(plan=plan, gpu=gpu, items=peak.items + (reserve,) + runtime, phase=peak.name, stage=0,
                     peak_allocated_bytes=peak.allocated_bytes, peak_reserved_bytes=reserved,
