@@ -119,7 +119,7 @@ def random_plan(rng: random.Random) -> dict:
                    "sequence_parallel": tensor > 1 and rng.random() < 0.5, "pipeline": rng.choice([1, 1, 2, 4]),
                    "context": rng.choice([1, 1, 2]),
                    "expert": rng.choice([1, 2, 8]) if moe or rng.random() < 0.02 else 1,
-                   "async_tp": tensor > 1 and rng.random() < 0.1}
+                   "async_tp": tensor > 1 and rng.random() < 0.1, "flat_params": rng.random() < 0.1}
     if parallelism["async_tp"] and rng.random() < 0.9:  # mostly with what it needs
         parallelism["sequence_parallel"] = techniques["compile"] = True
     if precision.get("fp8_all_gather") and rng.random() < 0.9:

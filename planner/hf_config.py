@@ -64,7 +64,8 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     if config.get("head_dim") is not None:
         out["head_dim"] = config["head_dim"]
     inter = _first(config, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim", "ff_dim")
-    out["intermediate_size"] = inter if inter is not None else 4 * h  # GPT-2, Falcon: 4h when unset
+    # GPT-2, Falcon: 4h when unset (a hidden size that is no integer is left for the model's own check)
+    out["intermediate_size"] = inter if inter is not None else 4 * h if type(h) is int else h
     out["mlp"] = "swiglu" if gated else "gelu"
     out["norm"] = "rmsnorm" if gated else "layernorm"
     out["tie_embeddings"] = bool(config.get("tie_word_embeddings", family not in UNTIED_BY_DEFAULT))

@@ -239,6 +239,9 @@ class Parallelism:
     # micro-batches per step; default global batch ÷ (micro-batch × data)
     pipeline_microbatches: int | None = field(default=None, metadata=between(1, MAX_BATCH))
     async_tp: bool = False  # all-gather/reduce-scatter overlapped with the matmuls (torchtitan, needs compile)
+    # FSDP1 flat parameters (use_orig_params=True, one unit per transformer block): a unit whose frozen base and
+    # trainable adapters share one FlatParameter gets a gradient for all of it (FSDP2 shards per parameter)
+    flat_params: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "parallelism")
@@ -387,6 +390,10 @@ class Plan:
             raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
                                                     " of the blocks (torchtitan's micro-pipelined TP is an inductor"
                                                     " pass)")
+        if par.flat_params and not (par.zero_stage == 3 and task in ADAPTER_TASKS):
+            raise bad("parallelism.flat_params", True, "applies to lora and qlora under parallelism.zero_stage 3 (with"
+                                                       " every parameter trainable, flat and per-parameter sharding"
+                                                       " hold the same gradients)")
         if self.precision.fp8_all_gather and par.zero_stage != 3:
             raise bad("precision.fp8_all_gather", True, "needs parallelism.zero_stage 3 (FSDP all-gathers weights)")
         if task == "inference":  # what inference does not model: a setting of training, refused rather than ignored

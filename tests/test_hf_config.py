@@ -66,3 +66,9 @@ def test_oversized_and_deeply_nested_configs_are_refused():
         model_from_hf_config('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(PlanError, match=r"^hf_config: 2,000,009 bytes is larger than the 1,048,576-byte limit"):
         model_from_hf_config('{"a": "' + "x" * 2_000_000 + '"}')
+
+
+def test_a_hidden_size_that_is_no_integer_is_the_models_error_not_a_crash():
+    """Found by the fuzzer: a GPT-2 config without n_inner derived 4 × n_embd before n_embd was checked."""
+    with pytest.raises(PlanError, match=r"^hf_config: model.hidden_size: \{\} must be an integer from 1 to "):
+        model_from_hf_config({"model_type": "gpt2", "n_embd": {}, "n_layer": 2, "n_head": 2, "vocab_size": 10})

@@ -614,3 +614,19 @@ def test_selective_op_recomputes_what_it_did_not_keep():
     est = estimate(tiny(precision=PURE, techniques={"activation_checkpointing": "selective_op"}))
     recompute = next(i.bytes for i in phase(est, "backward (first layer)").items if i.name == "recompute")
     assert recompute == T * (2448 - 848)
+
+
+def test_fsdp1_flat_parameters_give_the_frozen_base_gradients():
+    """LoRA on Llama 3.1 8B, FSDP over 2 ranks, pure bf16: FSDP2 keeps gradients of the adapters only; FSDP1's flat
+    parameters (use_orig_params=True, one unit per block) get a bf16 gradient for every element, sharded."""
+    d = {"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "lora", "sequence_length": 2048,
+                                                           "global_batch_size": 4},  # accumulation: .grad is held
+         "precision": {"master_weights": "none"}, "parallelism": {"data": 2, "zero_stage": 3}}
+    per_param = estimate(plan_from_dict(d))
+    flat = estimate(plan_from_dict({**d, "parallelism": {**d["parallelism"], "flat_params": True}}))
+    grads = {e: next(i.bytes for i in x.items if i.name == "gradients") for e, x in (("2", per_param), ("1", flat))}
+    adapters = 32 * 8 * ((4096 + 4096) + (4096 + 1024))  # rank 8 on q (4096→4096) and v (4096→1024)
+    assert grads["2"] == adapters * 2 // 2
+    assert grads["1"] == (8_030_261_248 + adapters) * 2 // 2
+    with pytest.raises(PlanError, match="^parallelism.flat_params: True applies to lora and qlora under "):
+        plan_from_dict({**d, "workload": {"task": "finetune"}, "parallelism": {**d["parallelism"], "flat_params": True}})

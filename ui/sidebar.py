@@ -328,6 +328,9 @@ def parallelism_inputs(catalog: dict) -> None:
         if st.session_state["task"] in TRAINING_TASKS:  # sharding of training states
             drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage",
                   help="3 = FSDP full shard")
+            if st.session_state["zero_stage"] == 3 and st.session_state["task"] in ADAPTER_TASKS:
+                drawn(st.checkbox, "FSDP1 flat parameters", key="flat_params",
+                      help="use_orig_params=True with one unit per block: the frozen base gets gradients too")
         drawn(st.selectbox, "Tensor parallel", [1, 2, 4, 8, 16], key="tensor")
         drawn(st.checkbox, "Sequence parallel", key="sequence_parallel", help="With tensor parallelism")
         drawn(st.checkbox, "Async tensor parallel", key="async_tp",

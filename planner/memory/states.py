@@ -97,7 +97,13 @@ def _optimizer_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> Item:
                 opt.note, ctx.detail, level="device" if plan.precision.optimizer in PAGED_OPTIMIZERS else "allocated")
 
 
-def _gradients(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int) -> Item:
+def flat_elements(ctx: StageContext, params: int, stored: float) -> int:
+    """Elements of FSDP1 flat parameters holding `params` frozen parameters stored at `stored` bytes each: their
+    storage in the compute dtype (bitsandbytes bnb_4bit_quant_storage packs 4-bit weights in it)."""
+    return round(params * stored / ctx.bc)
+
+
+def _gradients(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int, stored: float) -> Item:
     tech, z = ctx.plan.techniques, ctx.plan.parallelism.zero_stage
     if tech.offload != "none":
         return item("gradients", "Gradients", fixed(0, "0 (moved to CPU as produced)"),
@@ -106,6 +112,12 @@ def _gradients(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int) -> Item:
         return item("gradients", "Gradients", fixed(0, "0 (each is applied and freed as it is produced)"),
                     "Optimizer in backward: a post-accumulate-grad hook steps each parameter and frees its gradient",
                     ctx.detail)
+    if ctx.lora and ctx.plan.parallelism.flat_params:
+        flat = flat_elements(ctx, ctx.sp.total, stored) + tr.total
+        return item("gradients", "Gradients", ctx.sharded(Product((
+            Factor(flat, "flat-parameter elements"), Factor(grad_dtype_bytes, "B"))), 0, True),
+            "FSDP1: a FlatParameter that holds any trainable parameter gets a gradient for all of its elements, the "
+            "frozen base's included (its storage elements: packed weights count as their storage dtype)", ctx.detail)
     term = Product((Factor(tr.total, "adapter params" if ctx.lora else "params"), Factor(grad_dtype_bytes, "B")))
     experts = 0 if ctx.lora else ctx.sp.experts
     return item("gradients", "Gradients", ctx.sharded(term, experts * grad_dtype_bytes, z >= 2),
@@ -132,5 +144,5 @@ def model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
     workspace = cublas_workspace("Forward and autograd threads each hold one (cuBLAS docs)", ctx.detail)
     static = tuple(i for i in (weights, adapters, master, _optimizer_states(ctx, tr, opt),
                                _ddp_buckets(ctx, tr, grad_dtype_bytes), workspace) if i is not None)
-    return States(static=static, grads=_gradients(ctx, tr, grad_dtype_bytes), grad_dtype_bytes=grad_dtype_bytes,
+    return States(static=static, grads=_gradients(ctx, tr, grad_dtype_bytes, stored), grad_dtype_bytes=grad_dtype_bytes,
                   stored=stored)

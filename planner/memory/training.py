@@ -13,7 +13,7 @@ from planner.memory.losses import Loss, loss
 from planner.memory.optimizers import Optimizer, optimizer, trainable
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
 from planner.memory.runtime import ALLOCATOR_CHURN_FRACTION, allocator_reserve, churn_reserve, runtime_items
-from planner.memory.states import States, model_states
+from planner.memory.states import States, flat_elements, model_states
 from planner.memory.terms import fixed, item
 from planner.plan import Plan
 
@@ -48,7 +48,9 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     if lo:
         phases += _last_stage_phases(ctx, lo, held, casts_bwd, gather, fresh)
     work = techniques.layer_work(ctx, k, dequant, fp8, dora)
-    layer_unit = sp.adapters // ctx.layers if ctx.lora else sp.layer  # a frozen layer's only gradients are its adapters'
+    # a frozen layer's only gradients are its adapters' (FSDP1 flat parameters: the whole unit's)
+    layer_unit = sp.layer if not ctx.lora else sp.adapters // ctx.layers + (
+        flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
     phases.append(phase("backward (first layer)", "backward of the stage's last layer: all activations still live",
                         *held, casts_bwd, gather, *work, fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
     rest, rest_casts, freed = checkpointing.backward_activations(ctx, k)
