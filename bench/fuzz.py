@@ -88,7 +88,8 @@ def random_plan(rng: random.Random) -> dict:
         workload = {"task": task, "inference": {
             "batch_size": w(rng.randint(1, 256)), "prompt_tokens": w(rng.choice([1, 128, 4096, 100_000])),
             "output_tokens": w(rng.choice([1, 64, 2048])),
-            **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9]))} if rng.random() < 0.4 else {}),
+            **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9])), "max_num_seqs": w(rng.choice([None, None, 512]))}
+               if rng.random() < 0.4 else {}),
             **({"static_cache": True, "mask_buffer": rng.random() < 0.5} if rng.random() < 0.2 else {})}}
     precision = {"compute": rng.choice(["bf16", "fp16", "fp32", "fp8"]),
                  "master_weights": rng.choice(["fp32", "none"]),
@@ -119,11 +120,11 @@ def random_plan(rng: random.Random) -> dict:
                    "sequence_parallel": tensor > 1 and rng.random() < 0.5, "pipeline": rng.choice([1, 1, 2, 4]),
                    "context": rng.choice([1, 1, 2]),
                    "expert": rng.choice([1, 2, 8]) if moe or rng.random() < 0.02 else 1,
-                   "async_tp": tensor > 1 and rng.random() < 0.1, "flat_params": rng.random() < 0.1}
+                   "async_tp": tensor > 1 and rng.random() < 0.1, "flat_params": rng.random() < (0.3 if task in ("lora", "qlora") else 0.01)}
     if parallelism["async_tp"] and rng.random() < 0.9:  # mostly with what it needs
         parallelism["sequence_parallel"] = techniques["compile"] = True
-    if precision.get("fp8_all_gather") and rng.random() < 0.9:
-        parallelism["zero_stage"] = 3
+    if (precision.get("fp8_all_gather") or parallelism["flat_params"]) and rng.random() < 0.9:
+        parallelism["zero_stage"] = 3  # mostly with what it needs
     if parallelism["pipeline"] > 1 or rng.random() < 0.02:
         schedule = rng.choice(["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"])
         parallelism["pipeline_schedule"] = schedule
@@ -143,7 +144,7 @@ def random_plan(rng: random.Random) -> dict:
                                                "megatron", "axolotl"]))
     plan = {"framework": framework, "model": model, "workload": workload, "precision": precision, "techniques": techniques,
             "parallelism": parallelism,
-            **({"framework_release": rng.choice(["2025-01-15", "0.2.0", "9.9"])} if rng.random() < 0.05 else {}),
+            **({"framework_release": rng.choice(["2025-01-15", "0.2.0", "9.9"])} if rng.random() < 0.03 else {}),
             "hardware": {"gpu": rng.choice(["h100-sxm-80gb", "a100-sxm-80gb", "l4-24gb", "mi300x-192gb", "tpu"])}}
     if rng.random() < 0.02:  # an unknown key somewhere
         rng.choice([plan, plan["workload"], plan["precision"]])["bogus"] = 1

@@ -81,6 +81,9 @@ class Inference:
     gpu_memory_utilization: float | None = field(default=None, metadata=between(0.05, 1.0))
     # chunked prefill: tokens per forward; default the whole prompt batch
     prefill_chunk_tokens: int | None = field(default=None, metadata=between(1, MAX_SEQUENCE))
+    # a serving engine's cap on running sequences (vLLM --max-num-seqs), which sizes its sampler warm-up;
+    # default vLLM's for the GPU (1024 on 70 GiB or more other than the A100, else 256), at least batch_size
+    max_num_seqs: int | None = field(default=None, metadata=between(1, MAX_BATCH))
     # a generate() loop's KV cache preallocated at the whole context (HF cache_implementation="static", gpt-fast
     # and torchao setup_caches): what a compiled decode captured as a CUDA graph needs
     static_cache: bool = False
@@ -93,6 +96,9 @@ class Inference:
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.inference")
+        if self.max_num_seqs is not None and self.max_num_seqs < self.batch_size:
+            raise bad("workload.inference.max_num_seqs", self.max_num_seqs, f"is below batch_size ({self.batch_size}):"
+                                                                            " the engine runs at most this many at once")
         if self.mask_buffer and not self.static_cache:
             raise bad("workload.inference.mask_buffer", True, "needs workload.inference.static_cache (the mask is "
                                                               "sized to the preallocated cache)")
@@ -408,6 +414,9 @@ class Plan:
             raise bad("framework_release", self.framework_release, "needs a framework; generic has no releases")
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         inf = self.workload.inference
+        if task == "inference" and inf.gpu_memory_utilization is None and inf.max_num_seqs is not None:
+            raise bad("workload.inference.max_num_seqs", inf.max_num_seqs, "applies to a serving engine "
+                                                                           "(workload.inference.gpu_memory_utilization)")
         if task == "inference" and inf.gpu_memory_utilization is not None and inf.static_cache:
             raise bad("workload.inference.static_cache", True, "applies to a generate() loop; a serving engine "
                                                                "(gpu_memory_utilization) pages its KV cache")

@@ -151,3 +151,46 @@ def test_static_cache_messages(inference, message):
         plan_from_dict({"model": {"preset": "llama-3.1-8b"},
                         "workload": {"task": "inference", "inference": inference}})
     assert str(err.value) == message
+
+
+def _vllm(gpu: str = "h100-sxm-80gb", tensor: int = 1, **inference) -> dict:
+    return {"framework": "vllm", "model": {"preset": "llama-3.1-8b"}, "parallelism": {"tensor": tensor},
+            "hardware": {"gpu": gpu}, "workload": {"task": "inference", "inference": {
+                "batch_size": 16, "prompt_tokens": 4096, "output_tokens": 1024, **inference}}}
+
+
+def test_vllm_startup_accounting_by_hand():
+    """Llama 3.1 8B under vLLM on one H100: the profile run's peak is the sampler warm-up of 1,024 requests
+    (vLLM's default on a GPU of 70 GiB or more) over the 128,256-token vocabulary at 26 B a logit, larger than the
+    8,192-token forward; the KV cache gets 92 % of the device less weights, cuBLAS, that peak, the graph pool and
+    the CUDA context."""
+    est = estimate(plan_from_dict(_vllm()))
+    items = {i.name: i.bytes for i in est.items}
+    assert items["activations"] == 1024 * 128_256 * 26
+    assert "custom_all_reduce" not in items and items["nccl"] == 0
+    usable = est.gpu.usable_bytes
+    others = items["weights"] + items["cublas_workspace"] + items["activations"] + items["cuda_graphs"] + items["cuda_context"]
+    assert est.serving.kv_budget_bytes == int(usable * 0.92) - others
+
+
+def test_vllm_defaults_follow_the_gpu_and_tensor_parallel_adds_its_buffers():
+    def formula(d: dict) -> str:
+        return next(i.formula for i in estimate(plan_from_dict(d)).items if i.name == "activations")
+
+    assert "sampler 256 requests" in formula(_vllm("a100-sxm-80gb"))  # the A100 keeps vLLM's smaller default
+    assert "sampler 64 requests" in formula(_vllm(max_num_seqs=64, gpu_memory_utilization=0.9))
+    tp2 = {i.name: i.bytes for i in estimate(plan_from_dict(_vllm(tensor=2))).items}
+    assert tp2["custom_all_reduce"] == 2 * 8 * 2**20 and tp2["nccl"] == 512 * 2**20
+
+
+@pytest.mark.parametrize("inference, message", [
+    ({"max_num_seqs": 8, "gpu_memory_utilization": 0.9},
+     "workload.inference.max_num_seqs: 8 is below batch_size (16): the engine runs at most this many at once"),
+    ({"max_num_seqs": 64},
+     "workload.inference.max_num_seqs: 64 applies to a serving engine (workload.inference.gpu_memory_utilization)"),
+])
+def test_max_num_seqs_messages(inference, message):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": {"preset": "llama-3.1-8b"},
+                        "workload": {"task": "inference", "inference": {"batch_size": 16, **inference}}})
+    assert str(err.value) == message

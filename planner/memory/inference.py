@@ -31,6 +31,17 @@ KV_BLOCK_TOKENS = 16
 # vLLM captures CUDA graphs for decode batch sizes; their pools take ~0.5-1 GiB outside the KV budget
 # (vLLM docs, "CUDA graphs"; varies with model and batch sizes captured).
 CUDA_GRAPH_BYTES = 512 * MiB
+# vLLM's default cap on running sequences (vllm/engine/arg_utils.py get_batch_defaults): 1024 on GPUs of 70 GiB
+# or more other than the A100 (PR #17885 kept the A100 at the smaller defaults), else 256
+VLLM_MAX_NUM_SEQS = {True: 1024, False: 256}
+VLLM_LARGE_GPU_BYTES = 70 * 1024 * MiB
+# Bytes per logit of vLLM's sampler warm-up with top-k and top-p (v1/sample/ops/topk_topp_sampler.py
+# apply_top_k_top_p, the PyTorch path): the model-dtype logits (2), their fp32 copy (4), the sorted values (4) and
+# int64 indices (8), softmax of the sorted values (4) and its cumulative sum (4), alive together at the top-p step
+SAMPLER_BYTES_PER_LOGIT = 26
+# vLLM custom all-reduce: CustomAllreduce(max_size=8192 * 1024) allocates a meta buffer of max_size + 256 B and
+# an IPC input buffer of max_size on every rank of a tensor-parallel group of 2-8 GPUs on one node
+CUSTOM_ALL_REDUCE_BYTES = 8 * MiB
 # A serving engine prefills at most this many tokens per forward unless told otherwise (vLLM's V1 engine
 # default max_num_batched_tokens for online serving is 8,192).
 SERVING_PREFILL_TOKENS = 8192
@@ -153,14 +164,53 @@ def _windowed(plan: Plan, lead: str, end: str = "") -> str:
     return f"{lead}windowed layers capped at {window:,}{end}" if window else ""
 
 
+def engine_max_num_seqs(plan: Plan, gpu: Gpu) -> int:
+    """The serving engine's cap on running sequences: the plan's, else vLLM's default for the GPU (arg_utils.py
+    get_batch_defaults: 1024 on GPUs of 70 GiB or more other than the A100, else 256), at least the plan's batch."""
+    inf = plan.workload.inference
+    if inf.max_num_seqs is not None:
+        return inf.max_num_seqs
+    large = gpu.usable_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu.id
+    return max(inf.batch_size, VLLM_MAX_NUM_SEQS[large])
+
+
+def _profile_peak(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> Item:
+    """The activation peak of the engine's profile run: a forward of its largest token batch, then the sampler
+    warmed up on min(max_num_seqs, tokens) requests with top-k and top-p (vLLM _dummy_sampler_run), whose logits
+    are gathered to the whole vocabulary on every rank."""
+    seqs = min(engine_max_num_seqs(plan, gpu), fw.chunk)
+    sampler = seqs * plan.model.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    text = ("max(forward of {:,} tokens {:MiB.0}, sampler {:,} requests × {:,} vocab × {} B)")
+    return item("activations", "Activation peak (profile run)",
+                Described(max(fw.prefill + fw.logits, sampler), text,
+                          (fw.chunk, Size(fw.prefill + fw.logits), seqs, plan.model.vocab_size, SAMPLER_BYTES_PER_LOGIT)),
+                "What the engine reserves: the larger of its largest forward and its sampler warm-up", detail)
+
+
+def _custom_all_reduce(plan: Plan, detail: bool) -> Item | None:
+    """vLLM's custom all-reduce (TP 2-8 on one node): an IPC meta buffer and an input buffer of max_size each."""
+    if plan.parallelism.tensor not in (2, 4, 6, 8):
+        return None
+    return item("custom_all_reduce", "Custom all-reduce buffers",
+                Product((Factor(2, "buffers"), Factor(Size(CUSTOM_ALL_REDUCE_BYTES), "MiB.0"))),
+                "vLLM custom_all_reduce.py: meta (256 B + max_size) and buffer (max_size = 8 MiB) shared by IPC",
+                detail)
+
+
 def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
+    """vLLM's startup accounting (gpu_worker.determine_available_memory): the KV cache gets gpu_memory_utilization
+    × device memory − (the weights and the profile run's activation peak, as PyTorch counts them, + what was
+    allocated outside PyTorch: CUDA context, NCCL); the CUDA graphs' pool is counted inside (since v0.21.0)."""
     m, inf = plan.model, plan.workload.inference
     b, fw = inf.batch_size, _forward(plan)
     weights, workspace = _weights(plan, detail)
     runtime = runtime_items(plan, detail)
     runtime_bytes = sum(i.bytes for i in runtime)
     total = int(gpu.usable_bytes * inf.gpu_memory_utilization)
-    fixed_bytes = weights.bytes + CUBLAS_WORKSPACE_BYTES + fw.prefill + fw.logits + CUDA_GRAPH_BYTES + runtime_bytes
+    engine = tuple(i for i in (_profile_peak(plan, gpu, fw, detail), _custom_all_reduce(plan, detail),
+                               item("cuda_graphs", "CUDA graphs", Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
+                                    "Captured decode graphs and their memory pool (vLLM)", detail)) if i is not None)
+    fixed_bytes = weights.bytes + workspace.bytes + sum(i.bytes for i in engine) + runtime_bytes
     budget = max(0, total - fixed_bytes)
     blocks_per_seq = -(-inf.context_tokens // KV_BLOCK_TOKENS)
     seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
@@ -173,13 +223,7 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
               f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'} for the batch at full "
               f"context; the engine preallocates {Size(budget)} for {serving.max_concurrent_sequences} such sequences",
               detail)
-    items = (weights, workspace, kv,
-             item("activations", "Prefill activations",
-                  Described(fw.prefill + fw.logits, "{:,} tokens per forward: largest MLP moment + 3 × T·h + last-token "
-                            "logits", (fw.chunk,)),
-                  "What the engine reserves for one forward of its largest token batch", detail),
-             item("cuda_graphs", "CUDA graphs", Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
-                  "Captured decode graphs and their memory pool (vLLM)", detail))
+    items = (weights, workspace, kv) + engine
     phase = Phase(name="serving", description="engine steady state: weights, activation reserve, KV cache", items=items)
     # The engine claims `total` whatever it holds; if the batch needs more, it cannot start. Its budget is
     # the memory it may use, so fits means: the batch's KV cache fits beside the weights.
