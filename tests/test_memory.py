@@ -630,3 +630,15 @@ def test_fsdp1_flat_parameters_give_the_frozen_base_gradients():
     assert grads["1"] == (8_030_261_248 + adapters) * 2 // 2
     with pytest.raises(PlanError, match="^parallelism.flat_params: True applies to lora and qlora under "):
         plan_from_dict({**d, "workload": {"task": "finetune"}, "parallelism": {**d["parallelism"], "flat_params": True}})
+
+
+def test_nvfp4_under_op_level_sac_keeps_less_than_bf16():
+    """Issue 16: torchao's NVFP4 linears (an autograd Function of scaled_mm and Triton quantize kernels) are outside
+    torchtitan's SAC save list, so their outputs and 4-bit codes are recomputed with the block: only the block
+    input and the attention output stay, and NVFP4 needs less than bf16 (it was predicted more)."""
+    d = {"framework": "torchtitan", "model": {"preset": "llama-3.1-8b"}, "workload": {"sequence_length": 8192},
+         "techniques": {"compile": True}, "parallelism": {"data": 8}, "hardware": {"gpu": "b200-180gb"}}
+    bf16 = estimate(plan_from_dict(d))
+    nvfp4 = estimate(plan_from_dict({**d, "precision": {"compute": "fp8", "fp8_recipe": "nvfp4"}}))
+    acts = {e: next(i.bytes for i in x.items if i.name == "activations") for e, x in (("bf16", bf16), ("fp4", nvfp4))}
+    assert nvfp4.peak_allocated_bytes < bf16.peak_allocated_bytes and acts["fp4"] < acts["bf16"] / 2

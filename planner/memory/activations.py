@@ -229,7 +229,8 @@ def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
     recomputed in backward. A Llama block's mm's are q, k, v, o, gate, up, down: q, v, gate and down are
     kept (biased projections run as addmm, which is neither saved nor counted). The block's input is kept by
     the checkpoint. torch.compile drops the last projection's output, which backward never reads. Measured
-    with MemTracker and the partitioner on HF Llama code: 4h + 4q + 2kv + 4a + 2I B in bf16.
+    with MemTracker and the partitioner on HF Llama code: 4h + 4q + 2kv + 4a + 2I B in bf16. Under NVFP4 only the
+    block input and the attention output are kept (nvfp4_linear.py's Function is recomputed whole).
     """
     m, t = plan.model, plan.parallelism.tensor
     b = nbytes(plan.precision.activation_dtype)
@@ -241,7 +242,9 @@ def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
     else:
         mms = [(q + k + v, "attn"), (h, "rep"), (inter, "mlp"), (h, "rep")]
     saved = {"rep": input_bytes * h, "attn": b * out + 4 * (m.num_attention_heads // t), "mlp": 0}
-    if not m.bias:
+    # torchao's NVFP4 linears run as an autograd Function of scaled_mm and Triton quantize kernels, none of them
+    # in the save list: their outputs and their saved 4-bit codes are recomputed with the block
+    if not m.bias and plan.precision.fp8_recipe != "nvfp4":
         for n, (width, where) in enumerate(mms):
             if n % 2 == 0 and not (plan.techniques.compiled_blocks and n == len(mms) - 1):
                 saved[where] += b * width

@@ -75,9 +75,9 @@ def kept(ctx: StageContext) -> Kept:
     per_layer, moe_layer, formula = _per_layer(ctx, acts, kept_input, input_bytes, share)
     final_norm, mask = final_norm_bytes(ctx), causal_mask_bytes(ctx)
     micro_batch = dense * per_layer + moe * moe_layer + final_norm + mask
-    if plan.precision.fp8_recipe == "nvfp4" and tech.activation_checkpointing != "full":
+    if plan.precision.fp8_recipe == "nvfp4" and tech.activation_checkpointing not in ("full", "selective_op"):
         # NVFP4 linears also save their weight's 4-bit codes (Wt_fp4, Wt_sf) for backward, in every layer whose
-        # activations are kept
+        # activations are kept (op-level SAC recomputes them with the block)
         micro_batch += round(NVFP4_BYTES * sp.linear * n_layers * (1 - share) / n_layers)
     return Kept(acts=acts, per_layer=per_layer, moe_layer=moe_layer, full_layer=full_layer, kept_input=kept_input,
                 input_bytes=input_bytes, share=share, final_norm=final_norm, mask=mask, micro_batch=micro_batch,

@@ -122,7 +122,8 @@ def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
 def _recompute_s(plan: Plan, layers_s: float, attention_s: float, elementwise_s: float) -> float:
     """Forward work checkpointing runs again in backward: every layer (full), every k-th (every_k), the
     attention scores of eager attention (selective), or the elementwise ops between saved matmuls
-    (selective_op: torchtitan's op-level policy keeps matmul and attention outputs)."""
+    (selective_op: torchtitan's op-level policy keeps matmul and attention outputs; NVFP4 linears, outside its
+    save list, run again too)."""
     tech = plan.techniques
     ckpt = tech.activation_checkpointing
     if ckpt == "full":
@@ -132,6 +133,8 @@ def _recompute_s(plan: Plan, layers_s: float, attention_s: float, elementwise_s:
         return (layers_s + elementwise_s) * (layers // tech.checkpoint_every) / layers
     if ckpt == "selective" and tech.attention == "eager":
         return attention_s
+    if ckpt == "selective_op" and plan.precision.fp8_recipe == "nvfp4":  # its linears are not in the save list
+        return layers_s - attention_s + elementwise_s
     return elementwise_s if ckpt == "selective_op" else 0.0
 
 
