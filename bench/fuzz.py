@@ -139,7 +139,7 @@ def random_plan(rng: random.Random) -> dict:
             and rng.random() < 0.8:
         workload["global_batch_size"] = workload["micro_batch_size"] * data * rng.choice([1, 4])
     serving = task == "inference" or rng.random() < 0.02  # now and then a framework that does not fit the task
-    framework = rng.choice(["generic"] * 3 + (["vllm", "hf_generate", "gpt_fast"] if serving else
+    framework = rng.choice(["generic"] * 3 + (["vllm", "sglang", "hf_generate", "gpt_fast"] if serving else
                                               ["hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan",
                                                "megatron", "axolotl"]))
     plan = {"framework": framework, "model": model, "workload": workload, "precision": precision, "techniques": techniques,

@@ -39,9 +39,10 @@ LoraVariant = Literal["lora", "dora"]
 Fp8Recipe = Literal["tensorwise", "rowwise", "mxfp8", "nvfp4"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"]
 PipelineSplit = Literal["auto", "even", "weighted"]  # see planner/pipeline.py
+FractionScope = Literal["all", "static"]
 Framework = Literal["generic", "hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan", "megatron",
-                    "axolotl", "vllm", "hf_generate", "gpt_fast"]
-INFERENCE_FRAMEWORKS = ("vllm", "hf_generate", "gpt_fast")
+                    "axolotl", "vllm", "sglang", "hf_generate", "gpt_fast"]
+INFERENCE_FRAMEWORKS = ("vllm", "sglang", "hf_generate", "gpt_fast")
 
 MAX_SEQUENCE = 16_777_216
 MAX_BATCH = 1_048_576
@@ -84,6 +85,9 @@ class Inference:
     # a serving engine's cap on running sequences (vLLM --max-num-seqs), which sizes its sampler warm-up;
     # default vLLM's for the GPU (1024 on 70 GiB or more other than the A100, else 256), at least batch_size
     max_num_seqs: int | None = field(default=None, metadata=between(1, MAX_BATCH))
+    # what gpu_memory_utilization covers: all (vLLM: weights, KV cache, the profile run's activations, CUDA
+    # graphs) or static (SGLang mem_fraction_static: weights and the KV pool; activations and graphs on top)
+    fraction_scope: FractionScope = "all"
     # a generate() loop's KV cache preallocated at the whole context (HF cache_implementation="static", gpt-fast
     # and torchao setup_caches): what a compiled decode captured as a CUDA graph needs
     static_cache: bool = False
@@ -414,6 +418,9 @@ class Plan:
             raise bad("framework_release", self.framework_release, "needs a framework; generic has no releases")
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         inf = self.workload.inference
+        if task == "inference" and inf.gpu_memory_utilization is None and inf.fraction_scope != "all":
+            raise bad("workload.inference.fraction_scope", inf.fraction_scope, "applies to a serving engine "
+                                                                               "(workload.inference.gpu_memory_utilization)")
         if task == "inference" and inf.gpu_memory_utilization is None and inf.max_num_seqs is not None:
             raise bad("workload.inference.max_num_seqs", inf.max_num_seqs, "applies to a serving engine "
                                                                            "(workload.inference.gpu_memory_utilization)")
@@ -423,8 +430,8 @@ class Plan:
         if inference_framework and task != "inference":
             raise bad("framework", self.framework, f"serves models: workload.task must be inference, not {task}")
         if task == "inference" and self.framework != "generic" and not inference_framework:
-            raise bad("framework", self.framework, "is a training framework; for inference use vllm, hf_generate, "
-                                                   "gpt_fast or generic")
+            raise bad("framework", self.framework, "is a training framework; for inference use vllm, sglang, "
+                                                   "hf_generate, gpt_fast or generic")
 
     def _check_weights(self) -> None:
         """Resolve and check precision.weights against the task (quantized weights must be frozen)."""

@@ -351,6 +351,14 @@ def test_a_compiled_generate_loop_over_a_static_cache():
     assert at.query_params["static_cache"] == "true" and at.query_params["mask_buffer"] == "true"
 
 
+def test_sglang_serves_with_its_static_fraction():
+    at = app({"preset": "llama-3.1-8b", "data": "1"})
+    at.selectbox(key="framework").select("sglang").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="fraction_scope").value == "static" and at.slider(key="gpu_memory_utilization").value == 0.88
+    assert at.query_params["framework"] == "sglang"
+
+
 def test_rules_the_app_no_longer_retypes_show_the_plans_own_error():
     at = app()
     at.checkbox(key="sequence_parallel").check().run()  # with tensor 1

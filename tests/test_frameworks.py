@@ -88,9 +88,10 @@ def test_serving_frameworks():
 @pytest.mark.parametrize("data, message", [
     ({"framework": "vllm"}, "framework: 'vllm' serves models: workload.task must be inference, not pretrain"),
     ({"framework": "torchtune", "workload": {"task": "inference"}},
-     "framework: 'torchtune' is a training framework; for inference use vllm, hf_generate, gpt_fast or generic"),
+     "framework: 'torchtune' is a training framework; for inference use vllm, sglang, hf_generate, gpt_fast or "
+     "generic"),
     ({"framework": "nemo"}, "framework: 'nemo' is not one of: generic, hf_trainer, accelerate_fsdp, deepspeed, "
-                            "torchtune, torchtitan, megatron, axolotl, vllm, hf_generate, gpt_fast"),
+                            "torchtune, torchtitan, megatron, axolotl, vllm, sglang, hf_generate, gpt_fast"),
     ({"framework": "torchtune", "workload": {"task": "finetune", "global_batch_size": 4}},
      "techniques.optimizer_in_backward: True needs one micro-batch per step (gradient accumulation 4): gradients "
      "are freed as they are applied"),

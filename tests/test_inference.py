@@ -194,3 +194,19 @@ def test_max_num_seqs_messages(inference, message):
         plan_from_dict({"model": {"preset": "llama-3.1-8b"},
                         "workload": {"task": "inference", "inference": {"batch_size": 16, **inference}}})
     assert str(err.value) == message
+
+
+def test_sglang_static_fraction_by_hand():
+    """SGLang at TP 2: mem_fraction_static 0.87 holds the weights and the KV pool (with what was allocated before
+    it: cuBLAS, the CUDA context, NCCL, custom all-reduce); the forward activations and the CUDA graphs come on top."""
+    plan = plan_from_dict({**_vllm(tensor=2), "framework": "sglang"})
+    assert plan.workload.inference.gpu_memory_utilization == 0.87
+    est = estimate(plan)
+    items = {i.name: i.bytes for i in est.items}
+    total = int(est.gpu.usable_bytes * 0.87)
+    before = items["weights"] + items["cublas_workspace"] + items["custom_all_reduce"] + items["cuda_context"] + items["nccl"]
+    assert est.serving.kv_budget_bytes == total - before
+    assert est.device_bytes == total + items["activations"] + items["cuda_graphs"] == est.usable_bytes
+    with pytest.raises(PlanError, match=r"^workload.inference.fraction_scope: 'static' applies to a serving engine"):
+        plan_from_dict({"model": {"preset": "llama-3.1-8b"},
+                        "workload": {"task": "inference", "inference": {"fraction_scope": "static"}}})

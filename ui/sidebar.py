@@ -168,6 +168,9 @@ def _inference_workload() -> None:
                 help="The engine claims a fraction of GPU memory; the KV cache fills what is left")
     if st.session_state["serving"]:
         drawn(st.slider, "GPU memory fraction", 0.05, 1.0, step=0.01, key="gpu_memory_utilization")
+        drawn(st.selectbox, "The fraction covers", CHOICES["workload.inference.fraction_scope"], key="fraction_scope",
+              help="all: weights, KV cache, activations and CUDA graphs (vLLM gpu_memory_utilization); static: "
+                   "weights and the KV pool, with activations and graphs on top (SGLang mem_fraction_static)")
         drawn(st.number_input, "Max running sequences (0: vLLM's default)", 0, MAX_BATCH, key="max_num_seqs",
               help="vLLM --max-num-seqs: its sampler warm-up at startup takes memory for this many requests")
     else:

@@ -197,21 +197,39 @@ def _custom_all_reduce(plan: Plan, detail: bool) -> Item | None:
                 detail)
 
 
+def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tuple[Item, ...], tuple[Item, ...]]:
+    """(items inside the engine's fraction, items outside it). vLLM's gpu_memory_utilization covers the profile
+    run's activation peak and the CUDA graphs; SGLang's mem_fraction_static covers only what is allocated before
+    the KV pool (model_runner.profile_max_num_token: rest = available − total × (1 − mem_fraction_static)), so its
+    forward activations and CUDA graphs come on top."""
+    static = plan.workload.inference.fraction_scope == "static"
+    graphs = item("cuda_graphs", "CUDA graphs", Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
+                  "Captured decode graphs and their memory pool", detail)
+    activations = (item("activations", "Prefill activations",
+                        Described(fw.prefill + fw.logits, "{:,} tokens per forward: largest MLP moment + 3 × T·h + "
+                                  "last-token logits", (fw.chunk,)),
+                        "One forward of the largest token chunk, outside the static fraction", detail) if static
+                   else _profile_peak(plan, gpu, fw, detail))
+    allreduce = _custom_all_reduce(plan, detail)
+    inside = (allreduce,) if allreduce else ()
+    return (inside, (activations, graphs)) if static else (inside + (activations, graphs), ())
+
+
 def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
-    """vLLM's startup accounting (gpu_worker.determine_available_memory): the KV cache gets gpu_memory_utilization
-    × device memory − (the weights and the profile run's activation peak, as PyTorch counts them, + what was
-    allocated outside PyTorch: CUDA context, NCCL); the CUDA graphs' pool is counted inside (since v0.21.0)."""
+    """A serving engine's startup accounting. vLLM (gpu_worker.determine_available_memory): the KV cache gets
+    gpu_memory_utilization × device memory − (the weights and the profile run's activation peak, as PyTorch
+    counts them, + what was allocated outside PyTorch: CUDA context, NCCL); the CUDA graphs' pool is counted
+    inside (since v0.21.0). SGLang: the fraction holds the weights and the KV pool; activations and graphs are
+    outside it (see _engine_items)."""
     m, inf = plan.model, plan.workload.inference
     b, fw = inf.batch_size, _forward(plan)
     weights, workspace = _weights(plan, detail)
     runtime = runtime_items(plan, detail)
     runtime_bytes = sum(i.bytes for i in runtime)
     total = int(gpu.usable_bytes * inf.gpu_memory_utilization)
-    engine = tuple(i for i in (_profile_peak(plan, gpu, fw, detail), _custom_all_reduce(plan, detail),
-                               item("cuda_graphs", "CUDA graphs", Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
-                                    "Captured decode graphs and their memory pool (vLLM)", detail)) if i is not None)
-    fixed_bytes = weights.bytes + workspace.bytes + sum(i.bytes for i in engine) + runtime_bytes
-    budget = max(0, total - fixed_bytes)
+    inside, outside = _engine_items(plan, gpu, fw, detail)
+    outside_bytes = sum(i.bytes for i in outside)
+    budget = max(0, total - weights.bytes - workspace.bytes - sum(i.bytes for i in inside) - runtime_bytes)
     blocks_per_seq = -(-inf.context_tokens // KV_BLOCK_TOKENS)
     seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
     serving = Serving(kv_budget_bytes=budget, kv_bytes_per_token=kv_bytes_per_token(plan),
@@ -223,11 +241,12 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
               f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'} for the batch at full "
               f"context; the engine preallocates {Size(budget)} for {serving.max_concurrent_sequences} such sequences",
               detail)
-    items = (weights, workspace, kv) + engine
+    items = (weights, workspace, kv) + inside + outside
     phase = Phase(name="serving", description="engine steady state: weights, activation reserve, KV cache", items=items)
-    # The engine claims `total` whatever it holds; if the batch needs more, it cannot start. Its budget is
-    # the memory it may use, so fits means: the batch's KV cache fits beside the weights.
-    device = max(total, phase.allocated_bytes + runtime_bytes)
+    # The engine claims `total` (and what runs outside its fraction) whatever it holds; if the batch needs more,
+    # it cannot start. So fits means: the batch's KV cache fits its budget, and the claim fits the GPU.
+    device = max(total, phase.allocated_bytes - outside_bytes + runtime_bytes) + outside_bytes
+    usable = min(gpu.usable_bytes, total + outside_bytes) if outside else total
     stage = Stage(index=0, layers=max(stage_split(plan)), micro_batches_in_flight=1,
                   phases=(phase,), peak=phase, reserved_bytes=device - runtime_bytes, device_bytes=device)
     reserve = allocator_reserve("Engine reserve (free KV blocks)", device - runtime_bytes - phase.allocated_bytes,
@@ -235,7 +254,7 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
                                 "KV blocks preallocated for further sequences", detail)
     return Estimate(plan=plan, gpu=gpu, items=items + (reserve,) + runtime, phase="serving", stage=0,
                     peak_allocated_bytes=phase.allocated_bytes, peak_reserved_bytes=device - runtime_bytes,
-                    device_bytes=device, usable_bytes=total, host_bytes=0, runtime_bytes=runtime_bytes,
+                    device_bytes=device, usable_bytes=usable, host_bytes=0, runtime_bytes=runtime_bytes,
                     serving=serving, all_stages=partial(tuple, (stage,)))
 
 
