@@ -88,7 +88,8 @@ def random_plan(rng: random.Random) -> dict:
         workload = {"task": task, "inference": {
             "batch_size": w(rng.randint(1, 256)), "prompt_tokens": w(rng.choice([1, 128, 4096, 100_000])),
             "output_tokens": w(rng.choice([1, 64, 2048])),
-            **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9])), "max_num_seqs": w(rng.choice([None, None, 512]))}
+            **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9])), "max_num_seqs": w(rng.choice([None, None, 512])),
+                "cuda_graphs": rng.random() < 0.8}
                if rng.random() < 0.4 else {}),
             **({"static_cache": True, "mask_buffer": rng.random() < 0.5} if rng.random() < 0.2 else {})}}
     precision = {"compute": rng.choice(["bf16", "fp16", "fp32", "fp8"]),
@@ -144,7 +145,8 @@ def random_plan(rng: random.Random) -> dict:
                                                "megatron", "axolotl"]))
     plan = {"framework": framework, "model": model, "workload": workload, "precision": precision, "techniques": techniques,
             "parallelism": parallelism,
-            **({"framework_release": rng.choice(["2025-01-15", "0.2.0", "9.9"])} if rng.random() < 0.03 else {}),
+            **({"framework_release": rng.choice(["2025-01-15", "0.2.0", "9.9"])}
+               if framework != "generic" and rng.random() < 0.1 else {}),
             "hardware": {"gpu": rng.choice(["h100-sxm-80gb", "a100-sxm-80gb", "l4-24gb", "mi300x-192gb", "tpu"])}}
     if rng.random() < 0.02:  # an unknown key somewhere
         rng.choice([plan, plan["workload"], plan["precision"]])["bogus"] = 1

@@ -88,6 +88,9 @@ class Inference:
     # what gpu_memory_utilization covers: all (vLLM: weights, KV cache, the profile run's activations, CUDA
     # graphs) or static (SGLang mem_fraction_static: weights and the KV pool; activations and graphs on top)
     fraction_scope: FractionScope = "all"
+    # the serving engine captures decode CUDA graphs (vLLM unless --enforce-eager, SGLang unless
+    # --disable-cuda-graph); their pool is an item
+    cuda_graphs: bool = True
     # a generate() loop's KV cache preallocated at the whole context (HF cache_implementation="static", gpt-fast
     # and torchao setup_caches): what a compiled decode captured as a CUDA graph needs
     static_cache: bool = False
@@ -418,6 +421,10 @@ class Plan:
             raise bad("framework_release", self.framework_release, "needs a framework; generic has no releases")
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         inf = self.workload.inference
+        if task == "inference" and inf.gpu_memory_utilization is None and not inf.cuda_graphs:
+            raise bad("workload.inference.cuda_graphs", False, "applies to a serving engine (workload.inference."
+                                                               "gpu_memory_utilization); a generate() loop captures"
+                                                               " graphs with techniques.compile over a static cache")
         if task == "inference" and inf.gpu_memory_utilization is None and inf.fraction_scope != "all":
             raise bad("workload.inference.fraction_scope", inf.fraction_scope, "applies to a serving engine "
                                                                                "(workload.inference.gpu_memory_utilization)")

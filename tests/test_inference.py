@@ -210,3 +210,13 @@ def test_sglang_static_fraction_by_hand():
     with pytest.raises(PlanError, match=r"^workload.inference.fraction_scope: 'static' applies to a serving engine"):
         plan_from_dict({"model": {"preset": "llama-3.1-8b"},
                         "workload": {"task": "inference", "inference": {"fraction_scope": "static"}}})
+
+
+def test_an_eager_engine_has_no_graph_pool():
+    """vLLM --enforce-eager (SGLang --disable-cuda-graph): no CUDA-graph pool, and the KV cache gets its 512 MiB."""
+    graphs, eager = (estimate(plan_from_dict(_vllm(cuda_graphs=on))) for on in (True, False))
+    assert "cuda_graphs" not in {i.name for i in eager.items}
+    assert eager.serving.kv_budget_bytes - graphs.serving.kv_budget_bytes == 512 * 2**20
+    with pytest.raises(PlanError, match=r"^workload.inference.cuda_graphs: False applies to a serving engine"):
+        plan_from_dict({"model": {"preset": "llama-3.1-8b"},
+                        "workload": {"task": "inference", "inference": {"cuda_graphs": False}}})

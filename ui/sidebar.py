@@ -171,6 +171,8 @@ def _inference_workload() -> None:
         drawn(st.selectbox, "The fraction covers", CHOICES["workload.inference.fraction_scope"], key="fraction_scope",
               help="all: weights, KV cache, activations and CUDA graphs (vLLM gpu_memory_utilization); static: "
                    "weights and the KV pool, with activations and graphs on top (SGLang mem_fraction_static)")
+        drawn(st.checkbox, "CUDA graphs", key="cuda_graphs",
+              help="The engine captures decode graphs (off: vLLM --enforce-eager, SGLang --disable-cuda-graph)")
         drawn(st.number_input, "Max running sequences (0: vLLM's default)", 0, MAX_BATCH, key="max_num_seqs",
               help="vLLM --max-num-seqs: its sampler warm-up at startup takes memory for this many requests")
     else:

@@ -38,7 +38,7 @@ MLA_INTS = {"kv_lora_rank": "KV latent rank (0: standard attention)", "q_lora_ra
 # A group of model widgets switched off by a 0 in its first one (as each label says)
 GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "global_attention_every"),
           "kv_lora_rank": tuple(MLA_INTS),
-          "serving": ("gpu_memory_utilization", "max_num_seqs", "fraction_scope")}
+          "serving": ("gpu_memory_utilization", "max_num_seqs", "fraction_scope", "cuda_graphs")}
 # Plan keys a plan may leave out or set to None (unused MoE, windows, latent attention; "no limit" counts), and
 # the widget value that stands for "not set": a widget holding it adds nothing to the plan
 WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0,

@@ -212,7 +212,8 @@ def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tup
                    else _profile_peak(plan, gpu, fw, detail))
     allreduce = _custom_all_reduce(plan, detail)
     inside = (allreduce,) if allreduce else ()
-    return (inside, (activations, graphs)) if static else (inside + (activations, graphs), ())
+    pool = (graphs,) if plan.workload.inference.cuda_graphs else ()  # (eager: no pool)
+    return (inside, (activations,) + pool) if static else (inside + (activations,) + pool, ())
 
 
 def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
