@@ -98,7 +98,9 @@ def _framework_line(plan: Plan) -> str | None:
 def frameworks_to_list() -> dict[str, Any]:
     """The framework recipes with every setting's condition and source, for `python -m planner frameworks`."""
     return {name: {"label": r.label, "summary": r.summary,
-                   "settings": [{"key": x.key, "value": x.value, "when": dict(x.when), "source": x.source}
+                   "releases": {k: v.isoformat() for k, v in r.releases.items()},
+                   "settings": [{"key": x.key, "value": x.value, "when": dict(x.when), "source": x.source,
+                                 **{k: d.isoformat() for k, d in (("since", x.since), ("until", x.until)) if d}}
                                 for x in r.settings]}
             for name, r in load_frameworks().items()}
 
@@ -107,9 +109,11 @@ def frameworks_to_table() -> str:
     """The framework recipes as a Markdown table (the README's), from planner/data/frameworks.yaml."""
     lines = ["| `framework` | what it keeps in which dtype, and where | settings it makes |", "|---|---|---|"]
     for name, r in load_frameworks().items():
-        settings = "; ".join(f"`{x.key}: {leaf_text(x.value)}`" + (f" when {x.condition}" if x.when else "")
+        settings = "; ".join(f"`{x.key}: {leaf_text(x.value)}`" + (f" when {x.condition}" if x.condition else "")
                              for x in r.settings) or "none"
-        lines.append(f"| `{name}` ({r.label}) | {r.summary} | {settings} |")
+        releases = ", ".join(f"{k} ({v})" for k, v in r.releases.items())
+        summary = r.summary + (f" Tagged releases: {releases}." if releases else "")
+        lines.append(f"| `{name}` ({r.label}) | {summary} | {settings} |")
     return "\n".join(lines) + "\n"
 
 

@@ -146,3 +146,9 @@ def test_release_messages(data, message):
     with pytest.raises(PlanError) as err:
         plan_from_dict({"model": MODEL, **data})
     assert str(err.value) == message
+
+
+def test_the_table_says_when_a_release_setting_holds_and_lists_tagged_releases():
+    row = next(line for line in frameworks_to_table().splitlines() if line.startswith("| `torchtitan`"))
+    assert "`techniques.compile_scope: blocks` when release from 2024-12-18 before 2025-04-02" in row
+    assert "Tagged releases: 0.1.0 (2025-06-17), 0.2.0 (2025-10-17)" in row
