@@ -36,9 +36,11 @@ CUDA_GRAPH_BYTES = 512 * MiB
 VLLM_MAX_NUM_SEQS = {True: 1024, False: 256}
 VLLM_LARGE_GPU_BYTES = 70 * 1024 * MiB
 # Bytes per logit of vLLM's sampler warm-up with top-k and top-p (v1/sample/ops/topk_topp_sampler.py
-# apply_top_k_top_p, the PyTorch path): the model-dtype logits (2), their fp32 copy (4), the sorted values (4) and
-# int64 indices (8), softmax of the sorted values (4) and its cumulative sum (4), alive together at the top-p step
-SAMPLER_BYTES_PER_LOGIT = 26
+# apply_top_k_top_p, the PyTorch sort path): the model-dtype logits (2) the caller still holds, their fp32 copy
+# (4), the sorted values (4) and int64 indices (8), the softmax of the sorted values with its cumulative sum
+# written in place (4) and a bool mask (1), alive together at the top-p step. Releases that take a Triton
+# pivot kernel for batches of 8 or more sort nothing and hold less: the sort path is the upper bound.
+SAMPLER_BYTES_PER_LOGIT = 23
 # vLLM custom all-reduce: CustomAllreduce(max_size=8192 * 1024) allocates a meta buffer of max_size + 256 B and
 # an IPC input buffer of max_size on every rank of a tensor-parallel group of 2-8 GPUs on one node
 CUSTOM_ALL_REDUCE_BYTES = 8 * MiB
