@@ -124,6 +124,8 @@ def random_plan(rng: random.Random) -> dict:
                    "async_tp": tensor > 1 and rng.random() < 0.1, "flat_params": rng.random() < (0.3 if task in ("lora", "qlora") else 0.01)}
     if parallelism["async_tp"] and rng.random() < 0.9:  # mostly with what it needs
         parallelism["sequence_parallel"] = techniques["compile"] = True
+    if parallelism["zero_stage"] in (1, 2) and rng.random() < 0.2:
+        parallelism["reduce_bucket_elements"] = w(rng.choice([16_777_216, 500_000_000]))
     if (precision.get("fp8_all_gather") or parallelism["flat_params"]) and rng.random() < 0.9:
         parallelism["zero_stage"] = 3  # mostly with what it needs
     if parallelism["pipeline"] > 1 or rng.random() < 0.02:

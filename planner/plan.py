@@ -255,6 +255,10 @@ class Parallelism:
     # FSDP1 flat parameters (use_orig_params=True, one unit per transformer block): a unit whose frozen base and
     # trainable adapters share one FlatParameter gets a gradient for all of it (FSDP2 shards per parameter)
     flat_params: bool = False
+    # DeepSpeed ZeRO-1/2 with contiguous_gradients: backward copies gradients into a flat bucket of this many
+    # elements before reducing them (stage_1_and_2.py ipg_buffer; DeepSpeed's default 5e8, HF's "auto"
+    # hidden_size²); none: no such bucket (DDP, FSDP)
+    reduce_bucket_elements: int | None = field(default=None, metadata=between(1, 10**11))
 
     def __post_init__(self) -> None:
         check_fields(self, "parallelism")
@@ -403,6 +407,9 @@ class Plan:
             raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
                                                     " of the blocks (torchtitan's micro-pipelined TP is an inductor"
                                                     " pass)")
+        if par.reduce_bucket_elements is not None and par.zero_stage not in (1, 2):
+            raise bad("parallelism.reduce_bucket_elements", par.reduce_bucket_elements,
+                      "applies to DeepSpeed ZeRO stage 1 or 2 (parallelism.zero_stage)")
         if par.flat_params and not (par.zero_stage == 3 and task in ADAPTER_TASKS):
             raise bad("parallelism.flat_params", True, "applies to lora and qlora under parallelism.zero_stage 3 (with"
                                                        " every parameter trainable, flat and per-parameter sharding"

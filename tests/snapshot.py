@@ -61,6 +61,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "pp4-gpipe-zero2-lion": {
         "workload": {"global_batch_size": 16}, "precision": {"optimizer": "lion", "optimizer_impl": "forloop"},
         "parallelism": {"data": 2, "zero_stage": 2, "pipeline": 4, "pipeline_schedule": "gpipe"}},
+    "deepspeed-zero2-reduce-bucket": {
+        "framework": "deepspeed", "parallelism": {"data": 8, "zero_stage": 2}},
     "nvfp4-torchtitan-sac-fsdp8": {
         "framework": "torchtitan", "workload": {"sequence_length": 8192}, "techniques": {"compile": True},
         "precision": {"compute": "fp8", "fp8_recipe": "nvfp4"}, "parallelism": {"data": 8},

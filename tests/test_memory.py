@@ -642,3 +642,15 @@ def test_nvfp4_under_op_level_sac_keeps_less_than_bf16():
     nvfp4 = estimate(plan_from_dict({**d, "precision": {"compute": "fp8", "fp8_recipe": "nvfp4"}}))
     acts = {e: next(i.bytes for i in x.items if i.name == "activations") for e, x in (("bf16", bf16), ("fp4", nvfp4))}
     assert nvfp4.peak_allocated_bytes < bf16.peak_allocated_bytes and acts["fp4"] < acts["bf16"] / 2
+
+
+def test_deepspeed_zero2_holds_its_reduce_bucket():
+    """DeepSpeed's default reduce_bucket_size (5e8 elements) of bf16 gradients: a 1 GB flat bucket at ZeRO-1/2;
+    none under ZeRO-3, where stage3.py keeps its own buffers."""
+    d = {"framework": "deepspeed", "model": {"preset": "llama-3.2-1b"}, "parallelism": {"data": 8, "zero_stage": 2}}
+    items = {i.name: i.bytes for i in estimate(plan_from_dict(d)).items}
+    assert items["reduce_bucket"] == 500_000_000 * 2
+    zero3 = estimate(plan_from_dict({**d, "parallelism": {"data": 8, "zero_stage": 3}}))
+    assert "reduce_bucket" not in {i.name for i in zero3.items}
+    with pytest.raises(PlanError, match=r"^parallelism.reduce_bucket_elements: 1000 applies to DeepSpeed ZeRO stage 1"):
+        plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "parallelism": {"reduce_bucket_elements": 1000}})

@@ -335,6 +335,10 @@ def parallelism_inputs(catalog: dict) -> None:
         if st.session_state["task"] in TRAINING_TASKS:  # sharding of training states
             drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage",
                   help="3 = FSDP full shard")
+            if st.session_state["zero_stage"] in (1, 2):
+                drawn(st.number_input, "DeepSpeed reduce bucket, elements (0: none)", 0, 10**11, step=10**8,
+                      key="reduce_bucket_elements",
+                      help="reduce_bucket_size: a flat gradient bucket of this many elements (DeepSpeed's default 5e8)")
             if st.session_state["zero_stage"] == 3 and st.session_state["task"] in ADAPTER_TASKS:
                 drawn(st.checkbox, "FSDP1 flat parameters", key="flat_params",
                       help="use_orig_params=True with one unit per block: the frozen base gets gradients too")

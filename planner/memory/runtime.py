@@ -35,7 +35,7 @@ _CUBLAS = Product((Factor(2, "handles"), Factor(Size(CUBLAS_WORKSPACE_BYTES // 2
 
 # Items that do not fragment the allocator's cache: allocated once, or reallocated at the same size every layer
 # (gathered units, dequantized weights), which the cache serves from the block it just freed.
-_NO_CHURN = {"weights", "adapters", "master_weights", "gradients", "optimizer_states", "ddp_buckets",
+_NO_CHURN = {"weights", "adapters", "master_weights", "gradients", "optimizer_states", "ddp_buckets", "reduce_bucket",
              "cublas_workspace", "zero3_gather", "dequantized_weight", "fp8_casts"}
 
 

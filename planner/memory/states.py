@@ -135,6 +135,17 @@ def _ddp_buckets(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int) -> Ite
                 ctx.detail)
 
 
+def _reduce_bucket(ctx: StageContext, grad_dtype_bytes: int) -> Item | None:
+    """DeepSpeed ZeRO-1/2's flat gradient bucket (stage_1_and_2.py backward: ipg_buffer = torch.empty(
+    reduce_bucket_size, dtype=self.dtype) when contiguous_gradients, its default), allocated for backward."""
+    elements = ctx.plan.parallelism.reduce_bucket_elements
+    if elements is None or ctx.plan.techniques.offload != "none":
+        return None
+    return item("reduce_bucket", "DeepSpeed reduce bucket",
+                Product((Factor(elements, "elements (reduce_bucket_size)"), Factor(grad_dtype_bytes, "B"))),
+                "Gradients are copied into this flat bucket before each reduce (contiguous_gradients)", ctx.detail)
+
+
 def model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
     if ctx.lora:
         weights, adapters, master, grad_dtype_bytes, stored = _lora_weights(ctx, tr)
@@ -143,6 +154,7 @@ def model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
         grad_dtype_bytes, stored = nbytes(ctx.plan.precision.gradients), ctx.bc
     workspace = cublas_workspace("Forward and autograd threads each hold one (cuBLAS docs)", ctx.detail)
     static = tuple(i for i in (weights, adapters, master, _optimizer_states(ctx, tr, opt),
-                               _ddp_buckets(ctx, tr, grad_dtype_bytes), workspace) if i is not None)
+                               _ddp_buckets(ctx, tr, grad_dtype_bytes), _reduce_bucket(ctx, grad_dtype_bytes),
+                               workspace) if i is not None)
     return States(static=static, grads=_gradients(ctx, tr, grad_dtype_bytes, stored), grad_dtype_bytes=grad_dtype_bytes,
                   stored=stored)
