@@ -38,9 +38,11 @@ VLLM_LARGE_GPU_BYTES = 70 * 1024 * MiB
 # Bytes per logit of vLLM's sampler warm-up with top-k and top-p (v1/sample/ops/topk_topp_sampler.py
 # apply_top_k_top_p, the PyTorch sort path): the model-dtype logits (2) the caller still holds, their fp32 copy
 # (4), the sorted values (4) and int64 indices (8), the softmax of the sorted values with its cumulative sum
-# written in place (4) and a bool mask (1), alive together at the top-p step. Releases that take a Triton
-# pivot kernel for batches of 8 or more sort nothing and hold less: the sort path is the upper bound.
-SAMPLER_BYTES_PER_LOGIT = 23
+# written in place (4) and a bool mask (1): 23 B; torch.sort's CUDA segmented radix sort double-buffers its keys
+# and int64 values (+12 B) and takes temporary storage. vLLM 0.11's own profiling logs on H100 (llm-d-benchmark
+# notes, bench/data/serving-memory-sources.md) show 38.4-39.6 B a logit over five models and three vocabularies
+# at max_num_seqs 1,024: the planner takes 39. Releases whose Triton pivot kernel sorts nothing hold less.
+SAMPLER_BYTES_PER_LOGIT = 39
 # vLLM custom all-reduce: CustomAllreduce(max_size=8192 * 1024) allocates a meta buffer of max_size + 256 B and
 # an IPC input buffer of max_size on every rank of a tensor-parallel group of 2-8 GPUs on one node
 CUSTOM_ALL_REDUCE_BYTES = 8 * MiB
@@ -180,7 +182,8 @@ def _profile_peak(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> Item:
     """The activation peak of the engine's profile run: a forward of its largest token batch, then the sampler
     warmed up on min(max_num_seqs, tokens) requests with top-k and top-p (vLLM _dummy_sampler_run), whose logits
     are gathered to the whole vocabulary on every rank."""
-    seqs = min(engine_max_num_seqs(plan, gpu), fw.chunk)
+    # the profile run's token budget is the engine's (max_num_batched_tokens), whatever the plan's batch
+    seqs = min(engine_max_num_seqs(plan, gpu), plan.workload.inference.prefill_chunk_tokens or SERVING_PREFILL_TOKENS)
     sampler = seqs * plan.model.vocab_size * SAMPLER_BYTES_PER_LOGIT
     text = ("max(forward of {:,} tokens {:MiB.0}, sampler {:,} requests × {:,} vocab × {} B)")
     return item("activations", "Activation peak (profile run)",
@@ -219,20 +222,26 @@ def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tup
 
 
 def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
-    """A serving engine's startup accounting. vLLM (gpu_worker.determine_available_memory): the KV cache gets
-    gpu_memory_utilization × device memory − (the weights and the profile run's activation peak, as PyTorch
-    counts them, + what was allocated outside PyTorch: CUDA context, NCCL); the CUDA graphs' pool is counted
-    inside (since v0.21.0). SGLang: the fraction holds the weights and the KV pool; activations and graphs are
-    outside it (see _engine_items)."""
+    """A serving engine's startup accounting. vLLM (v1 gpu_worker, since 0.9.1 a snapshot taken at start): the KV
+    cache gets gpu_memory_utilization × device memory − (the weights and the profile run's activation peak, as
+    PyTorch counts them, + the non-torch memory that grew since the snapshot: NCCL, custom all-reduce); the
+    CUDA graphs' pool is counted inside (since 0.20); the process's CUDA context, made before the snapshot, is
+    not charged. SGLang: mem_fraction_static is a fraction of the memory free after distributed init (CUDA
+    context and NCCL already made) and holds the weights and the KV pool; activations and graphs are outside it
+    (see _engine_items)."""
     m, inf = plan.model, plan.workload.inference
     b, fw = inf.batch_size, _forward(plan)
     weights, workspace = _weights(plan, detail)
     runtime = runtime_items(plan, detail)
     runtime_bytes = sum(i.bytes for i in runtime)
-    total = int(gpu.usable_bytes * inf.gpu_memory_utilization)
     inside, outside = _engine_items(plan, gpu, fw, detail)
+    static = inf.fraction_scope == "static"
+    # made before the engine measures, and not charged to its fraction
+    before = runtime_bytes if static else sum(i.bytes for i in runtime if i.name == "cuda_context")
     outside_bytes = sum(i.bytes for i in outside)
-    budget = max(0, total - weights.bytes - workspace.bytes - sum(i.bytes for i in inside) - runtime_bytes)
+    total = int((gpu.usable_bytes - (before if static else 0)) * inf.gpu_memory_utilization)
+    charged = runtime_bytes - before
+    budget = max(0, total - weights.bytes - workspace.bytes - sum(i.bytes for i in inside) - charged)
     blocks_per_seq = -(-inf.context_tokens // KV_BLOCK_TOKENS)
     seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
     serving = Serving(kv_budget_bytes=budget, kv_bytes_per_token=kv_bytes_per_token(plan),
@@ -248,8 +257,8 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     phase = Phase(name="serving", description="engine steady state: weights, activation reserve, KV cache", items=items)
     # The engine claims `total` (and what runs outside its fraction) whatever it holds; if the batch needs more,
     # it cannot start. So fits means: the batch's KV cache fits its budget, and the claim fits the GPU.
-    device = max(total, phase.allocated_bytes - outside_bytes + runtime_bytes) + outside_bytes
-    usable = min(gpu.usable_bytes, total + outside_bytes) if outside else total
+    device = max(total, phase.allocated_bytes - outside_bytes + charged) + before + outside_bytes
+    usable = min(gpu.usable_bytes, total + before + outside_bytes)
     stage = Stage(index=0, layers=max(stage_split(plan)), micro_batches_in_flight=1,
                   phases=(phase,), peak=phase, reserved_bytes=device - runtime_bytes, device_bytes=device)
     reserve = allocator_reserve("Engine reserve (free KV blocks)", device - runtime_bytes - phase.allocated_bytes,
