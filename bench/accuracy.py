@@ -181,8 +181,9 @@ def summaries(rows: list[dict]) -> list[dict]:
     for r in rows:
         for key in ((r["workload"], r["stat"]), ("all", "all")):
             groups.setdefault(key, []).append(r["error_pct"])
+    order = sorted(groups.items(), key=lambda g: (g[0][0] == "all", g[0]))  # the overall line last
     return [{"workload": w, "stat": st, "rows": len(e), "median": statistics.median(abs(x) for x in e),
-             "p90": p90([abs(x) for x in e]), "signed": statistics.median(e)} for (w, st), e in sorted(groups.items(), key=lambda g: (g[0][0] == "all", g[0]))]
+             "p90": p90([abs(x) for x in e]), "signed": statistics.median(e)} for (w, st), e in order]
 
 
 def predict(plan_dict: dict, stat: str) -> int:
@@ -225,7 +226,8 @@ def main() -> None:
     if errors:
         print(f"\n{len(rows)} rows expressed: median |error| {statistics.median(errors):.1f} %, "
               f"p90 |error| {p90(errors):.1f} %")
-        print("\n| workload | statistic | rows | median abs error | p90 abs error | signed median |\n|---|---|---|---|---|---|")
+        print("\n| workload | statistic | rows | median abs error | p90 abs error | signed median |\n"
+              "|---|---|---|---|---|---|")
         for g in summaries(rows):
             print(f"| {g['workload']} | {g['stat']} | {g['rows']} | {g['median']:.1f} % | {g['p90']:.1f} % | "
                   f"{g['signed']:+.1f} % |")

@@ -121,7 +121,8 @@ def random_plan(rng: random.Random) -> dict:
                    "sequence_parallel": tensor > 1 and rng.random() < 0.5, "pipeline": rng.choice([1, 1, 2, 4]),
                    "context": rng.choice([1, 1, 2]),
                    "expert": rng.choice([1, 2, 8]) if moe or rng.random() < 0.02 else 1,
-                   "async_tp": tensor > 1 and rng.random() < 0.1, "flat_params": rng.random() < (0.3 if task in ("lora", "qlora") else 0.01)}
+                   "async_tp": tensor > 1 and rng.random() < 0.1,
+                   "flat_params": rng.random() < (0.3 if task in ("lora", "qlora") else 0.01)}
     if parallelism["async_tp"] and rng.random() < 0.9:  # mostly with what it needs
         parallelism["sequence_parallel"] = techniques["compile"] = True
     if parallelism["zero_stage"] in (1, 2) and rng.random() < 0.2:

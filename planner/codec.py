@@ -235,7 +235,7 @@ def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
         current = base_flat.get(path, _block_default(path))
         try:
             if takes_integers(path):
-                chosen[key] = [int(v) for v in text.split(",") if v]
+                chosen[key] = integers(text)
             else:
                 chosen[key] = _parse(text, current) if current is not None else (
                     yaml.safe_load(text) if len(text) < 100 else text)
@@ -255,6 +255,11 @@ def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
             warnings.append(f"{culprit}: {exc}; the default is used")
             del chosen[culprit]
     return plan_from_dict(default), warnings
+
+
+def integers(text: str) -> list[int]:
+    """A list of integers as a link (or a text box) writes it, comma-separated; ValueError if it is not one."""
+    return [int(v) for v in text.split(",") if v.strip()]
 
 
 def takes_integers(path: tuple[str, ...]) -> bool:

@@ -104,8 +104,8 @@ class Inference:
     def __post_init__(self) -> None:
         check_fields(self, "workload.inference")
         if self.max_num_seqs is not None and self.max_num_seqs < self.batch_size:
-            raise bad("workload.inference.max_num_seqs", self.max_num_seqs, f"is below batch_size ({self.batch_size}):"
-                                                                            " the engine runs at most this many at once")
+            raise bad("workload.inference.max_num_seqs", self.max_num_seqs,
+                      f"is below batch_size ({self.batch_size}): the engine runs at most this many at once")
         if self.mask_buffer and not self.static_cache:
             raise bad("workload.inference.mask_buffer", True, "needs workload.inference.static_cache (the mask is "
                                                               "sized to the preallocated cache)")
@@ -428,16 +428,14 @@ class Plan:
             raise bad("framework_release", self.framework_release, "needs a framework; generic has no releases")
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         inf = self.workload.inference
-        if task == "inference" and inf.gpu_memory_utilization is None and not inf.cuda_graphs:
-            raise bad("workload.inference.cuda_graphs", False, "applies to a serving engine (workload.inference."
-                                                               "gpu_memory_utilization); a generate() loop captures"
-                                                               " graphs with techniques.compile over a static cache")
-        if task == "inference" and inf.gpu_memory_utilization is None and inf.fraction_scope != "all":
-            raise bad("workload.inference.fraction_scope", inf.fraction_scope, "applies to a serving engine "
-                                                                               "(workload.inference.gpu_memory_utilization)")
-        if task == "inference" and inf.gpu_memory_utilization is None and inf.max_num_seqs is not None:
-            raise bad("workload.inference.max_num_seqs", inf.max_num_seqs, "applies to a serving engine "
-                                                                           "(workload.inference.gpu_memory_utilization)")
+        if task == "inference" and inf.gpu_memory_utilization is None:  # settings of a serving engine
+            for key, value, unset, hint in (
+                    ("cuda_graphs", inf.cuda_graphs, True,
+                     "; a generate() loop captures graphs with techniques.compile over a static cache"),
+                    ("fraction_scope", inf.fraction_scope, "all", ""), ("max_num_seqs", inf.max_num_seqs, None, "")):
+                if value != unset:
+                    raise bad(f"workload.inference.{key}", value,
+                              "applies to a serving engine (workload.inference.gpu_memory_utilization)" + hint)
         if task == "inference" and inf.gpu_memory_utilization is not None and inf.static_cache:
             raise bad("workload.inference.static_cache", True, "applies to a generate() loop; a serving engine "
                                                                "(gpu_memory_utilization) pages its KV cache")

@@ -61,18 +61,18 @@ def _on_framework() -> None:
         d["workload"] = {"task": "inference"}
     elif d["workload"]["task"] not in TRAINING_TASKS and new != "generic":
         d["workload"] = {"task": "pretrain"}
-    try:
-        load_into_widgets(plan_from_dict({**d, "framework": new}))
-        st.session_state.pop("framework_error", None)
-    except PlanError as exc:
-        st.session_state["framework_error"] = str(exc)
+    _reload({**d, "framework": new})
 
 
 def _on_release() -> None:
     """Another release of the framework re-derives the keys its recipe governs (settings that changed between
     releases); every other key stays."""
     framework = st.session_state["framework"]
-    d = without_keys(current_plan_dict(), {x.key for x in load_frameworks()[framework].settings})
+    _reload(without_keys(current_plan_dict(), {x.key for x in load_frameworks()[framework].settings}))
+
+
+def _reload(d: dict) -> None:
+    """Fill the widgets from the plan `d` (a framework's keys re-derived), or keep them and note why not."""
     try:
         load_into_widgets(plan_from_dict(d))
         st.session_state.pop("framework_error", None)

@@ -18,7 +18,7 @@ import streamlit as st
 
 from planner.catalog import load_catalog
 from planner.choices import CHOICES
-from planner.codec import leaf_text, plan_from_dict, plan_from_query, plan_to_dict, takes_integers
+from planner.codec import integers, leaf_text, plan_from_dict, plan_from_query, plan_to_dict, takes_integers
 from planner.errors import PlanError
 from planner.models import MODEL_KEYS
 from planner.plan import Inference, Lora, Plan, section_keys
@@ -70,7 +70,7 @@ INTEGER_LISTS = tuple(key for key, path in PATHS.items() if takes_integers(path)
 def _integers(text: str) -> list[int] | str:
     """A text box's comma-separated integers; the text itself where it is not that (the plan says why)."""
     try:
-        return [int(v) for v in text.replace(" ", "").split(",") if v]
+        return integers(text)
     except ValueError:
         return text
 

@@ -185,10 +185,11 @@ def _profile_peak(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> Item:
     # the profile run's token budget is the engine's (max_num_batched_tokens), whatever the plan's batch
     seqs = min(engine_max_num_seqs(plan, gpu), plan.workload.inference.prefill_chunk_tokens or SERVING_PREFILL_TOKENS)
     sampler = seqs * plan.model.vocab_size * SAMPLER_BYTES_PER_LOGIT
-    text = ("max(forward of {:,} tokens {:MiB.0}, sampler {:,} requests × {:,} vocab × {} B)")
+    forward = fw.prefill + fw.logits
+    text = "max(forward of {:,} tokens {:MiB.0}, sampler {:,} requests × {:,} vocab × {} B)"
     return item("activations", "Activation peak (profile run)",
-                Described(max(fw.prefill + fw.logits, sampler), text,
-                          (fw.chunk, Size(fw.prefill + fw.logits), seqs, plan.model.vocab_size, SAMPLER_BYTES_PER_LOGIT)),
+                Described(max(forward, sampler), text,
+                          (fw.chunk, Size(forward), seqs, plan.model.vocab_size, SAMPLER_BYTES_PER_LOGIT)),
                 "What the engine reserves: the larger of its largest forward and its sampler warm-up", detail)
 
 
@@ -345,7 +346,8 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
     decode = Phase(name="decode (last step)", description="the cache at full length" + (
         "" if inf.static_cache else ", growing one layer"), items=(
         weights, workspace,
-        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, final_cache), cache, (b, final_cache, per_token)),
+        item("kv_cache", "KV cache",
+             Described(b * kv_cache_bytes(plan, final_cache), cache, (b, final_cache, per_token)),
              f"{plan.precision.kv_cache} K and V, {how}", detail)) + (
         static if pooled else (decode_acts,) + static))
     return prefill, decode
