@@ -213,6 +213,9 @@ class Techniques:
     # saved activations are copied to host memory after use in forward and brought back for backward
     # (torchtune OffloadActivations); what stays on the GPU is itemized
     activation_offload: bool = False
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1): the caching allocator grows one segment
+    # per pool by mapping pages instead of allocating separate segments, which leaves fewer unusable holes
+    expandable_segments: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "techniques")

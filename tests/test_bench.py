@@ -1,5 +1,6 @@
 """The benchmarks run, and the exact-accounting physics they check does not regress."""
 
+import csv
 import statistics
 import sys
 
@@ -7,9 +8,13 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 
+from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
+
 import accuracy  # noqa: E402
+import allocator_replay  # noqa: E402
 import oracle_check  # noqa: E402
 import serving  # noqa: E402
+import serving_memory  # noqa: E402
 import throughput  # noqa: E402
 
 
@@ -53,3 +58,31 @@ def test_serving_compares_every_fixed_batch_row():
     assert all(why == "a max-throughput run: no fixed batch" for _, why in skipped)
     errors = [abs(r["error"]) for r in rows]
     assert statistics.median(errors) < 0.25  # measured 15.8 % when the serving bench landed
+
+
+def test_serving_memory_plans_every_row_it_can_and_holds_vllm_011_budgets():
+    rows, skipped = serving_memory.run()
+    with serving_memory.DATA.open() as f:
+        assert len(rows) + len(skipped) == sum(1 for _ in csv.DictReader(f))  # planned or listed, never dropped
+    assert all(why for _, why in skipped)
+    vllm_011 = [r for r in rows if r["source"].startswith("B")]  # vLLM 0.11 on an H100 (llm-d-benchmark notes)
+    assert len(vllm_011) == 7  # B.3-B.8 and B2.1; gpt-oss (MXFP4) and Mistral Small 3.2 (multimodal) are listed
+    for r in vllm_011:
+        if r["basis"] == "failed":  # the engine found no memory for the KV cache: neither does the planner
+            assert r["kv_gib"][1] == 0 and not r["fits"]
+        else:
+            assert r["basis"] == "budget" and abs(r["error"]) < 0.03, r["row"]
+
+
+def test_allocator_replay_reproduces_its_recorded_rows_and_the_planner_takes_their_medians():
+    with allocator_replay.RESULTS.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(list(allocator_replay.TRACES.glob("*.trace.gz"))) == 14
+    for name in ("gpt2-124m_train_s1024_mb8", "llama3.2-1b_lora-qv-r16_s2048_mb2"):  # the two quickest
+        measured = allocator_replay.measure(allocator_replay.TRACES / f"{name}.trace.gz")
+        row = next(r for r in rows if r["trace"] == name)
+        assert {c: f"{measured[c]:.3f}" for c in allocator_replay.COLUMNS} == {c: row[c] for c in allocator_replay.COLUMNS}
+    medians = allocator_replay.training_medians(rows)
+    for expandable, mode in ((False, "default"), (True, "expandable")):
+        assert RESERVE_FRACTION[expandable] == round(medians[f"{mode}_reserve"], 2)
+        assert LEAST_FRACTION[expandable] == round(medians[f"{mode}_least"], 2)

@@ -3,6 +3,8 @@ table is the data's."""
 
 from pathlib import Path
 
+from dataclasses import replace
+
 import pytest
 
 from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
@@ -133,6 +135,22 @@ def test_the_blocks_only_release_keeps_the_fp32_logits():
              for release in ("2025-01-15", "0.2.0")]
     blocks, both = (estimate(p).peak_allocated_bytes for p in plans)
     assert blocks - both > 16384 * 128256 * 4 // 2  # at least half the fp32 logits more
+
+
+@pytest.mark.parametrize("framework, release, expandable", [
+    ("torchtitan", "", True), ("torchtitan", "2024-10-21", False), ("torchtitan", "2024-10-22", True),
+    ("torchtune", "2025-06-19", False), ("torchtune", "", True), ("axolotl", "2024-12-12", False),
+    ("axolotl", "2024-12-13", True), ("hf_trainer", "", False), ("megatron", "", False),
+])
+def test_launchers_that_set_expandable_segments_hold_less_cache(framework, release, expandable):
+    """torchtitan's run_train.sh (PR #643), torchtune's __init__ (PR #2841) and axolotl's CLI (PR #2183) set
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; the allocator then keeps less of what churns."""
+    data = {"framework": framework, "model": MODEL, "workload": {"task": "finetune"}}
+    plan = plan_from_dict({**data, "framework_release": release} if release else data)
+    assert plan.techniques.expandable_segments is expandable
+    est = estimate(plan)
+    off = estimate(replace(plan, techniques=replace(plan.techniques, expandable_segments=False)))
+    assert (est.peak_reserved_bytes < off.peak_reserved_bytes) is expandable
 
 
 @pytest.mark.parametrize("data, message", [

@@ -131,7 +131,7 @@ def test_a_compiled_static_cache_loop_by_hand():
     assert est.phase == "prefill"  # the static cache is as large at the prompt as at the end
     # allocated once, the static cache, its mask and the graph pool do not add to the allocator's reserve
     churn = items["activations"] + items["expanded_kv"]
-    assert est.peak_reserved_bytes - est.peak_allocated_bytes == round(0.1 * churn)
+    assert est.peak_reserved_bytes - est.peak_allocated_bytes == round(0.13 * churn)  # default segments (RESERVE_FRACTION)
 
 
 def test_a_static_cache_is_as_large_without_compile_and_has_no_growth_copy():

@@ -308,6 +308,9 @@ def technique_inputs(models: dict[str, Preset]) -> None:
             drawn(st.selectbox, "Offload", CHOICES["techniques.offload"], key="offload",
                   help="Move optimizer states (and parameters, ZeRO-3) to CPU memory")
             _training_techniques()
+        drawn(st.checkbox, "Expandable segments", key="expandable_segments",
+              help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator grows one segment by "
+                   "mapping pages, leaving fewer unusable holes (torchtitan's launcher sets it)")
         if _has_experts(models):
             drawn(st.number_input, "MoE capacity factor (0: dropless)", 0.0, 64.0, step=0.25, key="moe_capacity_factor",
                   help="Token-dropping MoE training pads each expert's buffer to this multiple of its even share of "

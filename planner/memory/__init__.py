@@ -32,7 +32,8 @@ Where each part lives (one module per topic):
 - states.py: weights, master weights, optimizer states, gradients, DDP buckets; optimizers.py: one table entry
   per optimizer; losses.py: one function per loss variant; techniques.py: the transients of backward (ZeRO-3
   gather, fresh gradients, dequantized weights, expert all-to-all, fp8 casts, DoRA, recompute).
-- runtime.py: CUDA context, NCCL, cuBLAS, async-TP symmetric memory and the allocator reserve, for both tasks.
+- runtime.py: CUDA context, NCCL, cuBLAS, async-TP symmetric memory and the allocator reserve, for both tasks;
+  allocator.py: PyTorch's caching allocator replayed from its rules (where the reserve's fractions come from).
 - training.py: the phases of a training step; inference.py: generation and serving.
 """
 
@@ -42,12 +43,13 @@ from planner.catalog import Gpu, load_catalog
 from planner.errors import bad
 from planner.memory.inference import inference_estimate, kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from planner.memory.result import TOTALS_MEANING, Estimate, Item, Level, Phase, Serving, Stage
-from planner.memory.runtime import (ALLOCATOR_CHURN_FRACTION, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES,
-                                    NCCL_BYTES_PER_COMMUNICATOR)
+from planner.memory.runtime import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, LEAST_FRACTION,
+                                    NCCL_BYTES_PER_COMMUNICATOR, RESERVE_FRACTION)
 from planner.memory.training import training_estimate
 from planner.plan import Plan
 
-__all__ = ["ALLOCATOR_CHURN_FRACTION", "CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "NCCL_BYTES_PER_COMMUNICATOR",
+__all__ = ["CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "LEAST_FRACTION", "NCCL_BYTES_PER_COMMUNICATOR",
+           "RESERVE_FRACTION",
            "TOTALS_MEANING", "Estimate", "Item", "Level", "Phase", "Serving", "Stage", "estimate",
            "kv_bytes_per_token", "kv_cache_bytes", "weight_bytes"]
 

@@ -19,8 +19,8 @@ from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
 from planner.memory.layout import largest_stage_layers, stage_split
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
-from planner.memory.runtime import (ALLOCATOR_CHURN_FRACTION, CUBLAS_WORKSPACE_BYTES, allocator_reserve,
-                                    cublas_workspace, runtime_items)
+from planner.memory.runtime import (ALLOCATED_ONCE, CUBLAS_WORKSPACE_BYTES, allocator_reserve, cublas_workspace,
+                                    held_bytes, reserve_formula, runtime_items, within_device)
 from planner.memory.terms import Described, Factor, Product, Size, item
 from planner.models import attention_widths, param_counts, projection_shapes
 from planner.plan import Plan
@@ -52,7 +52,7 @@ SERVING_PREFILL_TOKENS = 8192
 # gpt-fast and torchao round a static cache up to a multiple of 8 tokens (model.py setup_caches, find_multiple)
 STATIC_CACHE_MULTIPLE = 8
 # items of a static-cache generate loop allocated once, before the first token (they do not fragment the cache)
-_ALLOCATED_ONCE = {"kv_cache", "mask_buffer", "cuda_graphs"}
+_ALLOCATED_ONCE = frozenset({"kv_cache", "mask_buffer", "cuda_graphs"})
 # the longest sequence a cache search tries (2^24 tokens)
 _MAX_TOKENS = 16_777_216
 
@@ -362,19 +362,19 @@ def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     runtime_bytes = sum(i.bytes for i in runtime)
     # the churning memory is the growing KV cache and the activations: not what is allocated once (the weights,
     # cuBLAS, and a static cache with its mask and graph pool)
-    once = {"weights", "cublas_workspace"} | (_ALLOCATED_ONCE if plan.workload.inference.static_cache else set())
-    churn = sum(i.bytes for i in peak.items if i.name not in once)
-    reserved = peak.allocated_bytes + round(ALLOCATOR_CHURN_FRACTION * churn)
+    once = ALLOCATED_ONCE | (_ALLOCATED_ONCE if plan.workload.inference.static_cache else frozenset())
+    expandable = plan.techniques.expandable_segments
+    reserved, flushed = within_device(*held_bytes(peak, expandable, once), runtime_bytes, gpu.usable_bytes)
     stage = Stage(index=0, layers=max(stage_split(plan)),
-                  micro_batches_in_flight=1,
-                  phases=(prefill, decode), peak=peak, reserved_bytes=reserved, device_bytes=reserved + runtime_bytes)
+                  micro_batches_in_flight=1, phases=(prefill, decode), peak=peak, reserved_bytes=reserved,
+                  device_bytes=reserved + runtime_bytes, cache_flushed=flushed)
     reserve = allocator_reserve("Allocator reserve", reserved - peak.allocated_bytes,
-                                f"{ALLOCATOR_CHURN_FRACTION * 100:g} % of the memory allocated and freed as it runs",
+                                reserve_formula(expandable, flushed),
                                 "Cached blocks of the growing cache and freed activations", detail)
     return Estimate(plan=plan, gpu=gpu, items=peak.items + (reserve,) + runtime, phase=peak.name, stage=0,
                     peak_allocated_bytes=peak.allocated_bytes, peak_reserved_bytes=reserved,
                     device_bytes=stage.device_bytes, usable_bytes=gpu.usable_bytes, host_bytes=0,
-                    runtime_bytes=runtime_bytes, all_stages=partial(tuple, (stage,)))
+                    runtime_bytes=runtime_bytes, all_stages=partial(tuple, (stage,)), cache_flushed=flushed)
 
 
 def inference_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:

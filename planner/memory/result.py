@@ -74,6 +74,7 @@ class Stage:
     reserved_bytes: int
     device_bytes: int
     host_bytes: int = 0  # pinned host memory of offloaded activations
+    cache_flushed: bool = False  # fits only because the allocator releases its cache near capacity
 
     @property
     def peak_allocated_bytes(self) -> int:
@@ -105,6 +106,7 @@ class Estimate:
     runtime_bytes: int  # CUDA context + NCCL, the same on every stage
     all_stages: Callable[[], tuple[Stage, ...]] = field(compare=False, repr=False)  # computes `stages`
     serving: Serving | None = None  # inference with a serving engine: its KV-cache capacity
+    cache_flushed: bool = False  # fits only because the allocator releases its cache near capacity (slower)
 
     @cached_property
     def stages(self) -> tuple[Stage, ...]:
@@ -132,6 +134,9 @@ class Estimate:
                         f"(batch {inf.batch_size}: up to {s.max_context_tokens:,} tokens each)")
             return (f"does not fit on {gpu}: the engine's {have} leave no room for the KV cache of "
                     f"{inf.batch_size} sequences of {inf.context_tokens:,} tokens (needs {need})")
+        if self.fits and self.cache_flushed:
+            return (f"fits on {gpu} only by releasing the allocator's cache: fills the {have} usable, and "
+                    f"cudaFree/cudaMalloc calls in every step slow it down")
         if self.fits:
             return f"fits on {gpu}: needs {need} per GPU of {have} usable ({format_bytes(self.headroom_bytes)} free)"
         return f"does not fit on {gpu}: needs {need} per GPU, {have} usable (short by {format_bytes(-self.headroom_bytes)})"

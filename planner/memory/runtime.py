@@ -23,20 +23,24 @@ NCCL_BYTES_PER_COMMUNICATOR = 512 * MiB
 # allocated through PyTorch's caching allocator; the forward thread and autograd's backward thread each hold a
 # handle.
 CUBLAS_WORKSPACE_BYTES = 2 * 32 * MiB
-# Caching-allocator reserve: freed blocks stay reserved, and blocks freed in one phase (forward activations,
-# backward gradients, optimizer temporaries) are sized differently from the next phase's requests, so some
-# cannot be reused. Only memory that churns every step fragments; weights and optimizer states are allocated
-# once. The fraction of churning memory held extra is an assumption (PyTorch users report reserved 5-30 %
-# above allocated) until GPU measurements in bench/measurements pin it down.
-ALLOCATOR_CHURN_FRACTION = 0.10
+# The caching allocator's reserve (planner/memory/allocator.py replays its rules). Weights and optimizer states
+# are allocated once; what churns (allocated and freed every step: activations, gradients, gathered layers,
+# temporaries) leaves freed blocks that later requests of other sizes cannot all reuse. Replaying twelve recorded
+# Hugging Face training steps op by op (bench/allocator_replay.py on bench/data/traces; results in
+# bench/data/allocator-replay.csv) gives the reserve as a fraction of the churning bytes at the peak: the median
+# is taken, 0.131 without and 0.084 with expandable segments (range 0.02-0.57: a fp32 logits gradient a little
+# larger than a freed logits block leaves the most).
+RESERVE_FRACTION = {False: 0.13, True: 0.08}  # max_memory_reserved with memory to spare, by expandable_segments
+# Near capacity a failed cudaMalloc releases every cached segment with no live block and retries, so a run
+# fits in less: the least memory each trace runs in, over its churning bytes (median 0.094 and 0.084).
+LEAST_FRACTION = {False: 0.09, True: 0.08}
 
 _CONTEXT = Product((Factor(Size(CUDA_CONTEXT_BYTES), "MiB.0"),))
 _CUBLAS = Product((Factor(2, "handles"), Factor(Size(CUBLAS_WORKSPACE_BYTES // 2), "MiB.0")))
 
-# Items that do not fragment the allocator's cache: allocated once, or reallocated at the same size every layer
-# (gathered units, dequantized weights), which the cache serves from the block it just freed.
-_NO_CHURN = {"weights", "adapters", "master_weights", "gradients", "optimizer_states", "ddp_buckets", "reduce_bucket",
-             "cublas_workspace", "zero3_gather", "dequantized_weight", "fp8_casts"}
+# Items allocated once, before the first step, that stay live: they do not churn.
+ALLOCATED_ONCE = frozenset({"weights", "adapters", "master_weights", "optimizer_states", "ddp_buckets",
+                            "reduce_bucket", "cublas_workspace"})
 
 
 def _communicators(plan: Plan) -> list[str]:
@@ -78,14 +82,34 @@ def runtime_items(plan: Plan, detail: bool) -> tuple[Item, ...]:
     return items + ((_symmetric_workspace(plan, detail),) if plan.parallelism.async_tp else ())
 
 
-def churn_reserve(phase: Phase) -> int:
-    """Held-but-free blocks at a moment: a fraction of the memory that is allocated and freed every step in
-    varying sizes."""
-    churn = 0
-    for i in phase.items:
-        if i.level == "allocated" and i.name not in _NO_CHURN:
-            churn += i.bytes
-    return round(ALLOCATOR_CHURN_FRACTION * churn)
+def churn_bytes(phase: Phase, once: frozenset[str] = ALLOCATED_ONCE) -> int:
+    """The allocated bytes at a moment that were allocated during the step (not once, before it)."""
+    return sum(i.bytes for i in phase.items if i.level == "allocated" and i.name not in once)
+
+
+def held_bytes(phase: Phase, expandable: bool, once: frozenset[str] = ALLOCATED_ONCE) -> tuple[int, int]:
+    """(reserved with memory to spare, the least the allocator runs in) at a moment: live bytes plus the
+    replay-derived fractions of its churning bytes."""
+    churn = churn_bytes(phase, once)
+    return (phase.allocated_bytes + round(RESERVE_FRACTION[expandable] * churn),
+            phase.allocated_bytes + round(LEAST_FRACTION[expandable] * churn))
+
+
+def within_device(reserved: int, least: int, outside: int, usable: int) -> tuple[int, bool]:
+    """The reserved peak on a device with `usable` bytes, and whether the allocator must release its cache
+    to get there: a cudaMalloc that fails frees the cached segments and retries, so the reserve shrinks to what
+    the device has left as long as the least the run needs fits."""
+    if reserved + outside <= usable or least + outside > usable:
+        return reserved, False
+    return usable - outside, True
+
+
+def reserve_formula(expandable: bool, flushed: bool) -> str:
+    mode = "expandable segments" if expandable else "default segments"
+    if flushed:
+        return (f"device left − peak live: the cache is released near capacity (at least "
+                f"{LEAST_FRACTION[expandable]:.0%} of the memory churning each step, {mode})")
+    return f"max over moments of (live + {RESERVE_FRACTION[expandable]:.0%} of the memory churning each step, {mode}) − peak live"
 
 
 def allocator_reserve(label: str, reserve: int, formula: str, note: str, detail: bool) -> Item:

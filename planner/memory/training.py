@@ -12,7 +12,7 @@ from planner.memory.layout import StageContext, stage_context, stage_params, sta
 from planner.memory.losses import Loss, loss
 from planner.memory.optimizers import Optimizer, optimizer, trainable
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
-from planner.memory.runtime import ALLOCATOR_CHURN_FRACTION, allocator_reserve, churn_reserve, runtime_items
+from planner.memory.runtime import allocator_reserve, held_bytes, reserve_formula, runtime_items, within_device
 from planner.memory.states import States, flat_elements, model_states
 from planner.memory.terms import fixed, item
 from planner.plan import Plan
@@ -67,22 +67,24 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     return phases, host
 
 
-def stage(plan: Plan, index: int, runtime_bytes: int, detail: bool = True) -> Stage:
-    """One stage's phases; `detail=False` skips writing out formulas (for searches that need only bytes)."""
+def stage(plan: Plan, index: int, runtime_bytes: int, usable_bytes: int, detail: bool = True) -> Stage:
+    """One stage's phases on a device of `usable_bytes`; `detail=False` skips writing out formulas (for
+    searches that need only bytes)."""
     ctx = stage_context(plan, index, detail)
     tr = trainable(plan, ctx.sp)
     opt = optimizer(plan, tr)
     phases, host = _phases(ctx, model_states(ctx, tr, opt), opt, tr.total)
     peak = max(phases, key=lambda ph: ph.allocated_bytes)
     # the allocator's reserve only grows, so the reserved peak is the largest over the phases
-    reserved = max(ph.allocated_bytes + churn_reserve(ph) for ph in phases)
-    device = reserved + runtime_bytes + max(ph.outside_bytes for ph in phases)
+    held = [held_bytes(ph, plan.techniques.expandable_segments) for ph in phases]
+    outside = runtime_bytes + max(ph.outside_bytes for ph in phases)
+    reserved, flushed = within_device(max(r for r, _ in held), max(least for _, least in held), outside, usable_bytes)
     return Stage(index=index, layers=ctx.layers, micro_batches_in_flight=ctx.in_flight, phases=tuple(phases), peak=peak,
-                 reserved_bytes=reserved, device_bytes=device, host_bytes=host)
+                 reserved_bytes=reserved, device_bytes=reserved + outside, host_bytes=host, cache_flushed=flushed)
 
 
-def _all_stages(plan: Plan, runtime_bytes: int) -> tuple[Stage, ...]:
-    return tuple(stage(plan, i, runtime_bytes) for i in range(plan.parallelism.pipeline))
+def _all_stages(plan: Plan, runtime_bytes: int, usable_bytes: int) -> tuple[Stage, ...]:
+    return tuple(stage(plan, i, runtime_bytes, usable_bytes) for i in range(plan.parallelism.pipeline))
 
 
 def host_bytes(plan: Plan) -> int:
@@ -110,14 +112,16 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     split = stage_split(plan)
     middle = max(range(1, p - 1), key=lambda i: (split[i], -i), default=None)
     indices = [0] + ([p - 1] if p > 1 else []) + ([middle] if middle is not None and split[middle] > split[0] else [])
-    edges = tuple(stage(plan, i, runtime_bytes, detail) for i in indices)
+    edges = tuple(stage(plan, i, runtime_bytes, gpu.usable_bytes, detail) for i in indices)
     worst = max(edges, key=lambda s: (s.device_bytes, -s.index))
     reserve = allocator_reserve(
         "Allocator reserve", worst.reserved_bytes - worst.peak_allocated_bytes,
-        f"max over phases of (live + {ALLOCATOR_CHURN_FRACTION:.0%} of per-step memory) − peak live",
-        "Blocks the caching allocator keeps after freeing them; assumption pending GPU measurement", detail)
+        reserve_formula(plan.techniques.expandable_segments, worst.cache_flushed),
+        "Freed blocks the caching allocator keeps (its rules replayed on recorded steps: bench/allocator_replay.py)",
+        detail)
     return Estimate(plan=plan, gpu=gpu, items=worst.peak.items + (reserve,) + runtime, phase=worst.peak.name,
                     stage=worst.index, peak_allocated_bytes=worst.peak_allocated_bytes,
                     peak_reserved_bytes=worst.reserved_bytes, device_bytes=worst.device_bytes,
                     usable_bytes=gpu.usable_bytes, host_bytes=host_bytes(plan) + max(s.host_bytes for s in edges),
-                    runtime_bytes=runtime_bytes, all_stages=partial(_all_stages, plan, runtime_bytes))
+                    runtime_bytes=runtime_bytes, all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes),
+                    cache_flushed=worst.cache_flushed)
