@@ -97,6 +97,9 @@ def random_plan(rng: random.Random) -> dict:
                  "optimizer": rng.choice(["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion",
                                           "muon", "sgd", "sgd_momentum"]),
                  "optimizer_impl": rng.choice(["foreach", "fused", "forloop"])}
+    if precision["optimizer"] in ("adamw_8bit", "paged_adamw_8bit") or rng.random() < 0.02:
+        precision.update(optimizer_library=rng.choice(["bitsandbytes", "torchao"]),
+                         optimizer_block_size=w(rng.choice([256, 2048])), fp32_embedding_states=rng.random() < 0.5)
     if precision["compute"] == "fp8" or rng.random() < 0.02:
         precision["fp8_recipe"] = rng.choice(["tensorwise", "rowwise", "mxfp8", "nvfp4"])
         precision["fp8_all_gather"] = rng.random() < 0.3
@@ -111,7 +114,7 @@ def random_plan(rng: random.Random) -> dict:
                   "optimizer_in_backward": rng.random() < 0.1, "loss": rng.choice(["full", "full", "chunked", "fused"]),
                   "loss_chunks": w(rng.choice([1, 8, 32])), "compile": rng.random() < 0.3,
                   "compile_scope": rng.choice(["blocks", "loss", "blocks_and_loss"]),
-                  "activation_offload": rng.random() < 0.15}
+                  "activation_offload": rng.random() < 0.15, "expandable_segments": rng.random() < 0.3}
     moe = bool(model.get("num_experts")) or ("preset" in model and presets()[model["preset"]].model.num_experts)
     if rng.random() < (0.3 if moe else 0.02):  # mostly where it applies; now and then where it does not
         techniques["moe_capacity_factor"] = w(rng.choice([1.0, 1.25, 2.0]))
@@ -125,8 +128,9 @@ def random_plan(rng: random.Random) -> dict:
                    "flat_params": rng.random() < (0.3 if task in ("lora", "qlora") else 0.01)}
     if parallelism["async_tp"] and rng.random() < 0.9:  # mostly with what it needs
         parallelism["sequence_parallel"] = techniques["compile"] = True
-    if parallelism["zero_stage"] in (1, 2) and rng.random() < 0.2:
+    if parallelism["zero_stage"] in (1, 2, 3) and rng.random() < 0.2:
         parallelism["reduce_bucket_elements"] = w(rng.choice([16_777_216, 500_000_000]))
+        parallelism["sub_group_elements"] = w(rng.choice([None, 1_000_000_000]))
     if (precision.get("fp8_all_gather") or parallelism["flat_params"]) and rng.random() < 0.9:
         parallelism["zero_stage"] = 3  # mostly with what it needs
     if parallelism["pipeline"] > 1 or rng.random() < 0.02:

@@ -30,6 +30,8 @@ ZeroStage = Literal[0, 1, 2, 3]
 Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion", "muon", "sgd", "sgd_momentum"]
 LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
+OptimizerLibrary = Literal["bitsandbytes", "torchao"]  # whose 8-bit AdamW: their state layouts differ
+EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 Checkpointing = Literal["none", "selective", "selective_op", "full", "every_k"]
 Attention = Literal["flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer_and_params"]
@@ -145,6 +147,12 @@ class Precision:
     optimizer: Optimizer = "adamw"
     optimizer_state: DType | None = None  # default: fp32 with fp32 master weights, else the compute dtype
     optimizer_impl: OptimizerImpl = "foreach"  # PyTorch's default on CUDA | fused | forloop
+    # 8-bit AdamW: the library (default bitsandbytes; paged is bitsandbytes only), its block of values per fp32
+    # scale (default 256: bitsandbytes >= 0.44 and torchao >= 0.6; 2048 before), and HF Trainer's override that
+    # keeps bitsandbytes states of nn.Embedding weights in 32 bits
+    optimizer_library: OptimizerLibrary | None = None
+    optimizer_block_size: int | None = field(default=None, metadata=between(16, 65_536))
+    fp32_embedding_states: bool = False
     weights: WeightDType | None = None  # frozen or served weights; default: nf4 for qlora, else compute
     # int4 and nf4 block size; default 128 (int4), 64 (nf4)
     quant_group_size: int | None = field(default=None, metadata=between(1, 1_048_576))
@@ -171,6 +179,23 @@ class Precision:
             raise bad("precision.fp8_recipe", self.fp8_recipe, "applies to precision.compute fp8")
         if self.fp8_all_gather and self.compute != "fp8":
             raise bad("precision.fp8_all_gather", True, "applies to precision.compute fp8")
+        self._resolve_eight_bit()
+
+    def _resolve_eight_bit(self) -> None:
+        eight_bit = self.optimizer in EIGHT_BIT_OPTIMIZERS
+        for key in ("optimizer_library", "optimizer_block_size", "fp32_embedding_states"):
+            if getattr(self, key) not in (None, False) and not eight_bit:
+                raise bad(f"precision.{key}", getattr(self, key), "applies to precision.optimizer adamw_8bit or "
+                          "paged_adamw_8bit")
+        if not eight_bit:
+            return
+        if self.optimizer_library is None:
+            object.__setattr__(self, "optimizer_library", "bitsandbytes")
+        if self.optimizer_block_size is None:
+            object.__setattr__(self, "optimizer_block_size", 256)
+        if self.optimizer_library == "torchao" and (self.optimizer == "paged_adamw_8bit" or self.fp32_embedding_states):
+            key = "optimizer" if self.optimizer == "paged_adamw_8bit" else "fp32_embedding_states"
+            raise bad(f"precision.{key}", getattr(self, key), "is bitsandbytes only (precision.optimizer_library torchao)")
 
     @property
     def mixed(self) -> bool:
@@ -258,10 +283,14 @@ class Parallelism:
     # FSDP1 flat parameters (use_orig_params=True, one unit per transformer block): a unit whose frozen base and
     # trainable adapters share one FlatParameter gets a gradient for all of it (FSDP2 shards per parameter)
     flat_params: bool = False
-    # DeepSpeed ZeRO-1/2 with contiguous_gradients: backward copies gradients into a flat bucket of this many
-    # elements before reducing them (stage_1_and_2.py ipg_buffer; DeepSpeed's default 5e8, HF's "auto"
-    # hidden_size²); none: no such bucket (DDP, FSDP)
+    # DeepSpeed ZeRO with contiguous_gradients: backward copies gradients into a flat bucket of this many
+    # elements before reducing them (stage_1_and_2.py ipg_buffer, stage3.py __ipg_bucket_flat_buffer;
+    # DeepSpeed's default 5e8, HF's "auto" hidden_size²); none: no such bucket (DDP, FSDP)
     reduce_bucket_elements: int | None = field(default=None, metadata=between(1, 10**11))
+    # DeepSpeed ZeRO's optimizer step flattens the gradients of at most this many partition elements at a time
+    # into an fp32 copy (ZeRO-3 sub_group_size, default 1e9; ZeRO-1/2 take each param group's whole partition);
+    # none: the optimizer steps on the gradients as they are (PyTorch optimizers, FSDP)
+    sub_group_elements: int | None = field(default=None, metadata=between(1, 10**13))
 
     def __post_init__(self) -> None:
         check_fields(self, "parallelism")
@@ -410,9 +439,10 @@ class Plan:
             raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
                                                     " of the blocks (torchtitan's micro-pipelined TP is an inductor"
                                                     " pass)")
-        if par.reduce_bucket_elements is not None and par.zero_stage not in (1, 2):
-            raise bad("parallelism.reduce_bucket_elements", par.reduce_bucket_elements,
-                      "applies to DeepSpeed ZeRO stage 1 or 2 (parallelism.zero_stage)")
+        for key in ("reduce_bucket_elements", "sub_group_elements"):
+            if getattr(par, key) is not None and not par.zero_stage:
+                raise bad(f"parallelism.{key}", getattr(par, key), "applies to DeepSpeed ZeRO stage 1, 2 or 3 "
+                                                                  "(parallelism.zero_stage)")
         if par.flat_params and not (par.zero_stage == 3 and task in ADAPTER_TASKS):
             raise bad("parallelism.flat_params", True, "applies to lora and qlora under parallelism.zero_stage 3 (with"
                                                        " every parameter trainable, flat and per-parameter sharding"

@@ -2,8 +2,8 @@
 
 How the search is organised (and why it is fast):
 - Per-GPU memory (`device_bytes`) does not depend on which GPU it runs on, so each (strategy, count) is
-  estimated once and compared with every GPU type's usable memory (memoized); only a plan that fits by
-  releasing the allocator's cache is estimated again for each GPU type, as its reserve is what the device left.
+  estimated once, on the largest GPU type, and compared with every GPU type's usable memory (memoized). A plan
+  that fits only by the allocator releasing its cache every step is never advised.
 - For each GPU type the fewest GPUs that can fit is the first count on the ladder (1, 2, 4, 8, then whole
   nodes up to 1,024) at which the most memory-saving strategy fits; memory falls as sharding grows.
 - At each count, strategies are tried from the fastest to the slowest (no recomputation before full
@@ -140,7 +140,9 @@ class _Search:
     def __init__(self, plan: Plan, catalog: dict[str, Gpu], fixed: frozenset[str],
                  deadline: float = float("inf")) -> None:
         self.plan, self.catalog, self.fixed, self.deadline = plan, catalog, fixed, deadline
-        self.memo: dict[tuple, Estimate | None] = {}  # (strategy, count) or, near capacity, (…, GPU type)
+        self.memo: dict[tuple[_Strategy, int], Estimate | None] = {}
+        # estimates are made on the largest GPU: the allocator's reserve is capped only where a plan overflows it
+        self.largest = max(catalog.values(), key=lambda g: g.usable_bytes)
         m, wl, tech, par = plan.model, plan.workload, plan.techniques, plan.parallelism
         self.global_batch = wl.global_batch_size
 
@@ -220,19 +222,16 @@ class _Search:
 
     def evaluate(self, s: _Strategy, gpu: Gpu, count: int) -> Estimate | None:
         """Estimate of the strategy, memoized across GPU types: memory does not depend on the GPU, so the
-        estimate may name another GPU of the catalog (see `for_gpu`) — except near a device's capacity, where
-        the allocator releases its cache (`_holds_on`): there the estimate is made for `gpu` itself."""
-        est = self._memoized((s, count), s, gpu, count)
-        if est is not None and not _holds_on(est, gpu):
-            est = self._memoized((s, count, gpu.id), s, gpu, count)
-        return est
-
-    def _memoized(self, key: tuple, s: _Strategy, gpu: Gpu, count: int) -> Estimate | None:
+        estimate names the catalog's largest (see `for_gpu`). Only near a device's capacity does it: there the
+        allocator releases its cache, which `_Limits.fits` never counts on, and the largest GPU caps nothing a
+        smaller one could hold."""
+        key = (s, count)
         if key not in self.memo:
             if time.perf_counter() > self.deadline:
                 raise _OutOfTime
             plan = self.plan_for(s, gpu, count)
-            self.memo[key] = None if plan is None else estimate(plan, self.catalog, detail=False)
+            self.memo[key] = None if plan is None else estimate(
+                replace(plan, hardware=replace(plan.hardware, gpu=self.largest.id)), self.catalog, detail=False)
         return self.memo[key]
 
     def most_saving(self, gpu: Gpu, count: int, ckpt: str, offload: str, pipeline: int) -> Estimate | None:
@@ -291,13 +290,6 @@ class _Search:
         return None
 
 
-def _holds_on(est: Estimate, gpu: Gpu) -> bool:
-    """Whether an estimate made on another GPU type holds on `gpu`: the allocator's reserve depends on the
-    device only when the cache must be released to fit, so an estimate that released none and whose peak fits
-    on `gpu` is the same there."""
-    return est.gpu.id == gpu.id or (not est.cache_flushed and est.device_bytes <= gpu.usable_bytes)
-
-
 def _for_gpu(est: Estimate, gpu: Gpu) -> Estimate:
     """The same estimate on another GPU type."""
     if est.gpu.id == gpu.id:
@@ -313,7 +305,8 @@ class _Limits:
     host: int
 
     def fits(self, est: Estimate) -> bool:
-        return est.device_bytes <= self.device and est.host_bytes <= self.host
+        """Within the limits without the allocator releasing its cache every step (a slow fit, never advised)."""
+        return est.device_bytes <= self.device and est.host_bytes <= self.host and not est.cache_flushed
 
 
 def _check_arguments(plan: Plan, catalog: dict[str, Gpu], *, headroom: float, mfu: float | None, mfu_by_gpu: dict,

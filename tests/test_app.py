@@ -93,6 +93,26 @@ def test_each_input_group_changes_the_plan():
     assert not at.exception and at.query_params["num_layers"] == "4"
 
 
+def test_eight_bit_optimizer_inputs_appear_with_it_and_leave_with_it():
+    at = app()
+    at.selectbox(key="optimizer").select("adamw_8bit").run()
+    at.selectbox(key="optimizer_library").select("torchao").run()
+    states = table(at, "formula").set_index("item").loc["Optimizer states", "formula"]
+    assert not at.exception and "1 KiB map" in states and at.query_params["optimizer_library"] == "torchao"
+    assert not [c for c in at.checkbox if c.key == "fp32_embedding_states"]  # bitsandbytes only
+    at.selectbox(key="optimizer").select("adamw").run()
+    assert not at.exception and at.success and "optimizer_library" not in at.query_params
+
+
+def test_expandable_segments_shrink_the_allocator_reserve():
+    def reserve(at):
+        return table(at, "formula").set_index("item").loc["Allocator reserve", "formula"]
+    at = app()
+    assert "default segments" in reserve(at)
+    at.checkbox(key="expandable_segments").check().run()
+    assert not at.exception and "expandable segments" in reserve(at)
+
+
 def test_invalid_combination_is_an_error_message_not_a_traceback():
     at = app()
     at.selectbox(key="preset").select("gpt2").run()

@@ -313,12 +313,51 @@ def test_optimizer_menu_state_bytes():
         return next(i for i in est.items if i.name == "optimizer_states")
 
     n = ADAPTERS
-    assert states("adamw_8bit").bytes == 2 * (n + 4 * 1)  # one fp32 absmax per 2,048-value block
+    assert states("adamw_8bit").bytes == 2 * n * 4  # every adapter matrix is under 4,096 values: fp32 states
     assert states("lion").bytes == n * 2 and states("sgd_momentum").bytes == n * 2 and states("sgd").bytes == 0
     # Adafactor factors each matrix: q's A (4×64) and B (64×4), v's A (4×64) and B (32×4), per layer
     assert states("adafactor").bytes == 2 * 4 * ((4 + 64) + (64 + 4) + (4 + 64) + (32 + 4))
     paged = states("paged_adamw")
     assert paged.bytes == 2 * n * 4 and paged.level == "device"  # managed memory, outside the allocator
+
+
+@pytest.mark.parametrize("precision, expected", [
+    # per layer q, o (4,096 values: 16 blocks of 256) and gate, up, down (8,192: 32 blocks) quantize; k and v
+    # (2,048) and the 320 norm values keep fp32 states; embedding and head (64,000: 250 blocks) quantize.
+    # 2 B × 193,536 + 2 × 4 B × 756 blocks + 2 × 4 B × 8,512
+    ({}, 2 * 193_536 + 8 * 756 + 8 * 8_512),
+    # blocks of 2,048 (bitsandbytes < 0.44): 2 per q and o, 4 per MLP matrix, 32 per table (64,000 rounded up)
+    ({"optimizer_block_size": 2048}, 2 * 193_536 + 8 * (2 * (2 * 2 + 3 * 4) + 2 * 32) + 8 * 8_512),
+    # HF Trainer keeps the embedding's states in 32 bits
+    ({"fp32_embedding_states": True}, 2 * 129_536 + 8 * 506 + 8 * 72_512),
+    # torchao: the same codes and scales, a 1 KiB map per state of each of 12 quantized tensors
+    ({"optimizer_library": "torchao"}, 2 * 193_536 + 8 * 756 + 8 * 8_512 + 2 * 1024 * 12),
+])
+def test_eight_bit_adamw_layouts_by_hand(precision, expected):
+    plan = plan_from_dict({"model": TINY, "precision": {"optimizer": "adamw_8bit", **precision}})
+    assert next(i.bytes for i in estimate(plan).items if i.name == "optimizer_states") == expected
+
+
+def test_torchao_keeps_full_precision_states_in_the_parameters_dtype():
+    def states(library):
+        plan = plan_from_dict({"model": TINY, "precision": {**PURE, "optimizer": "adamw_8bit",
+                                                           "optimizer_library": library}})
+        return next(i.bytes for i in estimate(plan).items if i.name == "optimizer_states")
+    assert states("bitsandbytes") - states("torchao") == 8_512 * 2 * (4 - 2) - 2 * 1024 * 12  # bf16, not fp32
+
+
+@pytest.mark.parametrize("precision, message", [
+    ({"optimizer_library": "torchao"}, "precision.optimizer_library: 'torchao' applies to precision.optimizer "
+     "adamw_8bit or paged_adamw_8bit"),
+    ({"optimizer": "paged_adamw_8bit", "optimizer_library": "torchao"},
+     "precision.optimizer: 'paged_adamw_8bit' is bitsandbytes only (precision.optimizer_library torchao)"),
+    ({"optimizer": "adamw_8bit", "optimizer_block_size": 8},
+     "precision.optimizer_block_size: 8 is out of range; must be from 16 to 65,536"),
+])
+def test_eight_bit_settings_messages(precision, message):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": TINY, "precision": precision})
+    assert str(err.value) == message
 
 
 # --- MoE, expert parallelism, FP8 -----------------------------------------------------------------------------
@@ -644,13 +683,30 @@ def test_nvfp4_under_op_level_sac_keeps_less_than_bf16():
     assert nvfp4.peak_allocated_bytes < bf16.peak_allocated_bytes and acts["fp4"] < acts["bf16"] / 2
 
 
-def test_deepspeed_zero2_holds_its_reduce_bucket():
-    """DeepSpeed's default reduce_bucket_size (5e8 elements) of bf16 gradients: a 1 GB flat bucket at ZeRO-1/2;
-    none under ZeRO-3, where stage3.py keeps its own buffers."""
+def test_deepspeed_holds_its_reduce_bucket_at_every_stage():
+    """DeepSpeed's default reduce_bucket_size (5e8 elements) of bf16 gradients: a 1 GB flat bucket at every ZeRO
+    stage (stage_1_and_2.py ipg_buffer, stage3.py __ipg_bucket_flat_buffer)."""
     d = {"framework": "deepspeed", "model": {"preset": "llama-3.2-1b"}, "parallelism": {"data": 8, "zero_stage": 2}}
-    items = {i.name: i.bytes for i in estimate(plan_from_dict(d)).items}
-    assert items["reduce_bucket"] == 500_000_000 * 2
-    zero3 = estimate(plan_from_dict({**d, "parallelism": {"data": 8, "zero_stage": 3}}))
-    assert "reduce_bucket" not in {i.name for i in zero3.items}
-    with pytest.raises(PlanError, match=r"^parallelism.reduce_bucket_elements: 1000 applies to DeepSpeed ZeRO stage 1"):
+    for stage in (1, 2, 3):
+        plan = plan_from_dict({**d, "parallelism": {"data": 8, "zero_stage": stage}})
+        assert {i.name: i.bytes for i in estimate(plan).items}["reduce_bucket"] == 500_000_000 * 2
+    with pytest.raises(PlanError) as err:
         plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "parallelism": {"reduce_bucket_elements": 1000}})
+    assert str(err.value) == ("parallelism.reduce_bucket_elements: 1000 applies to DeepSpeed ZeRO stage 1, 2 or 3 "
+                              "(parallelism.zero_stage)")
+
+
+def test_deepspeed_zero3_copies_its_bucket_to_reduce_and_steps_a_sub_group_in_fp32():
+    """TINY has 202,048 trainable parameters. ZeRO-3 on 2 ranks with bf16 gradients: backward concatenates the
+    1,000-element bucket before reduce-scattering it (2 B each); the step flattens a sub-group of 50,000 of the
+    rank's 101,024 gradient elements (2 B) and casts it to fp32 (4 B)."""
+    par = {"data": 2, "zero_stage": 3, "reduce_bucket_elements": 1000, "sub_group_elements": 50_000}
+    fused = {"optimizer_impl": "fused"}  # no foreach temporaries beside the sub-group
+    plan = plan_from_dict({"model": TINY, "precision": {**fused, "gradients": "bf16"}, "parallelism": par})
+    phases = {ph.name: {i.name: i.bytes for i in ph.items} for ph in estimate(plan).all_stages()[0].phases}
+    assert phases["backward (last layer)"]["reduce_copy"] == 1000 * 2
+    assert "reduce_copy" not in phases["forward"]
+    assert phases["optimizer step"]["optimizer_temp"] == 50_000 * (2 + 4)
+    whole = plan_from_dict({"model": TINY, "precision": fused, "parallelism": {**par, "sub_group_elements": 10**6}})
+    steps = {ph.name: {i.name: i.bytes for i in ph.items} for ph in estimate(whole).all_stages()[0].phases}
+    assert steps["optimizer step"]["optimizer_temp"] == 101_024 * 4  # fp32 gradients: flattened, no cast

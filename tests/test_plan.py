@@ -17,8 +17,9 @@ def test_defaults_resolve_and_are_written_out():
                              "global_batch_size": 1, "steps": None, "train_tokens": None}
     assert d["precision"] == {"compute": "bf16", "master_weights": "fp32", "gradients": "fp32",
                               "optimizer": "adamw", "optimizer_state": "fp32", "optimizer_impl": "foreach",
+                              "optimizer_library": None, "optimizer_block_size": None, "fp32_embedding_states": False,
                               "weights": "bf16", "quant_group_size": None, "double_quant": False, "kv_cache": "bf16",
-                                  "fp8_recipe": None, "fp8_all_gather": False}
+                              "fp8_recipe": None, "fp8_all_gather": False}
     assert d["parallelism"]["data"] == 1 and d["hardware"] == {"gpu": "h100-sxm-80gb", "count": 1}
 
 

@@ -304,3 +304,15 @@ def test_uneven_pipelines_are_searched_where_the_split_rule_allows_them(split, d
                     max_count=128, budget_s=30)
     depths = {c.plan.parallelism.pipeline for c in rec.candidates}
     assert max(depths) <= deepest and (split == "even" or depths & {4, 8, 16})
+
+
+def test_a_fit_that_needs_the_allocator_to_release_its_cache_is_never_advised():
+    """Llama 3.1 8B LoRA at 33,792 tokens fits an H100 only with the allocator releasing its cache (cudaFree and
+    cudaMalloc in every step): the estimate says so, and the limits, even with no headroom, do not count it."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "techniques": {"activation_checkpointing": "full"},
+                           "workload": {"task": "lora", "sequence_length": 33_792}})
+    est = estimate(plan)
+    assert est.fits and est.cache_flushed and est.device_bytes == est.usable_bytes
+    assert max_sequence_length(plan, headroom=0) < 33_792
+    rec = recommend(plan, budget_s=5)
+    assert all(not c.estimate.cache_flushed for c in rec.candidates)

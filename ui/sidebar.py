@@ -15,8 +15,8 @@ from planner.errors import PlanError
 from planner.frameworks import load_frameworks, without_keys
 from planner.hf_config import model_from_hf_config
 from planner.models import Preset, model_to_dict
-from planner.plan import (ADAPTER_TASKS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH, MAX_DEGREE, MAX_SEQUENCE,
-                          TRAINING_TASKS, Precision, default_weights)
+from planner.plan import (ADAPTER_TASKS, EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH,
+                          MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Precision, default_weights)
 from ui.state import (ARCH_INTS, CUSTOM, MLA_INTS, MOE_INTS, PARAMS, current_plan_dict, drawn, load_into_widgets,
                       project_catalog)
 
@@ -241,6 +241,14 @@ def _training_precision() -> None:
     drawn(st.selectbox, "Optimizer states", CHOICES["precision.optimizer_state"], key="optimizer_state")
     drawn(st.selectbox, "Optimizer implementation", CHOICES["precision.optimizer_impl"], key="optimizer_impl",
           help="foreach (PyTorch's CUDA default) makes a temporary copy at the step")
+    if st.session_state["optimizer"] in EIGHT_BIT_OPTIMIZERS:
+        drawn(st.selectbox, "8-bit optimizer library", CHOICES["precision.optimizer_library"], key="optimizer_library",
+              help="torchao keeps tensors its block does not divide at full precision, and a map per state")
+        drawn(st.number_input, "Values per scale (0: default 256)", 0, 65_536, key="optimizer_block_size",
+              help="2048 in bitsandbytes before 0.44 and torchao before 0.6")
+        if st.session_state["optimizer_library"] == "bitsandbytes":
+            drawn(st.checkbox, "32-bit states for embeddings", key="fp32_embedding_states",
+                  help="HF Trainer's override for bitsandbytes 8-bit optimizers")
 
 
 def precision_inputs() -> None:

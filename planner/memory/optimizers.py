@@ -11,9 +11,13 @@ from planner.memory.terms import Described, Factor, Product, Sum, Term, fixed
 from planner.models import projection_shapes
 from planner.plan import Plan
 
-# bitsandbytes 8-bit optimizers quantize each state blockwise with one fp32 absmax per 2,048 values
-# (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization").
-ADAM8BIT_BLOCK = 2048
+# 8-bit AdamW (bitsandbytes Optimizer2State.init_state; torchao optim/adam.py _new_buffer): two uint8 states per
+# element with one fp32 scale per block (`precision.optimizer_block_size`). Tensors under 4,096 elements keep
+# full-precision states: fp32 in bitsandbytes, the parameter's dtype in torchao, which also keeps them for a
+# tensor whose size the block does not divide, and builds a 256-entry fp32 quantization map per state of every
+# quantized tensor (bitsandbytes shares two per optimizer).
+MIN_8BIT_ELEMENTS = 4096  # min_8bit_size (bitsandbytes), "only quantize tensors >= 4096 values" (torchao)
+QMAP_BYTES = 256 * 4
 # bitsandbytes optimizers whose states live in CUDA managed memory, outside PyTorch's allocator
 PAGED_OPTIMIZERS = ("paged_adamw", "paged_adamw_8bit")
 
@@ -25,6 +29,7 @@ class Trainable:
     matrices: tuple[tuple[int, int, int], ...]  # (rows, cols, how many)
     vectors: int  # elements in 1-D parameters (norms, biases)
     embedding_like: int  # elements of embedding and output tables (Muon leaves them to AdamW)
+    embedding: int = 0  # elements of the input embedding table (HF Trainer's 32-bit override for 8-bit states)
     total: int = -1  # derived: every trainable element
     largest: int = -1  # derived: the largest matrix (the vectors when there is none)
 
@@ -72,7 +77,8 @@ def trainable(plan: Plan, sp: StageParams) -> Trainable:
     tables = tuple((sp.embedding // m.hidden_size, m.hidden_size, 1) for _ in range(bool(sp.embedding))) + \
         tuple((sp.head_own // m.hidden_size, m.hidden_size, 1) for _ in range(bool(sp.head_own)))
     vectors = sp.total - sum(r * c * n for r, c, n in layer_mats + tables)
-    return Trainable(matrices=layer_mats + tables, vectors=vectors, embedding_like=sp.embedding + sp.head_own)
+    return Trainable(matrices=layer_mats + tables, vectors=vectors, embedding_like=sp.embedding + sp.head_own,
+                     embedding=sp.embedding)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,11 +103,28 @@ def _adamw(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
 
 
 def _adamw_8bit(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
-    paged = plan.precision.optimizer in PAGED_OPTIMIZERS
-    absmax = Described(2 * 4 * -(-tr.total // ADAM8BIT_BLOCK), "fp32 absmax per {:,}", (ADAM8BIT_BLOCK,))
-    return Optimizer(states=Sum((_params(tr.total, 2, 1), absmax), ", in CUDA managed memory" if paged else ""),
-                     temp=0, note="bitsandbytes 8-bit AdamW: blockwise-quantized states, updated in place by a fused "
-                     "kernel" + ("; paged: outside PyTorch's allocator, evicted to host under pressure" if paged else ""))
+    prec = plan.precision
+    paged, torchao = prec.optimizer in PAGED_OPTIMIZERS, prec.optimizer_library == "torchao"
+    block = prec.optimizer_block_size
+    kept = [(r * c, n) for r, c, n in tr.matrices
+            if r * c >= MIN_8BIT_ELEMENTS and not (torchao and r * c % block)]
+    if prec.fp32_embedding_states and tr.embedding:  # HF Trainer: nn.Embedding weights keep 32-bit states
+        kept.remove((tr.embedding, 1))
+    quantized = sum(e * n for e, n in kept)
+    # the fallback state's bytes: fp32 (bitsandbytes), the parameter's dtype (torchao: zeros_like)
+    full_each = 4 if not torchao or prec.master_weights == "fp32" else nbytes(prec.activation_dtype)
+    blocks = sum(-(-e // block) * n for e, n in kept)
+    terms = [_params(quantized, 2, 1), Described(2 * 4 * blocks, "2 × 4 B × {:,} blocks of {:,}", (blocks, block))]
+    if tr.total > quantized:
+        terms.append(_params(tr.total - quantized, 2, full_each, "B", " (full-precision states)"))
+    if torchao:
+        terms.append(Described(2 * QMAP_BYTES * sum(n for _, n in kept), "2 × 1 KiB map × {:,} tensors",
+                               (sum(n for _, n in kept),)))
+    library = "torchao" if torchao else "bitsandbytes"
+    return Optimizer(states=Sum(tuple(terms), ", in CUDA managed memory" if paged else ""), temp=0,
+                     note=f"{library} 8-bit AdamW: blockwise-quantized states of tensors of {MIN_8BIT_ELEMENTS:,} "
+                     "values or more, updated in place by a fused kernel" +
+                     ("; paged: outside PyTorch's allocator, evicted to host under pressure" if paged else ""))
 
 
 def _paged_adamw(plan: Plan, tr: Trainable, bs: int) -> Optimizer:

@@ -135,14 +135,17 @@ def _ddp_buckets(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int) -> Ite
                 ctx.detail)
 
 
-def _reduce_bucket(ctx: StageContext, grad_dtype_bytes: int) -> Item | None:
-    """DeepSpeed ZeRO-1/2's flat gradient bucket (stage_1_and_2.py backward: ipg_buffer = torch.empty(
-    reduce_bucket_size, dtype=self.dtype) when contiguous_gradients, its default), allocated for backward."""
+def _reduce_bucket(ctx: StageContext) -> Item | None:
+    """DeepSpeed ZeRO's flat gradient bucket (stage_1_and_2.py backward: ipg_buffer = torch.empty(
+    reduce_bucket_size, dtype=self.dtype); stage3.py __ipg_bucket_flat_buffer; when contiguous_gradients, its
+    default), in the dtype of the trained parameters, which DeepSpeed's bf16 mode casts to bf16 (adapters too):
+    the plan's gradient dtype."""
     elements = ctx.plan.parallelism.reduce_bucket_elements
     if elements is None or ctx.plan.techniques.offload != "none":
         return None
+    dtype = ctx.plan.precision.gradients
     return item("reduce_bucket", "DeepSpeed reduce bucket",
-                Product((Factor(elements, "elements (reduce_bucket_size)"), Factor(grad_dtype_bytes, "B"))),
+                Product((Factor(elements, "elements (reduce_bucket_size)"), Factor(nbytes(dtype), f"B ({dtype})"))),
                 "Gradients are copied into this flat bucket before each reduce (contiguous_gradients)", ctx.detail)
 
 
@@ -154,7 +157,7 @@ def model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
         grad_dtype_bytes, stored = nbytes(ctx.plan.precision.gradients), ctx.bc
     workspace = cublas_workspace("Forward and autograd threads each hold one (cuBLAS docs)", ctx.detail)
     static = tuple(i for i in (weights, adapters, master, _optimizer_states(ctx, tr, opt),
-                               _ddp_buckets(ctx, tr, grad_dtype_bytes), _reduce_bucket(ctx, grad_dtype_bytes),
+                               _ddp_buckets(ctx, tr, grad_dtype_bytes), _reduce_bucket(ctx),
                                workspace) if i is not None)
     return States(static=static, grads=_gradients(ctx, tr, grad_dtype_bytes, stored), grad_dtype_bytes=grad_dtype_bytes,
                   stored=stored)

@@ -162,13 +162,37 @@ def layer_work(ctx: StageContext, k: Kept, dequant: Item | None, fp8: Item | Non
     return (_recompute(ctx, k), transient, dequant, expert_dispatch(ctx), fp8, dora if ckpt != "none" else None)
 
 
-def optimizer_temp(ctx: StageContext, opt_temp: int) -> Item:
-    """Buffers the optimizer step allocates besides its states, ZeRO-sharded with them."""
-    z = ctx.plan.parallelism.zero_stage
+def reduce_scatter_copy(ctx: StageContext, grad_bytes: int, trainable: int) -> Item | None:
+    """DeepSpeed ZeRO-3 reduces a full gradient bucket through reduce_scatter_coalesced, which first
+    concatenates the bucket's padded partitions into a new flat tensor (stage3.py __avg_scatter_grads,
+    comm/coalesced_collectives.py): a second copy of the bucket, or of the gradients there are, during
+    backward. ZeRO-1/2 reduce the bucket in place."""
+    elements = ctx.plan.parallelism.reduce_bucket_elements
+    if elements is None or ctx.plan.parallelism.zero_stage != 3 or ctx.plan.techniques.offload != "none":
+        return None
+    copied = min(elements, trainable)
+    return item("reduce_copy", "DeepSpeed reduce-scatter copy",
+                Product((Factor(copied, "elements (the bucket, or every gradient when fewer)"), Factor(grad_bytes, "B"))),
+                "reduce_scatter_coalesced concatenates the bucket's partitions before reducing them", ctx.detail)
+
+
+def optimizer_temp(ctx: StageContext, opt_temp: int, grad_bytes: int, trainable: int) -> Item:
+    """Buffers the optimizer step allocates besides its states, ZeRO-sharded with them; under DeepSpeed the
+    gradients of one sub-group, flattened and cast to fp32 (stage3.py _prepare_fp32_grad_for_sub_group,
+    stage_1_and_2.py step: flatten, then .to(float32) when they are not fp32 already; both live at once)."""
+    z, par = ctx.plan.parallelism.zero_stage, ctx.plan.parallelism
     s_shard = ctx.shard if z >= 1 else 1
-    temp = 0 if ctx.plan.techniques.offload != "none" else -(-opt_temp // s_shard)
-    term = (Described(temp, "{} of step temporaries" + (ctx.shard_note if s_shard > 1 else ""), (Size(opt_temp),))
-            if temp else fixed(0, "0 (the step updates in place)"))
+    offloaded = ctx.plan.techniques.offload != "none"
+    temp = 0 if offloaded else -(-opt_temp // s_shard)
+    group = 0 if offloaded or par.sub_group_elements is None else min(par.sub_group_elements, -(-trainable // s_shard))
+    each = grad_bytes + (4 if grad_bytes != 4 else 0)
+    if not temp and not group:
+        term = fixed(0, "0 (the step updates in place)")
+    elif not group:
+        term = Described(temp, "{} of step temporaries" + (ctx.shard_note if s_shard > 1 else ""), (Size(opt_temp),))
+    else:
+        text = "sub-group {:,} elements × {} B (flat gradients and their fp32 copy)"
+        term = (Described(temp + group * each, "{} of step temporaries + " + text, (Size(temp), group, each)) if temp
+                else Described(group * each, text, (group, each)))
     return item("optimizer_temp", "Optimizer temporaries", term,
                 "Buffers the optimizer step allocates besides its states (see Optimizer states)", ctx.detail)
-

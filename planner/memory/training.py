@@ -40,6 +40,7 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
                                                       ctx.detail)
     held = (*st.static, grads_held, acts)
     gather = techniques.zero3_gather(ctx, st.stored)
+    copy = techniques.reduce_scatter_copy(ctx, nbytes(plan.precision.gradients), total)  # the bucket's dtype
     dequant, fp8, dora = techniques.dequantized_weight(ctx), techniques.fp8_casts(ctx), techniques.dora_weight_norm(ctx)
     fresh = partial(techniques.fresh_gradients, ctx, st.grad_dtype_bytes, opt.temp, total)
     lo = loss(ctx) if ctx.last else None
@@ -52,18 +53,19 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     layer_unit = sp.layer if not ctx.lora else sp.adapters // ctx.layers + (
         flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
     phases.append(phase("backward (first layer)", "backward of the stage's last layer: all activations still live",
-                        *held, casts_bwd, gather, *work, fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
+                        *held, casts_bwd, gather, copy, *work,
+                        fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
     rest, rest_casts, freed = checkpointing.backward_activations(ctx, k)
     phases.append(phase("backward (last layer)", "backward of the stage's first layer: gradients nearly all produced",
-                        *st.static, st.grads, rest, rest_casts, gather, *work,
+                        *st.static, st.grads, rest, rest_casts, gather, copy, *work,
                         fresh(layer_unit, counted=True, largest=sp.largest_matrix)))
     if ctx.first and not ctx.lora:  # a frozen embedding has no backward
         tied = plan.model.tie_embeddings and plan.parallelism.pipeline == 1
         phases.append(phase("embedding backward", "dense gradient of the embedding table", *st.static, st.grads, freed,
-                            gather, fresh(sp.embedding, counted=not tied)))
+                            gather, copy, fresh(sp.embedding, counted=not tied)))
     if not plan.techniques.optimizer_in_backward:  # optimizer in backward has no separate step
         phases.append(phase("optimizer step", "activations freed; the optimizer updates the weights", *st.static,
-                            st.grads, techniques.optimizer_temp(ctx, opt.temp)))
+                            st.grads, techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total)))
     return phases, host
 
 
