@@ -17,7 +17,7 @@ from planner.models import presets
 from planner.perf import plan_time
 from ui import tabs
 from ui.sidebar import sidebar
-from ui.state import current_plan_dict, start_session
+from ui.state import current_plan_dict, show_error_at, start_session
 
 st.set_page_config(page_title="VRAM Planner", page_icon="🧮", layout="wide")
 start_session()
@@ -29,10 +29,15 @@ try:
     plan = plan_from_dict(current_plan_dict())
     result = estimate(plan, catalog)
     time = plan_time(plan, result.gpu)
+    st.session_state["last_valid"] = (plan, result, time)
+    st.query_params.from_dict(plan_to_query(plan))
 except PlanError as exc:
-    st.error(str(exc))
-    st.stop()
-st.query_params.from_dict(plan_to_query(plan))
+    at_field = show_error_at(exc)
+    st.error(f"{exc}" + (" (shown at the field in the sidebar)" if at_field else ""))
+    if "last_valid" not in st.session_state:
+        st.stop()
+    plan, result, time = st.session_state["last_valid"]
+    st.warning("Stale: the results below are of the last valid plan, until the error above is fixed.")
 
 tabs.verdict(plan, result, time)
 tab_plan, tab_time, tab_explore, tab_cheapest, tab_share = st.tabs(

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from planner.catalog import load_catalog  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
+from planner.frameworks import load_frameworks  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.memory.inference import KV_BLOCK_TOKENS, SERVING_PREFILL_TOKENS  # noqa: E402
 from planner.models import presets  # noqa: E402
@@ -125,9 +126,18 @@ def row_id(row: dict) -> str:
     return row["_id"]
 
 
+def release_of(row: dict) -> dict:
+    """The vLLM V1 release a row names (its first version number, as the recipe's release table has it, e.g.
+    '0.11.0(inferred)' or 'unknown(~0.9.2-0.10.0)'), which selects the accounting of that release; none for V0
+    and SGLang rows, whose accounting the recipe's latest release stands for."""
+    found = re.search(r"\d+\.\d+\.\d+(?:\.\d+)?", row["vllm_version"])
+    known = load_frameworks()["vllm"].releases
+    return {"framework_release": found.group()} if row["engine"] == "V1" and found and found.group() in known else {}
+
+
 def plan_of(row: dict) -> dict:
     """The plan dict of a plannable row."""
-    return {"name": row_id(row), "framework": FRAMEWORKS[row["engine"]],
+    return {"name": row_id(row), "framework": FRAMEWORKS[row["engine"]], **release_of(row),
             "model": {"preset": preset_of(row["model_hf_id"])},
             "parallelism": {"tensor": int(row["tp"])}, "hardware": {"gpu": gpu_of(row)},
             "precision": _precision(row["dtype_quant"]),

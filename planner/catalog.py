@@ -21,7 +21,7 @@ class Gpu:
     name: str
     vendor: str
     memory_gb: float  # as sold, decimal GB
-    usable_memory_gib: float  # what the driver reports as the card's total (nvidia-smi), GiB
+    usable_memory_gib: float  # what CUDA can hand out (cudaMemGetInfo's total: nvidia-smi's Total less Reserved), GiB
     usable_memory_source: str
     memory_type: str
     memory_bandwidth_tb_per_s: float

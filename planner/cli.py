@@ -5,7 +5,7 @@
                                  [--price GPU=USD ...] [--fix KEY,...] [--catalog FILE] [--format table|json|yaml]
     python -m planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
     python -m planner models [--format table|json]
-    python -m planner frameworks [--format table|json]
+    python -m planner frameworks [--format text|markdown|json]
     python -m planner choices [--format table|json]
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
@@ -31,7 +31,7 @@ from planner.choices import CHOICES, choices_to_table
 from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict
 from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
-                            frameworks_to_table, presets_to_list, presets_to_table,
+                            frameworks_to_table, frameworks_to_text, presets_to_list, presets_to_table,
                             recommendation_to_list, recommendation_to_table)
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
@@ -80,13 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--budget", type=float, default=CLI_BUDGET_S, metavar="SECONDS",
                      help=f"time the search may take, then it answers with the best found (default {CLI_BUDGET_S:g})")
 
-    lim = command("limits", "largest micro-batch, longest sequence and fewest GPUs for the plan's GPU")
+    lim = command("limits", "what the plan can grow to on its GPU (training: micro-batch and sequence; inference: "
+                            "sequences at once and prompt) and the fewest GPUs")
     lim.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM)
 
     mod = commands.add_parser("models", help="the model presets with their parameter counts")
     mod.add_argument("--format", choices=("table", "json"), default="table")
     fw = commands.add_parser("frameworks", help="the framework recipes and the plan values each sets")
-    fw.add_argument("--format", choices=("table", "json"), default="table")
+    fw.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cho = commands.add_parser("choices", help="every plan key with a fixed set of values, and its values")
     cho.add_argument("--format", choices=("table", "json"), default="table")
     return parser
@@ -159,7 +160,8 @@ def _run(args: argparse.Namespace) -> str:
     if args.command == "choices":
         return choices_to_table() if args.format == "table" else json.dumps(CHOICES, indent=2) + "\n"
     if args.command == "frameworks":
-        return frameworks_to_table() if args.format == "table" else json.dumps(frameworks_to_list(), indent=2) + "\n"
+        return {"text": frameworks_to_text, "markdown": frameworks_to_table,
+                "json": lambda: json.dumps(frameworks_to_list(), indent=2) + "\n"}[args.format]()
     if args.command == "models":
         rows = presets_to_list(presets())
         return presets_to_table(presets()) if args.format == "table" else json.dumps(rows, indent=2) + "\n"

@@ -6,6 +6,8 @@ The plan's own forms (dict, YAML, share link) are planner/codec.py's.
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 from typing import Any
 
 import yaml
@@ -13,7 +15,7 @@ import yaml
 from planner.codec import leaf_text, plan_to_dict
 from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate
-from planner.models import Preset, approximate_note
+from planner.models import Preset, approximate_note, presets
 from planner.perf import StepTime
 from planner.plan import Plan, section_keys
 from planner.recommend import Candidate, Recommendation
@@ -105,6 +107,21 @@ def frameworks_to_list() -> dict[str, Any]:
             for name, r in load_frameworks().items()}
 
 
+def frameworks_to_text(width: int = 100) -> str:
+    """The framework recipes for a terminal (`python -m planner frameworks`): each recipe's summary, its tagged
+    releases and one line per setting with its condition."""
+    blocks = []
+    for name, r in load_frameworks().items():
+        lines = [f"{name} ({r.label})", *textwrap.wrap(r.summary, width, initial_indent="  ", subsequent_indent="  ")]
+        if r.releases:
+            lines += textwrap.wrap("releases: " + ", ".join(f"{k} ({v})" for k, v in r.releases.items()), width,
+                                   initial_indent="  ", subsequent_indent="    ")
+        lines += [f"  {x.key}: {leaf_text(x.value)}" + (f"  [when {x.condition}]" if x.condition else "")
+                  for x in r.settings] or ["  (no settings)"]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
 def frameworks_to_table() -> str:
     """The framework recipes as a Markdown table (the README's), from planner/data/frameworks.yaml."""
     lines = ["| `framework` | what it keeps in which dtype, and where | settings it makes |", "|---|---|---|"]
@@ -117,9 +134,23 @@ def frameworks_to_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _approx_label(plan: Plan) -> str | None:
-    n = plan.model.approx_params
-    return f"~{n / 1e9:,.3g}B-parameter model" if n else None
+_TASK_WORDS = {"pretrain": "pre-training", "finetune": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA"}
+
+
+def plan_title(plan: Plan, gpu_name: str) -> str:
+    """What a plan is, for a heading when it has no name: model, task and hardware, e.g. "Llama 3.1 70B QLoRA on
+    1 × NVIDIA H100 SXM 80GB"."""
+    m = plan.model
+    model = (presets()[m.preset].name if m.preset else f"~{m.approx_params / 1e9:,.3g}B-parameter model"
+             if m.approx_params else f"custom {m.params.total / 1e9:,.3g}B model")
+    task = (_TASK_WORDS.get(plan.workload.task) or
+            ("serving" if plan.workload.inference.gpu_memory_utilization is not None else "generation"))
+    return f"{model} {task} on {plan.hardware.count} × {gpu_name}"
+
+
+def file_stem(title: str) -> str:
+    """A title as a file name: lower-case words joined by hyphens ("llama-3.1-70b-qlora-on-1-nvidia-h100...")."""
+    return "-".join(re.findall(r"[a-z0-9.]+", title.lower()))[:80].strip("-.") or "plan"
 
 
 def estimate_to_table(est: Estimate, time: StepTime | None = None) -> str:
@@ -128,7 +159,7 @@ def estimate_to_table(est: Estimate, time: StepTime | None = None) -> str:
     plan = est.plan
     par = plan.parallelism
     lines = [
-        plan.name or f"{plan.model.preset or _approx_label(plan) or 'custom model'} — {plan.workload.task}",
+        plan.name or plan_title(plan, est.gpu.name),
         *filter(None, [approximate_note(plan.model)]),
         f"{est.reason}",
         f"peak at: {est.phase}" + (f", pipeline stage {est.stage}" if par.pipeline > 1 else ""),

@@ -258,6 +258,7 @@ class Preset:
     published_params: int
     source: str
     model: Model
+    checkpoint_weights: str | None = None  # the dtype a quantized checkpoint is served in (None: the compute dtype)
 
 
 @cache
@@ -270,7 +271,7 @@ def presets() -> dict[str, Preset]:
         table[entry["id"]] = Preset(
             id=entry["id"], name=entry["name"], hf_id=entry["hf_id"],
             published_params=int(entry["published_params"]), source=entry["source"],
-            model=Model(preset=entry["id"], **arch),
+            model=Model(preset=entry["id"], **arch), checkpoint_weights=entry.get("checkpoint_weights"),
         )
     return table
 

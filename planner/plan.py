@@ -12,7 +12,7 @@ from typing import Literal, get_args
 
 from planner.dtypes import DEFAULT_GROUP_SIZE, QUANTIZED, WEIGHT_DTYPES, ComputeDType, DType, KvDType, WeightDType
 from planner.errors import bad
-from planner.models import Model
+from planner.models import Model, presets
 from planner.pipeline import split_problem
 from planner.validate import between, check_fields, text
 
@@ -41,7 +41,7 @@ LoraVariant = Literal["lora", "dora"]
 Fp8Recipe = Literal["tensorwise", "rowwise", "mxfp8", "nvfp4"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"]
 PipelineSplit = Literal["auto", "even", "weighted"]  # see planner/pipeline.py
-FractionScope = Literal["all", "static"]
+FractionScope = Literal["all", "all_but_graphs", "device", "static"]
 Framework = Literal["generic", "hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan", "megatron",
                     "axolotl", "vllm", "sglang", "hf_generate", "gpt_fast"]
 INFERENCE_FRAMEWORKS = ("vllm", "sglang", "hf_generate", "gpt_fast")
@@ -87,8 +87,10 @@ class Inference:
     # a serving engine's cap on running sequences (vLLM --max-num-seqs), which sizes its sampler warm-up;
     # default vLLM's for the GPU (1024 on 70 GiB or more other than the A100, else 256), at least batch_size
     max_num_seqs: int | None = field(default=None, metadata=between(1, MAX_BATCH))
-    # what gpu_memory_utilization covers: all (vLLM: weights, KV cache, the profile run's activations, CUDA
-    # graphs) or static (SGLang mem_fraction_static: weights and the KV pool; activations and graphs on top)
+    # what gpu_memory_utilization covers: all (vLLM >= 0.20: weights, KV cache, the profile run's activations,
+    # CUDA graphs); all_but_graphs (vLLM 0.9.1-0.19: graphs captured after the KV cache, on top); device (vLLM
+    # before 0.9.1: a fraction of the device for everything on it, the CUDA context included, graphs on top);
+    # static (SGLang mem_fraction_static: weights and the KV pool; activations and graphs on top)
     fraction_scope: FractionScope = "all"
     # the serving engine captures decode CUDA graphs (vLLM unless --enforce-eager, SGLang unless
     # --disable-cuda-graph); their pool is an item
@@ -313,6 +315,13 @@ class Hardware:
         check_fields(self, "hardware")
 
 
+def tensor_degrees(m: Model, largest: int = 64) -> list[int]:
+    """The tensor-parallel degrees up to `largest` that split the model's heads and MLP width (KV heads and
+    ranks dividing one another)."""
+    return [t for t in range(1, largest + 1) if not m.num_attention_heads % t and not m.intermediate_size % t
+            and (not m.num_kv_heads % t or not t % m.num_kv_heads)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     model: Model
@@ -369,13 +378,16 @@ class Plan:
         """Each degree divides what it splits: heads, MLP width, experts, layers, tokens."""
         par, m, seq = self.parallelism, self.model, self.workload.sequence_length
         t = par.tensor
+        allowed = f"; allowed: {', '.join(map(str, tensor_degrees(m)))}"
         if m.num_attention_heads % t:
-            raise bad("parallelism.tensor", t, f"does not divide model.num_attention_heads ({m.num_attention_heads})")
+            raise bad("parallelism.tensor", t, f"does not divide model.num_attention_heads ({m.num_attention_heads})"
+                                               + allowed)
         if m.num_kv_heads % t and t % m.num_kv_heads:
             raise bad("parallelism.tensor", t, f"and model.num_kv_heads ({m.num_kv_heads}) must divide one another"
-                                               " (fewer KV heads than ranks are replicated)")
+                                               " (fewer KV heads than ranks are replicated)" + allowed)
         if m.intermediate_size % t:
-            raise bad("parallelism.tensor", t, f"does not divide model.intermediate_size ({m.intermediate_size})")
+            raise bad("parallelism.tensor", t, f"does not divide model.intermediate_size ({m.intermediate_size})"
+                                               + allowed)
         if par.sequence_parallel and t == 1:
             raise bad("parallelism.sequence_parallel", True, "needs parallelism.tensor > 1 (it splits the"
                                                             " tensor-parallel group's activations)")
@@ -481,7 +493,7 @@ class Plan:
     def _check_weights(self) -> None:
         """Resolve and check precision.weights against the task (quantized weights must be frozen)."""
         prec, task = self.precision, self.workload.task
-        weights = prec.weights or default_weights(task, prec.activation_dtype)
+        weights = prec.weights or default_weights(task, prec.activation_dtype, self.model)
         if task not in FROZEN_WEIGHTS and weights != prec.activation_dtype:
             raise bad("precision.weights", weights, "applies to frozen or served weights (task lora, qlora or "
                                                     "inference); full training keeps compute and master_weights")
@@ -513,8 +525,12 @@ class Plan:
         return wl.global_batch_size // (wl.micro_batch_size * self.parallelism.data)
 
 
-def default_weights(task: str, activation_dtype: str) -> str:
-    """precision.weights when a plan leaves it out: NF4 for qlora (the QLoRA base), else the activation dtype."""
+def default_weights(task: str, activation_dtype: str, model: Model | None = None) -> str:
+    """precision.weights when a plan leaves it out: NF4 for qlora (the QLoRA base); for inference, the dtype a
+    preset's checkpoint ships in (DeepSeek-V3: fp8); else the activation dtype."""
+    checkpoint = presets()[model.preset].checkpoint_weights if model is not None and model.preset else None
+    if task == "inference" and checkpoint:
+        return checkpoint
     return "nf4" if task == "qlora" else activation_dtype
 
 

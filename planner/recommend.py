@@ -24,7 +24,7 @@ from typing import Literal, get_args
 from planner.catalog import Gpu, load_catalog
 from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
-from planner.perf import compute_floor_hours, flops_per_token, job_time, peak_flops, throughput
+from planner.perf import compute_floor_hours, flops_per_token, job_time, throughput, unsupported_compute
 from planner.perf.rates import rates
 from planner.pipeline import split_problem
 from planner.plan import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
@@ -405,8 +405,8 @@ def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: fl
 def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int, tokens: int,
                 mfu: float | None, price: float | None) -> tuple[list[Candidate], str]:
     plan = search.plan
-    if peak_flops(gpu, plan.precision.compute) is None:
-        return [], f"{gpu.name}: no {plan.precision.compute} tensor cores; plan another compute dtype"
+    if why := unsupported_compute(plan, gpu):
+        return [], why
     limits = _Limits(int(gpu.usable_bytes * (1 - headroom)), host)
     allowed = (f"{format_bytes(limits.device)} allowed ({format_bytes(gpu.usable_bytes)} usable less {headroom:.0%}"
                f" headroom) and {format_bytes(host)} of host memory per GPU")
@@ -526,8 +526,8 @@ def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headro
     """Replicas of the model: tensor parallelism within a node, pipeline parallelism across nodes. More
     replicas multiply throughput at the same cost per token, so one replica of each layout is a candidate."""
     plan = search.plan
-    if peak_flops(gpu, plan.precision.compute) is None:
-        return [], f"{gpu.name}: no {plan.precision.compute} tensor cores; plan another compute dtype"
+    if why := unsupported_compute(plan, gpu):
+        return [], why
     limits = _Limits(int(gpu.usable_bytes * (1 - headroom)), host)
     fixed_t = (plan.parallelism.tensor,) if "tensor" in search.fixed else search.tensors(gpu)
     fixed_p = (plan.parallelism.pipeline,) if "pipeline" in search.fixed else search.pipelines

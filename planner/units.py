@@ -1,4 +1,4 @@
-"""Byte units and the one function that formats byte counts.
+"""Byte units and the one function that formats byte counts (and the count of anything else with its noun).
 
 Inside the planner every quantity of memory is an integer number of bytes. Two families of units are
 kept apart and always labelled: binary (MiB = 2**20, GiB = 2**30 bytes, what PyTorch and nvidia-smi
@@ -39,3 +39,8 @@ def from_gib(gib: float) -> int:
 def from_gb(gb: float) -> int:
     """A decimal-GB figure (a vendor's label) as integer bytes."""
     return round(gb * GB)
+
+
+def counted(n: int, noun: str) -> str:
+    """A count and its noun, singular for one: "1 sequence", "2,048 sequences"."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")

@@ -93,6 +93,58 @@ def test_each_input_group_changes_the_plan():
     assert not at.exception and at.query_params["num_layers"] == "4"
 
 
+def test_an_unnamed_plan_is_titled_from_what_it_is():
+    """Issue 17: after switching to 70B QLoRA the heading says so; no name goes into the link or the file."""
+    at = app()
+    assert at.header[0].value == "Llama 3.1 8B pre-training on 8 × NVIDIA H100 SXM 80GB" and "name" not in at.query_params
+    at.selectbox(key="preset").select("llama-3.1-70b").run()
+    at.selectbox(key="task").select("qlora").run()
+    assert at.header[0].value.startswith("Llama 3.1 70B QLoRA on ") and "name" not in at.query_params
+    at.text_input(key="name").input("my run").run()
+    assert at.header[0].value == "my run" and at.query_params["name"] == "my run"
+
+
+def test_the_gpu_count_is_an_input_and_data_parallelism_what_the_degrees_leave():
+    """Issue 17: tensor parallelism 8 keeps the 8 GPUs (it once made them 64); 1,024 GPUs against a global batch
+    of 64 is an error at the field, with the last valid result kept."""
+    at = app()
+    at.selectbox(key="tensor").select(8).run()
+    back = plan_from_query(dict(at.query_params), DEFAULT)[0]
+    assert not at.exception and (back.hardware.count, back.parallelism.data) == (8, 1)
+    assert "Data parallel: 1 (GPUs ÷ tensor × pipeline × context)" in [c.value for c in at.caption]
+    at.selectbox(key="tensor").select(1).run()
+    at.number_input(key="count").set_value(1024).run()
+    assert not at.exception and at.warning[-1].value.startswith("Stale: ") and at.header
+    assert any("global_batch_size" in e.value for e in at.error)
+
+
+def test_a_served_preset_takes_its_checkpoints_dtype():
+    """Issue 17: DeepSeek-V3's checkpoint is fp8, so it is served in fp8 unless told otherwise."""
+    at = app()
+    at.selectbox(key="task").select("inference").run()
+    at.selectbox(key="preset").select("deepseek-v3").run()
+    assert not at.exception and at.selectbox(key="weights").value == "fp8"
+    at.selectbox(key="preset").select("llama-3.1-70b").run()
+    assert at.selectbox(key="weights").value == "bf16"
+
+
+def test_zero_and_deepspeed_inputs_show_only_where_there_are_ranks_to_shard_over():
+    at = app()
+    assert [b for b in at.selectbox if b.key == "zero_stage"] and at.number_input(key="sub_group_elements")
+    at.number_input(key="count").set_value(1).run()
+    assert not at.exception and not [b for b in at.selectbox if b.key == "zero_stage"]
+    at.selectbox(key="task").select("inference").run()
+    at.number_input(key="count").set_value(4).run()
+    assert not at.exception and not [b for b in at.selectbox if b.key == "zero_stage"]
+
+
+def test_a_gpu_without_the_compute_dtype_says_the_plan_cannot_run():
+    at = app({"gpu": "a100-sxm-80gb", "compute": "fp8"})
+    assert not at.exception
+    assert any(e.value == "NVIDIA A100 SXM 80GB: no fp8 tensor cores; plan another compute dtype (bf16 or fp16 runs "
+               "there): the plan cannot run as written (no time estimate)." for e in at.error)
+
+
 def test_eight_bit_optimizer_inputs_appear_with_it_and_leave_with_it():
     at = app()
     at.selectbox(key="optimizer").select("adamw_8bit").run()
@@ -118,20 +170,33 @@ def test_invalid_combination_is_an_error_message_not_a_traceback():
     at.selectbox(key="preset").select("gpt2").run()
     at.selectbox(key="tensor").select(8).run()
     assert not at.exception
-    assert at.error[0].value == "parallelism.tensor: 8 does not divide model.num_attention_heads (12)"
+    message = "parallelism.tensor: 8 does not divide model.num_attention_heads (12); allowed: 1, 2, 3, 4, 6, 12"
+    # at the field, and above the last valid result, which stays on the page marked stale
+    assert sorted(e.value for e in at.error) == [message, message + " (shown at the field in the sidebar)"]
+    assert at.warning[-1].value.startswith("Stale: ") and at.header and at.tabs
 
 
 def test_adopting_a_recommendation():
     at = app()
     at.button(key="adopt_0").click().run()
     assert not at.exception
-    assert at.selectbox(key="gpu").value != "h100-sxm-80gb" or at.number_input(key="data").value != 8
+    assert at.selectbox(key="gpu").value != "h100-sxm-80gb" or at.number_input(key="count").value != 8
 
 
 def test_price_override_reorders_candidates():
     at = app()
     at.number_input(key="price").set_value(0.01).run()
-    assert not at.exception and table(at, "job_usd")["gpu"][0] == "h100-sxm-80gb"
+    assert not at.exception and table(at, "$ (job)")["GPU"][0] == "NVIDIA H100 SXM 80GB"
+
+
+def test_the_recommender_table_has_one_row_per_gpu_type_in_a_persons_units():
+    """Issue 17: human units and headers, the whole reason, the best row of each GPU type (all of them below)."""
+    at = app()
+    best = table(at, "$ (job)")
+    assert list(best.columns) == ["GPU", "GPUs", "strategy", "GiB per GPU", "$ per GPU-hour", "hours (job)", "$ (job)",
+                                  "why"]
+    assert best["GPU"].is_unique and len(best) > 1 and best["why"].str.len().min() > 40  # the whole reason
+    assert (best["GiB per GPU"] == best["GiB per GPU"].round(1)).all() and best["GiB per GPU"].between(1, 300).all()
 
 
 def test_plan_upload_and_a_bad_file():
@@ -180,7 +245,8 @@ def test_hidden_values_the_plan_refuses_after_an_edit_are_dropped():
     assert not at.exception and not at.error
     back = plan_from_query(dict(at.query_params), DEFAULT)[0]
     assert back.workload.task == "inference" and back.parallelism.pipeline_schedule == "1f1b"
-    assert back.hardware.count == 8 and back.workload.global_batch_size == 8
+    # the GPU count is kept: data takes the freed GPUs, and the hidden global batch it no longer divides is dropped
+    assert back.hardware.count == 16 and back.parallelism.data == 16 and back.workload.global_batch_size == 16
 
 
 def test_a_heavy_link_reruns_in_under_two_seconds():
@@ -314,7 +380,7 @@ def test_framework_sets_its_recipe_and_shows_what_it_set():
     # back to generic: the keys torchtune governed return to the planner's defaults, the rest stays
     at.selectbox(key="framework").set_value("generic").run()
     assert at.selectbox(key="master_weights").value == "fp32" and at.selectbox(key="loss").value == "full"
-    assert at.number_input(key="data").value == 8
+    assert at.number_input(key="count").value == 8
 
 
 def test_new_technique_widgets_reach_the_plan():
@@ -342,7 +408,7 @@ def test_an_uneven_pipeline_split_is_typed_in_and_shared():
     assert not at.exception and at.error[0].value.startswith("does not fit on NVIDIA H100 SXM 80GB ×64")
     assert at.query_params["pipeline_layers"] == "12,17,17,17,17,17,17,12"
     at.text_input(key="pipeline_layers").input("12,x").run()
-    assert at.error[0].value == "parallelism.pipeline_layers: '12,x' must be a list of 1 to 4,096 integers"
+    assert any(e.value == "parallelism.pipeline_layers: '12,x' must be a list of 1 to 4,096 integers" for e in at.error)
 
 
 def test_a_framework_release_re_derives_the_settings_that_changed():
@@ -392,8 +458,8 @@ def test_rules_the_app_no_longer_retypes_show_the_plans_own_error():
     at.checkbox(key="fp8_all_gather").check().run()
     assert not at.exception and not at.error and at.query_params["fp8_all_gather"] == "true"  # ZeRO-3
     at.selectbox(key="zero_stage").select(2).run()
-    assert at.error[0].value == ("precision.fp8_all_gather: True needs parallelism.zero_stage 3 "
-                                 "(FSDP all-gathers weights)")
+    assert "precision.fp8_all_gather: True needs parallelism.zero_stage 3 (FSDP all-gathers weights)" in [
+        e.value for e in at.error]
 
 
 def test_a_task_offers_the_weights_the_plan_allows_and_starts_from_its_default():
@@ -537,7 +603,7 @@ def test_time_tab_itemizes_the_step():
 def test_cheapest_and_explore_tabs():
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "cheapest"), default_timeout=60).run()
     assert not at.exception and at.radio(key="rank_by").options == ["cost of the job", "cost per hour"]
-    assert at.button(key="adopt_0") and table(at, "job_usd")["gpu"][0] == at.session_state["rec"].best.gpu.id
+    assert at.button(key="adopt_0") and table(at, "$ (job)")["GPU"][0] == at.session_state["rec"].best.gpu.name
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "explore"), default_timeout=60).run()
     assert not at.exception and [s.value for s in at.subheader] == [
         "Memory vs sequence length", "Memory vs micro batch size", "What each technique saves"]
@@ -545,7 +611,7 @@ def test_cheapest_and_explore_tabs():
 
 def test_share_tab_links_the_plan():
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "share"), default_timeout=30).run()
-    assert not at.exception and at.header[0].value == "Your plan" and at.success
+    assert not at.exception and at.header[0].value == "Llama 3.2 1B pre-training on 2 × NVIDIA H100 SXM 80GB" and at.success
     assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "bound by"]
     query = dict(parse_qsl(at.code[0].value.split("?", 1)[1]))
     plan, warnings = plan_from_query(query, DEFAULT)

@@ -6,7 +6,7 @@ from planner.memory import estimate
 from planner.codec import plan_from_dict
 from planner.recommend import recommend
 from planner.perf import step_time
-from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart
+from ui.charts import ITEM_COLORS, breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart
 
 CATALOG = load_catalog()
 PLAN = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 2048}})
@@ -23,8 +23,36 @@ def test_breakdown_chart_stacks_the_items_against_usable_memory():
     items = [r for r in rows if r["kind"] == "item"]
     assert [r["item"] for r in items] == [i.label for i in est.items if i.bytes]
     assert [r for r in rows if r["kind"] == "limit"] == [
-        {"kind": "limit", "item": "usable", "GiB": 79.65, "counts in": "", "order": len(items)}]
+        {"kind": "limit", "item": "usable", "GiB": 79.18, "counts in": "", "order": len(items),
+         "text": "usable 79.18 GiB"}]
     assert len(spec["layer"]) == 3 and spec["layer"][1]["mark"]["type"] == "rule"
+
+
+def _colors(est) -> dict[str, str]:
+    scale = breakdown_chart(est).to_dict()["layer"][0]["encoding"]["color"]["scale"]
+    return dict(zip(scale["domain"], scale["range"]))
+
+
+SERVING = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference"}}
+LORA_ZERO3 = {"model": {"preset": "llama-3.1-8b"}, "framework": "deepspeed", "workload": {"task": "qlora"},
+              "parallelism": {"data": 8, "zero_stage": 3}}
+
+
+def test_each_item_keeps_its_colour_in_every_plan():
+    """Issue 17: activations are one colour whatever else the plan holds; every item the planner draws has one."""
+    plans = [PLAN, plan_from_dict(SERVING), plan_from_dict(LORA_ZERO3),
+             plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}})]
+    for plan in plans:
+        est = estimate(plan, CATALOG)
+        colors = _colors(est)
+        assert all(i.name in ITEM_COLORS for i in est.items if i.bytes), [i.name for i in est.items]
+        assert colors == {i.label: ITEM_COLORS[i.name] for i in est.items if i.bytes}
+    assert len(set(ITEM_COLORS.values())) == len(ITEM_COLORS)  # no two items share a colour
+
+
+def test_a_serving_plan_draws_its_engine_budget():
+    rows = _rows(breakdown_chart(estimate(plan_from_dict(SERVING), CATALOG)).to_dict())
+    assert next(r["text"] for r in rows if r["kind"] == "limit").startswith("engine budget ")
 
 
 def test_sweep_chart_has_the_curve_capacity_lines_and_the_current_value():
@@ -44,6 +72,16 @@ def test_recommendation_chart_has_one_bar_per_priced_gpu_type():
     rows = _rows(recommendation_chart(rec).to_dict())
     assert len(rows) == len({c.gpu.id for c in rec.candidates if c.usd_per_hour is not None})
     assert rows[0]["GPU"] == rec.best.gpu.name
+
+
+def test_the_cost_chart_names_what_it_counts_and_labels_every_bar():
+    """Issue 17: a served plan costs dollars per million tokens, not a job; each bar says its count and value."""
+    rec = recommend(plan_from_dict(SERVING), CATALOG)
+    spec = recommendation_chart(rec).to_dict()
+    assert spec["layer"][0]["encoding"]["x"]["title"] == "$ per M tokens"
+    assert spec["layer"][0]["encoding"]["y"]["axis"]["labelLimit"] == 400
+    first = _rows(spec)[0]
+    assert first["label"] == f"{first['GPUs']} GPU{'s' * (first['GPUs'] > 1)} · ${first['$ per M tokens']:,.2f}"
 
 
 def test_count_chart_has_a_line_per_cheapest_gpu_type_over_its_counts():

@@ -5,6 +5,7 @@ from typing import get_args
 
 from conftest import ROOT
 from planner.choices import CHOICES, LISTS, choices_to_table
+from planner.export import frameworks_to_table
 from planner.plan import Optimizer
 
 EXAMPLE = str(ROOT / "examples" / "llama-3.1-8b-8xh100.yaml")
@@ -36,7 +37,7 @@ def test_plan_from_stdin():
 def test_user_errors_exit_2_with_one_line():
     out = run("estimate", "-", stdin="model: {preset: gpt2}\nparallelism: {tensor: 5}\n")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr == "error: parallelism.tensor: 5 does not divide model.num_attention_heads (12)\n"
+    assert out.stderr == "error: parallelism.tensor: 5 does not divide model.num_attention_heads (12); allowed: 1, 2, 3, 4, 6, 12\n"
     missing = run("estimate", "missing.yaml")
     assert missing.returncode == 2 and missing.stderr.startswith("error: missing.yaml: cannot read")
     assert run("estimate", EXAMPLE, "--catalog", "nope.yaml").returncode == 2
@@ -107,7 +108,7 @@ def test_a_parameter_count_plan_is_marked_approximate_in_every_format():
     plan = "model: {params: 13B}\n"
     note = "APPROXIMATE: architecture guessed from 13B parameters (35 layers × 5,120 hidden"
     table = run("estimate", "-", stdin=plan).stdout.splitlines()
-    assert table[0] == "~13B-parameter model — pretrain" and table[1].startswith(note)
+    assert table[0] == "~13B-parameter model pre-training on 1 × NVIDIA H100 SXM 80GB" and table[1].startswith(note)
     assert json.loads(run("estimate", "-", "--format", "json", stdin=plan).stdout)["approximate_model"].startswith(note)
     assert run("limits", "-", stdin=plan).stdout.startswith(note)
     assert run("recommend", "-", "--top", "1", stdin=plan).stdout.startswith(note)
@@ -145,8 +146,10 @@ def test_frameworks_lists_each_setting_with_its_source():
     torchtune = json.loads(out.stdout)["torchtune"]
     loss = next(s for s in torchtune["settings"] if s["key"] == "techniques.loss")
     assert loss["value"] == "chunked" and loss["when"] == {} and "CEWithChunkedOutputLoss" in loss["source"]
-    table = run("frameworks")
-    assert table.returncode == 0 and table.stdout.startswith("| `framework` |")
+    text = run("frameworks")  # for a terminal: one line per setting, no Markdown
+    assert text.returncode == 0 and text.stdout.startswith("generic (") and "|" not in text.stdout
+    assert "  techniques.compile_scope: blocks  [when release from 2024-12-18 before 2025-04-02]" in text.stdout
+    assert run("frameworks", "--format", "markdown").stdout == frameworks_to_table()
 
 
 def test_choices_come_from_the_plans_types_and_match_the_readme():

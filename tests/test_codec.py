@@ -107,7 +107,7 @@ def test_tampered_links_warn_and_fall_back_per_parameter():
         "foo: unknown link parameter, ignored",
         "zero_stage: given 2 times; the last one is used",
         "micro_batch_size: workload.micro_batch_size: 0 is out of range; must be from 1 to 1,048,576; the default is used",
-        "tensor: parallelism.tensor: 3 does not divide model.num_attention_heads (32); the default is used",
+        "tensor: parallelism.tensor: 3 does not divide model.num_attention_heads (32); allowed: 1, 2, 4, 8, 16, 32; the default is used",
     ]
     assert plan.parallelism.zero_stage == 2 and plan.parallelism.tensor == 1 and plan.workload.sequence_length == 4096
 

@@ -1,8 +1,10 @@
 import json
 
+import pytest
+
 from conftest import TINY
 from planner.codec import plan_from_dict
-from planner.export import estimate_to_dict, estimate_to_json, estimate_to_table
+from planner.export import estimate_to_dict, estimate_to_json, estimate_to_table, file_stem, plan_title
 from planner.memory import estimate
 
 
@@ -21,3 +23,19 @@ def test_table_lists_items_and_totals():
     table = estimate_to_table(est)
     assert "Optimizer states" in table and "peak_reserved_bytes" in table
     assert "torch.cuda.max_memory_allocated()" in table and table.endswith("\n")
+
+
+@pytest.mark.parametrize("data, title", [
+    ({"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora"}}, "Llama 3.1 70B QLoRA on 1 × H100"),
+    ({"model": {"params": "7B"}, "hardware": {"count": 8}}, "~7B-parameter model pre-training on 8 × H100"),
+    ({"model": {"preset": "qwen3-32b"}, "workload": {"task": "inference", "inference": {"gpu_memory_utilization": 0.9}}},
+     "Qwen3 32B serving on 1 × H100"),
+    ({"model": {"preset": "gpt2"}, "workload": {"task": "inference"}}, "GPT-2 (124M) generation on 1 × H100"),
+])
+def test_a_plan_is_titled_from_what_it_is(data, title):
+    assert plan_title(plan_from_dict(data), "H100") == title
+
+
+def test_a_title_makes_a_file_name():
+    assert file_stem("Llama 3.1 70B QLoRA on 1 × NVIDIA H100 SXM 80GB") == "llama-3.1-70b-qlora-on-1-nvidia-h100-sxm-80gb"
+    assert file_stem("×××") == "plan"

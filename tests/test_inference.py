@@ -69,7 +69,7 @@ def test_serving_capacity():
     # the engine claims its fraction, and its CUDA context made before vLLM's snapshot comes on top
     assert est.fits and est.usable_bytes == int(est.gpu.usable_bytes * 0.9) + 512 * 2**20
     assert s.kv_bytes_per_token == 131_072 and s.max_concurrent_sequences == s.kv_budget_bytes // (64 * 16 * 131_072)
-    assert est.reason.startswith(f"fits on NVIDIA H100 SXM 80GB ×1: the engine's 72.18 GiB hold the weights and KV "
+    assert est.reason.startswith(f"fits on NVIDIA H100 SXM 80GB ×1: the engine's 71.76 GiB hold the weights and KV "
                                  f"cache for {s.max_concurrent_sequences:,} sequences of 1,024 tokens")
     tight = plan_from_dict({"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "inference", "inference": {
         "gpu_memory_utilization": 0.9}}})
@@ -187,6 +187,39 @@ def test_vllm_defaults_follow_the_gpu_and_tensor_parallel_adds_its_buffers():
     assert tp2["custom_all_reduce"] == 2 * 8 * 2**20 and tp2["nccl"] == 512 * 2**20
 
 
+def test_vllm_profiles_its_whole_token_budget_whatever_the_requests():
+    """One short request still leaves vLLM's budget a forward of max_num_batched_tokens (8,192) aside: the
+    profile run (_dummy_run(max_num_tokens)) does not know the workload."""
+    short = _vllm(batch_size=1, prompt_tokens=128, max_num_seqs=1)
+    formula = next(i.formula for i in estimate(plan_from_dict(short)).items if i.name == "activations")
+    assert formula.startswith("max(forward of 8,192 tokens")
+    chunked = _vllm(batch_size=1, prompt_tokens=128, max_num_seqs=1, prefill_chunk_tokens=2048)
+    assert "forward of 2,048 tokens" in next(i.formula for i in estimate(plan_from_dict(chunked)).items
+                                             if i.name == "activations")
+
+
+@pytest.mark.parametrize("release, fraction, scope", [
+    ("", 0.92, "all"), ("0.20.0", 0.92, "all"), ("0.19.0", 0.9, "all_but_graphs"), ("0.9.1", 0.9, "all_but_graphs"),
+    ("0.9.0", 0.9, "device"), ("0.8.0", 0.9, "device"),
+])
+def test_vllm_releases_account_as_they_did(release, fraction, scope):
+    """0.8.0-0.9.0 charge the device's whole use (the CUDA context too) to the fraction; 0.9.1-0.19 a snapshot's
+    growth, with the CUDA graphs captured after the KV cache, on top; from 0.20.0 the graphs are inside and the
+    default fraction is 0.92. The KV budget differs by exactly those terms."""
+    def estimate_at(rel: str):
+        return estimate(plan_from_dict({**_vllm(), **({"framework_release": rel} if rel else {})}))
+    est = estimate_at(release)
+    inf = est.plan.workload.inference
+    assert (inf.gpu_memory_utilization, inf.fraction_scope) == (fraction, scope)
+    items = {i.name: i.bytes for i in est.items}
+    total = int(est.gpu.usable_bytes * fraction)
+    charged = items["weights"] + items["cublas_workspace"] + items["activations"]
+    also_charged = {"all": items["cuda_graphs"], "all_but_graphs": 0, "device": items["cuda_context"]}[scope]
+    assert est.serving.kv_budget_bytes == total - charged - also_charged
+    assert est.device_bytes == total + (0 if scope == "device" else items["cuda_context"]) + (
+        0 if scope == "all" else items["cuda_graphs"])
+
+
 @pytest.mark.parametrize("inference, message", [
     ({"max_num_seqs": 8, "gpu_memory_utilization": 0.9},
      "workload.inference.max_num_seqs: 8 is below batch_size (16): the engine runs at most this many at once"),
@@ -236,7 +269,7 @@ def test_vllm_kv_budget_against_published_startup_logs(preset, hf_id, tensor):
     row = next(r for r in csv.DictReader((ROOT / "bench/data/serving-memory.csv").open())
                if r["model_hf_id"] == hf_id and r["tp"] == str(tensor) and r["source"].startswith("B"))
     plan = {**_vllm(tensor=tensor, batch_size=1, prompt_tokens=1000, output_tokens=1000, gpu_memory_utilization=0.9),
-            "model": {"preset": preset}}
+            "model": {"preset": preset}, "framework_release": "0.11.0"}  # graphs on top of the fraction
     est = estimate(plan_from_dict(plan))
     weights = next(i.bytes for i in est.items if i.name == "weights") / 2**30
     assert abs(weights / float(row["weights_gib"]) - 1) < 0.01

@@ -31,6 +31,13 @@ def phase(est, name, stage=0):
     return next(ph for ph in est.stages[stage].phases if ph.name == name)
 
 
+def test_the_moments_read_in_the_order_backward_reaches_them():
+    """Issue 17: backward starts at the stage's last layer, so its moment comes before the first layer's."""
+    names = [ph.name for ph in estimate(tiny(precision=PURE)).stages[0].phases]
+    assert names == ["forward", "loss backward", "output head backward", "backward of the last layer",
+                     "backward of the first layer", "embedding backward", "optimizer step"]
+
+
 def test_pure_bf16_golden_values():
     est = estimate(tiny(precision=PURE))
     # per layer per token: norms 2 × (4 + 2 + 2) × 64 = 1024; attention 2 × (2×64 + 2×32) + 4 × 4 heads = 400;
@@ -45,8 +52,8 @@ def test_pure_bf16_golden_values():
     assert phase(est, "forward").allocated_bytes == 2 * P + 4 * P + WS + acts + (2 + 4 + 4) * T * 1000
     # layer backward: half the SwiGLU (2 × 2 B × 128) + 2 × 2 B × 64 per token; on the first micro-batch the
     # last layer's bf16 gradients (36,992 params) are the first .grad produced
-    assert phase(est, "backward (first layer)").allocated_bytes == 6 * P + WS + acts + (512 + 256) * T + 2 * 36_992
-    assert phase(est, "backward (last layer)").allocated_bytes == 8 * P + WS + 2448 * T + 768 * T
+    assert phase(est, "backward of the last layer").allocated_bytes == 6 * P + WS + acts + (512 + 256) * T + 2 * 36_992
+    assert phase(est, "backward of the first layer").allocated_bytes == 8 * P + WS + 2448 * T + 768 * T
     # output head: gradient of the bf16 logits, and the head's 64,000 new bf16 gradients
     assert phase(est, "output head backward").allocated_bytes == 6 * P + WS + acts + 2 * T * 1000 + 2 * 64_000
     assert phase(est, "embedding backward").allocated_bytes == 8 * P + WS  # its gradient becomes .grad itself
@@ -472,8 +479,8 @@ def test_optimizer_in_backward_by_hand():
     # largest layer matrix 64 × 128 × (2 + 2)
     assert plain["optimizer step"]["optimizer_temp"] == 2 * 202_048
     assert fused["output head backward"]["fresh_gradients"] == 64_000 * 4
-    assert fused["backward (last layer)"]["fresh_gradients"] == 8_192 * 4
-    assert plain["backward (last layer)"]["gradients"] == 2 * 202_048
+    assert fused["backward of the first layer"]["fresh_gradients"] == 8_192 * 4
+    assert plain["backward of the first layer"]["gradients"] == 2 * 202_048
 
 
 def test_chunked_loss_by_hand():
@@ -651,7 +658,7 @@ def test_compiled_loss_keeps_no_fp32_logits():
 
 def test_selective_op_recomputes_what_it_did_not_keep():
     est = estimate(tiny(precision=PURE, techniques={"activation_checkpointing": "selective_op"}))
-    recompute = next(i.bytes for i in phase(est, "backward (first layer)").items if i.name == "recompute")
+    recompute = next(i.bytes for i in phase(est, "backward of the last layer").items if i.name == "recompute")
     assert recompute == T * (2448 - 848)
 
 
@@ -704,7 +711,7 @@ def test_deepspeed_zero3_copies_its_bucket_to_reduce_and_steps_a_sub_group_in_fp
     fused = {"optimizer_impl": "fused"}  # no foreach temporaries beside the sub-group
     plan = plan_from_dict({"model": TINY, "precision": {**fused, "gradients": "bf16"}, "parallelism": par})
     phases = {ph.name: {i.name: i.bytes for i in ph.items} for ph in estimate(plan).all_stages()[0].phases}
-    assert phases["backward (last layer)"]["reduce_copy"] == 1000 * 2
+    assert phases["backward of the first layer"]["reduce_copy"] == 1000 * 2
     assert "reduce_copy" not in phases["forward"]
     assert phases["optimizer step"]["optimizer_temp"] == 50_000 * (2 + 4)
     whole = plan_from_dict({"model": TINY, "precision": fused, "parallelism": {**par, "sub_group_elements": 10**6}})

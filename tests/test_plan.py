@@ -58,7 +58,7 @@ def test_round_trip():
      "hardware.count: 6 must equal data × tensor × pipeline × context = 2 × 2 × 1 × 1 = 4"),
     ({"hardware": {"count": 6}, "parallelism": {"tensor": 4}},
      "hardware.count: 6 is not a multiple of tensor × pipeline × context (4 × 1 × 1)"),
-    ({"parallelism": {"tensor": 3}}, "parallelism.tensor: 3 does not divide model.num_attention_heads (4)"),
+    ({"parallelism": {"tensor": 3}}, "parallelism.tensor: 3 does not divide model.num_attention_heads (4); allowed: 1, 2, 4"),
     ({"parallelism": {"pipeline": 3}}, "parallelism.pipeline: 3 leaves a chunk without layers: model.num_layers (2)"
                                        " split unevenly into 3 chunks, with the embedding and the output head"
                                        " counted as a layer each, fills at most 2"),
@@ -212,3 +212,13 @@ def test_inference_generates_at_least_one_token():
         plan_from_dict({"model": {"preset": "llama-3.2-1b"},
                         "workload": {"task": "inference", "inference": {"output_tokens": 0}}})
     assert str(err.value) == "workload.inference.output_tokens: 0 is out of range; must be from 1 to 16,777,216"
+
+
+def test_a_quantized_checkpoint_is_served_in_its_own_dtype():
+    """DeepSeek-V3 ships fp8 weights (config.json quantization_config): served in fp8 unless the plan says; trained
+    adapters keep the compute dtype's base; a plan's own choice wins."""
+    def weights(task, **precision):
+        return plan_from_dict({"model": {"preset": "deepseek-v3"}, "workload": {"task": task},
+                               "precision": precision}).precision.weights
+    assert (weights("inference"), weights("lora"), weights("inference", weights="bf16")) == ("fp8", "bf16", "bf16")
+    assert plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "inference"}}).precision.weights == "bf16"

@@ -39,7 +39,8 @@ def test_tiny_model_fits_every_gpu_with_its_dtype_and_the_cheapest_per_hour_wins
     assert [(c.gpu.id, c.usd_per_hour) for c in rec.candidates] == [
         ("cheap-80gb", 1.0), ("h100-sxm-80gb", H100["price_usd_per_hour"]), ("own-80gb", None)]
     assert rec.job_tokens == DEFAULT_JOB_TOKENS and "per billion" in rec.job_tokens_source
-    assert [r.reason for r in rec.rejected] == ["Old 32GB: no bf16 tensor cores; plan another compute dtype"]
+    assert [r.reason for r in rec.rejected] == [
+        "Old 32GB: no bf16 tensor cores; plan another compute dtype (fp16 or fp8 runs there)"]
 
 
 def test_fewest_gpus_matches_a_manual_search():

@@ -1,4 +1,4 @@
-from planner.units import GB, GiB, MiB, format_bytes, from_gb, from_gib, to_unit
+from planner.units import GB, GiB, MiB, counted, format_bytes, from_gb, from_gib, to_unit
 
 
 def test_binary_and_decimal_units_are_kept_apart():
@@ -17,3 +17,8 @@ def test_conversions_round_trip():
     assert from_gib(1.5) == 3 * GiB // 2
     assert from_gb(0.5) == 500_000_000
     assert to_unit(GiB, "MiB") == 1024.0
+
+
+def test_a_count_reads_with_its_noun():
+    assert [counted(n, "sequence") for n in (0, 1, 2, 2048)] == ["0 sequences", "1 sequence", "2 sequences",
+                                                                  "2,048 sequences"]

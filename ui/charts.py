@@ -6,6 +6,7 @@ top-level data frame; a call copies the template shallowly and attaches that run
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 import altair as alt
@@ -15,9 +16,24 @@ from planner.explore import Point
 from planner.memory import Estimate
 from planner.perf import StepTime
 from planner.recommend import Recommendation
-from planner.units import to_unit
+from planner.units import counted, to_unit
 
 LEVEL_LABEL = {"allocated": "live tensors", "reserved": "allocator reserve", "device": "outside PyTorch"}
+# One colour per item, whatever the plan, so a colour means the same thing in every chart: weights in blues,
+# gradients and optimizer in greens and oranges, activations and transients in reds and purples, the KV cache in
+# browns, runtime and allocator in greys. An item missing here is drawn grey.
+ITEM_COLORS = {
+    "weights": "#1f77b4", "adapters": "#6baed6", "master_weights": "#9ecae1", "weight_casts": "#c6dbef",
+    "dequantized_weight": "#17becf", "zero3_gather": "#9edae5", "fp8_casts": "#3182bd",
+    "gradients": "#2ca02c", "fresh_gradients": "#98df8a", "ddp_buckets": "#74c476", "reduce_bucket": "#31a354",
+    "reduce_copy": "#a1d99b", "optimizer_states": "#ff7f0e", "optimizer_temp": "#ffbb78",
+    "activations": "#d62728", "logits_loss": "#ff9896", "recompute": "#e377c2", "backward_transient": "#f7b6d2",
+    "expert_dispatch": "#9467bd", "dora_weight_norm": "#c5b0d5", "symmetric_memory": "#756bb1",
+    "kv_cache": "#8c564b", "mask_buffer": "#c49c94", "expanded_kv": "#e7969c", "cuda_graphs": "#bcbd22",
+    "custom_all_reduce": "#dbdb8d", "cublas_workspace": "#636363", "allocator_reserve": "#bdbdbd",
+    "cuda_context": "#969696", "nccl": "#525252",
+}
+UNLISTED_COLOR = "#7f7f7f"
 
 
 def _with_data(template: alt.TopLevelMixin, data: pd.DataFrame) -> alt.TopLevelMixin:
@@ -31,26 +47,39 @@ def _breakdown_template() -> alt.LayerChart:
     items = alt.datum.kind == "item"
     bar = alt.Chart().mark_bar(size=40).encode(
         x=alt.X("sum(GiB):Q", title="GiB per GPU"),
-        color=alt.Color("item:N", sort=alt.EncodingSortField("order"),
-                        legend=alt.Legend(title=None, orient="bottom", columns=4, symbolLimit=0)),
         order=alt.Order("order:Q"),
-        tooltip=["item:N", "GiB:Q", "counts in:N"],
+        tooltip=["item:N", alt.Tooltip("GiB:Q", format=".2f"), "counts in:N"],
     ).transform_filter(items)
-    limit = alt.Chart().mark_rule(color="red", size=3).encode(
-        x="GiB:Q", y=alt.value(-8), y2=alt.value(68), tooltip=["item:N", "GiB:Q"]) \
+    limit = alt.Chart().mark_rule(color="red", size=2, strokeDash=[6, 3]).encode(
+        x="GiB:Q", y=alt.value(0), y2=alt.value(60), tooltip=["item:N", "GiB:Q"]) \
         .transform_filter(alt.datum.kind == "limit")
-    label = alt.Chart().mark_text(color="red", align="left", dx=5, baseline="top").encode(
-        x="GiB:Q", y=alt.value(-8), text="item:N").transform_filter(alt.datum.kind == "limit")
+    label = alt.Chart().mark_text(color="red", align="right", dx=-4, dy=-4, baseline="bottom").encode(
+        x="GiB:Q", y=alt.value(0), text="text:N").transform_filter(alt.datum.kind == "limit")
     return alt.layer(bar, limit, label).properties(height=60)
 
 
 def breakdown_chart(est: Estimate) -> alt.LayerChart:
-    """One stacked bar of the items at the peak against the GPU's usable memory (a red rule)."""
+    """One stacked bar of the items at the peak against the memory the plan may use (a red dashed rule: the
+    GPU's usable memory, or a serving engine's budget), each item in its own colour in every plan."""
+    shown = [i for i in est.items if i.bytes]
     rows = [{"kind": "item", "item": i.label, "GiB": round(to_unit(i.bytes), 3), "counts in": LEVEL_LABEL[i.level],
-             "order": n} for n, i in enumerate(est.items) if i.bytes]
-    rows.append({"kind": "limit", "item": "usable", "GiB": round(to_unit(est.usable_bytes), 2), "counts in": "",
-                 "order": len(rows)})
-    return _with_data(_breakdown_template(), pd.DataFrame(rows))
+             "order": n} for n, i in enumerate(shown)]
+    limit = "engine budget" if est.serving is not None else "usable"
+    gib = round(to_unit(est.usable_bytes), 2)
+    rows.append({"kind": "limit", "item": limit, "GiB": gib, "counts in": "", "order": len(rows),
+                 "text": f"{limit} {gib:g} GiB"})
+    chart = _with_data(_breakdown_template(), pd.DataFrame(rows))
+    bar = _colored_bar(tuple(i.label for i in shown), tuple(ITEM_COLORS.get(i.name, UNLISTED_COLOR) for i in shown))
+    chart.layer = [bar, *chart.layer[1:]]
+    return chart
+
+
+@cache
+def _colored_bar(labels: tuple[str, ...], colors: tuple[str, ...]) -> alt.Chart:
+    """The breakdown's bar layer with each label in its item's colour (made once per set of items)."""
+    color = alt.Color("item:N", sort=list(labels), scale=alt.Scale(domain=list(labels), range=list(colors)),
+                      legend=alt.Legend(title=None, orient="bottom", columns=3, symbolLimit=0, labelLimit=260))
+    return _breakdown_template().layer[0].encode(color=color)
 
 
 @cache
@@ -60,10 +89,11 @@ def _sweep_template(axis: str) -> alt.LayerChart:
     memory = alt.Chart().mark_line(point=True, color="#1f77b4").encode(x=x, y=y, tooltip=["x:Q", "GiB:Q", "note:N"]) \
         .transform_filter(alt.datum.kind == "memory")
     capacity = alt.Chart().mark_line(strokeDash=[4, 4]).encode(
-        x=x, y=y, color=alt.Color("series:N", title="capacity"), tooltip=["series:N", "GiB:Q"]) \
+        x=x, y=y, color=alt.Color("series:N", legend=alt.Legend(title="capacity", orient="bottom", labelLimit=400)),
+        tooltip=["series:N", "GiB:Q"]) \
         .transform_filter(alt.datum.kind == "capacity")
     current = alt.Chart().mark_rule(color="gray").encode(x=x).transform_filter(alt.datum.kind == "current")
-    return alt.layer(memory, capacity, current).properties(height=280)
+    return alt.layer(memory, capacity, current).properties(height=360)
 
 
 def sweep_chart(points: list[Point], axis: str, current: int, capacities: dict[str, int]) -> alt.LayerChart:
@@ -78,24 +108,35 @@ def sweep_chart(points: list[Point], axis: str, current: int, capacities: dict[s
 
 
 @cache
-def _recommendation_template(measure: str) -> alt.Chart:
-    return alt.Chart().mark_bar().encode(
-        x=alt.X(f"{measure}:Q"), y=alt.Y("GPU:N", sort="x", title=None),
-        tooltip=["GPU:N", "GPUs:Q", "job USD:Q", "USD per hour:Q", "hours:Q"],
-    )
+def _recommendation_template(measure: str) -> alt.LayerChart:
+    base = alt.Chart().encode(y=alt.Y("GPU:N", sort="x", title=None, axis=alt.Axis(labelLimit=400)))
+    bar = base.mark_bar().encode(x=alt.X(f"{measure}:Q", title=measure),
+                                 tooltip=["GPU:N", "GPUs:Q", f"{measure}:Q", "$ per GPU-hour:Q", "hours:Q"])
+    value = base.mark_text(align="left", dx=4).encode(x=f"{measure}:Q", text="label:N")
+    return alt.layer(bar, value)
 
 
-def recommendation_chart(rec: Recommendation) -> alt.Chart:
-    """The cheapest candidate of each GPU type: cost of the job (or per hour), cheapest first."""
-    best: dict[str, dict] = {}
+def _cost_measure(rec: Recommendation) -> str:
+    """What the cost axis counts: the job's dollars, or per million generated tokens when serving (or per hour)."""
+    if rec.rank_by != "job":
+        return "$ per hour"
+    serving = rec.best is not None and rec.best.plan.workload.task == "inference"
+    return "$ per M tokens" if serving else "$ per job"
+
+
+def recommendation_chart(rec: Recommendation) -> alt.LayerChart:
+    """The cheapest candidate of each GPU type: cost of the job (or per hour), cheapest first, each bar labelled
+    with its GPU count and value."""
+    measure, best = _cost_measure(rec), {}
     for c in rec.candidates:
         if c.usd_per_hour is None or c.gpu.id in best:
             continue
-        best[c.gpu.id] = {"GPU": c.gpu.name, "GPUs": c.count, "job USD": round(c.job_usd, 2),
-                          "USD per hour": round(c.usd_per_hour, 2), "hours": round(c.job_hours, 2)}
-    measure = "job USD" if rec.rank_by == "job" else "USD per hour"
+        cost = round(c.job_usd, 2) if rec.rank_by == "job" else round(c.usd_per_hour * c.count, 2)
+        best[c.gpu.id] = {"GPU": c.gpu.name, "GPUs": c.count, measure: cost,
+                          "$ per GPU-hour": round(c.usd_per_hour, 2), "hours": round(c.job_hours, 2),
+                          "label": f"{counted(c.count, 'GPU')} · ${cost:,.2f}"}
     chart = _with_data(_recommendation_template(measure), pd.DataFrame(list(best.values())))
-    return chart.properties(height=max(120, 18 * len(best)))
+    return chart.properties(height=max(120, 24 * len(best)))
 
 
 @cache
@@ -119,18 +160,20 @@ def time_chart(time: StepTime) -> alt.Chart:
 
 
 @cache
-def _count_template(measure: str) -> alt.Chart:
+def _count_template(measure: str, cost: str) -> alt.Chart:
     return alt.Chart().mark_line(point=True).encode(
-        x=alt.X("GPUs:Q", scale=alt.Scale(type="log", base=2)), y=alt.Y(f"{measure}:Q", scale=alt.Scale(type="log")),
-        color=alt.Color("GPU:N", legend=alt.Legend(title=None, orient="bottom", columns=3, labelLimit=260)),
-        tooltip=["GPU:N", "GPUs:Q", "job USD:Q", "hours:Q", "strategy:N"],
+        x=alt.X("GPUs:Q", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y(f"{measure}:Q", scale=alt.Scale(type="log"), title=measure),
+        color=alt.Color("GPU:N", legend=alt.Legend(title=None, orient="bottom", columns=2, labelLimit=400)),
+        tooltip=["GPU:N", "GPUs:Q", f"{cost}:Q", "hours:Q", "strategy:N"],
     )
 
 
 def count_chart(rec: Recommendation, types: int = 6) -> alt.Chart:
     """Cost and time against the GPU count, for the best strategy at each count of the cheapest GPU types."""
+    cost = _cost_measure(replace(rec, rank_by="job"))
     order = list(dict.fromkeys(c.gpu.id for c in rec.candidates if c.job_usd is not None))[:types]
-    rows = [{"GPU": c.gpu.name, "GPUs": c.count, "job USD": round(c.job_usd, 2), "hours": round(c.job_hours, 3),
+    rows = [{"GPU": c.gpu.name, "GPUs": c.count, cost: round(c.job_usd, 2), "hours": round(c.job_hours, 3),
              "strategy": c.strategy} for c in rec.candidates if c.gpu.id in order]
-    measure = "job USD" if rec.rank_by == "job" else "hours"
-    return _with_data(_count_template(measure), pd.DataFrame(rows)).properties(height=300)
+    measure = cost if rec.rank_by == "job" else "hours"
+    return _with_data(_count_template(measure, cost), pd.DataFrame(rows)).properties(height=300)

@@ -23,13 +23,17 @@ from ui.state import (ARCH_INTS, CUSTOM, MLA_INTS, MOE_INTS, PARAMS, current_pla
 
 def _on_preset() -> None:
     """A preset fills the architecture (so that 'custom' starts from it); the rest of the plan is kept when it
-    is valid for the new model, else the preset's defaults are used."""
+    is valid for the new model, else the preset's defaults are used. A served model's weights follow its
+    checkpoint (DeepSeek-V3 ships in fp8)."""
     preset = st.session_state["preset"]
     if preset == CUSTOM:
         return
     model = {"params": st.session_state["params_text"]} if preset == PARAMS else {"preset": preset}
+    d = current_plan_dict()
+    if d.get("workload", {}).get("task") == "inference":
+        d.get("precision", {}).pop("weights", None)
     try:
-        load_into_widgets(plan_from_dict({**current_plan_dict(), "model": model}))
+        load_into_widgets(plan_from_dict({**d, "model": model}))
     except PlanError:
         try:
             load_into_widgets(plan_from_dict({"model": model, "hardware": {"gpu": st.session_state["gpu"]}}))
@@ -83,7 +87,7 @@ def _reload(d: dict) -> None:
 def plan_inputs() -> None:
     """The plan's name and its framework."""
     st.title("VRAM Planner")
-    drawn(st.text_input, "Plan name", key="name", max_chars=200)
+    drawn(st.text_input, "Plan name", key="name", max_chars=200, placeholder="empty: named from the plan")
     recipes = load_frameworks()
     drawn(st.selectbox, "Framework", CHOICES["framework"], key="framework", on_change=_on_framework,
           format_func=lambda k: recipes[k].label,
@@ -169,7 +173,8 @@ def _inference_workload() -> None:
     if st.session_state["serving"]:
         drawn(st.slider, "GPU memory fraction", 0.05, 1.0, step=0.01, key="gpu_memory_utilization")
         drawn(st.selectbox, "The fraction covers", CHOICES["workload.inference.fraction_scope"], key="fraction_scope",
-              help="all: weights, KV cache, activations and CUDA graphs (vLLM gpu_memory_utilization); static: "
+              help="all: weights, KV cache, activations and CUDA graphs (vLLM >= 0.20); all_but_graphs: graphs on "
+                   "top (vLLM 0.9.1-0.19); device: everything on the device, graphs on top (vLLM < 0.9.1); static: "
                    "weights and the KV pool, with activations and graphs on top (SGLang mem_fraction_static)")
         drawn(st.checkbox, "CUDA graphs", key="cuda_graphs",
               help="The engine captures decode graphs (off: vLLM --enforce-eager, SGLang --disable-cuda-graph)")
@@ -338,21 +343,39 @@ def _pipeline() -> None:
               help="The layers of each pipeline chunk in order, comma-separated; when given it is the split")
 
 
+def _data_degree() -> str:
+    """The data-parallel degree the GPU count leaves, as text ("–" where the degrees do not divide the count)."""
+    s = st.session_state
+    split = s["tensor"] * s["pipeline"] * s["context"]
+    return str(s["count"] // split) if s["count"] % split == 0 else "–"
+
+
+def _zero() -> None:
+    """ZeRO's stage and DeepSpeed's buffers, where there are ranks to shard over (data × context > 1)."""
+    s = st.session_state
+    if s["count"] // (s["tensor"] * s["pipeline"]) <= 1:
+        return
+    drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage", help="3 = FSDP full shard")
+    if s["zero_stage"]:
+        drawn(st.number_input, "DeepSpeed reduce bucket, elements (0: none)", 0, 10**11, step=10**8,
+              key="reduce_bucket_elements",
+              help="reduce_bucket_size: a flat gradient bucket of this many elements (DeepSpeed's default 5e8)")
+        drawn(st.number_input, "DeepSpeed step sub-group, elements (0: none)", 0, 10**13, step=10**8,
+              key="sub_group_elements",
+              help="sub_group_size: the step casts this many gradient elements at a time to fp32 (default 1e9)")
+    if s["zero_stage"] == 3 and s["task"] in ADAPTER_TASKS:
+        drawn(st.checkbox, "FSDP1 flat parameters", key="flat_params",
+              help="use_orig_params=True with one unit per block: the frozen base gets gradients too")
+
+
 def parallelism_inputs(catalog: dict) -> None:
     """The GPU, the parallel degrees and their options, and your price."""
     with st.expander("Parallelism and hardware", expanded=True):
         drawn(st.selectbox, "GPU", list(catalog), key="gpu", format_func=lambda k: catalog[k].name)
-        drawn(st.number_input, "Data parallel", 1, MAX_DEGREE, key="data")
+        drawn(st.number_input, "GPUs", 1, MAX_DEGREE, key="count",
+              help="All the GPUs; data parallelism is what tensor, pipeline and context parallelism leave of them")
         if st.session_state["task"] in TRAINING_TASKS:  # sharding of training states
-            drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage",
-                  help="3 = FSDP full shard")
-            if st.session_state["zero_stage"] in (1, 2):
-                drawn(st.number_input, "DeepSpeed reduce bucket, elements (0: none)", 0, 10**11, step=10**8,
-                      key="reduce_bucket_elements",
-                      help="reduce_bucket_size: a flat gradient bucket of this many elements (DeepSpeed's default 5e8)")
-            if st.session_state["zero_stage"] == 3 and st.session_state["task"] in ADAPTER_TASKS:
-                drawn(st.checkbox, "FSDP1 flat parameters", key="flat_params",
-                      help="use_orig_params=True with one unit per block: the frozen base gets gradients too")
+            _zero()
         drawn(st.selectbox, "Tensor parallel", [1, 2, 4, 8, 16], key="tensor")
         drawn(st.checkbox, "Sequence parallel", key="sequence_parallel", help="With tensor parallelism")
         drawn(st.checkbox, "Async tensor parallel", key="async_tp",
@@ -360,6 +383,7 @@ def parallelism_inputs(catalog: dict) -> None:
         _pipeline()
         drawn(st.number_input, "Context parallel", 1, 1024, key="context")
         drawn(st.number_input, "Expert parallel", 1, 4096, key="expert", help="MoE experts over data-parallel GPUs")
+        st.caption(f"Data parallel: {_data_degree()} (GPUs ÷ tensor × pipeline × context)")
         listed = catalog[st.session_state["gpu"]].price_usd_per_hour
         st.number_input("Your price, USD per GPU-hour (0: the catalog's)", 0.0, 1000.0, key="price",
                         help=f"Catalog: {'no price' if listed is None else f'${listed:.2f}'}")
@@ -368,7 +392,7 @@ def parallelism_inputs(catalog: dict) -> None:
 def sidebar(models: dict[str, Preset]) -> tuple[dict, str]:
     """Every input group; returns the catalog and its cache key. The keys drawn become `shown`, from which
     the plan is built."""
-    st.session_state["drawing"] = []
+    st.session_state["drawing"], st.session_state["slots"] = [], {}
     with st.sidebar:
         plan_inputs()
         catalog, catalog_key = catalog_inputs()

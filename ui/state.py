@@ -23,9 +23,11 @@ from planner.errors import PlanError
 from planner.models import MODEL_KEYS
 from planner.plan import Inference, Lora, Plan, section_keys
 
-DEFAULT_PLAN = {"name": "Llama 3.1 8B pre-training on 8×H100", "model": {"preset": "llama-3.1-8b"},
+DEFAULT_PLAN = {"model": {"preset": "llama-3.1-8b"},
                 "workload": {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
-                "parallelism": {"data": 8, "zero_stage": 3}, "hardware": {"gpu": "h100-sxm-80gb"}}
+                "parallelism": {"zero_stage": 3}, "hardware": {"gpu": "h100-sxm-80gb", "count": 8}}
+# plan keys the app derives instead of asking: data parallelism is what the other degrees leave of the GPU count
+DERIVED = frozenset({"data"})
 CUSTOM, PARAMS = "custom", "params"  # the preset choices "your own architecture" and "from a parameter count"
 ARCH_INTS = {"num_layers": "Layers", "hidden_size": "Hidden size", "num_attention_heads": "Attention heads",
              "num_kv_heads": "KV heads", "head_dim": "Head dim", "intermediate_size": "MLP intermediate size",
@@ -44,7 +46,8 @@ GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "
 WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0,
                       "qk_norm": False, **dict.fromkeys(MLA_INTS, 0), "moe_capacity_factor": 0.0, "steps": 0,
                       "quant_group_size": 0, "prefill_chunk_tokens": 0, "pipeline_layers": "",
-                      "max_num_seqs": 0, "reduce_bucket_elements": 0, "optimizer_block_size": 0}
+                      "max_num_seqs": 0, "reduce_bucket_elements": 0, "optimizer_block_size": 0,
+                      "sub_group_elements": 0}
 
 
 def _paths() -> dict[str, tuple[str, ...]]:
@@ -128,7 +131,8 @@ def plan_dict(values: Mapping[str, Any], shown: Collection[str]) -> dict[str, An
 def with_hidden(values: Mapping[str, Any], shown: Collection[str], keys: Collection[str]) -> dict[str, Any]:
     """The plan dict of the widgets `shown` and of the hidden plan keys among `keys` (not the model's: the preset
     and the drawn architecture say it whole), less each hidden value the plan refuses beside the others."""
-    hidden = [k for k in keys if k not in shown and k in values and k in PATHS and PATHS[k][0] != "model"]
+    hidden = [k for k in keys if k not in shown and k not in DERIVED and k in values and k in PATHS
+              and PATHS[k][0] != "model"]
     for _ in range(len(hidden) + 1):
         d = plan_dict(values, [*shown, *hidden])
         try:
@@ -149,9 +153,22 @@ def current_plan_dict() -> dict[str, Any]:
 
 
 def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
-    """Draw an input widget and note its key: the plan is built from the widgets drawn."""
+    """Draw an input widget and note its key: the plan is built from the widgets drawn. A slot under it takes
+    the plan's error about it, once the plan is built (`show_error_at`)."""
     st.session_state.setdefault("drawing", []).append(key)
-    return widget(*args, key=key, **kwargs)
+    value = widget(*args, key=key, **kwargs)
+    st.session_state.setdefault("slots", {})[key] = st.empty()  # this run's slot under the widget
+    return value
+
+
+def show_error_at(exc: PlanError) -> bool:
+    """Show a plan error under the widget of the key it names; False when no drawn widget holds that key."""
+    slots = st.session_state.get("slots", {})
+    key = next((k for k, path in PATHS.items() if ".".join(path) == exc.field and k in slots), None)
+    if key is None:
+        return False
+    slots[key].error(str(exc))
+    return True
 
 
 @st.cache_resource

@@ -11,14 +11,14 @@ import streamlit as st
 from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.explore import current_value, savings, sweep, sweep_keys
-from planner.export import candidate_to_dict, estimate_to_json
+from planner.export import estimate_to_json, file_stem, plan_title
 from planner.frameworks import load_frameworks, provenance
 from planner.loader import load_yaml
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.models import approximate_note
-from planner.perf import StepTime
+from planner.perf import StepTime, unsupported_compute
 from planner.plan import Plan
-from planner.recommend import RankBy, Recommendation, recommend
+from planner.recommend import Candidate, RankBy, Recommendation, recommend
 from planner.units import format_bytes, to_unit
 from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart
 from ui.state import load_into_widgets
@@ -38,7 +38,7 @@ def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headr
 
 def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     """The plan's name, size, task and GPUs, its approximation warning, whether it fits, and how fast it runs."""
-    st.header(plan.name or "Your plan")
+    st.header(plan.name or plan_title(plan, result.gpu.name))
     st.caption(f"{plan.model.params.total / 1e9:.2f} B parameters"
                + (f" ({plan.model.params.active / 1e9:.2f} B active)" if plan.model.num_experts else "")
                + f" · {plan.workload.task} · {plan.hardware.count} × {result.gpu.name}")
@@ -46,7 +46,7 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
         st.warning(note)
     (st.success if result.fits else st.error)(result.reason)
     if time is None:
-        st.warning(f"{result.gpu.name} has no {plan.precision.compute} tensor cores: no time estimate.")
+        st.error(f"{unsupported_compute(plan, result.gpu)}: the plan cannot run as written (no time estimate).")
         return
     serving = plan.workload.task == "inference"
     cols = st.columns(4)
@@ -103,6 +103,16 @@ def breakdown(plan: Plan, result: Estimate) -> None:
         _framework_settings(plan)
 
 
+def _candidates_frame(candidates: list[Candidate], serving: bool) -> pd.DataFrame:
+    """Candidates in a person's units: GiB, dollars, hours (serving: per million generated tokens)."""
+    per = " per M tokens" if serving else ""
+    return pd.DataFrame([{"GPU": c.gpu.name, "GPUs": c.count, "strategy": c.strategy,
+                          "GiB per GPU": round(to_unit(c.device_bytes), 1),
+                          "$ per GPU-hour": c.usd_per_hour, f"hours{per or ' (job)'}": round(c.job_hours, 3),
+                          f"${per or ' (job)'}": None if c.job_usd is None else round(c.job_usd, 2),
+                          "why": c.why} for c in candidates])
+
+
 def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recommendation:
     """The recommender's candidates, a chart, buttons adopting the best five, and the GPUs that do not fit."""
     c1, c2 = st.columns(2)
@@ -122,9 +132,14 @@ def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recom
         st.altair_chart(recommendation_chart(rec), width="stretch")
         st.caption("How many GPUs: the job's cost against the count, for the best strategy at each count")
         st.altair_chart(count_chart(rec), width="stretch")
-        st.dataframe(pd.DataFrame([{k: v for k, v in candidate_to_dict(c).items()
-                                    if k not in ("parallelism", "techniques", "gpu_name")}
-                                   for c in rec.candidates[:30]]), hide_index=True, width="stretch")
+        best: dict[str, Candidate] = {}
+        for c in rec.candidates:  # the best of each GPU type, in rank order
+            best.setdefault(c.gpu.id, c)
+        serving = plan.workload.task == "inference"
+        st.dataframe(_candidates_frame(list(best.values()), serving), hide_index=True,
+                     width="stretch", column_config={"why": st.column_config.TextColumn(width="large")})
+        with st.expander(f"All {len(rec.candidates)} candidates"):
+            st.dataframe(_candidates_frame(rec.candidates, serving), hide_index=True, width="stretch")
         st.write("Adopt a candidate as the current plan:")
         for n, c in enumerate(rec.candidates[:5]):
             st.button(f"{c.count} × {c.gpu.name}: {c.strategy}", key=f"adopt_{n}", on_click=load_into_widgets,
@@ -178,7 +193,8 @@ def share(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     st.code(f"{base.split('?')[0]}?{query}", language=None)
     st.caption("The link holds the whole plan: opening it in a fresh browser reproduces this page.")
     c1, c2, c3 = st.columns(3)
-    c1.download_button("Plan (YAML)", plan_to_yaml(plan), file_name="plan.yaml", mime="application/x-yaml",
+    stem = file_stem(plan.name or plan_title(plan, result.gpu.name))
+    c1.download_button("Plan (YAML)", plan_to_yaml(plan), file_name=f"{stem}.yaml", mime="application/x-yaml",
                        key="download_plan", on_click="ignore")
     table = pd.DataFrame([{"item": i.name, "label": i.label, "bytes": i.bytes, "formula": i.formula, "note": i.note,
                            "level": i.level} for i in result.items])

@@ -139,6 +139,10 @@ def _forward(plan: Plan) -> _Forward:
     shapes = projection_shapes(m, t)
     default_chunk = SERVING_PREFILL_TOKENS if inf.gpu_memory_utilization is not None else inf.batch_size * inf.prompt_tokens
     chunk = min(inf.prefill_chunk_tokens or default_chunk, inf.batch_size * inf.prompt_tokens)
+    if inf.gpu_memory_utilization is not None and inf.fraction_scope != "static":
+        # vLLM profiles a forward of its whole token budget (gpu_model_runner profile_run: _dummy_run(
+        # max_num_tokens)), whatever the requests: that is what its budget sets aside
+        chunk = inf.prefill_chunk_tokens or SERVING_PREFILL_TOKENS
     mlp_peak = (3 if m.mlp == "swiglu" else 2) * chunk * shapes["up"][1] * bc
     if m.num_experts:  # fused MoE: intermediate caches of the routed tokens (T·k × (2I_e, I_e, h)), router logits
         e_inter = m.moe_intermediate_size // t
@@ -205,12 +209,14 @@ def _custom_all_reduce(plan: Plan, detail: bool) -> Item | None:
 
 def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tuple[Item, ...], tuple[Item, ...]]:
     """(items inside the engine's fraction, items outside it). vLLM's gpu_memory_utilization covers the profile
-    run's activation peak and the CUDA graphs; SGLang's mem_fraction_static covers only what is allocated before
+    run's activation peak, and the CUDA graphs from 0.20 (fraction_scope all); SGLang's mem_fraction_static covers only what is allocated before
     the KV pool (model_runner.profile_max_num_token: rest = available − total × (1 − mem_fraction_static)), so its
     forward activations and CUDA graphs come on top."""
-    static = plan.workload.inference.fraction_scope == "static"
+    scope = plan.workload.inference.fraction_scope
+    static = scope == "static"
     graphs = item("cuda_graphs", "CUDA graphs", Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
-                  "Captured decode graphs and their memory pool", detail)
+                  "Captured decode graphs and their memory pool" + ("" if scope == "all" else ", outside the fraction"),
+                  detail)
     activations = (item("activations", "Prefill activations",
                         Described(fw.prefill + fw.logits, "{:,} tokens per forward: largest MLP moment + 3 × T·h + "
                                   "last-token logits", (fw.chunk,)),
@@ -219,15 +225,18 @@ def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tup
     allreduce = _custom_all_reduce(plan, detail)
     inside = (allreduce,) if allreduce else ()
     pool = (graphs,) if plan.workload.inference.cuda_graphs else ()  # (eager: no pool)
-    return (inside, (activations,) + pool) if static else (inside + (activations,) + pool, ())
+    if static:
+        return inside, (activations,) + pool
+    return (inside + (activations,) + pool, ()) if scope == "all" else (inside + (activations,), pool)
 
 
 def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     """A serving engine's startup accounting. vLLM (v1 gpu_worker, since 0.9.1 a snapshot taken at start): the KV
     cache gets gpu_memory_utilization × device memory − (the weights and the profile run's activation peak, as
     PyTorch counts them, + the non-torch memory that grew since the snapshot: NCCL, custom all-reduce); the
-    CUDA graphs' pool is counted inside (since 0.20); the process's CUDA context, made before the snapshot, is
-    not charged. SGLang: mem_fraction_static is a fraction of the memory free after distributed init (CUDA
+    CUDA graphs' pool is counted inside since 0.20 (before, captured after the KV cache, it comes on top:
+    all_but_graphs); the process's CUDA context, made before the snapshot, is not charged (before 0.9.1 the
+    fraction was of the device for everything on it, the context included: device). SGLang: mem_fraction_static is a fraction of the memory free after distributed init (CUDA
     context and NCCL already made) and holds the weights and the KV pool; activations and graphs are outside it
     (see _engine_items)."""
     m, inf = plan.model, plan.workload.inference
@@ -237,8 +246,9 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     runtime_bytes = sum(i.bytes for i in runtime)
     inside, outside = _engine_items(plan, gpu, fw, detail)
     static = inf.fraction_scope == "static"
-    # made before the engine measures, and not charged to its fraction
-    before = runtime_bytes if static else sum(i.bytes for i in runtime if i.name == "cuda_context")
+    # made before the engine measures, and not charged to its fraction (vLLM before 0.9.1 charged all of it)
+    before = (runtime_bytes if static else 0 if inf.fraction_scope == "device"
+              else sum(i.bytes for i in runtime if i.name == "cuda_context"))
     outside_bytes = sum(i.bytes for i in outside)
     total = int((gpu.usable_bytes - (before if static else 0)) * inf.gpu_memory_utilization)
     charged = runtime_bytes - before

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, Literal
 
 from planner.catalog import Gpu
 from planner.plan import Plan
-from planner.units import format_bytes
+from planner.units import counted, format_bytes
 
 if TYPE_CHECKING:
     from planner.memory.terms import Term
@@ -40,7 +40,7 @@ class Phase:
     """Live memory at one moment of the step; its allocator-level items add up to `allocated_bytes`, and
     device-level ones (paged optimizer states in CUDA managed memory) to `outside_bytes`."""
 
-    name: str  # e.g. "forward", "loss backward", "backward (first layer)", "optimizer step"
+    name: str  # e.g. "forward", "loss backward", "backward of the last layer", "optimizer step"
     description: str
     items: tuple[Item, ...]
     allocated_bytes: int = -1  # derived: the sum of the allocated items
@@ -130,10 +130,10 @@ class Estimate:
             inf, s = self.plan.workload.inference, self.serving
             if self.fits:
                 return (f"fits on {gpu}: the engine's {have} hold the weights and KV cache for "
-                        f"{s.max_concurrent_sequences:,} sequences of {inf.context_tokens:,} tokens "
+                        f"{counted(s.max_concurrent_sequences, 'sequence')} of {inf.context_tokens:,} tokens "
                         f"(batch {inf.batch_size}: up to {s.max_context_tokens:,} tokens each)")
             return (f"does not fit on {gpu}: the engine's {have} leave no room for the KV cache of "
-                    f"{inf.batch_size} sequences of {inf.context_tokens:,} tokens (needs {need})")
+                    f"{counted(inf.batch_size, 'sequence')} of {inf.context_tokens:,} tokens (needs {need})")
         if self.fits and self.cache_flushed:
             return (f"fits on {gpu} only by releasing the allocator's cache: fills the {have} usable, and "
                     f"cudaFree/cudaMalloc calls in every step slow it down")

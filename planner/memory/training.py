@@ -52,11 +52,11 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     # a frozen layer's only gradients are its adapters' (FSDP1 flat parameters: the whole unit's)
     layer_unit = sp.layer if not ctx.lora else sp.adapters // ctx.layers + (
         flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
-    phases.append(phase("backward (first layer)", "backward of the stage's last layer: all activations still live",
+    phases.append(phase("backward of the last layer", "the first layer backward reaches: all activations still live",
                         *held, casts_bwd, gather, copy, *work,
                         fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
     rest, rest_casts, freed = checkpointing.backward_activations(ctx, k)
-    phases.append(phase("backward (last layer)", "backward of the stage's first layer: gradients nearly all produced",
+    phases.append(phase("backward of the first layer", "the last layer backward reaches: gradients nearly all produced",
                         *st.static, st.grads, rest, rest_casts, gather, copy, *work,
                         fresh(layer_unit, counted=True, largest=sp.largest_matrix)))
     if ctx.first and not ctx.lora:  # a frozen embedding has no backward

@@ -24,13 +24,24 @@ from planner.perf.training import step_time
 from planner.plan import ADAPTER_TASKS, Plan
 
 __all__ = ["StepTime", "Throughput", "TimeItem", "compute_floor_hours", "flops_per_token", "forward_flops_per_token", "job_hours", "job_time",
-           "model_flops_per_token", "peak_flops", "plan_time", "serving_time", "step_time", "throughput"]
+           "model_flops_per_token", "peak_flops", "plan_time", "serving_time", "step_time", "throughput",
+           "unsupported_compute"]
 
 
 def peak_flops(gpu: Gpu, dtype: str) -> float | None:
     """Dense peak FLOP/s of the GPU's matmuls in `dtype` (None: no such tensor cores)."""
     r = rates(gpu, dtype)
     return None if r is None else r.peak_flops
+
+
+def unsupported_compute(plan: Plan, gpu: Gpu) -> str | None:
+    """Why `gpu` cannot run the plan's matmuls as written (no tensor cores for its compute dtype), else None."""
+    dtype = plan.precision.compute
+    if peak_flops(gpu, dtype) is not None:
+        return None
+    runs = [d for d in ("bf16", "fp16", "fp8") if d != dtype and peak_flops(gpu, d) is not None]
+    return (f"{gpu.name}: no {dtype} tensor cores; plan another compute dtype"
+            + (f" ({' or '.join(runs)} runs there)" if runs else ""))
 
 
 def plan_time(plan: Plan, gpu: Gpu) -> StepTime | None:
