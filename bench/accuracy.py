@@ -6,6 +6,7 @@ measured: max_memory_allocated → peak_allocated_bytes, max_memory_reserved →
 nvidia-smi → device_bytes.
 
     python bench/accuracy.py            # table, then median and p90 absolute error
+    python bench/accuracy.py --write    # and planner/data/accuracy.yaml, the per-class figures the app shows
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import statistics
 import sys
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from planner.accuracy import ACCURACY_PATH, workload_class  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
 from planner.units import GiB  # noqa: E402
@@ -169,12 +173,6 @@ def express(row: dict) -> tuple[dict | None, str]:
     return plan, ""
 
 
-def workload_class(plan: dict) -> str:
-    """The kind of run a plan is, for the per-class summary: full training, adapters, or generation."""
-    task = plan["workload"]["task"]
-    return "generation" if task == "inference" else "adapters" if task in ("lora", "qlora") else "full training"
-
-
 def summaries(rows: list[dict]) -> list[dict]:
     """Median and p90 |error| and the signed median per workload class × statistic, and overall."""
     groups: dict[tuple[str, str], list[float]] = {}
@@ -203,7 +201,7 @@ def run(path: Path = DATA) -> tuple[list[dict], list[tuple[str, str]]]:
         measured = float(row["measured_gib"])
         predicted = predict(plan, stat) / GiB
         rows.append({"row": row["row_id"], "model": row["model"], "quality": row["quality"], "stat": stat,
-                     "framework": plan["framework"], "workload": workload_class(plan),
+                     "framework": plan["framework"], "workload": workload_class(plan["workload"]["task"]),
                      "config": f"s{row['seq_len']} b{row['micro_batch']} {row['attention_impl']}",
                      "measured_gib": measured, "predicted_gib": predicted,
                      "error_pct": 100 * (predicted - measured) / measured})
@@ -215,8 +213,27 @@ def p90(values: list[float]) -> float:
     return values[min(len(values) - 1, round(0.9 * (len(values) - 1)))]
 
 
+def by_class(rows: list[dict]) -> dict[str, dict]:
+    """The summary per workload class over every statistic: what planner/data/accuracy.yaml holds."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(r["workload"], []).append(r["error_pct"])
+    return {w: {"rows": len(e), "median_pct": round(statistics.median(abs(x) for x in e), 1),
+                "p90_pct": round(p90([abs(x) for x in e]), 1), "signed_pct": round(statistics.median(e), 1)}
+            for w, e in sorted(groups.items())}
+
+
+def write_accuracy(rows: list[dict]) -> None:
+    header = ("# Written by `python bench/accuracy.py --write` from bench/data/measured-dev.csv: how far the\n"
+              "# planner's memory has been off, per workload class over every statistic, in percent of the measured\n"
+              "# value (the error is (predicted - measured) / measured). planner/accuracy.py reads it.\n")
+    ACCURACY_PATH.write_text(header + yaml.safe_dump({"classes": by_class(rows)}, sort_keys=False))
+
+
 def main() -> None:
     rows, skipped = run()
+    if "--write" in sys.argv:
+        write_accuracy(rows)
     print("| row | model | framework | quality | config | statistic | measured GiB | predicted GiB | error % |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -33,6 +33,9 @@ def test_first_page_shows_a_real_plan():
     at = app()
     assert not at.exception
     assert at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×8: needs ")
+    # issue 17: next to the verdict, how far plans of this kind have been off, as a range
+    assert any(c.value.startswith("Against 10 published measurements of full training runs") and " is likely " in
+               c.value for c in at.caption)
     assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "bound by", "peak allocated",
                                            "peak reserved", "device", "usable"]
     assert "Optimizer states" in set(table(at, "formula")["item"])

@@ -8,6 +8,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 
+from planner.accuracy import accuracy_table  # noqa: E402
 from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
 
 import accuracy  # noqa: E402
@@ -33,6 +34,12 @@ def test_accuracy_summarizes_each_workload_class_and_statistic():
     groups = {(g["workload"], g["stat"]): g for g in accuracy.summaries(rows)}
     assert {("generation", "reserved"), ("full training", "allocated"), ("adapters", "allocated")} <= set(groups)
     assert groups[("all", "all")]["rows"] == len(rows) == sum(g["rows"] for k, g in groups.items() if k[0] != "all")
+
+
+def test_the_accuracy_the_app_quotes_is_the_benchs_current_figure():
+    rows, _ = accuracy.run()
+    assert {name: vars(a) | {"workload": name} for name, a in accuracy_table().items()} == {
+        name: {"workload": name, **figures} for name, figures in accuracy.by_class(rows).items()}
 
 
 def test_oracle_terms_hold_for_llama_and_qwen_shapes():

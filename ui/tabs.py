@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
+from planner.accuracy import confidence_note
 from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.explore import current_value, savings, sweep, sweep_keys
@@ -45,6 +46,7 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     if note := approximate_note(plan.model):
         st.warning(note)
     (st.success if result.fits else st.error)(result.reason)
+    st.caption(confidence_note(result))
     if time is None:
         st.error(f"{unsupported_compute(plan, result.gpu)}: the plan cannot run as written (no time estimate).")
         return
