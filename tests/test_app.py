@@ -36,6 +36,7 @@ def test_first_page_shows_a_real_plan():
     # issue 17: next to the verdict, how far plans of this kind have been off, as a range
     assert any(c.value.startswith("Against 10 published measurements of full training runs") and " is likely " in
                c.value for c in at.caption)
+    assert "Memory over the step" in [h.value for h in at.subheader]  # the timeline of the moments
     assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "bound by", "peak allocated",
                                            "peak reserved", "device", "usable"]
     assert "Optimizer states" in set(table(at, "formula")["item"])

@@ -6,7 +6,7 @@ from planner.memory import estimate
 from planner.codec import plan_from_dict
 from planner.recommend import recommend
 from planner.perf import step_time
-from ui.charts import ITEM_COLORS, breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart
+from ui.charts import ITEM_COLORS, breakdown_chart, timeline_chart, count_chart, recommendation_chart, sweep_chart, time_chart
 
 CATALOG = load_catalog()
 PLAN = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 2048}})
@@ -100,3 +100,15 @@ def test_time_chart_shows_the_critical_path_and_the_hidden_communication():
     assert {r["item"] for r in rows if r["part"] == "on the critical path"} == {i.label for i in time.items if i.seconds}
     hidden = [r for r in rows if r["part"] == "hidden behind compute"]
     assert [r["item"] for r in hidden] == ["Data-parallel collectives"]
+
+
+def test_the_timeline_stacks_each_moment_in_order_and_marks_the_peak():
+    """Issue 17: memory over one step, item by item, the moments in the order the step reaches them."""
+    est = estimate(PLAN, CATALOG)
+    stage = est.stages[0]
+    rows = _rows(timeline_chart(stage).to_dict())
+    items = [r for r in rows if r["kind"] == "item"]
+    assert [ph.name for ph in stage.phases] == list(dict.fromkeys(r["moment"] for r in items))
+    for ph in stage.phases:  # each moment's bars add up to its live memory
+        assert abs(sum(r["GiB"] for r in items if r["moment"] == ph.name) - ph.allocated_bytes / 2**30) < 0.01
+    assert [r for r in rows if r["kind"] == "peak"][0]["moment"] == est.phase

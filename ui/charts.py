@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 
 from planner.explore import Point
-from planner.memory import Estimate
+from planner.memory import Estimate, Stage
 from planner.perf import StepTime
 from planner.recommend import Recommendation
 from planner.units import counted, to_unit
@@ -80,6 +80,37 @@ def _colored_bar(labels: tuple[str, ...], colors: tuple[str, ...]) -> alt.Chart:
     color = alt.Color("item:N", sort=list(labels), scale=alt.Scale(domain=list(labels), range=list(colors)),
                       legend=alt.Legend(title=None, orient="bottom", columns=3, symbolLimit=0, labelLimit=260))
     return _breakdown_template().layer[0].encode(color=color)
+
+
+@cache
+def _timeline_template() -> alt.LayerChart:
+    order = alt.EncodingSortField("step", order="ascending")
+    bars = alt.Chart().mark_bar().encode(
+        x=alt.X("moment:N", sort=order, title=None, axis=alt.Axis(labelAngle=-20, labelLimit=220)),
+        y=alt.Y("sum(GiB):Q", title="GiB allocated"), order=alt.Order("order:Q"),
+        tooltip=["moment:N", "item:N", alt.Tooltip("GiB:Q", format=".2f")]).transform_filter(alt.datum.kind == "item")
+    peak = alt.Chart().mark_text(dy=-8, fontWeight="bold").encode(
+        x=alt.X("moment:N", sort=order), y="GiB:Q", text="text:N").transform_filter(alt.datum.kind == "peak")
+    return alt.layer(bars, peak).properties(height=320)
+
+
+def timeline_chart(stage: Stage) -> alt.LayerChart:
+    """Live memory at each moment of one stage's step, in order (forward, the loss's and each layer's backward,
+    the optimizer), stacked by item in the items' colours, the peak moment marked."""
+    rows, labels, colors = [], {}, {}
+    for step, ph in enumerate(stage.phases):
+        for n, i in enumerate(x for x in ph.items if x.bytes and x.level == "allocated"):
+            rows.append({"kind": "item", "moment": ph.name, "step": step, "item": i.label, "order": n,
+                         "GiB": round(to_unit(i.bytes), 3)})
+            labels.setdefault(i.label, ITEM_COLORS.get(i.name, UNLISTED_COLOR))
+    peak = stage.peak
+    rows.append({"kind": "peak", "moment": peak.name, "step": stage.phases.index(peak), "item": "",
+                 "GiB": round(to_unit(peak.allocated_bytes), 3), "text": f"peak {to_unit(peak.allocated_bytes):.2f} GiB"})
+    chart = _with_data(_timeline_template(), pd.DataFrame(rows))
+    color = alt.Color("item:N", scale=alt.Scale(domain=list(labels), range=list(labels.values())),
+                      legend=alt.Legend(title=None, orient="bottom", columns=3, symbolLimit=0, labelLimit=260))
+    chart.layer = [chart.layer[0].encode(color=color), chart.layer[1]]
+    return chart
 
 
 @cache

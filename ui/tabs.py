@@ -21,7 +21,7 @@ from planner.perf import StepTime, unsupported_compute
 from planner.plan import Plan
 from planner.recommend import Candidate, RankBy, Recommendation, recommend
 from planner.units import format_bytes, to_unit
-from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart
+from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.state import load_into_widgets
 
 RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
@@ -94,6 +94,9 @@ def breakdown(plan: Plan, result: Estimate) -> None:
     st.dataframe(pd.DataFrame([{"item": i.label, "GiB": round(to_unit(i.bytes), 3), "formula": i.formula,
                                 "note": i.note, "counts in": i.level} for i in result.items if i.bytes]),
                  hide_index=True, width="stretch")
+    worst = next(s for s in result.stages if s.index == result.stage)
+    st.subheader("Memory over the step" + (f" (stage {worst.index})" if pipelined else ""))
+    st.altair_chart(timeline_chart(worst), width="stretch")
     st.subheader("Pipeline stages" if pipelined else "Moments of the step")
     st.dataframe(pd.DataFrame([{"stage": s.index, "layers": s.layers, "in flight": s.micro_batches_in_flight,
                                 "moment": ph.name, "GiB": round(to_unit(ph.allocated_bytes), 3),
