@@ -592,7 +592,7 @@ TAB_PLAN = {"model": {"preset": "llama-3.2-1b"}, "framework": "torchtitan", "wor
 def test_breakdown_tab_for_a_pipelined_framework_plan():
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "breakdown"), default_timeout=30).run()
     assert not at.exception and [m.label for m in at.metric][:3] == ["peak allocated", "peak reserved", "device"]
-    assert [s.value for s in at.subheader][1] == "Pipeline stages"
+    assert [s.value for s in at.subheader][1:3] == ["Memory over the step (stage 1)", "Pipeline stages"]
     assert set(table(at, "source")["in this plan"]) == {"from the framework"}
 
 
