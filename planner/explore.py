@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, estimate
-from planner.plan import Plan
+from planner.plan import Plan, Techniques
+from planner.units import format_bytes
 
 SweepKey = Literal["sequence_length", "micro_batch_size", "batch_size", "context_tokens"]
 
@@ -125,3 +126,29 @@ def savings(plan: Plan, catalog: dict[str, Gpu]) -> list[Saving]:
             continue
         out.append(Saving(technique=label, plan=varied, device_bytes=device, saved_bytes=now - device))
     return sorted(out, key=lambda s: (-s.saved_bytes, s.technique))
+
+
+def idle_settings(plan: Plan, catalog: dict[str, Gpu]) -> list[str]:
+    """The plan's memory techniques that change no memory here: each non-default `techniques` key whose default
+    gives the same device total and peak (selective checkpointing under flash attention, say), one line each."""
+    now = estimate(plan, catalog, detail=False)
+    default, out = Techniques(), []
+    for f in fields(Techniques):
+        value, plain = getattr(plan.techniques, f.name), getattr(default, f.name)
+        if value == plain or isinstance(value, (int, float)) and not isinstance(value, bool):
+            continue  # a count (checkpoint_every, loss_chunks) only tunes its technique
+        try:
+            other = estimate(replace(plan, techniques=replace(plan.techniques, **{f.name: plain})), catalog,
+                             detail=False)
+        except PlanError:
+            continue
+        if (other.device_bytes, other.peak_allocated_bytes) == (now.device_bytes, now.peak_allocated_bytes):
+            why = _IDLE_WHY.get((f.name, value, plan.techniques.attention), "")
+            out.append(f"techniques.{f.name}: {value} changes no memory in this plan (the same "
+                       f"{format_bytes(now.device_bytes)} as {plain}){why}")
+    return out
+
+
+# why a setting can change nothing, where the plan's other settings explain it
+_IDLE_WHY = {("activation_checkpointing", "selective", "flash"):
+             ": Megatron's selective recomputation drops the attention scores, which flash attention never keeps"}

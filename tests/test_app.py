@@ -132,6 +132,13 @@ def test_a_served_preset_takes_its_checkpoints_dtype():
     assert at.selectbox(key="weights").value == "bf16"
 
 
+def test_a_setting_that_changes_nothing_says_so():
+    at = app()
+    at.selectbox(key="activation_checkpointing").select("selective").run()
+    assert not at.exception and any(i.value.startswith("techniques.activation_checkpointing: selective changes no "
+                                                       "memory in this plan") for i in at.info)
+
+
 def test_zero_and_deepspeed_inputs_show_only_where_there_are_ranks_to_shard_over():
     at = app()
     assert [b for b in at.selectbox if b.key == "zero_stage"] and at.number_input(key="sub_group_elements")

@@ -11,7 +11,7 @@ import streamlit as st
 from planner.accuracy import confidence_note
 from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
-from planner.explore import current_value, savings, sweep, sweep_keys
+from planner.explore import current_value, idle_settings, savings, sweep, sweep_keys
 from planner.export import estimate_to_json, file_stem, plan_title
 from planner.frameworks import load_frameworks, provenance
 from planner.loader import load_yaml
@@ -47,6 +47,8 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
         st.warning(note)
     (st.success if result.fits else st.error)(result.reason)
     st.caption(confidence_note(result))
+    for line in idle_settings(plan, {result.gpu.id: result.gpu}):
+        st.info(line)
     if time is None:
         st.error(f"{unsupported_compute(plan, result.gpu)}: the plan cannot run as written (no time estimate).")
         return

@@ -1,0 +1,35 @@
+"""Exploring around a plan (planner/explore.py): settings that change nothing, and what techniques save."""
+
+from planner.catalog import load_catalog
+from planner.codec import plan_from_dict
+from planner.explore import idle_settings, savings
+from planner.memory import estimate
+
+CATALOG = load_catalog()
+EIGHT_B = {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3},
+           "workload": {"sequence_length": 8192, "micro_batch_size": 2, "global_batch_size": 16}}
+
+
+def test_selective_checkpointing_under_flash_attention_says_it_changes_nothing():
+    """Issue 17: 8B, FSDP 8, seq 8192, micro-batch 2 needs the same memory with selective as with none."""
+    plan = plan_from_dict({**EIGHT_B, "techniques": {"activation_checkpointing": "selective"}})
+    device = estimate(plan, CATALOG).device_bytes
+    assert idle_settings(plan, CATALOG) == [
+        f"techniques.activation_checkpointing: selective changes no memory in this plan (the same "
+        f"{device / 2**30:.2f} GiB as none): Megatron's selective recomputation drops the attention scores, which "
+        "flash attention never keeps"]
+
+
+def test_a_setting_that_saves_memory_is_not_called_idle():
+    for ckpt in ("full", "selective_op"):
+        plan = plan_from_dict({**EIGHT_B, "techniques": {"activation_checkpointing": ckpt}})
+        assert idle_settings(plan, CATALOG) == []
+    eager = plan_from_dict({**EIGHT_B, "techniques": {"attention": "eager", "activation_checkpointing": "selective"}})
+    assert not any("activation_checkpointing" in line for line in idle_settings(eager, CATALOG))
+
+
+def test_savings_rank_the_techniques_the_plan_does_not_use_yet():
+    plan = plan_from_dict(EIGHT_B)
+    found = savings(plan, CATALOG)
+    assert found[0].saved_bytes == max(s.saved_bytes for s in found) > 0
+    assert {"full activation checkpointing", "offload the optimizer to CPU"} <= {s.technique for s in found}
