@@ -8,7 +8,9 @@ from typing import Literal
 from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, estimate
-from planner.plan import Plan, Techniques
+from planner.perf import plan_time
+from planner.plan import Hardware, Plan, Techniques
+from planner.recommend import max_micro_batch, max_sequence_length
 from planner.units import format_bytes
 
 SweepKey = Literal["sequence_length", "micro_batch_size", "batch_size", "context_tokens"]
@@ -152,3 +154,64 @@ def idle_settings(plan: Plan, catalog: dict[str, Gpu]) -> list[str]:
 # why a setting can change nothing, where the plan's other settings explain it
 _IDLE_WHY = {("activation_checkpointing", "selective", "flash"):
              ": Megatron's selective recomputation drops the attention scores, which flash attention never keeps"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fix:
+    """One change that makes a plan fit its GPU, what it saves and what it costs in time."""
+
+    change: str
+    plan: Plan
+    device_bytes: int
+    saved_bytes: int
+    time_factor: float | None  # seconds per token with the change over without (None: no time model here)
+
+
+def _seconds_per_token(plan: Plan, gpu: Gpu) -> float | None:
+    t = plan_time(plan, gpu)
+    return None if t is None else t.step_time_s / t.tokens_per_step
+
+
+def _more_gpus(plan: Plan) -> list[tuple[str, dict]]:
+    """Twice, four and eight times the data-parallel GPUs, sharded with ZeRO-3 (training; the batch kept)."""
+    par, count = plan.parallelism, plan.hardware.count
+    if plan.workload.task == "inference":
+        return []
+    return [(f"{count * k} GPUs (data parallel {par.data * k}, ZeRO-3)",
+             {"parallelism": {"data": par.data * k, "zero_stage": 3}, "hardware": {"count": count * k}})
+            for k in (2, 4, 8)]
+
+
+def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
+    """The single changes (a technique, the micro-batch with accumulation, more GPUs) after which the plan fits
+    its GPU without the allocator releasing its cache, least slowdown first, then most memory saved."""
+    gpu, now = catalog[plan.hardware.gpu], estimate(plan, catalog, detail=False).device_bytes
+    base = _seconds_per_token(plan, gpu)
+    fixes = []
+    for label, change in _variants(plan) + _more_gpus(plan):
+        try:
+            varied = replace(plan, **{section: (Hardware(gpu=plan.hardware.gpu, **values) if section == "hardware"
+                                                else replace(getattr(plan, section), **values))
+                                      for section, values in change.items()})
+            est = estimate(varied, catalog, detail=False)
+        except PlanError:
+            continue
+        if est.fits and not est.cache_flushed:
+            after = _seconds_per_token(varied, gpu)
+            fixes.append(Fix(change=label, plan=varied, device_bytes=est.device_bytes, saved_bytes=now - est.device_bytes,
+                             time_factor=after / base if base and after else None))
+    return sorted(fixes, key=lambda f: (f.time_factor or float("inf"), -f.saved_bytes, f.change))
+
+
+def room(plan: Plan, catalog: dict[str, Gpu]) -> str | None:
+    """What a training plan's free memory buys on its GPUs: the largest micro-batch and the longest sequence
+    that still fit with the recommender's headroom (None for inference, or when the plan does not fit)."""
+    if plan.workload.task == "inference" or not estimate(plan, catalog, detail=False).fits:
+        return None
+    mb, seq, wl = max_micro_batch(plan, catalog), max_sequence_length(plan, catalog), plan.workload
+    grow = []
+    if mb and mb > wl.micro_batch_size:
+        grow.append(f"micro-batch up to {mb:,}")
+    if seq and seq > wl.sequence_length:
+        grow.append(f"sequences up to {seq:,} tokens")
+    return ("The free memory buys " + " or ".join(grow) + " (10 % kept free).") if grow else None

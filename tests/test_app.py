@@ -132,6 +132,19 @@ def test_a_served_preset_takes_its_checkpoints_dtype():
     assert at.selectbox(key="weights").value == "bf16"
 
 
+def test_a_plan_that_does_not_fit_offers_the_changes_that_make_it_fit():
+    """Issue 17: 70B QLoRA at 8k does not fit one H100; one click on full checkpointing makes it fit."""
+    at = app({"preset": "llama-3.1-70b", "task": "qlora", "sequence_length": "8192", "data": "1", "zero_stage": "0",
+              "global_batch_size": "1"})
+    assert not at.exception and at.error[0].value.startswith("does not fit")
+    button = at.button(key="fix_0")
+    assert button.label.startswith("full activation checkpointing: saves ")
+    button.click().run()
+    assert not at.exception and at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×1")
+    assert at.selectbox(key="activation_checkpointing").value == "full"
+    assert any(c.value.startswith("The free memory buys ") for c in at.caption)
+
+
 def test_a_setting_that_changes_nothing_says_so():
     at = app()
     at.selectbox(key="activation_checkpointing").select("selective").run()

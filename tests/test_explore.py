@@ -2,7 +2,7 @@
 
 from planner.catalog import load_catalog
 from planner.codec import plan_from_dict
-from planner.explore import idle_settings, savings
+from planner.explore import idle_settings, make_it_fit, room, savings
 from planner.memory import estimate
 
 CATALOG = load_catalog()
@@ -33,3 +33,28 @@ def test_savings_rank_the_techniques_the_plan_does_not_use_yet():
     found = savings(plan, CATALOG)
     assert found[0].saved_bytes == max(s.saved_bytes for s in found) > 0
     assert {"full activation checkpointing", "offload the optimizer to CPU"} <= {s.technique for s in found}
+
+
+def test_a_plan_that_does_not_fit_is_shown_the_changes_that_make_it_fit():
+    """Issue 17: Llama 3.1 70B QLoRA at 8k on one H100 fits with full checkpointing (its recomputation costs a
+    forward: the step is slower), and every fix listed fits."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora", "sequence_length": 8192}})
+    assert not estimate(plan, CATALOG).fits
+    fixes = make_it_fit(plan, CATALOG)
+    assert fixes[0].change == "full activation checkpointing" and fixes[0].time_factor > 1.2
+    assert all(estimate(f.plan, CATALOG).fits and f.saved_bytes > 0 for f in fixes)
+    assert [f.time_factor for f in fixes] == sorted(f.time_factor for f in fixes)
+
+
+def test_more_gpus_make_a_full_fine_tune_fit():
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"global_batch_size": 8}})
+    changes = {f.change: f for f in make_it_fit(plan, CATALOG)}
+    assert "2 GPUs (data parallel 2, ZeRO-3)" in changes or "4 GPUs (data parallel 4, ZeRO-3)" in changes
+    assert all(f.plan.hardware.count == f.plan.parallelism.data for f in changes.values())
+
+
+def test_room_says_what_free_memory_buys():
+    plan = plan_from_dict(EIGHT_B | {"workload": {"sequence_length": 1024, "micro_batch_size": 1,
+                                                  "global_batch_size": 16}})
+    said = room(plan, CATALOG)
+    assert said.startswith("The free memory buys micro-batch up to ") and "sequences up to " in said

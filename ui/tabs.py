@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import get_args
 from urllib.parse import urlencode
 
@@ -9,13 +10,14 @@ import pandas as pd
 import streamlit as st
 
 from planner.accuracy import confidence_note
+from planner.catalog import Gpu
 from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
-from planner.explore import current_value, idle_settings, savings, sweep, sweep_keys
+from planner.explore import Fix, current_value, idle_settings, make_it_fit, room, savings, sweep, sweep_keys
 from planner.export import estimate_to_json, file_stem, plan_title
 from planner.frameworks import load_frameworks, provenance
 from planner.loader import load_yaml
-from planner.memory import TOTALS_MEANING, Estimate
+from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.models import approximate_note
 from planner.perf import StepTime, unsupported_compute
 from planner.plan import Plan
@@ -49,6 +51,7 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     st.caption(confidence_note(result))
     for line in idle_settings(plan, {result.gpu.id: result.gpu}):
         st.info(line)
+    _fit_or_room(plan, result)
     if time is None:
         st.error(f"{unsupported_compute(plan, result.gpu)}: the plan cannot run as written (no time estimate).")
         return
@@ -58,6 +61,32 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     cols[1].metric("generated tokens/s per GPU" if serving else "tokens/s per GPU", f"{time.tokens_per_s_per_gpu:,.0f}")
     cols[2].metric("MFU", f"{time.mfu:.1%}", help="model FLOPs per second over the dense bf16 peak")
     cols[3].metric("bound by", time.bound)
+
+
+@lru_cache(maxsize=64)
+def _fixes_and_room(plan: Plan, gpu: Gpu) -> tuple[list[Fix], str | None]:
+    """make_it_fit or room for a plan (remembered: the room's searches run a few dozen estimates)."""
+    catalog = {gpu.id: gpu}
+    return (make_it_fit(plan, catalog), None) if not estimate(plan, catalog, detail=False).fits else \
+        ([], room(plan, catalog))
+
+
+def _fit_or_room(plan: Plan, result: Estimate) -> None:
+    """When the plan does not fit: the single changes that make it fit, least slowdown first, each one click
+    away. When it fits: what the free memory buys."""
+    fixes, buys = _fixes_and_room(plan, result.gpu)
+    if buys:
+        st.caption(buys)
+    if result.fits:
+        return
+    if not fixes:
+        st.warning("No single change makes it fit this GPU: see Cheapest hardware for layouts and GPU types.")
+        return
+    with st.expander(f"{len(fixes)} ways to make it fit", expanded=True):
+        for n, f in enumerate(fixes[:6]):
+            slower = "time not modelled" if f.time_factor is None else f"{f.time_factor:.2f}× the time per token"
+            st.button(f"{f.change}: saves {format_bytes(f.saved_bytes)}, needs {format_bytes(f.device_bytes)}; "
+                      f"{slower}", key=f"fix_{n}", on_click=load_into_widgets, args=(f.plan,))
 
 
 def timing(plan: Plan, time: StepTime | None) -> None:
