@@ -27,6 +27,11 @@ Mlp = Literal["swiglu", "gelu", "relu2"]
 PatternStyle = Literal["mixer_ffn", "one_sublayer"]
 PATTERN_CHARS = {"mixer_ffn": "*MG", "one_sublayer": "*M-"}
 RECURRENT = "MG"  # the pattern characters of recurrent mixers
+# Chunk lengths of the recurrent scans' chunked (training / prefill) kernels: mamba_ssm's Mamba2 default
+# chunk_size 256 (Granite-4.0-H's mamba_chunk_size; Nemotron-H uses 128), fla's chunk_gated_delta_rule 64
+# (fla/ops/gated_delta_rule/chunk.py, fixed)
+MAMBA_CHUNK = 256
+GDN_CHUNK = 64
 Norm = Literal["rmsnorm", "layernorm"]
 
 PRESETS_PATH = Path(__file__).parent / "data" / "models.yaml"

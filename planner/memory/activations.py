@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.dtypes import nbytes
-from planner.memory.layout import StageContext, autocast, routed_slots
+from planner.memory.layout import StageContext, autocast, routed_slots, stage_layer_indices
 from planner.memory.terms import count
 from planner.models import RECURRENT, attention_widths, gdn_widths, mamba2_widths, projection_shapes
 from planner.plan import Plan
@@ -186,8 +186,8 @@ def _moe_acts(plan: Plan, b16: int, factor: int) -> tuple[int, str]:
                      + (f" + {m.shared_experts} shared × {factor} × {b16}I_e" if m.shared_experts else ""))
 
 
-def layer_acts(plan: Plan) -> LayerActs:
-    """Bytes per token one layer saves for backward, per tensor-parallel rank."""
+def layer_acts(plan: Plan, stage: int = 0) -> LayerActs:
+    """Bytes per token one layer of pipeline stage `stage` saves for backward, per tensor-parallel rank."""
     if plan.workload.task in ("lora", "qlora"):
         return _lora_layer_acts(plan)
     m, prec, t = plan.model, plan.precision, plan.parallelism.tensor
@@ -218,7 +218,7 @@ def layer_acts(plan: Plan) -> LayerActs:
     moe_mlp, moe_formula = _moe_acts(plan, b16, factor)
     if m.layer_pattern:
         norms, attention, scores, mlp, moe_mlp, attention_formula = _pattern_mean(
-            plan, b16, norms, attention, scores, mlp, moe_mlp, attention_formula)
+            plan, stage, b16, (norms, attention, scores, mlp, moe_mlp), attention_formula)
     return LayerActs(norms=norms, attention=attention, scores=scores, mlp=mlp, moe_mlp=moe_mlp,
                      norm_formula=norm_formula, attention_formula=attention_formula, mlp_formula=mlp_formula + moe_formula)
 
@@ -249,19 +249,20 @@ def recurrent_acts(plan: Plan, b16: int, kind: str) -> tuple[int, str]:
     return saved, f"GDN {b16}(conv in + q, k at Hv + v + A + β + 3 Hv·Dv) + 4 × 4Hv = {count(saved)}"
 
 
-def _pattern_mean(plan: Plan, b16: int, norms: int, attention: int, scores: int, mlp: int, moe_mlp: int,
+def _pattern_mean(plan: Plan, stage: int, b16: int, acts: tuple[int, int, int, int, int],
                   attention_formula: str) -> tuple[int, int, int, int, int, str]:
-    """A hybrid layer's saved bytes averaged over the model's layers: each layer's mixer (attention or
+    """A hybrid layer's saved bytes averaged over the stage's layers: each layer's mixer (attention or
     recurrent); one-sublayer blocks (Nemotron-H) have one norm and an FFN only in `-` blocks."""
-    m = plan.model
-    n, attn_layers = m.num_layers, m.pattern_count("*")
+    m, (norms, attention, scores, mlp, moe_mlp) = plan.model, acts
+    kinds = [m.layer_pattern[i] for i in stage_layer_indices(plan, stage)]
+    n, attn_layers = len(kinds), kinds.count("*")
     mixers, parts = attn_layers * attention, [f"{attn_layers} × attention {attention_formula}"]
     for kind in RECURRENT:
-        if m.pattern_count(kind):
+        if kinds.count(kind):
             saved, formula = recurrent_acts(plan, b16, kind)
-            mixers += m.pattern_count(kind) * saved
-            parts.append(f"{m.pattern_count(kind)} × {formula}")
-    ffn = m.pattern_count("-") if m.pattern_style == "one_sublayer" else n
+            mixers += kinds.count(kind) * saved
+            parts.append(f"{kinds.count(kind)} × {formula}")
+    ffn = kinds.count("-") if m.pattern_style == "one_sublayer" else n
     norm_share = 2 if m.pattern_style == "one_sublayer" else 1
     return (norms // norm_share, mixers // n, scores * attn_layers // n, mlp * ffn // n, moe_mlp * ffn // n,
             f"mean over {n} layers of [{'; '.join(parts)}]")

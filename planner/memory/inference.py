@@ -18,12 +18,12 @@ from functools import partial
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
 from planner.memory.layout import attention_layers, largest_stage_layers, pattern_stage_params, stage_split
-from planner.memory.recurrent import hybrid_pool, state_bytes_per_sequence, state_formula
+from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
 from planner.memory.runtime import (ALLOCATED_ONCE, CUBLAS_WORKSPACE_BYTES, allocator_reserve, cublas_workspace,
                                     held_bytes, reserve_formula, runtime_items, within_device)
 from planner.memory.terms import Described, Factor, Product, Size, item
-from planner.models import attention_widths, param_counts, projection_shapes
+from planner.models import RECURRENT, attention_widths, param_counts, projection_shapes
 from planner.plan import Plan
 from planner.units import MiB
 
@@ -151,6 +151,7 @@ def _forward(plan: Plan) -> _Forward:
         moe_peak = chunk * m.experts_per_token * (3 * e_inter + h) * bc + chunk * m.num_experts * 4
         mlp_peak = max(mlp_peak if m.moe_layers < m.num_layers else 0, moe_peak)
     attn_peak, v_alive = _attention_peak(plan, chunk, bc)
+    attn_peak = max(attn_peak, prefill_peak(plan, chunk, bc))  # hybrid models: the mixers' larger moment
     prefill = max(mlp_peak, attn_peak) + 3 * chunk * h * bc
     if plan.precision.weights in QUANTIZED:  # a batch of more than a few tokens dequantizes each matrix for its matmul
         prefill += max(i * o for i, o in shapes.values()) * bc
@@ -254,7 +255,7 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
                       max_concurrent_sequences=concurrent, max_context_tokens=_longest(plan, budget // b))
     kv = item("kv_cache", "KV cache (paged)", Described(b * seq_bytes, text, (b,) + args),
               f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'}"
-              f"{' and recurrent-state pages' if m.layer_pattern else ''} for the batch at full "
+              f"{' and recurrent-state pages' if m.pattern_count(RECURRENT) else ''} for the batch at full "
               f"context; the engine preallocates {Size(budget)} for {serving.max_concurrent_sequences} such sequences",
               detail)
     items = (weights, workspace, kv) + inside + outside
@@ -279,7 +280,7 @@ def _paged(plan: Plan, budget: int) -> tuple[int, int, str, tuple]:
     Hybrid models: vLLM's shared pool of attention pages and recurrent-state pages padded to them (see
     planner/memory/recurrent.py); a sequence holds its attention blocks and its state blocks."""
     ctx = plan.workload.inference.context_tokens
-    if plan.model.layer_pattern:
+    if plan.model.pattern_count(RECURRENT):
         pool = hybrid_pool(plan, kv_bytes_per_token(plan) // attention_layers(plan))
         blocks = pool.blocks_per_sequence(ctx)
         return (pool.sequence_bytes(ctx), pool.num_blocks(budget) // blocks,
@@ -368,8 +369,9 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
                                               else f"K and V of {layers} layers, {k // m.head_dim} KV head(s) per rank"),
              detail),
         item("activations", "Prefill activations",
-             Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, attention {:MiB.0}) + 3 × T·h + "
-                       "last-token logits", (fw.chunk, Size(fw.mlp_peak), Size(fw.attn_peak))),
+             Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, {} {:MiB.0}) + 3 × T·h + "
+                       "last-token logits", (fw.chunk, Size(fw.mlp_peak),
+                                             "mixer" if m.pattern_count(RECURRENT) else "attention", Size(fw.attn_peak))),
              "Transient: freed as each op's output is consumed (no gradients kept)", detail)) + _state(plan, detail)
         + static)
     grown = ("one layer's cache re-allocated one token longer + " if layer_kv else "") + "last-token logits" + (
@@ -420,7 +422,7 @@ def inference_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
 
 def _longest(plan: Plan, budget: int) -> int:
     """The most tokens one sequence's KV cache can hold within `budget` bytes, in whole blocks."""
-    if plan.model.layer_pattern:  # the blocks left beside the sequence's state blocks, for its attention groups
+    if plan.model.pattern_count(RECURRENT):  # the blocks left beside the sequence's state blocks, for its attention groups
         pool = hybrid_pool(plan, kv_bytes_per_token(plan) // attention_layers(plan))
         left = pool.num_blocks(budget) - pool.mamba_groups * pool.mamba_blocks
         return max(0, left // pool.attention_groups) * pool.block_tokens

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from planner.dtypes import nbytes
 from planner.memory.layout import stage_layer_indices
-from planner.models import RECURRENT, Model, gdn_widths, mamba2_widths
+from planner.models import GDN_CHUNK, MAMBA_CHUNK, RECURRENT, Model, gdn_widths, mamba2_widths
 from planner.plan import Plan
 
 # vLLM raises the attention block size to a multiple of 16 tokens until one attention page holds a Mamba page
@@ -55,6 +55,26 @@ def state_bytes_per_sequence(plan: Plan, engine: str) -> int:
     per_kind = {k: sum(layer_state_bytes(plan, k, engine)) for k in RECURRENT if k in m.layer_pattern}
     return max(sum(per_kind.get(m.layer_pattern[i], 0) for i in stage_layer_indices(plan, s))
                for s in range(plan.parallelism.pipeline))
+
+
+def prefill_peak(plan: Plan, chunk: int, bc: int) -> int:
+    """The largest moment of a recurrent mixer's forward over `chunk` tokens without gradients (0: no pattern),
+    from the shapes its kernels allocate (hybrid.md §4): Mamba-2, in_proj's output zxbcdt (2I + 2GN + H), the
+    conv output over x, B, C, the scan output (I) and its fp32 chunk states (H·P·N per chunk of MAMBA_CHUNK
+    tokens); Gated DeltaNet, the projections (q, k, v, z, β, a), the conv output, q and k repeated to the value
+    heads, the output (Hv·Dv) and the per-chunk states (Hv·Dk·Dv per GDN_CHUNK tokens, activation dtype)."""
+    m, t = plan.model, plan.parallelism.tensor
+    peaks = [0]
+    if m.pattern_count("M"):
+        heads, inner, gn = mamba2_widths(m, t)
+        states = -(-chunk // MAMBA_CHUNK) * heads * m.mamba_head_dim * m.ssm_state_size * 4
+        peaks.append(chunk * (2 * inner + 2 * gn + heads + inner + 2 * gn + inner) * bc + states)
+    if m.pattern_count("G"):
+        hv, key, value = gdn_widths(m, t)
+        states = -(-chunk // GDN_CHUNK) * hv * m.linear_key_head_dim * m.linear_value_head_dim * bc
+        projected = 2 * key + 2 * value + 2 * hv
+        peaks.append(chunk * (projected + 2 * key + value + 2 * hv * m.linear_key_head_dim + value) * bc + states)
+    return max(peaks)
 
 
 def state_formula(m: Model) -> str:

@@ -6,14 +6,8 @@ add what checkpointing recomputes.
 
 from __future__ import annotations
 
-from planner.models import attention_widths, mamba2_widths, param_counts
+from planner.models import GDN_CHUNK, MAMBA_CHUNK, attention_widths, mamba2_widths, param_counts
 from planner.plan import Plan
-
-# Chunk lengths of the recurrent scans' chunked (training / prefill) kernels: mamba_ssm's Mamba2 default
-# chunk_size 256 (Granite-4.0-H's mamba_chunk_size; Nemotron-H uses 128), fla's chunk_gated_delta_rule 64
-# (fla/ops/gated_delta_rule/chunk.py, fixed)
-MAMBA_CHUNK = 256
-GDN_CHUNK = 64
 
 
 def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> float:
