@@ -33,8 +33,8 @@ QWEN_NEXT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 LAYER_TYPES = {"full_attention": "*", "attention": "*", "linear_attention": "G", "mamba": "M"}
 # Mamba-2 keys: planner field → (Nemotron-H key, Granite/Bamba key); HF nemotron_h also remaps the legacy
 # mamba_n_groups → n_groups and mamba_d_conv → conv_kernel
-MAMBA_KEYS = {"mamba_num_heads": ("mamba_num_heads", "mamba_n_heads"), "mamba_head_dim": ("mamba_head_dim", "mamba_d_head"),
-              "ssm_state_size": ("ssm_state_size", "mamba_d_state"), "mamba_n_groups": ("n_groups", "mamba_n_groups"),
+MAMBA_KEYS = {"mamba_num_heads": ("mamba_num_heads", "mamba_n_heads"),
+              "mamba_head_dim": ("mamba_head_dim", "mamba_d_head"), "ssm_state_size": ("ssm_state_size", "mamba_d_state"), "mamba_n_groups": ("n_groups", "mamba_n_groups"),
               "mamba_conv_kernel": ("conv_kernel", "mamba_d_conv")}
 GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
             "linear_conv_kernel_dim")

@@ -320,8 +320,8 @@ class Plan:
         self._check_weights()
         wl = self.workload
         if wl.task in ADAPTER_TASKS and self.model.mlp != "swiglu" and "gate" in wl.lora.targets:
-            raise bad("workload.lora.targets", list(wl.lora.targets), f"names gate, but a {UNGATED[self.model.mlp]} MLP has no gate "
-                                                                 "projection")
+            raise bad("workload.lora.targets", list(wl.lora.targets),
+                      f"names gate, but a {UNGATED[self.model.mlp]} MLP has no gate projection")
 
     def _resolve_degrees(self) -> None:
         """Resolve parallelism.data and hardware.count from each other, then check they agree."""

@@ -14,10 +14,11 @@ from planner.errors import PlanError
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.memory.activations import attention_acts, layer_acts, recurrent_acts
-from planner.memory.inference import kv_bytes_per_token
+from planner.memory.inference import kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from planner.memory.recurrent import hybrid_pool, layer_state_bytes, prefill_peak, state_bytes_per_sequence
 from planner.models import Model, gdn_params, mamba2_params, model_from_dict, model_to_dict, presets
 from planner.perf.flops import forward_flops_per_token
+from planner.perf.serving import _decode_read_bytes
 from planner.units import GiB
 
 NEMOTRON_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -232,3 +233,12 @@ def test_training_saves_of_the_recurrent_mixers_by_hand():
     # a stage's layer is the mean over its own layers: 36 GDN + 12 attention of Qwen3-Next, pipeline 1
     acts, attention = layer_acts(qwen), attention_acts(qwen, 2)[0]
     assert acts.attention == (36 * recurrent_acts(qwen, 2, "G")[0] + 12 * attention) // 48
+
+
+def test_a_decode_step_reads_and_rewrites_the_state():
+    plan = serve({"preset": "nemotron-h-8b"}, batch_size=4, prompt_tokens=1000, output_tokens=100)
+    cache = (kv_cache_bytes(plan, 1000) + kv_cache_bytes(plan, 1100)) / 2
+    # HF generate(): K = 4 conv columns over x, B, C and the Mamba-2 state in bf16 (HF ignores the fp32 hint)
+    state = 24 * (4 * (8192 + 2 * 8 * 128) * 2 + 128 * 64 * 128 * 2)
+    assert state_bytes_per_sequence(plan, "hf") == state
+    assert _decode_read_bytes(plan) == weight_bytes(plan)[0] + 4 * (cache + 2 * state)

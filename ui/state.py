@@ -40,7 +40,8 @@ HYBRID_INTS = {"mamba_num_heads": "Mamba-2 heads (0: none)", "mamba_head_dim": "
                "ssm_state_size": "Mamba-2 state size", "mamba_n_groups": "Mamba-2 groups",
                "mamba_conv_kernel": "Mamba-2 conv taps", "linear_num_key_heads": "Gated DeltaNet key heads (0: none)",
                "linear_num_value_heads": "Gated DeltaNet value heads", "linear_key_head_dim": "Gated DeltaNet key dim",
-               "linear_value_head_dim": "Gated DeltaNet value dim", "linear_conv_kernel_dim": "Gated DeltaNet conv taps"}
+               "linear_value_head_dim": "Gated DeltaNet value dim",
+               "linear_conv_kernel_dim": "Gated DeltaNet conv taps"}
 # A group of model widgets switched off by a 0 in its first one (as each label says)
 GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "global_attention_every"),
           "kv_lora_rank": tuple(MLA_INTS),

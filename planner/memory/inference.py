@@ -371,7 +371,8 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
         item("activations", "Prefill activations",
              Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, {} {:MiB.0}) + 3 × T·h + "
                        "last-token logits", (fw.chunk, Size(fw.mlp_peak),
-                                             "mixer" if m.pattern_count(RECURRENT) else "attention", Size(fw.attn_peak))),
+                                             "mixer" if m.pattern_count(RECURRENT) else "attention",
+                                             Size(fw.attn_peak))),
              "Transient: freed as each op's output is consumed (no gradients kept)", detail)) + _state(plan, detail)
         + static)
     grown = ("one layer's cache re-allocated one token longer + " if layer_kv else "") + "last-token logits" + (
@@ -422,7 +423,7 @@ def inference_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
 
 def _longest(plan: Plan, budget: int) -> int:
     """The most tokens one sequence's KV cache can hold within `budget` bytes, in whole blocks."""
-    if plan.model.pattern_count(RECURRENT):  # the blocks left beside the sequence's state blocks, for its attention groups
+    if plan.model.pattern_count(RECURRENT):  # the blocks beside the sequence's state blocks, per attention group
         pool = hybrid_pool(plan, kv_bytes_per_token(plan) // attention_layers(plan))
         left = pool.num_blocks(budget) - pool.mamba_groups * pool.mamba_blocks
         return max(0, left // pool.attention_groups) * pool.block_tokens

@@ -34,7 +34,9 @@ def layer_state_bytes(plan: Plan, kind: str, engine: str) -> tuple[int, int]:
     fp32 for GDN (fla chunk_delta_h: final_state dtype=torch.float32) and the model dtype for Mamba-2."""
     m, t = plan.model, plan.parallelism.tensor
     act = nbytes(plan.precision.activation_dtype)
-    state = nbytes(m.ssm_state_dtype or plan.precision.activation_dtype)
+    # HF reads no state-dtype hint (hybrid.md §3.1): fla's GDN state is fp32, mamba_ssm's the model dtype
+    state = nbytes(m.ssm_state_dtype or plan.precision.activation_dtype) if engine == "vllm" else (
+        4 if kind == "G" else act)
     if kind == "M":
         heads, inner, gn = mamba2_widths(m, t)
         channels, cells, kernel = inner + 2 * gn, heads * m.mamba_head_dim * m.ssm_state_size, m.mamba_conv_kernel
@@ -42,7 +44,6 @@ def layer_state_bytes(plan: Plan, kind: str, engine: str) -> tuple[int, int]:
         hv, key, value = gdn_widths(m, t)
         channels, kernel = 2 * key + value, m.linear_conv_kernel_dim
         cells = hv * m.linear_value_head_dim * m.linear_key_head_dim
-        state = 4 if engine == "hf" else state
     columns = kernel if engine == "hf" else kernel - 1
     return channels * columns * act, cells * state
 
