@@ -242,3 +242,16 @@ def test_a_decode_step_reads_and_rewrites_the_state():
     state = 24 * (4 * (8192 + 2 * 8 * 128) * 2 + 128 * 64 * 128 * 2)
     assert state_bytes_per_sequence(plan, "hf") == state
     assert _decode_read_bytes(plan) == weight_bytes(plan)[0] + 4 * (cache + 2 * state)
+
+
+def test_qwen3_5_moe_text_config_reads_its_layer_types_and_fp32_state():
+    # transformers Qwen3_5MoeTextConfig defaults (Qwen/Qwen3.5-35B-A3B), nested in text_config; hybrid.md §2.4
+    text = {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
+            "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320,
+            "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+            "mamba_ssm_dtype": "float32", "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 10}
+    m = model_from_hf_config({"model_type": "qwen3_5_moe", "text_config": text, "vision_config": {}})
+    assert (m.params.total, m.params.active) == (34_660_610_688, 3_454_988_928)
+    assert m == Model(**{**QWEN35_MOE, "intermediate_size": 4 * 2048})  # no intermediate_size: 4h, unused (all MoE)
