@@ -1,7 +1,8 @@
 """Model architecture (dense decoder-only transformer) and its parameter counts.
 
 Shapes covered: Llama / Mistral / Qwen (RMSNorm, SwiGLU, RoPE, separate q/k/v projections, MHA/GQA/MQA)
-and GPT-2 / GPT-NeoX / Falcon (LayerNorm, GeLU, fused qkv projection). Presets live in one table,
+and GPT-2 / GPT-NeoX / Falcon (LayerNorm, GeLU, fused qkv projection); hybrid models whose layers mix attention
+with Mamba-2 or Gated DeltaNet mixers (`layer_pattern`: Qwen3-Next, Granite-4.0-H, Nemotron-H). Presets live in one table,
 ``planner/data/models.yaml``; a plan's ``model.preset`` names one and its other keys override it.
 """
 

@@ -123,7 +123,8 @@ def _hf_import() -> None:
         st.text_area("Paste config.json", key="hf_text", height=150, placeholder='{"model_type": "llama", ...}')
         st.file_uploader("…or upload it", type=["json"], key="hf_file")
         st.button("Import architecture", key="hf_import", on_click=_on_hf_import,
-                  help="GQA, MoE, MLA and sliding-window keys are read; the model becomes a custom one")
+                  help="GQA, MoE, MLA, sliding-window and hybrid (Mamba-2, Gated DeltaNet) keys are read; the model "
+                       "becomes a custom one")
     if st.session_state.get("hf_error"):
         st.error(f"config.json: {st.session_state['hf_error']}")
 
