@@ -19,11 +19,27 @@ from planner.models import Model
 # LayerNorm with biases.
 GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
          "phi3", "olmo", "olmo2", "deepseek_v2", "deepseek_v3", "granite", "cohere", "internlm2", "smollm3",
-         "ministral", "mistral3_text", "glm", "exaone", "nemotron_h")
+         "ministral", "mistral3_text", "glm", "exaone", "nemotron_h", "granitemoehybrid", "qwen3_next", "qwen3_5_text",
+         "qwen3_5_moe_text")
 PLAIN = ("gpt2", "gpt_neox", "gpt_bigcode", "phi", "starcoder2", "falcon", "opt", "gptj")
 # what transformers assumes when a config omits tie_word_embeddings (PretrainedConfig's default is True)
 UNTIED_BY_DEFAULT = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo",
-                     "olmo2", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi", "granite", "internlm2")
+                     "olmo2", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi", "granite", "internlm2", "qwen3_next",
+                     "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h")
+# Hybrid recurrent/attention families (hybrid.md §1): Qwen3-Next / Qwen3.5 (Gated DeltaNet), Granite-4.0-H and
+# Nemotron-H (Mamba-2)
+QWEN_NEXT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+# HF layer_types values → planner pattern characters (Qwen3-Next "linear_attention", Granite "mamba")
+LAYER_TYPES = {"full_attention": "*", "attention": "*", "linear_attention": "G", "mamba": "M"}
+# Mamba-2 keys: planner field → (Nemotron-H key, Granite/Bamba key); HF nemotron_h also remaps the legacy
+# mamba_n_groups → n_groups and mamba_d_conv → conv_kernel
+MAMBA_KEYS = {"mamba_num_heads": ("mamba_num_heads", "mamba_n_heads"),
+              "mamba_head_dim": ("mamba_head_dim", "mamba_d_head"), "ssm_state_size": ("ssm_state_size", "mamba_d_state"), "mamba_n_groups": ("n_groups", "mamba_n_groups"),
+              "mamba_conv_kernel": ("conv_kernel", "mamba_d_conv")}
+GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim")
+# config dtype names of the served SSM state (Nemotron-H mamba_ssm_cache_dtype, Qwen3.5 mamba_ssm_dtype)
+STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # key aliases, first present wins
 ALIASES = {
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
@@ -78,8 +94,9 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     out.update(_moe(config, family))
     out.update(_window(config, family, out["num_layers"]))
     out.update(_mla(config))
-    if family in ("qwen3", "qwen3_moe", "gemma3_text"):  # per-head q_norm / k_norm (OLMo 2's are full-width)
+    if family in ("qwen3", "qwen3_moe", "gemma3_text") + QWEN_NEXT:  # per-head q_norm / k_norm (OLMo 2's: full-width)
         out["qk_norm"] = True
+    out.update(_hybrid(config, family))
     if out.get("kv_lora_rank"):
         out["num_kv_heads"] = heads
     try:
@@ -118,7 +135,7 @@ def _moe(config: Mapping[str, Any], family: str) -> dict[str, Any]:
         shared = _size(config, "shared_expert_intermediate_size") / _size(config, "moe_intermediate_size")
         out["shared_experts"] = max(1, round(shared))
     first_dense = _first(config, "first_k_dense_replace", default=0)
-    if family == "qwen2_moe" or family == "qwen3_moe":
+    if family in ("qwen2_moe", "qwen3_moe") + QWEN_NEXT:
         dense_layers = config.get("mlp_only_layers") or []
         if not isinstance(dense_layers, list):
             raise bad("hf_config.mlp_only_layers", dense_layers, "must be a list of layer indices")
@@ -157,3 +174,53 @@ def _mla(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"kv_lora_rank": config["kv_lora_rank"], "q_lora_rank": config.get("q_lora_rank"),
             "qk_rope_head_dim": config.get("qk_rope_head_dim", 0), "head_dim": config.get("qk_nope_head_dim"),
             "v_head_dim": config.get("v_head_dim")}
+
+
+def _hybrid(config: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """The layer pattern and the recurrent mixer's shape of a hybrid family ({} for the others)."""
+    if family in QWEN_NEXT:
+        out = {"layer_pattern": _layer_types(config), "attn_output_gate": True,
+               "shared_expert_gate": bool(config.get("shared_expert_intermediate_size"))}
+        out.update({k: config[k] for k in GDN_KEYS if config.get(k) is not None})
+    elif family == "granitemoehybrid":
+        out = {"layer_pattern": _layer_types(config), **_mamba(config, 1)}
+        shared = config.get("shared_intermediate_size")
+        if not config.get("num_local_experts"):  # dense: the shared_mlp is the layer's MLP
+            out["intermediate_size"] = shared or config.get("intermediate_size")
+        elif shared:  # the shared_mlp as shared experts of the routed experts' width (intermediate_size)
+            out["shared_experts"] = max(1, round(shared / _size(config, "intermediate_size")))
+    elif family == "nemotron_h":
+        pattern = config.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or "E" in pattern:
+            raise bad("hf_config.hybrid_override_pattern", pattern,
+                      "must be a string of M, *, - (MoE blocks E are not modelled)")
+        out = {"layer_pattern": pattern, "pattern_style": "one_sublayer", "mlp": "relu2", **_mamba(config, 0)}
+        if config.get("attention_head_dim") is not None:
+            out["head_dim"] = config["attention_head_dim"]
+    else:
+        return {}
+    dtype = _first(config, "mamba_ssm_cache_dtype", "mamba_ssm_dtype")
+    if dtype in STATE_DTYPES:
+        out["ssm_state_dtype"] = STATE_DTYPES[dtype]
+    return out
+
+
+def _layer_types(config: Mapping[str, Any]) -> str:
+    """HF layer_types as a pattern; Qwen3-Next without it: every full_attention_interval-th layer attends."""
+    types = _first(config, "layer_types", "layers_block_type")
+    if isinstance(types, list):
+        wrong = [t for t in types if t not in LAYER_TYPES]
+        if wrong:
+            raise bad("hf_config.layer_types", wrong[0], f"is not one of {', '.join(LAYER_TYPES)}")
+        return "".join(LAYER_TYPES[t] for t in types)
+    interval, layers = config.get("full_attention_interval", 4), config.get("num_hidden_layers", 0)
+    return "".join("G" if (i + 1) % interval else "*" for i in range(layers))
+
+
+def _mamba(config: Mapping[str, Any], style: int) -> dict[str, Any]:
+    """Mamba-2 fields under the family's key names (`style` 0: Nemotron-H, 1: Granite); a head dim "auto" is
+    expand × hidden / heads (HF GraniteMoeHybridConfig)."""
+    out = {field: config[keys[style]] for field, keys in MAMBA_KEYS.items() if config.get(keys[style]) is not None}
+    if out.get("mamba_head_dim") == "auto":
+        out["mamba_head_dim"] = config.get("mamba_expand", 2) * config["hidden_size"] // out["mamba_num_heads"]
+    return out

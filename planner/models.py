@@ -1,7 +1,8 @@
 """Model architecture (dense decoder-only transformer) and its parameter counts.
 
 Shapes covered: Llama / Mistral / Qwen (RMSNorm, SwiGLU, RoPE, separate q/k/v projections, MHA/GQA/MQA)
-and GPT-2 / GPT-NeoX / Falcon (LayerNorm, GeLU, fused qkv projection). Presets live in one table,
+and GPT-2 / GPT-NeoX / Falcon (LayerNorm, GeLU, fused qkv projection); hybrid models whose layers mix attention
+with Mamba-2 or Gated DeltaNet mixers (`layer_pattern`: Qwen3-Next, Granite-4.0-H, Nemotron-H). Presets live in one table,
 ``planner/data/models.yaml``; a plan's ``model.preset`` names one and its other keys override it.
 """
 
@@ -13,11 +14,25 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from planner.dtypes import DType
 from planner.errors import PlanError, bad, unknown_key
 from planner.loader import load_data_file
 from planner.validate import between, check_fields, check_int, text
 
-Mlp = Literal["swiglu", "gelu"]
+# relu2: squared-ReLU with no gate (Nemotron-H's NemotronHMLP: up_proj and down_proj only); 2 matrices like gelu
+Mlp = Literal["swiglu", "gelu", "relu2"]
+# How `layer_pattern` reads (planner README, "Hybrid models"): mixer_ffn, one character per layer that holds a
+# mixer and the FFN (HF layer_types of Qwen3-Next / Granite-4.0-H): `*` attention, `M` Mamba-2, `G` Gated DeltaNet;
+# one_sublayer, Nemotron-H's hybrid_override_pattern verbatim: one block per character with ONE sublayer, `*`
+# attention, `M` Mamba-2, `-` MLP (HF nemotron_h configuration: pattern_mapping).
+PatternStyle = Literal["mixer_ffn", "one_sublayer"]
+PATTERN_CHARS = {"mixer_ffn": "*MG", "one_sublayer": "*M-"}
+RECURRENT = "MG"  # the pattern characters of recurrent mixers
+# Chunk lengths of the recurrent scans' chunked (training / prefill) kernels: mamba_ssm's Mamba2 default
+# chunk_size 256 (Granite-4.0-H's mamba_chunk_size; Nemotron-H uses 128), fla's chunk_gated_delta_rule 64
+# (fla/ops/gated_delta_rule/chunk.py, fixed)
+MAMBA_CHUNK = 256
+GDN_CHUNK = 64
 Norm = Literal["rmsnorm", "layernorm"]
 
 PRESETS_PATH = Path(__file__).parent / "data" / "models.yaml"
@@ -49,11 +64,31 @@ class ParamCounts:
     router: int = 0  # one MoE layer's router
     moe_layers: int = 0
     active_experts: int = 0  # routed experts a token passes through
+    mamba: int = 0  # one Mamba-2 mixer of a hybrid model (on this rank)
+    gdn: int = 0  # one Gated DeltaNet mixer of a hybrid model (on this rank)
+    pattern: str = ""  # model.layer_pattern; "": every layer is attention + FFN
+    one_sublayer: bool = False  # the pattern's blocks hold one sublayer and one norm each (Nemotron-H)
 
     @property
     def layer(self) -> int:
         """One dense layer."""
         return self.attention + self.mlp + self.norms
+
+    def layer_norms(self, i: int) -> int:
+        """Norm parameters of layer i (a one-sublayer block has one norm)."""
+        return self.norms // 2 if self.one_sublayer else self.norms
+
+    def layer_at(self, i: int) -> int:
+        """Parameters of layer i (0-based): its mixer, its FFN (dense layers first, then MoE) and its norms."""
+        moe = i >= self.num_layers - self.moe_layers
+        if not self.pattern:
+            return self.moe_layer if moe else self.layer
+        kind = self.pattern[i]
+        mixer = {"*": self.attention, "M": self.mamba, "G": self.gdn, "-": 0}[kind]
+        ffn = self.experts + self.shared + self.router if moe else self.mlp
+        if self.one_sublayer and kind != "-":
+            ffn = 0
+        return mixer + ffn + self.layer_norms(i)
 
     @property
     def moe_layer(self) -> int:
@@ -61,6 +96,8 @@ class ParamCounts:
 
     @property
     def layers(self) -> int:
+        if self.pattern:
+            return sum(self.layer_at(i) for i in range(self.num_layers))
         return self.layer * (self.num_layers - self.moe_layers) + self.moe_layer * self.moe_layers
 
     @property
@@ -114,6 +151,29 @@ class Model:
     # Per-head RMSNorm on queries and keys before RoPE (Qwen3, Gemma 3): one head_dim weight each, shared by the
     # heads. OLMo 2's full-width q/k norms are not this.
     qk_norm: bool = False
+    # Qwen3-Next gated attention: q_proj also yields a sigmoid gate on the attention output (h → 2 × heads ×
+    # head_dim; HF Qwen3NextAttention); and a sigmoid gate h → 1 on the shared expert's output (shared_expert_gate)
+    attn_output_gate: bool = False
+    shared_expert_gate: bool = False
+    # Hybrid recurrent/attention models: which layer holds which mixer (see PatternStyle); None = all attention
+    layer_pattern: str | None = field(default=None, metadata=text(MAX_LAYERS))
+    pattern_style: PatternStyle = "mixer_ffn"
+    # Mamba-2 mixer (HF NemotronHMamba2Mixer / GraniteMoeHybridMambaLayer): H heads of P channels (d_inner = H·P),
+    # state N per head, B and C in G groups, a depthwise conv of K taps over x, B, C (with a bias)
+    mamba_num_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    mamba_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    ssm_state_size: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    mamba_n_groups: int = field(default=1, metadata=between(1, MAX_HEADS))
+    mamba_conv_kernel: int = field(default=4, metadata=between(1, 64))
+    # Gated DeltaNet mixer (HF Qwen3NextGatedDeltaNet): q, k of Hk heads × Dk, v of Hv heads × Dv, a K-tap conv
+    linear_num_key_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    linear_num_value_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    linear_key_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    linear_value_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    linear_conv_kernel_dim: int = field(default=4, metadata=between(1, 64))
+    # dtype of the recurrent (SSM / delta-rule) state when served; None: the activation dtype (vLLM's "auto").
+    # Nemotron-H (vLLM >= 0.20 default, config mamba_ssm_cache_dtype) and Qwen3.5 (config mamba_ssm_dtype) use fp32
+    ssm_state_dtype: DType | None = None
     preset: str | None = field(default=None, metadata=text(100))
     # Set when the architecture was guessed from a parameter count alone (model_from_param_count); every
     # output then calls the plan approximate, and a plan file keeps only this count.
@@ -156,6 +216,37 @@ class Model:
         elif self.q_lora_rank is not None or self.qk_rope_head_dim or self.v_head_dim is not None:
             raise bad("model.kv_lora_rank", None, "must be set for q_lora_rank, qk_rope_head_dim or v_head_dim "
                                                   "(latent attention)")
+        self._check_pattern()
+
+    def _check_pattern(self) -> None:
+        """The layer pattern and the mixer fields its characters need."""
+        p, style = self.layer_pattern, self.pattern_style
+        if p is None:
+            given = [k for k in _MAMBA_KEYS[:3] + _GDN_KEYS[:4] if getattr(self, k) is not None]
+            if given:
+                raise bad(f"model.{given[0]}", getattr(self, given[0]), "needs model.layer_pattern (a hybrid model)")
+            return
+        if len(p) != self.num_layers:
+            raise bad("model.layer_pattern", p, f"has {len(p)} characters; model.num_layers is {self.num_layers}")
+        wrong = next((i for i, c in enumerate(p) if c not in PATTERN_CHARS[style]), None)
+        if wrong is not None:
+            raise bad("model.layer_pattern", p, f"has {p[wrong]!r} at position {wrong}; {style} patterns use only "
+                                                f"{' '.join(PATTERN_CHARS[style])}")
+        if "*" not in p:
+            raise bad("model.layer_pattern", p, "has no attention layer (*); pure recurrent models are not modelled")
+        if self.mla or self.sliding_window is not None or (self.num_experts and style == "one_sublayer"):
+            raise bad("model.layer_pattern", p, "does not combine with latent attention, sliding windows or "
+                                                "one_sublayer MoE blocks")
+        for kind, keys in (("M", _MAMBA_KEYS[:3]), ("G", _GDN_KEYS[:4])):
+            missing = [k for k in keys if getattr(self, k) is None]
+            if kind in p and missing:
+                raise bad(f"model.{missing[0]}", None, f"must be set: model.layer_pattern has {kind} layers")
+        if "M" in p and self.mamba_num_heads % self.mamba_n_groups:
+            raise bad("model.mamba_n_groups", self.mamba_n_groups,
+                      f"must divide model.mamba_num_heads ({self.mamba_num_heads})")
+        if "G" in p and self.linear_num_value_heads % self.linear_num_key_heads:
+            raise bad("model.linear_num_key_heads", self.linear_num_key_heads,
+                      f"must divide model.linear_num_value_heads ({self.linear_num_value_heads})")
 
     @property
     def mla(self) -> bool:
@@ -171,6 +262,10 @@ class Model:
             return 0
         every = self.global_attention_every
         return self.num_layers - (self.num_layers // every if every else 0)
+
+    def pattern_count(self, kinds: str) -> int:
+        """Layers whose pattern character is one of `kinds` (no pattern: every layer is attention, `*`)."""
+        return sum(c in kinds for c in self.layer_pattern or "*" * self.num_layers)
 
     @property
     def q_width(self) -> int:
@@ -212,7 +307,7 @@ def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCo
         attention = (q_path + h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
                      + m.kv_lora_rank * heads * (m.head_dim + m.v_head_dim) + heads * m.v_head_dim * h)
     else:
-        attention = h * q + 2 * h * kv + q * h + bias * (q + 2 * kv + h)
+        attention = h * q + 2 * h * kv + q * h + bias * (q + 2 * kv + h) + h * q * m.attn_output_gate
     attention += 2 * m.head_dim if m.qk_norm else 0  # replicated over tensor-parallel ranks
     if m.mlp == "swiglu":
         mlp = 3 * h * inter + bias * (2 * inter + h)
@@ -227,7 +322,12 @@ def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCo
         mats = 3 if m.mlp == "swiglu" else 2
         expert = mats * h * e_inter + bias * ((mats - 1) * e_inter + h)
         moe = dict(expert=expert, experts=expert * (m.num_experts // expert_parallel), shared=expert * m.shared_experts,
-                   router=h * m.num_experts, moe_layers=m.moe_layers, active_experts=m.experts_per_token)
+                   router=h * (m.num_experts + m.shared_expert_gate), moe_layers=m.moe_layers,
+                   active_experts=m.experts_per_token)
+    if m.layer_pattern:
+        moe.update(mamba=mamba2_params(m, t) if "M" in m.layer_pattern else 0,
+                   gdn=gdn_params(m, t) if "G" in m.layer_pattern else 0,
+                   pattern=m.layer_pattern, one_sublayer=m.pattern_style == "one_sublayer")
     return ParamCounts(
         embedding=table,
         attention=attention,
@@ -240,14 +340,58 @@ def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCo
     )
 
 
+def mamba2_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
+    """Per-rank (heads, d_inner = heads × head_dim, groups × state) of a Mamba-2 mixer. Heads split over
+    tensor-parallel ranks; when the ranks do not divide the groups, vLLM gives each rank whole groups
+    (mamba_utils extra_groups_for_head_shards), so a rank keeps ⌈G / tp⌉ groups' B and C."""
+    heads = m.mamba_num_heads // tensor
+    return heads, heads * m.mamba_head_dim, -(-m.mamba_n_groups // tensor) * m.ssm_state_size
+
+
+def mamba2_params(m: Model, tensor: int = 1) -> int:
+    """One Mamba-2 mixer on one rank (HF NemotronHMamba2Mixer, hybrid.md §2.1): in_proj h → z, x (d_inner each),
+    B, C (G·N each) and dt (H); the depthwise conv over x, B, C with a bias; dt_bias, A_log and D per head; the
+    gated RMSNorm over d_inner; out_proj d_inner → h."""
+    h = m.hidden_size
+    heads, inner, gn = mamba2_widths(m, tensor)
+    conv = inner + 2 * gn
+    return h * (2 * inner + 2 * gn + heads) + conv * (m.mamba_conv_kernel + 1) + 3 * heads + inner + inner * h
+
+
+def gdn_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
+    """Per-rank (value heads, key width Hk·Dk, value width Hv·Dv) of a Gated DeltaNet mixer (heads split over
+    tensor-parallel ranks)."""
+    hv = m.linear_num_value_heads // tensor
+    return hv, m.linear_num_key_heads // tensor * m.linear_key_head_dim, hv * m.linear_value_head_dim
+
+
+def gdn_params(m: Model, tensor: int = 1) -> int:
+    """One Gated DeltaNet mixer on one rank (HF Qwen3NextGatedDeltaNet, hybrid.md §2.2): in_proj_qkvz h → q, k, v,
+    z; in_proj_ba h → β, a (one each per value head); the bias-free depthwise conv over q, k, v; dt_bias and A_log
+    per value head; the gated RMSNorm over one value head (shared by the heads); out_proj Hv·Dv → h."""
+    h = m.hidden_size
+    hv, key, value = gdn_widths(m, tensor)
+    return (h * (2 * key + 2 * value) + h * 2 * hv + (2 * key + value) * m.linear_conv_kernel_dim + 2 * hv
+            + m.linear_value_head_dim + value * h)
+
+
 MODEL_KEYS = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
               "intermediate_size", "vocab_size", "mlp", "norm", "tie_embeddings", "bias", "num_experts",
               "experts_per_token", "moe_intermediate_size", "shared_experts", "first_dense_layers", "sliding_window",
-              "global_attention_every", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_norm")
+              "global_attention_every", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_norm",
+              "attn_output_gate", "shared_expert_gate", "layer_pattern", "pattern_style", "mamba_num_heads",
+              "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel", "linear_num_key_heads",
+              "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+              "ssm_state_dtype")
 _ARCH_KEYS = tuple(k for k in MODEL_KEYS if k != "preset")
 _MOE_KEYS = ("num_experts", "experts_per_token", "moe_intermediate_size", "shared_experts", "first_dense_layers")
 _WINDOW_KEYS = ("sliding_window", "global_attention_every")  # written out only where the model uses them
 _MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim")
+_MAMBA_KEYS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel")
+_GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+             "linear_conv_kernel_dim")
+_HYBRID_KEYS = ("layer_pattern", "pattern_style", "ssm_state_dtype") + _MAMBA_KEYS + _GDN_KEYS
+_FLAG_KEYS = ("qk_norm", "attn_output_gate", "shared_expert_gate")  # written out only when set
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -381,7 +525,10 @@ def model_to_dict(m: Model) -> dict[str, Any]:
     out: dict[str, Any] = {"preset": m.preset} if m.preset else {}
     out.update({k: getattr(m, k) for k in _ARCH_KEYS
                 if not (k in _MOE_KEYS and not m.num_experts) and not (k in _WINDOW_KEYS and m.sliding_window is None)
-                and not (k in _MLA_KEYS and not m.mla) and not (k == "qk_norm" and not m.qk_norm)})
+                and not (k in _MLA_KEYS and not m.mla) and not (k in _FLAG_KEYS and not getattr(m, k))
+                and not (k in _HYBRID_KEYS and not m.layer_pattern)
+                and not (k in _MAMBA_KEYS and "M" not in (m.layer_pattern or ""))
+                and not (k in _GDN_KEYS and "G" not in (m.layer_pattern or ""))})
     return out
 
 

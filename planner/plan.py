@@ -71,6 +71,10 @@ class Lora:
         object.__setattr__(self, "targets", tuple(t for t in get_args(LoraTarget) if t in targets))
 
 
+# how errors name the MLPs without a gate projection
+UNGATED = {"gelu": "GeLU", "relu2": "squared-ReLU"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Inference:
     """Generation: prefill of the prompts, then decode token by token with a KV cache."""
@@ -104,6 +108,9 @@ class Inference:
     # each layer's attention repeats the whole cache's K and V to every query head before SDPA (gpt-fast and
     # torchao model.py repeat_interleave; HF eager attention's repeat_kv)
     expand_kv: bool = False
+    # vLLM --enable-prefix-caching: a hybrid model's request holds 2 state blocks per Mamba group (the "align"
+    # mode of vLLM 0.20-0.30) instead of 1; attention-only models are not affected
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.inference")
@@ -351,7 +358,8 @@ class Plan:
         self._check_weights()
         wl = self.workload
         if wl.task in ADAPTER_TASKS and self.model.mlp != "swiglu" and "gate" in wl.lora.targets:
-            raise bad("workload.lora.targets", list(wl.lora.targets), "names gate, but a GeLU MLP has no gate projection")
+            raise bad("workload.lora.targets", list(wl.lora.targets),
+                      f"names gate, but a {UNGATED[self.model.mlp]} MLP has no gate projection")
 
     def _resolve_degrees(self) -> None:
         """Resolve parallelism.data and hardware.count from each other, then check they agree."""

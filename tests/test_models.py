@@ -54,7 +54,7 @@ def test_model_round_trip_writes_every_key():
     ({"num_layers": 0}, "model.num_layers: 0 is out of range; must be from 1 to 1,024"),
     ({"hidden_size": "4096"}, "model.hidden_size: '4096' must be an integer from 1 to 131,072"),
     ({"num_kv_heads": 3}, "model.num_kv_heads: 3 must divide model.num_attention_heads (4)"),
-    ({"mlp": "relu"}, "model.mlp: 'relu' is not one of: swiglu, gelu"),
+    ({"mlp": "relu"}, "model.mlp: 'relu' is not one of: swiglu, gelu, relu2"),
     ({"hidden_size": 66}, "model.hidden_size: 66 is not a multiple of model.num_attention_heads (4); give model.head_dim"),
     ({"bias": "yes"}, "model.bias: 'yes' must be true or false"),
 ])
@@ -65,7 +65,8 @@ def test_validation_messages(changes, message):
 
 
 def test_unknown_model_key_lists_allowed():
-    with pytest.raises(PlanError, match=r"^model.layers: unknown key; allowed keys are: bias, experts_per_token, "):
+    with pytest.raises(PlanError, match=r"^model.layers: unknown key; allowed keys are: attn_output_gate, bias, "
+                                        r"experts_per_token, "):
         model_from_dict({**TINY, "layers": 2})
 
 

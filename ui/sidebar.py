@@ -17,8 +17,8 @@ from planner.hf_config import model_from_hf_config
 from planner.models import Preset, model_to_dict
 from planner.plan import (ADAPTER_TASKS, EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH,
                           MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Precision, default_weights)
-from ui.state import (ARCH_INTS, CUSTOM, MLA_INTS, MOE_INTS, PARAMS, current_plan_dict, drawn, load_into_widgets,
-                      project_catalog)
+from ui.state import (ARCH_INTS, CUSTOM, HYBRID_INTS, MLA_INTS, MOE_INTS, PARAMS, current_plan_dict, drawn,
+                      load_into_widgets, project_catalog)
 
 
 def _on_preset() -> None:
@@ -127,7 +127,8 @@ def _hf_import() -> None:
         st.text_area("Paste config.json", key="hf_text", height=150, placeholder='{"model_type": "llama", ...}')
         st.file_uploader("…or upload it", type=["json"], key="hf_file")
         st.button("Import architecture", key="hf_import", on_click=_on_hf_import,
-                  help="GQA, MoE, MLA and sliding-window keys are read; the model becomes a custom one")
+                  help="GQA, MoE, MLA, sliding-window and hybrid (Mamba-2, Gated DeltaNet) keys are read; the model "
+                       "becomes a custom one")
     if st.session_state.get("hf_error"):
         st.error(f"config.json: {st.session_state['hf_error']}")
 
@@ -147,6 +148,12 @@ def _architecture() -> None:
     for key, label in MLA_INTS.items():
         drawn(st.number_input, label, 0, 1_048_576, key=key,
               help="Multi-head latent attention (DeepSeek-V2/V3); Head dim is then the non-RoPE query/key dim per head")
+    drawn(st.text_input, "Layer pattern (empty: all attention)", key="layer_pattern",
+          help="Hybrid models, one character per layer: * attention, M Mamba-2, G Gated DeltaNet (mixer + FFN); "
+               "one_sublayer style (Nemotron-H's hybrid_override_pattern): * attention, M Mamba-2, - MLP")
+    drawn(st.selectbox, "Pattern style", CHOICES["model.pattern_style"], key="pattern_style")
+    for key, label in HYBRID_INTS.items():
+        drawn(st.number_input, label, 0, 1_048_576, key=key)
 
 
 def model_inputs(models: dict[str, Preset]) -> None:

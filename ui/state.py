@@ -37,6 +37,13 @@ MOE_INTS = {"num_experts": "Experts (0: dense)", "experts_per_token": "Experts p
             "first_dense_layers": "Dense layers first"}
 MLA_INTS = {"kv_lora_rank": "KV latent rank (0: standard attention)", "q_lora_rank": "Query latent rank (0: none)",
             "qk_rope_head_dim": "RoPE key dim per head", "v_head_dim": "Value dim per head"}
+# Hybrid models' recurrent mixers (0: not set; the pattern says which are used)
+HYBRID_INTS = {"mamba_num_heads": "Mamba-2 heads (0: none)", "mamba_head_dim": "Mamba-2 head dim",
+               "ssm_state_size": "Mamba-2 state size", "mamba_n_groups": "Mamba-2 groups",
+               "mamba_conv_kernel": "Mamba-2 conv taps", "linear_num_key_heads": "Gated DeltaNet key heads (0: none)",
+               "linear_num_value_heads": "Gated DeltaNet value heads", "linear_key_head_dim": "Gated DeltaNet key dim",
+               "linear_value_head_dim": "Gated DeltaNet value dim",
+               "linear_conv_kernel_dim": "Gated DeltaNet conv taps"}
 # A group of model widgets switched off by a 0 in its first one (as each label says)
 GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "global_attention_every"),
           "kv_lora_rank": tuple(MLA_INTS),
@@ -47,7 +54,11 @@ WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global
                       "qk_norm": False, **dict.fromkeys(MLA_INTS, 0), "moe_capacity_factor": 0.0, "steps": 0,
                       "quant_group_size": 0, "prefill_chunk_tokens": 0, "pipeline_layers": "",
                       "max_num_seqs": 0, "reduce_bucket_elements": 0, "optimizer_block_size": 0,
-                      "sub_group_elements": 0}
+                      "sub_group_elements": 0, "layer_pattern": "",
+                      **dict.fromkeys(("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "linear_num_key_heads",
+                                       "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"), 0),
+                      # the model's defaults stand for themselves
+                      "mamba_n_groups": 1, "mamba_conv_kernel": 4, "linear_conv_kernel_dim": 4}
 
 
 def _paths() -> dict[str, tuple[str, ...]]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.dtypes import nbytes
-from planner.memory.layout import StageContext, autocast, routed_slots
+from planner.memory.layout import StageContext, autocast, routed_slots, stage_layer_indices
 from planner.memory.terms import count
-from planner.models import attention_widths, projection_shapes
+from planner.models import RECURRENT, attention_widths, gdn_widths, mamba2_widths, projection_shapes
 from planner.plan import Plan
 
 # NVFP4 (torchao nvfp4 training): 4-bit values with one 1-byte e4m3 scale per 16 (NVIDIA's NVFP4 format).
@@ -186,8 +186,8 @@ def _moe_acts(plan: Plan, b16: int, factor: int) -> tuple[int, str]:
                      + (f" + {m.shared_experts} shared × {factor} × {b16}I_e" if m.shared_experts else ""))
 
 
-def layer_acts(plan: Plan) -> LayerActs:
-    """Bytes per token one layer saves for backward, per tensor-parallel rank."""
+def layer_acts(plan: Plan, stage: int = 0) -> LayerActs:
+    """Bytes per token one layer of pipeline stage `stage` saves for backward, per tensor-parallel rank."""
     if plan.workload.task in ("lora", "qlora"):
         return _lora_layer_acts(plan)
     m, prec, t = plan.model, plan.precision, plan.parallelism.tensor
@@ -216,8 +216,56 @@ def layer_acts(plan: Plan) -> LayerActs:
         norm_formula += f"; linear inputs as NVFP4 ({NVFP4_BYTES:g} B × {consumers}h)"
         mlp_formula += f"; the down projection's input as NVFP4 ({NVFP4_BYTES:g} B × I)"
     moe_mlp, moe_formula = _moe_acts(plan, b16, factor)
+    if m.layer_pattern:
+        norms, attention, scores, mlp, moe_mlp, attention_formula = _pattern_mean(
+            plan, stage, b16, (norms, attention, scores, mlp, moe_mlp), attention_formula)
     return LayerActs(norms=norms, attention=attention, scores=scores, mlp=mlp, moe_mlp=moe_mlp,
                      norm_formula=norm_formula, attention_formula=attention_formula, mlp_formula=mlp_formula + moe_formula)
+
+
+# Values per chunk row of fla's WY matrix A that chunk_gated_delta_rule saves (chunk.py: A of B × T × Hv × 64)
+GDN_A_WIDTH = 64
+
+
+def recurrent_acts(plan: Plan, b16: int, kind: str) -> tuple[int, str]:
+    """Bytes per token one recurrent mixer saves for backward on one rank, beyond its input (the norm's output,
+    counted with the norms), and the formula (hybrid.md §4).
+
+    Mamba-2 (mamba_ssm mamba_split_conv1d_scan_combined, the HF training path with out_proj fused): in_proj's
+    output zxbcdt (2I + 2GN + H), the scan output out_x (I) and the gated norm's fp32 rstd per group; the conv
+    output, x, B, C and the chunk states are recomputed. Gated DeltaNet (HF Qwen3NextGatedDeltaNet with fla's
+    chunk_gated_delta_rule): the conv's input (2·Hk·Dk + Hv·Dv, causal-conv1d), q and k repeated to the value
+    heads (2·Hv·Dk) and v, the WY matrix A (Hv × 64), fp32 g, q_rstd, k_rstd (3 Hv), β (Hv), the gated norm's
+    inputs (core output and z: 2·Hv·Dv), the fp32 softplus input a (Hv) and out_proj's input (Hv·Dv)."""
+    m, t = plan.model, plan.parallelism.tensor
+    if kind == "M":
+        heads, inner, gn = mamba2_widths(m, t)
+        groups = -(-m.mamba_n_groups // t)
+        saved = b16 * (3 * inner + 2 * gn + heads) + 4 * groups
+        return saved, f"Mamba-2 {b16}(3I + 2GN + H) + 4G = {count(saved)}"
+    hv, key, value = gdn_widths(m, t)
+    qk = 2 * hv * m.linear_key_head_dim
+    saved = b16 * (2 * key + value + qk + value + GDN_A_WIDTH * hv + hv + 3 * value) + 4 * (3 * hv + hv)
+    return saved, f"GDN {b16}(conv in + q, k at Hv + v + A + β + 3 Hv·Dv) + 4 × 4Hv = {count(saved)}"
+
+
+def _pattern_mean(plan: Plan, stage: int, b16: int, acts: tuple[int, int, int, int, int],
+                  attention_formula: str) -> tuple[int, int, int, int, int, str]:
+    """A hybrid layer's saved bytes averaged over the stage's layers: each layer's mixer (attention or
+    recurrent); one-sublayer blocks (Nemotron-H) have one norm and an FFN only in `-` blocks."""
+    m, (norms, attention, scores, mlp, moe_mlp) = plan.model, acts
+    kinds = [m.layer_pattern[i] for i in stage_layer_indices(plan, stage)]
+    n, attn_layers = len(kinds), kinds.count("*")
+    mixers, parts = attn_layers * attention, [f"{attn_layers} × attention {attention_formula}"]
+    for kind in RECURRENT:
+        if kinds.count(kind):
+            saved, formula = recurrent_acts(plan, b16, kind)
+            mixers += kinds.count(kind) * saved
+            parts.append(f"{kinds.count(kind)} × {formula}")
+    ffn = kinds.count("-") if m.pattern_style == "one_sublayer" else n
+    norm_share = 2 if m.pattern_style == "one_sublayer" else 1
+    return (norms // norm_share, mixers // n, scores * attn_layers // n, mlp * ffn // n, moe_mlp * ffn // n,
+            f"mean over {n} layers of [{'; '.join(parts)}]")
 
 
 def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:

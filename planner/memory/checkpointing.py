@@ -63,7 +63,7 @@ def _per_layer(ctx: StageContext, acts: LayerActs, kept_input: int, input_bytes:
 def kept(ctx: StageContext) -> Kept:
     plan, sp = ctx.plan, ctx.sp
     tech = plan.techniques
-    acts = layer_acts(plan)
+    acts = layer_acts(plan, ctx.index)
     dense, moe = sp.dense_layers, sp.moe_layers
     full_layer = ctx.tokens * (acts.norms // ctx.seq_div + acts.attention + acts.scores + max(
         acts.mlp if dense else 0, acts.moe_mlp if moe else 0))

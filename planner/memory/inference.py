@@ -17,12 +17,13 @@ from functools import partial
 
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
-from planner.memory.layout import largest_stage_layers, stage_split
+from planner.memory.layout import attention_layers, largest_stage_layers, pattern_stage_params, stage_split
+from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
 from planner.memory.runtime import (ALLOCATED_ONCE, CUBLAS_WORKSPACE_BYTES, allocator_reserve, cublas_workspace,
                                     held_bytes, reserve_formula, runtime_items, within_device)
 from planner.memory.terms import Described, Factor, Product, Size, item
-from planner.models import attention_widths, param_counts, projection_shapes
+from planner.models import RECURRENT, attention_widths, param_counts, projection_shapes
 from planner.plan import Plan
 from planner.units import MiB
 
@@ -69,16 +70,17 @@ def kv_bytes_per_token(plan: Plan) -> int:
     else:  # K and V per KV head on this rank (≥ one head)
         _, k, v, _ = attention_widths(m, par.tensor)
         width = k + v
-    return max(stage_split(plan)) * width * nbytes(plan.precision.kv_cache)
+    return attention_layers(plan) * width * nbytes(plan.precision.kv_cache)
 
 
 def kv_cache_bytes(plan: Plan, tokens: int) -> int:
     """KV-cache bytes of one sequence of `tokens` on one GPU; sliding-window layers keep only the window."""
     m = plan.model
-    per_layer = kv_bytes_per_token(plan) // m.num_layers  # per layer per token (pipeline split already in)
+    attending = m.pattern_count("*")  # hybrid models: the attention layers only
+    per_layer = kv_bytes_per_token(plan) // attending  # per layer per token (pipeline split already in)
     windowed = m.sliding_layers
     cap = min(tokens, m.sliding_window or tokens)
-    return per_layer * ((m.num_layers - windowed) * tokens + windowed * cap)
+    return per_layer * ((attending - windowed) * tokens + windowed * cap)
 
 
 def weight_bytes(plan: Plan) -> tuple[int, int]:
@@ -90,10 +92,14 @@ def weight_bytes(plan: Plan) -> tuple[int, int]:
     dense, moe = largest_stage_layers(plan)
     linear = dense * (counts.attention + counts.mlp) + moe * (counts.attention + counts.experts + counts.shared
                                                               + counts.router)
+    norms = (dense + moe) * counts.norms
+    if m.layer_pattern:  # hybrid: layer by layer, the stage with the most layer parameters
+        layer_params, norms, _ = max(pattern_stage_params(plan, s) for s in range(par.pipeline))
+        linear = layer_params - norms
     shapes = projection_shapes(m, par.tensor)
     rows = (dense + moe) * sum(o for _, o in shapes.values())  # per-row scales: close enough for experts too
     tables = counts.embedding + counts.lm_head  # whole on one stage; the largest stage is the answer
-    others = (dense + moe) * counts.norms + counts.final_norm + tables
+    others = norms + counts.final_norm + tables
     return (quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,
                             double_quant=prec.double_quant) + others * nbytes(prec.activation_dtype), linear + others)
 
@@ -149,6 +155,7 @@ def _forward(plan: Plan) -> _Forward:
         moe_peak = chunk * m.experts_per_token * (3 * e_inter + h) * bc + chunk * m.num_experts * 4
         mlp_peak = max(mlp_peak if m.moe_layers < m.num_layers else 0, moe_peak)
     attn_peak, v_alive = _attention_peak(plan, chunk, bc)
+    attn_peak = max(attn_peak, prefill_peak(plan, chunk, bc))  # hybrid models: the mixers' larger moment
     prefill = max(mlp_peak, attn_peak) + 3 * chunk * h * bc
     if plan.precision.weights in QUANTIZED:  # a batch of more than a few tokens dequantizes each matrix for its matmul
         prefill += max(i * o for i, o in shapes.values()) * bc
@@ -253,15 +260,12 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     total = int((gpu.usable_bytes - (before if static else 0)) * inf.gpu_memory_utilization)
     charged = runtime_bytes - before
     budget = max(0, total - weights.bytes - workspace.bytes - sum(i.bytes for i in inside) - charged)
-    blocks_per_seq = -(-inf.context_tokens // KV_BLOCK_TOKENS)
-    seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
+    seq_bytes, concurrent, text, args = _paged(plan, budget)
     serving = Serving(kv_budget_bytes=budget, kv_bytes_per_token=kv_bytes_per_token(plan),
-                      max_concurrent_sequences=budget // seq_bytes if seq_bytes else 0,
-                      max_context_tokens=_longest(plan, budget // b))
-    kv = item("kv_cache", "KV cache (paged)",
-              Described(b * seq_bytes, "{} seq × {} blocks × {} tokens" + _windowed(plan, " (", ")"),
-                        (b, blocks_per_seq, KV_BLOCK_TOKENS)),
-              f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'} for the batch at full "
+                      max_concurrent_sequences=concurrent, max_context_tokens=_longest(plan, budget // b))
+    kv = item("kv_cache", "KV cache (paged)", Described(b * seq_bytes, text, (b,) + args),
+              f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'}"
+              f"{' and recurrent-state pages' if m.pattern_count(RECURRENT) else ''} for the batch at full "
               f"context; the engine preallocates {Size(budget)} for {serving.max_concurrent_sequences} such sequences",
               detail)
     items = (weights, workspace, kv) + inside + outside
@@ -279,6 +283,24 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
                     peak_allocated_bytes=phase.allocated_bytes, peak_reserved_bytes=device - runtime_bytes,
                     device_bytes=device, usable_bytes=usable, host_bytes=0, runtime_bytes=runtime_bytes,
                     serving=serving, all_stages=partial(tuple, (stage,)))
+
+
+def _paged(plan: Plan, budget: int) -> tuple[int, int, str, tuple]:
+    """(pool bytes of one sequence at full context, sequences the budget holds, the formula and its values).
+    Hybrid models: vLLM's shared pool of attention pages and recurrent-state pages padded to them (see
+    planner/memory/recurrent.py); a sequence holds its attention blocks and its state blocks."""
+    ctx = plan.workload.inference.context_tokens
+    if plan.model.pattern_count(RECURRENT):
+        pool = hybrid_pool(plan, kv_bytes_per_token(plan) // attention_layers(plan))
+        blocks = pool.blocks_per_sequence(ctx)
+        return (pool.sequence_bytes(ctx), pool.num_blocks(budget) // blocks,
+                "{} seq × {} blocks ({} attention + {} state) × {:,} B page × {} layers a group",
+                (blocks, pool.attention_groups * -(-ctx // pool.block_tokens), pool.mamba_groups * pool.mamba_blocks,
+                 pool.page_bytes, pool.group_size))
+    blocks_per_seq = -(-ctx // KV_BLOCK_TOKENS)
+    seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
+    return (seq_bytes, budget // seq_bytes if seq_bytes else 0,
+            "{} seq × {} blocks × {} tokens" + _windowed(plan, " (", ")"), (blocks_per_seq, KV_BLOCK_TOKENS))
 
 
 def _decode_acts(plan: Plan, fw: _Forward) -> int:
@@ -321,10 +343,23 @@ def _static_items(plan: Plan, fw: _Forward, detail: bool) -> tuple[Item, ...]:
     return tuple(items)
 
 
+def _state(plan: Plan, detail: bool) -> tuple[Item, ...]:
+    """A hybrid model's recurrent state under generate() (HF cache_utils LinearAttentionLayer: one per sequence
+    and layer, allocated at the prompt, the same size at every step); () for attention-only models."""
+    per_seq = state_bytes_per_sequence(plan, "hf")
+    if not per_seq:
+        return ()
+    b = plan.workload.inference.batch_size
+    return (item("recurrent_state", "Recurrent state",
+                 Described(b * per_seq, "{} seq × {:MiB.2} (" + state_formula(plan.model) + ")", (b, Size(per_seq))),
+                 "Conv state (K columns, activation dtype) and SSM / delta-rule state (GDN: fp32 from fla's kernel)",
+                 detail),)
+
+
 def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item, detail: bool) -> tuple[Phase, Phase]:
     m, inf, bc = plan.model, plan.workload.inference, nbytes(plan.precision.activation_dtype)
     b, ctx, per_token = inf.batch_size, inf.context_tokens, kv_bytes_per_token(plan)
-    layers = max(stage_split(plan))
+    layers = attention_layers(plan)
     _, k, _, _ = attention_widths(m, plan.parallelism.tensor)
     static = _static_items(plan, fw, detail) if inf.static_cache else ()
     pooled = inf.static_cache and plan.techniques.compile  # the decode step's activations live in the graph pool
@@ -344,9 +379,12 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
                                               else f"K and V of {layers} layers, {k // m.head_dim} KV head(s) per rank"),
              detail),
         item("activations", "Prefill activations",
-             Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, attention {:MiB.0}) + 3 × T·h + "
-                       "last-token logits", (fw.chunk, Size(fw.mlp_peak), Size(fw.attn_peak))),
-             "Transient: freed as each op's output is consumed (no gradients kept)", detail)) + static)
+             Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, {} {:MiB.0}) + 3 × T·h + "
+                       "last-token logits", (fw.chunk, Size(fw.mlp_peak),
+                                             "mixer" if m.pattern_count(RECURRENT) else "attention",
+                                             Size(fw.attn_peak))),
+             "Transient: freed as each op's output is consumed (no gradients kept)", detail)) + _state(plan, detail)
+        + static)
     grown = ("one layer's cache re-allocated one token longer + " if layer_kv else "") + "last-token logits" + (
         " + that layer's keys and values decompressed over the context ({:MiB.0})" if m.mla else "")
     decode_acts = item("activations", "Cache growth copy and decode activations" if layer_kv else "Decode activations",
@@ -358,7 +396,7 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
         weights, workspace,
         item("kv_cache", "KV cache",
              Described(b * kv_cache_bytes(plan, final_cache), cache, (b, final_cache, per_token)),
-             f"{plan.precision.kv_cache} K and V, {how}", detail)) + (
+             f"{plan.precision.kv_cache} K and V, {how}", detail)) + _state(plan, detail) + (
         static if pooled else (decode_acts,) + static))
     return prefill, decode
 
@@ -395,6 +433,10 @@ def inference_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
 
 def _longest(plan: Plan, budget: int) -> int:
     """The most tokens one sequence's KV cache can hold within `budget` bytes, in whole blocks."""
+    if plan.model.pattern_count(RECURRENT):  # the blocks beside the sequence's state blocks, per attention group
+        pool = hybrid_pool(plan, kv_bytes_per_token(plan) // attention_layers(plan))
+        left = pool.num_blocks(budget) - pool.mamba_groups * pool.mamba_blocks
+        return max(0, left // pool.attention_groups) * pool.block_tokens
     if kv_cache_bytes(plan, _MAX_TOKENS) <= budget:
         return _MAX_TOKENS  # windowed layers only: the cache stops growing
     lo, hi = 0, _MAX_TOKENS  # kv_cache_bytes grows with tokens

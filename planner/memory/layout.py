@@ -58,6 +58,28 @@ def stage_layers(plan: Plan, stage: int) -> tuple[int, int]:
     return dense, total - dense
 
 
+def stage_layer_indices(plan: Plan, stage: int) -> tuple[int, ...]:
+    """The model's layers (0-based) that pipeline stage `stage` runs, over its chunks."""
+    chunks, p = chunks_of(plan), plan.parallelism.pipeline
+    return tuple(i for c in range(stage, len(chunks), p) for i in range(sum(chunks[:c]), sum(chunks[:c + 1])))
+
+
+def attention_layers(plan: Plan) -> int:
+    """Attention layers (those with a KV cache) of the pipeline stage that has the most."""
+    if not plan.model.layer_pattern:
+        return max(stage_split(plan))
+    return max(sum(plan.model.layer_pattern[i] == "*" for i in stage_layer_indices(plan, s))
+               for s in range(plan.parallelism.pipeline))
+
+
+def pattern_stage_params(plan: Plan, stage: int) -> tuple[int, int, int]:
+    """A hybrid model's stage, layer by layer on one rank: (layer parameters, of which norms, largest layer)."""
+    counts = param_counts(plan.model, plan.parallelism.tensor, plan.parallelism.expert)
+    layers = stage_layer_indices(plan, stage)
+    return (sum(counts.layer_at(i) for i in layers), sum(counts.layer_norms(i) for i in layers),
+            max(counts.layer_at(i) for i in layers))
+
+
 def _stage_weight(split: tuple[int, int], layer: int, moe_layer: int) -> int:
     return split[0] * layer + split[1] * moe_layer
 
@@ -94,20 +116,26 @@ def _rows_and_largest(plan: Plan, dense: int, moe: int) -> tuple[int, int]:
     return rows, largest
 
 
-def _adapter_params(plan: Plan, dense: int, moe: int) -> int:
-    """LoRA parameters of the stage's layers (0 unless the task is lora or qlora)."""
+def _adapter_params(plan: Plan, stage: int, dense: int, moe: int) -> int:
+    """LoRA parameters of the stage's layers (0 unless the task is lora or qlora). Hybrid models: the targets are
+    the attention layers' q, k, v, o and the FFNs' projections; recurrent mixers get no adapter."""
     if plan.workload.task not in ("lora", "qlora"):
         return 0
     m, lora, t, ep = plan.model, plan.workload.lora, plan.parallelism.tensor, plan.parallelism.expert
     attn_targets = tuple(x for x in lora.targets if x in ("q", "k", "v", "o"))
     mlp_targets = tuple(x for x in lora.targets if x not in attn_targets)
-    adapters = dense * lora_params_per_layer(m, lora.targets, lora.rank, t)
+    attn_layers = dense + moe
+    if m.layer_pattern:
+        kinds = [m.layer_pattern[i] for i in stage_layer_indices(plan, stage)]
+        attn_layers = kinds.count("*")
+        dense = kinds.count("-") if m.pattern_style == "one_sublayer" else dense
+    adapters = (attn_layers * lora_params_per_layer(m, attn_targets, lora.rank, t)
+                + dense * lora_params_per_layer(m, mlp_targets, lora.rank, t))
     if moe:  # MLP adapters on every expert of this rank (PEFT targets each expert's projections by name)
         e, h = m.moe_intermediate_size // t, m.hidden_size
         expert_shapes = {"gate": (h, e), "up": (h, e), "down": (e, h)}
         per_expert = sum(lora.rank * sum(expert_shapes[x]) for x in mlp_targets)
-        adapters += moe * (lora_params_per_layer(m, attn_targets, lora.rank, t)
-                           + per_expert * (m.num_experts // ep + m.shared_experts))
+        adapters += moe * per_expert * (m.num_experts // ep + m.shared_experts)
     return adapters
 
 
@@ -122,19 +150,26 @@ def stage_params(plan: Plan, stage: int) -> StageParams:
     # the output head: its own table when untied; with tied embeddings and pipeline > 1 the last stage keeps a
     # copy of the embedding (Megatron), with pipeline = 1 it is the embedding itself
     head_params = table if last and (not m.tie_embeddings or p > 1) else 0
-    total = dense * counts.layer + moe * counts.moe_layer + embedding + head_params + (counts.final_norm if last else 0)
-    moe_linear = counts.attention + counts.experts + counts.shared + counts.router
-    linear = dense * (counts.attention + counts.mlp) + moe * moe_linear
-    units = [(u, layer, n) for u, layer, n in ((embedding, False, 1), (counts.layer, True, dense),
-                                                 (counts.moe_layer, True, moe), (head_params, False, 1)) if u and n]
+    layer_units = [(counts.layer, True, dense), (counts.moe_layer, True, moe)]
+    if m.layer_pattern:  # hybrid: each layer's own mixer; its mixers' vectors count as linear (a few per mil)
+        layer_params, norms, biggest = pattern_stage_params(plan, stage)
+        linear = layer_params - norms
+        layer_units = [(counts.layer_at(i), True, 1) for i in stage_layer_indices(plan, stage)]
+    else:
+        layer_params, biggest = dense * counts.layer + moe * counts.moe_layer, max(
+            counts.layer if dense else 0, counts.moe_layer if moe else 0)
+        linear = dense * (counts.attention + counts.mlp) + moe * (
+            counts.attention + counts.experts + counts.shared + counts.router)
+    total = layer_params + embedding + head_params + (counts.final_norm if last else 0)
+    units = [(u, layer, n) for u, layer, n in [(embedding, False, 1)] + layer_units + [(head_params, False, 1)]
+             if u and n]
     pair, pair_layers = _gathered_pair(units)
     rows, largest = _rows_and_largest(plan, dense, moe)
     return StageParams(total=total, experts=moe * counts.experts, matmul=linear + (table if last else 0),
-                       dense_layers=dense, moe_layers=moe,
-                       layer=max(counts.layer if dense else 0, counts.moe_layer if moe else 0),
+                       dense_layers=dense, moe_layers=moe, layer=biggest,
                        largest_unit=max(u for u, _, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
                        embedding=embedding, head=table if last else 0, head_own=head_params, linear=linear,
-                       linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(plan, dense, moe))
+                       linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(plan, stage, dense, moe))
 
 
 # --- Micro-batches, routing and the mixed-precision recipe ---------------------------------------------------

@@ -6,7 +6,7 @@ add what checkpointing recomputes.
 
 from __future__ import annotations
 
-from planner.models import attention_widths, param_counts
+from planner.models import GDN_CHUNK, MAMBA_CHUNK, attention_widths, mamba2_widths, param_counts
 from planner.plan import Plan
 
 
@@ -20,9 +20,26 @@ def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> f
     flash = plan.techniques.attention == "flash"
     window = min(s, m.sliding_window or s)
     per_query = s / 2 if flash else s  # eager computes the masked half too
-    keys = (m.num_layers - m.sliding_layers) * per_query + m.sliding_layers * (min(window, per_query) if flash else s)
+    keys = (m.pattern_count("*") - m.sliding_layers) * per_query + m.sliding_layers * (
+        min(window, per_query) if flash else s)
     q, _, _, out = attention_widths(m)
-    return 2 * matmul_params(plan) + 2 * (q + out) * keys
+    return 2 * matmul_params(plan) + 2 * (q + out) * keys + recurrent_flops_per_token(plan)
+
+
+def recurrent_flops_per_token(plan: Plan) -> float:
+    """The recurrent mixers' scans beyond their projections (hybrid.md §5, from the kernels' structure): Mamba-2's
+    chunked SSD ≈ 2Q(GN + HP) + 4HPN (CB, the intra-chunk product, chunk states and their readout); Gated
+    DeltaNet per value head ≈ 6·Dk·Dv + C(6Dk + 4Dv) + 2C²/3 (kkᵀ and qkᵀ, the triangular solve, w and u, the
+    intra-chunk output, the state update and readout)."""
+    m = plan.model
+    flops = 0.0
+    if m.pattern_count("M"):
+        _, inner, groups_n = mamba2_widths(m)
+        flops += m.pattern_count("M") * (2 * MAMBA_CHUNK * (groups_n + inner) + 4 * inner * m.ssm_state_size)
+    if m.pattern_count("G"):
+        hv, dk, dv, c = m.linear_num_value_heads, m.linear_key_head_dim, m.linear_value_head_dim, GDN_CHUNK
+        flops += m.pattern_count("G") * hv * (6 * dk * dv + c * (6 * dk + 4 * dv) + 2 * c * c / 3)
+    return flops
 
 
 def matmul_params(plan: Plan) -> int:
@@ -30,8 +47,8 @@ def matmul_params(plan: Plan) -> int:
     head; norms and the embedding lookup do no matmul."""
     m = plan.model
     counts = param_counts(m)
-    return (counts.active - counts.embedding - counts.lm_head - m.num_layers * counts.norms - counts.final_norm
-            + m.vocab_size * m.hidden_size)
+    norms = sum(counts.layer_norms(i) for i in range(m.num_layers))
+    return counts.active - counts.embedding - counts.lm_head - norms - counts.final_norm + m.vocab_size * m.hidden_size
 
 
 def flops_per_token(plan: Plan) -> float:

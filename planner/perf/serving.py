@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from planner.catalog import Gpu
 from planner.dtypes import nbytes
 from planner.memory.inference import kv_cache_bytes, weight_bytes
+from planner.memory.recurrent import state_bytes_per_sequence
 from planner.memory.layout import largest_stage_layers
 from planner.models import param_counts
 from planner.perf.flops import forward_flops_per_token, matmul_params
@@ -50,7 +51,8 @@ def _prefill_s(plan: Plan, r: Rates) -> tuple[float, float]:
 
 
 def _decode_read_bytes(plan: Plan) -> float:
-    """Bytes one decode step reads on one GPU: the weights its tokens touch and the mean KV cache."""
+    """Bytes one decode step moves on one GPU: the weights its tokens touch, the mean KV cache and the recurrent
+    state."""
     m, par, inf = plan.model, plan.parallelism, plan.workload.inference
     b = inf.batch_size
     w_bytes, w_params = weight_bytes(plan)
@@ -61,7 +63,9 @@ def _decode_read_bytes(plan: Plan) -> float:
         w_bytes -= moe * counts.expert * (m.num_experts - touched) * w_bytes / w_params
     # the cache a step reads grows from the prompt to the full context: the mean of the two ends
     mean_cache = (kv_cache_bytes(plan, inf.prompt_tokens) + kv_cache_bytes(plan, inf.context_tokens)) / 2
-    return w_bytes + b * mean_cache
+    # hybrid models: each step reads and rewrites every recurrent layer's whole state (hybrid.md §5)
+    state = 2 * state_bytes_per_sequence(plan, "hf" if inf.gpu_memory_utilization is None else "vllm")
+    return w_bytes + b * (mean_cache + state)
 
 
 def serving_items(plan: Plan, r: Rates) -> list[TimeItem]:

@@ -28,7 +28,8 @@ from planner.plan import Plan
 #   (r4 w2), read by PV (2) = 22; flash attention keeps scores on chip: 0.
 NORM_BYTES = {"rmsnorm": (36, 4), "layernorm": (4, 4)}  # (eager, fused)
 RESIDUAL_BYTES = 6
-ACT_BYTES = {"swiglu": (10, 6), "gelu": (4, 4)}
+# relu2 (relu(x)²) reads its input and writes its output like gelu: the same traffic
+ACT_BYTES = {"swiglu": (10, 6), "gelu": (4, 4), "relu2": (4, 4)}
 ROPE_BYTES = (24, 6)
 EAGER_SCORE_BYTES = 22
 # MoE token permutation per token and MoE layer (Megatron-Core's permute/unpermute, HF's index_select and
@@ -121,4 +122,5 @@ def keys_per_query(plan: Plan, sequence_length: int) -> float:
     flash = plan.techniques.attention == "flash"
     per_query = s / 2 if flash else s
     window = min(per_query, m.sliding_window or s) if flash else s
-    return ((m.num_layers - m.sliding_layers) * per_query + m.sliding_layers * window) / m.num_layers
+    # hybrid models: only the attention layers attend; their keys are spread over all the layers
+    return ((m.pattern_count("*") - m.sliding_layers) * per_query + m.sliding_layers * window) / m.num_layers
