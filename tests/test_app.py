@@ -25,6 +25,11 @@ def app(query=None):
     return at.run()
 
 
+def page_warnings(at) -> list[str]:
+    """The page's warnings but the recommender's note that its 0.8 s budget ran out (a slow machine's)."""
+    return [w.value for w in at.warning if not w.value.startswith("The search stopped after ")]
+
+
 def table(at, column):
     return next(df.value for df in at.dataframe if column in df.value.columns)
 
@@ -47,7 +52,7 @@ def test_share_link_round_trip():
     query = {"preset": "llama-3.1-70b", "task": "qlora", "rank": "16", "targets": "q,v,down",
              "sequence_length": "2048", "gpu": "a100-sxm-80gb"}
     at = app(query)
-    assert not at.exception and not at.warning
+    assert not at.exception and not page_warnings(at)
     assert at.selectbox(key="preset").value == "llama-3.1-70b" and at.number_input(key="rank").value == 16
     plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
     assert warnings == [] and plan.workload.lora.targets == ("q", "v", "down")
@@ -65,7 +70,7 @@ def test_share_link_round_trip():
 def test_tampered_links_warn_and_never_crash(query):
     at = app(query)
     assert not at.exception
-    assert at.warning and all(w.value.startswith("Share link: ") for w in at.warning)
+    assert page_warnings(at) and all(w.startswith("Share link: ") for w in page_warnings(at))
     assert at.success or at.error
 
 
@@ -118,7 +123,7 @@ def test_the_gpu_count_is_an_input_and_data_parallelism_what_the_degrees_leave()
     assert "Data parallel: 1 (GPUs ÷ tensor × pipeline × context)" in [c.value for c in at.caption]
     at.selectbox(key="tensor").select(1).run()
     at.number_input(key="count").set_value(1024).run()
-    assert not at.exception and at.warning[-1].value.startswith("Stale: ") and at.header
+    assert not at.exception and page_warnings(at)[-1].startswith("Stale: ") and at.header
     assert any("global_batch_size" in e.value for e in at.error)
 
 
@@ -197,7 +202,7 @@ def test_invalid_combination_is_an_error_message_not_a_traceback():
     message = "parallelism.tensor: 8 does not divide model.num_attention_heads (12); allowed: 1, 2, 3, 4, 6, 12"
     # at the field, and above the last valid result, which stays on the page marked stale
     assert sorted(e.value for e in at.error) == [message, message + " (shown at the field in the sidebar)"]
-    assert at.warning[-1].value.startswith("Stale: ") and at.header and at.tabs
+    assert page_warnings(at)[-1].startswith("Stale: ") and at.header and at.tabs
 
 
 def test_adopting_a_recommendation():
