@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
+from planner.catalog import load_catalog
 from planner.choices import CHOICES
 from planner.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError
@@ -15,6 +16,7 @@ from planner.plan import FROZEN_WEIGHTS
 from ui.state import PATHS, plan_dict
 
 APP = str(ROOT / "app.py")
+CATALOG = load_catalog()
 DEFAULT = {"model": {"preset": "llama-3.1-8b"}}
 
 
@@ -226,6 +228,19 @@ def test_the_recommender_table_has_one_row_per_gpu_type_in_a_persons_units():
                                   "why"]
     assert best["GPU"].is_unique and len(best) > 1 and best["why"].str.len().min() > 40  # the whole reason
     assert (best["GiB per GPU"] == best["GiB per GPU"].round(1)).all() and best["GiB per GPU"].between(1, 300).all()
+
+
+def test_the_recommender_takes_the_clis_search_options():
+    """Issue 17: vendors and GPU types, keys kept as the plan has them (--fix), an MFU (--mfu), most GPUs."""
+    at = app()
+    at.multiselect(key="search_vendors").set_value(["AMD"]).run()
+    assert not at.exception and set(table(at, "$ (job)")["GPU"]) <= {g.name for g in CATALOG.values() if g.vendor == "AMD"}
+    at.multiselect(key="search_vendors").set_value(["NVIDIA"]).run()
+    at.multiselect(key="search_fixed").set_value(["count", "gpu"]).run()
+    at.number_input(key="search_mfu").set_value(0.4).run()
+    best = table(at, "$ (job)")
+    assert not at.exception and list(best["GPU"]) == ["NVIDIA H100 SXM 80GB"] and list(best["GPUs"]) == [8]
+    assert any("job time at 40% model FLOPs utilization" in c.value for c in at.caption)
 
 
 def test_plan_upload_and_a_bad_file():

@@ -21,7 +21,7 @@ from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.models import approximate_note
 from planner.perf import StepTime, unsupported_compute
 from planner.plan import Plan
-from planner.recommend import Candidate, RankBy, Recommendation, recommend
+from planner.recommend import MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
 from planner.units import format_bytes, to_unit
 from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.state import load_into_widgets
@@ -34,9 +34,32 @@ APP_SEARCH_BUDGET_S = 0.8
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headroom: float, rank_by: str):
-    prices = {plan.hardware.gpu: price} if price > 0 and plan.hardware.gpu in _catalog else {}
-    return recommend(plan, _catalog, prices=prices, headroom=headroom, rank_by=rank_by, budget_s=APP_SEARCH_BUDGET_S)
+def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headroom: float, rank_by: str,
+               search: tuple = ((), (), 0.0, MAX_COUNT)):
+    """The recommender over the GPU types `search` keeps, with its fixed keys, MFU (0: the time model) and most
+    GPUs; remembered per plan and options."""
+    gpus, fixed, mfu, max_count = search
+    kept = {k: g for k, g in _catalog.items() if not gpus or k in gpus}
+    prices = {plan.hardware.gpu: price} if price > 0 and plan.hardware.gpu in kept else {}
+    return recommend(plan, kept, prices=prices, headroom=headroom, rank_by=rank_by, budget_s=APP_SEARCH_BUDGET_S,
+                     fixed=frozenset(fixed), mfu=mfu or None, max_count=max_count)
+
+
+def _search_options(catalog: dict) -> tuple:
+    """The CLI's recommend options: GPU types (by vendor), keys kept as the plan has them, an MFU, most GPUs."""
+    with st.expander("Search options"):
+        vendors = sorted({g.vendor for g in catalog.values()})
+        chosen = st.multiselect("Vendors", vendors, default=vendors, key="search_vendors")
+        types = [k for k, g in catalog.items() if g.vendor in chosen]
+        gpus = st.multiselect("GPU types (none: every type of those vendors)", types, key="search_gpus",
+                              format_func=lambda k: catalog[k].name)
+        fixed = st.multiselect("Keep as the plan has them", SEARCH_KEYS, key="search_fixed",
+                               help="As the CLI's --fix: the search does not change these")
+        c1, c2 = st.columns(2)
+        mfu = c1.number_input("MFU (0: the time model)", 0.0, 1.0, 0.0, 0.05, key="search_mfu",
+                              help="As --mfu: job time is model FLOPs at this fraction of the dense peak")
+        most = c2.number_input("Most GPUs", 1, MAX_COUNT, MAX_COUNT, key="search_max_count")
+    return tuple(gpus or types), tuple(fixed), float(mfu), int(most)
 
 
 def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
@@ -156,7 +179,7 @@ def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recom
                        format_func=RANK_LABELS.get)
     headroom = c2.slider("Memory headroom", 0.0, 0.5, 0.10, 0.01, key="headroom",
                          help="Fraction of usable memory kept free")
-    rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by)
+    rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by, _search_options(catalog))
     st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.time_basis}; "
                f"{rec.headroom:.0%} of memory kept free.")
     if rec.cut_after_s is not None:
