@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from planner.codec import plan_from_dict, plan_to_query
+from planner.codec import plan_from_dict
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.models import presets
 from planner.perf import plan_time
 from ui import tabs
 from ui.sidebar import sidebar
-from ui.state import current_plan_dict, show_error_at, start_session
+from ui.state import current_plan_dict, link_query, show_error_at, start_session
 
 st.set_page_config(page_title="VRAM Planner", page_icon="🧮", layout="wide")
 start_session()
@@ -30,7 +30,7 @@ try:
     result = estimate(plan, catalog)
     time = plan_time(plan, result.gpu)
     st.session_state["last_valid"] = (plan, result, time)
-    st.query_params.from_dict(plan_to_query(plan))
+    st.query_params.from_dict(link_query(plan))
 except PlanError as exc:
     at_field = show_error_at(exc)
     st.error(f"{exc}" + (" (shown at the field in the sidebar)" if at_field else ""))
@@ -40,8 +40,8 @@ except PlanError as exc:
     st.warning("Stale: the results below are of the last valid plan, until the error above is fixed.")
 
 tabs.verdict(plan, result, time)
-tab_plan, tab_time, tab_explore, tab_cheapest, tab_share = st.tabs(
-    ["Breakdown", "Time", "Explore", "Cheapest hardware", "Share and export"])
+tab_plan, tab_time, tab_explore, tab_cheapest, tab_compare, tab_share = st.tabs(
+    ["Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export"])
 with tab_plan:
     tabs.breakdown(plan, result)
 with tab_time:
@@ -50,5 +50,7 @@ with tab_cheapest:
     rec = tabs.cheapest(plan, catalog, catalog_key, float(st.session_state.get("price") or 0.0))
 with tab_explore:
     tabs.explore(plan, result, catalog, rec)
+with tab_compare:
+    tabs.compare(plan, result, time, catalog)
 with tab_share:
     tabs.share(plan, result, time)

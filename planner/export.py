@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from planner.codec import leaf_text, plan_to_dict
+from planner.codec import leaf_text, plan_to_dict, plan_to_query
 from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.models import Preset, approximate_note, presets
@@ -276,3 +276,23 @@ def recommendation_to_table(rec: Recommendation, top: int | None = 10) -> str:
     if rec.rejected:
         lines += ["", "does not fit:"] + [f"  {r.reason}" for r in rec.rejected]
     return "\n".join(lines) + "\n"
+
+
+def compare_rows(plans: list[Plan], estimates: list[Estimate], times: list[StepTime | None]) -> list[dict[str, Any]]:
+    """Plans side by side: what each needs and how fast it runs, then every plan key on which they differ (as
+    share links write them); `differs` marks the rows whose values are not all the same."""
+    def row(what: str, values: list[Any]) -> dict[str, Any]:
+        return {"": what, **{f"plan {n + 1}": v for n, v in enumerate(values)},
+                "differs": len({str(v) for v in values}) > 1}
+
+    rows = [row("title", [p.name or plan_title(p, e.gpu.name) for p, e in zip(plans, estimates)]),
+            row("fits", ["yes" if e.fits else "no" for e in estimates]),
+            row("device per GPU", [format_bytes(e.device_bytes) for e in estimates]),
+            row("peak allocated", [format_bytes(e.peak_allocated_bytes) for e in estimates]),
+            row("seconds per step" if plans[0].workload.task != "inference" else "seconds per batch",
+                [f"{t.step_time_s:,.3g}" if t else "–" for t in times]),
+            row("tokens/s per GPU", [f"{t.tokens_per_s_per_gpu:,.0f}" if t else "–" for t in times])]
+    queries = [plan_to_query(p) for p in plans]
+    keys = list(dict.fromkeys(k for q in queries for k in q))
+    return rows + [row(k, [q.get(k, "(default)") for q in queries]) for k in keys
+                   if len({q.get(k) for q in queries}) > 1]

@@ -243,6 +243,23 @@ def test_the_recommender_takes_the_clis_search_options():
     assert any("job time at 40% model FLOPs utilization" in c.value for c in at.caption)
 
 
+def test_plans_compare_side_by_side_and_the_link_carries_them():
+    """Issue 17: pin a plan, change it, and both stand side by side, the differing rows highlighted; the link
+    reproduces the comparison in a fresh session."""
+    at = app()
+    at.button(key="pin").click().run()
+    at.number_input(key="sequence_length").set_value(8192).run()
+    assert not at.exception and "cmp1" in at.query_params
+    frame = table(at, "pinned 1").set_index("")
+    assert frame.loc["sequence_length", "this plan"] == "8192" and frame.loc["sequence_length", "pinned 1"] == "(default)"
+    assert frame.loc["device per GPU", "this plan"] != frame.loc["device per GPU", "pinned 1"]
+    fresh = app(dict(at.query_params))
+    again = table(fresh, "pinned 1").set_index("")
+    assert not fresh.exception and again.loc["sequence_length", "pinned 1"] == "(default)"
+    fresh.button(key="unpin_0").click().run()
+    assert "cmp1" not in fresh.query_params and not [d for d in fresh.dataframe if "pinned 1" in d.value.columns]
+
+
 def test_plan_upload_and_a_bad_file():
     at = app()
     text = plan_to_yaml(plan_from_dict({"model": {"preset": "qwen2.5-0.5b"}, "workload": {"sequence_length": 1024}}))

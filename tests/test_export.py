@@ -4,7 +4,7 @@ import pytest
 
 from conftest import TINY
 from planner.codec import plan_from_dict
-from planner.export import estimate_to_dict, estimate_to_json, estimate_to_table, file_stem, plan_title
+from planner.export import compare_rows, estimate_to_dict, estimate_to_json, estimate_to_table, file_stem, plan_title
 from planner.memory import estimate
 
 
@@ -39,3 +39,15 @@ def test_a_plan_is_titled_from_what_it_is(data, title):
 def test_a_title_makes_a_file_name():
     assert file_stem("Llama 3.1 70B QLoRA on 1 × NVIDIA H100 SXM 80GB") == "llama-3.1-70b-qlora-on-1-nvidia-h100-sxm-80gb"
     assert file_stem("×××") == "plan"
+
+
+def test_compared_plans_list_their_totals_then_the_keys_on_which_they_differ():
+    plans = [plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}}),
+             plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3},
+                             "techniques": {"activation_checkpointing": "full"}})]
+    ests = [estimate(p) for p in plans]
+    rows = {r[""]: r for r in compare_rows(plans, ests, [None, None])}
+    assert list(rows)[:6] == ["title", "fits", "device per GPU", "peak allocated", "seconds per step", "tokens/s per GPU"]
+    assert rows["activation_checkpointing"] == {"": "activation_checkpointing", "plan 1": "(default)", "plan 2": "full",
+                                                "differs": True}
+    assert not rows["title"]["differs"] and rows["device per GPU"]["differs"] and "zero_stage" not in rows

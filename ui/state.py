@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
 from typing import Any
+from urllib.parse import parse_qsl
 
 import streamlit as st
 
 from planner.catalog import load_catalog
 from planner.choices import CHOICES
-from planner.codec import integers, leaf_text, plan_from_dict, plan_from_query, plan_to_dict, takes_integers
+from planner.codec import (integers, leaf_text, plan_from_dict, plan_from_query, plan_to_dict, plan_to_query,
+                           takes_integers)
 from planner.errors import PlanError
 from planner.models import MODEL_KEYS
 from planner.plan import Inference, Lora, Plan, section_keys
@@ -163,6 +165,25 @@ def current_plan_dict() -> dict[str, Any]:
     return with_hidden(state, state.get("shown", ()), state.get("plan_keys", ()))
 
 
+# share-link parameters holding the plans pinned for comparison, each a whole plan's own link query
+COMPARE_KEYS = ("cmp1", "cmp2", "cmp3")
+
+
+def pinned_plans() -> tuple[list[Plan], list[str]]:
+    """The plans pinned for comparison, and a warning per pinned link that no longer reads as a plan."""
+    plans, warnings = [], []
+    for n, query in enumerate(st.session_state.get("compare", []), start=1):
+        plan, bad = plan_from_query(dict(parse_qsl(query)), DEFAULT_PLAN, gpus=project_catalog())
+        plans.append(plan)
+        warnings += [f"compared plan {n}: {w}" for w in bad]
+    return plans, warnings
+
+
+def link_query(plan: Plan) -> dict[str, str]:
+    """The page's link: the plan's own parameters and those of the plans pinned for comparison."""
+    return {**plan_to_query(plan), **dict(zip(COMPARE_KEYS, st.session_state.get("compare", [])))}
+
+
 def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
     """Draw an input widget and note its key: the plan is built from the widgets drawn. A slot under it takes
     the plan's error about it, once the plan is built (`show_error_at`)."""
@@ -191,11 +212,12 @@ def start_session() -> None:
     """On a session's first run the URL (or the default plan) fills the widgets; an uploaded plan file waiting
     from the last run fills them now; every widget value is kept for when its widget returns."""
     if "loaded" not in st.session_state:
-        params = {key: st.query_params.get_all(key) for key in st.query_params}
+        params = {key: st.query_params.get_all(key) for key in st.query_params if key not in COMPARE_KEYS}
         plan, warnings = (plan_from_query(params, DEFAULT_PLAN, gpus=project_catalog()) if params
                           else (plan_from_dict(DEFAULT_PLAN), []))
         load_into_widgets(plan)
-        st.session_state.update(link_warnings=warnings, price=0.0, loaded=True)
+        pinned = [st.query_params[key] for key in COMPARE_KEYS if key in st.query_params]
+        st.session_state.update(link_warnings=warnings, price=0.0, loaded=True, compare=pinned)
     if "pending_plan" in st.session_state:  # an uploaded plan file, loaded before any widget exists
         load_into_widgets(st.session_state.pop("pending_plan"))
     # Streamlit forgets the state of widgets not drawn in a run (the training inputs while the task is

@@ -14,17 +14,17 @@ from planner.catalog import Gpu
 from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.explore import Fix, current_value, idle_settings, make_it_fit, room, savings, sweep, sweep_keys
-from planner.export import estimate_to_json, file_stem, plan_title
+from planner.export import compare_rows, estimate_to_json, file_stem, plan_title
 from planner.frameworks import load_frameworks, provenance
 from planner.loader import load_yaml
 from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.models import approximate_note
-from planner.perf import StepTime, unsupported_compute
+from planner.perf import StepTime, plan_time, unsupported_compute
 from planner.plan import Plan
 from planner.recommend import MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
 from planner.units import format_bytes, to_unit
 from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
-from ui.state import load_into_widgets
+from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
 
 RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
 
@@ -227,6 +227,37 @@ def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation) ->
                  hide_index=True, width="stretch")
 
 
+def _pin(query: str) -> None:
+    st.session_state["compare"] = [*st.session_state.get("compare", []), query][-len(COMPARE_KEYS):]
+
+
+def _unpin(n: int) -> None:
+    st.session_state["compare"] = [q for i, q in enumerate(st.session_state.get("compare", [])) if i != n]
+
+
+def compare(plan: Plan, result: Estimate, time: StepTime | None, catalog: dict) -> None:
+    """This plan beside up to three pinned ones, the rows where they differ highlighted; the share link
+    carries the pinned plans."""
+    st.button("Pin this plan to compare", key="pin", on_click=_pin, args=(urlencode(plan_to_query(plan)),),
+              help=f"Up to {len(COMPARE_KEYS)} pinned plans stay here, and in the share link, while you edit")
+    pinned, warnings = pinned_plans()
+    for w in warnings:
+        st.warning(w)
+    if not pinned:
+        st.caption("Pin a plan, change the inputs, and the two appear side by side.")
+        return
+    plans = [plan, *pinned]
+    ests = [result, *(estimate(p, catalog) for p in pinned)]
+    rows = compare_rows(plans, ests, [time, *(plan_time(p, e.gpu) for p, e in zip(pinned, ests[1:]))])
+    frame = pd.DataFrame(rows).rename(columns={"plan 1": "this plan", **{f"plan {n + 2}": f"pinned {n + 1}"
+                                                                           for n in range(len(pinned))}})
+    shade = frame.pop("differs")
+    st.dataframe(frame.style.apply(lambda r: ["background-color: #fff3cd" if shade[r.name] else ""] * len(r),
+                                   axis=1), hide_index=True, width="stretch")
+    for n in range(len(pinned)):
+        st.button(f"Unpin pinned {n + 1}", key=f"unpin_{n}", on_click=_unpin, args=(n,))
+
+
 def _plan_upload() -> None:
     st.subheader("Load a plan file")
     plan_file = st.file_uploader("Plan YAML (schema vram-planner/v1, as the CLI reads)", type=["yaml", "yml"],
@@ -246,7 +277,7 @@ def _plan_upload() -> None:
 
 def share(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     """The share link, the downloads, and a plan file upload."""
-    query = urlencode(plan_to_query(plan))
+    query = urlencode(link_query(plan))
     base = getattr(st.context, "url", None) or ""
     st.subheader("Share link")
     st.code(f"{base.split('?')[0]}?{query}", language=None)
