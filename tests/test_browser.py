@@ -81,4 +81,37 @@ def test_plan_change_and_share_link_in_chromium(server, tmp_path):
         assert fresh.get_by_text(VERDICT).first.inner_text() == verdict
         # the widgets fill in after the verdict is drawn; expect() waits for the value
         sync_api.expect(fresh.get_by_role("spinbutton", name="Sequence length")).to_have_value("16384", timeout=30_000)
+        _make_it_fit_and_compare(browser, server, tmp_path)
         browser.close()
+
+
+def _shot(page, tmp_path, name: str) -> None:
+    """A screenshot into docs/ when VRAM_SCREENSHOT names the app's (refreshing the README's pictures)."""
+    folder = os.path.dirname(os.environ.get("VRAM_SCREENSHOT", "")) or str(tmp_path)
+    page.screenshot(path=os.path.join(folder, name), full_page=False)
+
+
+def _make_it_fit_and_compare(browser, server, tmp_path) -> None:
+    """Issue 17's views in a real browser: a plan that does not fit offers a change that makes it fit, one click
+    applies it; a pinned plan then stands beside the edited one."""
+    page = browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
+    page.goto(f"{server}?preset=llama-3.1-70b&task=qlora&sequence_length=8192&global_batch_size=1")
+    page.get_by_text(re.compile(r"^does not fit on ")).first.wait_for(timeout=90_000)
+    fix = page.get_by_role("button", name=re.compile(r"^full activation checkpointing: saves "))
+    fix.wait_for(timeout=30_000)
+    page.wait_for_timeout(500)
+    _shot(page, tmp_path, "make-it-fit.png")
+    fix.click()
+    page.get_by_text(re.compile(r"^fits on NVIDIA H100 SXM 80GB ×1")).first.wait_for(timeout=60_000)
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("button", name="Pin this plan to compare").click()
+    page.get_by_role("button", name="Unpin pinned 1").wait_for(timeout=60_000)
+    box = page.get_by_role("spinbutton", name="Sequence length")
+    box.fill("4096")
+    box.press("Enter")
+    page.get_by_text(re.compile(r"^Llama 3\.1 70B QLoRA")).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(2000)  # the rerun finishes drawing
+    page.get_by_role("tab", name="Compare").click()
+    assert "cmp1=" in page.url
+    page.wait_for_timeout(1000)
+    _shot(page, tmp_path, "compare.png")

@@ -45,16 +45,17 @@ def _with_data(template: alt.TopLevelMixin, data: pd.DataFrame) -> alt.TopLevelM
 @cache
 def _breakdown_template() -> alt.LayerChart:
     items = alt.datum.kind == "item"
-    bar = alt.Chart().mark_bar(size=40).encode(
+    bar = alt.Chart().mark_bar(size=36).encode(
         x=alt.X("sum(GiB):Q", title="GiB per GPU"),
         order=alt.Order("order:Q"),
         tooltip=["item:N", alt.Tooltip("GiB:Q", format=".2f"), "counts in:N"],
     ).transform_filter(items)
     limit = alt.Chart().mark_rule(color="red", size=2, strokeDash=[6, 3]).encode(
-        x="GiB:Q", y=alt.value(0), y2=alt.value(60), tooltip=["item:N", "GiB:Q"]) \
+        x="GiB:Q", y=alt.value(0), y2=alt.value(74), tooltip=["item:N", "GiB:Q"]) \
         .transform_filter(alt.datum.kind == "limit")
-    label = alt.Chart().mark_text(color="red", align="right", dx=-4, dy=-4, baseline="bottom").encode(
-        x="GiB:Q", y=alt.value(0), text="text:N").transform_filter(alt.datum.kind == "limit")
+    # the label sits at the rule's foot, below the axis, where no bar can cover it
+    label = alt.Chart().mark_text(color="red", align="left", dx=4, baseline="bottom").encode(
+        x="GiB:Q", y=alt.value(74), text="text:N").transform_filter(alt.datum.kind == "limit")
     return alt.layer(bar, limit, label).properties(height=60)
 
 

@@ -22,7 +22,7 @@ from planner.models import approximate_note
 from planner.perf import StepTime, plan_time, unsupported_compute
 from planner.plan import Plan
 from planner.recommend import MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
-from planner.units import format_bytes, to_unit
+from planner.units import counted, format_bytes, to_unit
 from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
 
@@ -105,7 +105,7 @@ def _fit_or_room(plan: Plan, result: Estimate) -> None:
     if not fixes:
         st.warning("No single change makes it fit this GPU: see Cheapest hardware for layouts and GPU types.")
         return
-    with st.expander(f"{len(fixes)} ways to make it fit", expanded=True):
+    with st.expander(f"{counted(len(fixes), 'way')} to make it fit", expanded=True):
         for n, f in enumerate(fixes[:6]):
             slower = "time not modelled" if f.time_factor is None else f"{f.time_factor:.2f}× the time per token"
             st.button(f"{f.change}: saves {format_bytes(f.saved_bytes)}, needs {format_bytes(f.device_bytes)}; "
