@@ -40,17 +40,26 @@ except PlanError as exc:
     st.warning("Stale: the results below are of the last valid plan, until the error above is fixed.")
 
 tabs.verdict(plan, result, time)
+# only the open tab runs (its search or sweeps are what a rerun would otherwise wait for)
 tab_plan, tab_time, tab_explore, tab_cheapest, tab_compare, tab_share = st.tabs(
-    ["Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export"])
-with tab_plan:
-    tabs.breakdown(plan, result)
-with tab_time:
-    tabs.timing(plan, time)
-with tab_cheapest:
-    rec = tabs.cheapest(plan, catalog, catalog_key, float(st.session_state.get("price") or 0.0))
-with tab_explore:
-    tabs.explore(plan, result, catalog, rec)
-with tab_compare:
-    tabs.compare(plan, result, time, catalog)
-with tab_share:
-    tabs.share(plan, result, time)
+    ["Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export"], key="view",
+    on_change="rerun")
+price = float(st.session_state.get("price") or 0.0)
+if tab_plan.open:
+    with tab_plan:
+        tabs.breakdown(plan, result)
+if tab_time.open:
+    with tab_time:
+        tabs.timing(plan, time)
+if tab_cheapest.open:
+    with tab_cheapest:
+        tabs.cheapest(plan, catalog, catalog_key, price)
+if tab_explore.open:
+    with tab_explore:
+        tabs.explore(plan, result, catalog, tabs.recommendation(plan, catalog, catalog_key, price))
+if tab_compare.open:
+    with tab_compare:
+        tabs.compare(plan, result, time, catalog)
+if tab_share.open:
+    with tab_share:
+        tabs.share(plan, result, time)

@@ -20,10 +20,13 @@ CATALOG = load_catalog()
 DEFAULT = {"model": {"preset": "llama-3.1-8b"}}
 
 
-def app(query=None):
+def app(query=None, view=None):
+    """The page, with the tab `view` open (only the open tab runs)."""
     at = AppTest.from_file(APP, default_timeout=60)
     if query:
         at.query_params.update(query)
+    if view:
+        at.session_state["view"] = view
     return at.run()
 
 
@@ -208,21 +211,21 @@ def test_invalid_combination_is_an_error_message_not_a_traceback():
 
 
 def test_adopting_a_recommendation():
-    at = app()
+    at = app(view="Cheapest hardware")
     at.button(key="adopt_0").click().run()
     assert not at.exception
     assert at.selectbox(key="gpu").value != "h100-sxm-80gb" or at.number_input(key="count").value != 8
 
 
 def test_price_override_reorders_candidates():
-    at = app()
+    at = app(view="Cheapest hardware")
     at.number_input(key="price").set_value(0.01).run()
     assert not at.exception and table(at, "$ (job)")["GPU"][0] == "NVIDIA H100 SXM 80GB"
 
 
 def test_the_recommender_table_has_one_row_per_gpu_type_in_a_persons_units():
     """Issue 17: human units and headers, the whole reason, the best row of each GPU type (all of them below)."""
-    at = app()
+    at = app(view="Cheapest hardware")
     best = table(at, "$ (job)")
     assert list(best.columns) == ["GPU", "GPUs", "strategy", "GiB per GPU", "$ per GPU-hour", "hours (job)", "$ (job)",
                                   "why"]
@@ -232,7 +235,7 @@ def test_the_recommender_table_has_one_row_per_gpu_type_in_a_persons_units():
 
 def test_the_recommender_takes_the_clis_search_options():
     """Issue 17: vendors and GPU types, keys kept as the plan has them (--fix), an MFU (--mfu), most GPUs."""
-    at = app()
+    at = app(view="Cheapest hardware")
     at.multiselect(key="search_vendors").set_value(["AMD"]).run()
     assert not at.exception and set(table(at, "$ (job)")["GPU"]) <= {g.name for g in CATALOG.values() if g.vendor == "AMD"}
     at.multiselect(key="search_vendors").set_value(["NVIDIA"]).run()
@@ -246,14 +249,14 @@ def test_the_recommender_takes_the_clis_search_options():
 def test_plans_compare_side_by_side_and_the_link_carries_them():
     """Issue 17: pin a plan, change it, and both stand side by side, the differing rows highlighted; the link
     reproduces the comparison in a fresh session."""
-    at = app()
+    at = app(view="Compare")
     at.button(key="pin").click().run()
     at.number_input(key="sequence_length").set_value(8192).run()
     assert not at.exception and "cmp1" in at.query_params
     frame = table(at, "pinned 1").set_index("")
     assert frame.loc["sequence_length", "this plan"] == "8192" and frame.loc["sequence_length", "pinned 1"] == "(default)"
     assert frame.loc["device per GPU", "this plan"] != frame.loc["device per GPU", "pinned 1"]
-    fresh = app(dict(at.query_params))
+    fresh = app(dict(at.query_params), view="Compare")
     again = table(fresh, "pinned 1").set_index("")
     assert not fresh.exception and again.loc["sequence_length", "pinned 1"] == "(default)"
     fresh.button(key="unpin_0").click().run()
@@ -261,12 +264,12 @@ def test_plans_compare_side_by_side_and_the_link_carries_them():
 
 
 def test_plan_upload_and_a_bad_file():
-    at = app()
+    at = app(view="Share and export")
     text = plan_to_yaml(plan_from_dict({"model": {"preset": "qwen2.5-0.5b"}, "workload": {"sequence_length": 1024}}))
     at.file_uploader(key="plan_upload").upload("plan.yaml", text.encode(), "application/x-yaml").run()
     assert not at.exception and at.selectbox(key="preset").value == "qwen2.5-0.5b"
     assert at.number_input(key="sequence_length").value == 1024
-    at = app()
+    at = app(view="Share and export")
     at.file_uploader(key="plan_upload").upload("bad.yaml", b"model: [", "application/x-yaml").run()
     assert not at.exception and any(e.value.startswith("Plan file: plan: not valid YAML") for e in at.error)
 
@@ -286,7 +289,7 @@ UPLOADED_PLANS = [
 def test_an_uploaded_plan_comes_back_exactly(plan):
     """Upload a plan file: the page's plan (as its link writes it, and so its download) is the file's, every key
     included, those the task does not use too."""
-    at = app()
+    at = app(view="Share and export")
     text = plan_to_yaml(plan_from_dict(plan))
     at.file_uploader(key="plan_upload").upload("plan.yaml", text.encode(), "application/x-yaml").run()
     assert not at.exception
@@ -295,7 +298,7 @@ def test_an_uploaded_plan_comes_back_exactly(plan):
 
 
 def test_hidden_values_the_plan_refuses_after_an_edit_are_dropped():
-    at = app()
+    at = app(view="Share and export")
     text = plan_to_yaml(plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "techniques": {"compile": True},
                                         "parallelism": {"data": 8, "zero_stage": 3, "pipeline": 2,
                                                         "pipeline_schedule": "gpipe"}}))
@@ -334,7 +337,7 @@ def test_uploaded_catalog_and_a_bad_one():
 
 
 def test_downloads_and_share_link_are_offered():
-    at = app()
+    at = app(view="Share and export")
     labels = {b.label for b in at.get("download_button")}
     assert {"Plan (YAML)", "Breakdown (CSV)", "Breakdown (JSON)"} <= labels
     assert any("preset=llama-3.1-8b" in c.value for c in at.code)

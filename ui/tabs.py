@@ -45,6 +45,13 @@ def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headr
                      fixed=frozenset(fixed), mfu=mfu or None, max_count=max_count)
 
 
+def recommendation(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recommendation:
+    """The recommender with the options the Cheapest hardware tab last set (the Explore tab's capacity lines)."""
+    s = st.session_state
+    return _recommend(plan, catalog, catalog_key, price, s.get("headroom", 0.10), s.get("rank_by", "job"),
+                      s.get("search_options", ((), (), 0.0, MAX_COUNT)))
+
+
 def _search_options(catalog: dict) -> tuple:
     """The CLI's recommend options: GPU types (by vendor), keys kept as the plan has them, an MFU, most GPUs."""
     with st.expander("Search options"):
@@ -179,7 +186,8 @@ def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recom
                        format_func=RANK_LABELS.get)
     headroom = c2.slider("Memory headroom", 0.0, 0.5, 0.10, 0.01, key="headroom",
                          help="Fraction of usable memory kept free")
-    rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by, _search_options(catalog))
+    st.session_state["search_options"] = _search_options(catalog)
+    rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by, st.session_state["search_options"])
     st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.time_basis}; "
                f"{rec.headroom:.0%} of memory kept free.")
     if rec.cut_after_s is not None:
