@@ -55,6 +55,11 @@ def test_plan_change_and_share_link_in_chromium(server, tmp_path):
         page.get_by_text(VERDICT).first.wait_for(timeout=90_000)
         assert page.get_by_text(VERDICT).first.inner_text().startswith("fits on NVIDIA H100 SXM 80GB ×8")
         assert page.get_by_role("button", name="Deploy").count() == 0  # .streamlit/config.toml: toolbarMode minimal
+        page.get_by_text("Import a Hugging Face config.json").click()  # the paste box is wider than the sidebar
+        paste = page.get_by_role("textbox", name="Paste config.json")
+        paste.wait_for(timeout=30_000)
+        assert paste.bounding_box()["width"] >= 500
+        page.keyboard.press("Escape")
         page.locator(".vega-embed").first.wait_for(timeout=30_000)  # the breakdown chart rendered
         assert page.locator(".vega-embed canvas, .vega-embed svg").count() >= 1
         page.wait_for_timeout(1000)

@@ -124,7 +124,8 @@ def catalog_inputs() -> tuple[dict, str]:
 
 def _hf_import() -> None:
     with st.popover("Import a Hugging Face config.json", width="stretch"):
-        st.text_area("Paste config.json", key="hf_text", height=150, placeholder='{"model_type": "llama", ...}')
+        st.text_area("Paste config.json", key="hf_text", height=320, width=640,  # wider than the sidebar
+                     placeholder='{"model_type": "llama", ...}')
         st.file_uploader("…or upload it", type=["json"], key="hf_file")
         st.button("Import architecture", key="hf_import", on_click=_on_hf_import,
                   help="GQA, MoE, MLA, sliding-window and hybrid (Mamba-2, Gated DeltaNet) keys are read; the model "
