@@ -7,6 +7,8 @@ TOP_KEYS) is here.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args
 
@@ -322,6 +324,11 @@ class Hardware:
         check_fields(self, "hardware")
 
 
+def _divisors(n: int, largest: int = 1 << 30) -> list[int]:
+    """The divisors of `n` up to `largest` (n's own, for an error's allowed values)."""
+    return [d for d in range(1, min(n, largest) + 1) if not n % d]
+
+
 def tensor_degrees(m: Model, largest: int = 64) -> list[int]:
     """The tensor-parallel degrees up to `largest` that split the model's heads and MLP width (KV heads and
     ranks dividing one another)."""
@@ -403,11 +410,15 @@ class Plan:
             raise bad("techniques.moe_capacity_factor", self.techniques.moe_capacity_factor,
                       "needs a mixture-of-experts model (model.num_experts)")
         if par.expert > 1:
+            ranks = par.data * par.context
+            allowed = f"; allowed: {', '.join(map(str, _divisors(math.gcd(m.num_experts, ranks))))}"
             if not m.num_experts or m.num_experts % par.expert:
-                raise bad("parallelism.expert", par.expert, f"does not divide model.num_experts ({m.num_experts})")
-            if (par.data * par.context) % par.expert:
+                raise bad("parallelism.expert", par.expert, f"does not divide model.num_experts ({m.num_experts})"
+                                                            + (allowed if m.num_experts else ""))
+            if ranks % par.expert:
                 raise bad("parallelism.expert", par.expert, f"does not divide data × context ({par.data} × "
-                                                            f"{par.context}); expert ranks are carved from them")
+                                                            f"{par.context}); expert ranks are carved from them"
+                                                            + allowed)
         problem = split_problem(m.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split,
                                 par.pipeline_layers)
         if problem and par.pipeline_layers is not None:
@@ -416,7 +427,8 @@ class Plan:
             raise bad(*(("parallelism.virtual_stages", par.virtual_stages) if par.virtual_stages > 1
                         else ("parallelism.pipeline", par.pipeline)), problem)
         if seq % par.context:
-            raise bad("parallelism.context", par.context, f"does not divide workload.sequence_length ({seq})")
+            raise bad("parallelism.context", par.context, f"does not divide workload.sequence_length ({seq}); "
+                      f"allowed up to 64: {', '.join(map(str, _divisors(seq, 64)))}")
         if par.sequence_parallel and (seq // par.context) % t:
             raise bad("parallelism.tensor", t, "does not divide the tokens per context rank "
                                                f"({seq // par.context}) for sequence parallelism")

@@ -65,7 +65,7 @@ def test_round_trip():
     ({"parallelism": {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 3}},
      "parallelism.virtual_stages: 3 leaves a chunk without layers: model.num_layers (2) split unevenly into 6"
      " chunks, with the embedding and the output head counted as a layer each, fills at most 2"),
-    ({"parallelism": {"context": 3}}, "parallelism.context: 3 does not divide workload.sequence_length (4096)"),
+    ({"parallelism": {"context": 3}}, "parallelism.context: 3 does not divide workload.sequence_length (4096); allowed up to 64: 1, 2, 4, 8, 16, 32, 64"),
     ({"parallelism": {"sequence_parallel": True}},
      "parallelism.sequence_parallel: True needs parallelism.tensor > 1 (it splits the tensor-parallel group's"
      " activations)"),
