@@ -9,8 +9,8 @@ from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, estimate
 from planner.perf import plan_time
-from planner.plan import Hardware, Plan, Techniques
-from planner.recommend import max_micro_batch, max_sequence_length
+from planner.plan import Plan, Techniques
+from planner.recommend import DEFAULT_HEADROOM, max_micro_batch, max_sequence_length
 from planner.units import format_bytes
 
 SweepKey = Literal["sequence_length", "micro_batch_size", "batch_size", "context_tokens"]
@@ -115,14 +115,19 @@ def _variants(plan: Plan) -> list[tuple[str, dict]]:
     return out
 
 
+def _apply(plan: Plan, change: dict[str, dict]) -> Plan:
+    """The plan with a variant's keys, every section at once: a half-changed plan may be invalid (qlora with
+    bf16 weights; more GPUs without the data degree)."""
+    return replace(plan, **{section: replace(getattr(plan, section), **values) for section, values in change.items()})
+
+
 def savings(plan: Plan, catalog: dict[str, Gpu]) -> list[Saving]:
     """What each technique the plan does not use yet would change, largest saving first."""
     now = estimate(plan, catalog, detail=False).device_bytes
     out = []
     for label, change in _variants(plan):
-        try:  # all sections at once: a half-changed plan may be invalid (qlora with bf16 weights)
-            varied = replace(plan, **{section: replace(getattr(plan, section), **values)
-                                      for section, values in change.items()})
+        try:
+            varied = _apply(plan, change)
             device = estimate(varied, catalog, detail=False).device_bytes
         except PlanError:
             continue
@@ -190,16 +195,14 @@ def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
     fixes = []
     for label, change in _variants(plan) + _more_gpus(plan):
         try:
-            varied = replace(plan, **{section: (Hardware(gpu=plan.hardware.gpu, **values) if section == "hardware"
-                                                else replace(getattr(plan, section), **values))
-                                      for section, values in change.items()})
+            varied = _apply(plan, change)
             est = estimate(varied, catalog, detail=False)
         except PlanError:
             continue
         if est.fits and not est.cache_flushed:
             after = _seconds_per_token(varied, gpu)
-            fixes.append(Fix(change=label, plan=varied, device_bytes=est.device_bytes, saved_bytes=now - est.device_bytes,
-                             time_factor=after / base if base and after else None))
+            fixes.append(Fix(change=label, plan=varied, device_bytes=est.device_bytes,
+                             saved_bytes=now - est.device_bytes, time_factor=after / base if base and after else None))
     return sorted(fixes, key=lambda f: (f.time_factor or float("inf"), -f.saved_bytes, f.change))
 
 
@@ -214,4 +217,4 @@ def room(plan: Plan, catalog: dict[str, Gpu]) -> str | None:
         grow.append(f"micro-batch up to {mb:,}")
     if seq and seq > wl.sequence_length:
         grow.append(f"sequences up to {seq:,} tokens")
-    return ("The free memory buys " + " or ".join(grow) + " (10 % kept free).") if grow else None
+    return (f"The free memory buys {' or '.join(grow)} ({DEFAULT_HEADROOM:.0%} kept free).") if grow else None

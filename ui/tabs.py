@@ -21,7 +21,7 @@ from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.models import approximate_note
 from planner.perf import StepTime, plan_time, unsupported_compute
 from planner.plan import Plan
-from planner.recommend import MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
+from planner.recommend import DEFAULT_HEADROOM, MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
 from planner.units import counted, format_bytes, to_unit
 from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
@@ -48,7 +48,7 @@ def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headr
 def recommendation(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recommendation:
     """The recommender with the options the Cheapest hardware tab last set (the Explore tab's capacity lines)."""
     s = st.session_state
-    return _recommend(plan, catalog, catalog_key, price, s.get("headroom", 0.10), s.get("rank_by", "job"),
+    return _recommend(plan, catalog, catalog_key, price, s.get("headroom", DEFAULT_HEADROOM), s.get("rank_by", "job"),
                       s.get("search_options", ((), (), 0.0, MAX_COUNT)))
 
 
@@ -94,17 +94,16 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
 
 
 @lru_cache(maxsize=64)
-def _fixes_and_room(plan: Plan, gpu: Gpu) -> tuple[list[Fix], str | None]:
+def _fixes_and_room(plan: Plan, gpu: Gpu, fits: bool) -> tuple[list[Fix], str | None]:
     """make_it_fit or room for a plan (remembered: the room's searches run a few dozen estimates)."""
     catalog = {gpu.id: gpu}
-    return (make_it_fit(plan, catalog), None) if not estimate(plan, catalog, detail=False).fits else \
-        ([], room(plan, catalog))
+    return ([], room(plan, catalog)) if fits else (make_it_fit(plan, catalog), None)
 
 
 def _fit_or_room(plan: Plan, result: Estimate) -> None:
     """When the plan does not fit: the single changes that make it fit, least slowdown first, each one click
     away. When it fits: what the free memory buys."""
-    fixes, buys = _fixes_and_room(plan, result.gpu)
+    fixes, buys = _fixes_and_room(plan, result.gpu, result.fits)
     if buys:
         st.caption(buys)
     if result.fits:
@@ -184,7 +183,7 @@ def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recom
     c1, c2 = st.columns(2)
     rank_by = c1.radio("Rank by", get_args(RankBy), horizontal=True, key="rank_by",
                        format_func=RANK_LABELS.get)
-    headroom = c2.slider("Memory headroom", 0.0, 0.5, 0.10, 0.01, key="headroom",
+    headroom = c2.slider("Memory headroom", 0.0, 0.5, DEFAULT_HEADROOM, 0.01, key="headroom",
                          help="Fraction of usable memory kept free")
     st.session_state["search_options"] = _search_options(catalog)
     rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by, st.session_state["search_options"])

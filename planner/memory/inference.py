@@ -53,7 +53,7 @@ SERVING_PREFILL_TOKENS = 8192
 # gpt-fast and torchao round a static cache up to a multiple of 8 tokens (model.py setup_caches, find_multiple)
 STATIC_CACHE_MULTIPLE = 8
 # items of a static-cache generate loop allocated once, before the first token (they do not fragment the cache)
-_ALLOCATED_ONCE = frozenset({"kv_cache", "mask_buffer", "cuda_graphs"})
+_STATIC_CACHE_ONCE = frozenset({"kv_cache", "mask_buffer", "cuda_graphs"})
 # the longest sequence a cache search tries (2^24 tokens)
 _MAX_TOKENS = 16_777_216
 
@@ -410,7 +410,7 @@ def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     runtime_bytes = sum(i.bytes for i in runtime)
     # the churning memory is the growing KV cache and the activations: not what is allocated once (the weights,
     # cuBLAS, and a static cache with its mask and graph pool)
-    once = ALLOCATED_ONCE | (_ALLOCATED_ONCE if plan.workload.inference.static_cache else frozenset())
+    once = ALLOCATED_ONCE | (_STATIC_CACHE_ONCE if plan.workload.inference.static_cache else frozenset())
     expandable = plan.techniques.expandable_segments
     reserved, flushed = within_device(*held_bytes(peak, expandable, once), runtime_bytes, gpu.usable_bytes)
     stage = Stage(index=0, layers=max(stage_split(plan)),
