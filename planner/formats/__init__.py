@@ -1,0 +1,62 @@
+"""Framework configs in and out: read a framework's own config as a plan, and write a plan as that config.
+
+Each format is one module of this package with one `FORMAT` (planner/formats/base.py says what a format
+holds); FORMATS lists them. A config read becomes a partial plan dict that `overlay` lays over a base plan (the
+default plan, or a plan file the user gives), so a config that does not name the model still plans.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from planner.codec import plan_from_dict, plan_to_dict
+from planner.errors import PlanError, bad
+from planner.formats.base import Format, Imported, get_key
+from planner.plan import Plan
+
+FORMATS: dict[str, Format] = {f.name: f for f in ()}
+
+
+def format_named(name: str) -> Format:
+    if name not in FORMATS:
+        raise bad("--framework", name, f"is not a config format; allowed: {', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def detect(text: str) -> Format:
+    """The format a config's text is in (the first whose `detect` accepts it)."""
+    for fmt in FORMATS.values():
+        if fmt.detect(text):
+            return fmt
+    raise PlanError("config", f"is not a config this planner reads ({', '.join(FORMATS)}); name its format "
+                              "with --framework")
+
+
+def read_config(text: str, *, format: str | None = None, gpus: int | None = None) -> Imported:
+    """A framework config's text read as a plan (its format detected unless named)."""
+    fmt = format_named(format) if format else detect(text)
+    return fmt.read(text, gpus=gpus)
+
+
+def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with every key of `over` laid over it, section by section (a copy of both)."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = overlay(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def round_trip(plan: Plan, fmt: Format) -> dict[str, tuple[Any, Any]]:
+    """The keys of `fmt.says` whose value changes on plan → config → plan, as {key: (planned, read back)}; the
+    config is read over a plan that keeps only the original's model and GPU, so a key counts as said only if the
+    config itself says it."""
+    imported = fmt.read(fmt.write(plan), gpus=plan.hardware.count)
+    planned = plan_to_dict(plan)
+    base = {"model": planned["model"], "hardware": {"gpu": plan.hardware.gpu}}
+    back = plan_to_dict(plan_from_dict(overlay(base, imported.plan)))
+    return {key: (get_key(planned, key), get_key(back, key)) for key in fmt.says
+            if get_key(planned, key) != get_key(back, key)}

@@ -1,0 +1,96 @@
+"""What every framework config format shares: the result of reading one, and the small helpers the readers use.
+
+A reader turns a framework's own config (a torchtitan TOML, a DeepSpeed JSON, a `vllm serve` command line, ...)
+into a partial plan dict in the file format of planner/codec.py, with `framework` set so that the framework's
+recipe (planner/data/frameworks.yaml) fills what the config leaves out. Nothing is dropped silently: each key of
+the config is either read (and says which plan key it set), known to leave memory alone, known to change memory
+in a way no plan key says (`unmodelled`, with why), or unknown to the reader.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.models import presets
+from planner.plan import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyRead:
+    """One config key the reader used: where it was, and the plan key and value it became."""
+
+    source: str  # the config's own key, e.g. "parallelism.tensor_parallel_degree" or "--tensor-parallel-size"
+    plan_key: str  # dotted plan key, e.g. "parallelism.tensor"
+    value: Any  # the plan value it set
+
+
+@dataclass(frozen=True, kw_only=True)
+class Imported:
+    """A framework config read as a (partial) plan."""
+
+    format: str  # the format's name (planner.formats.FORMATS)
+    plan: dict[str, Any]  # the plan dict the config says (file format; `framework` set; may lack `model`)
+    read: tuple[KeyRead, ...] = ()
+    # the config's model name where it names one that is not a preset (the plan then needs --preset/--hf-config)
+    model_name: str = ""
+    unmodelled: tuple[str, ...] = ()  # "key: why" for keys that change memory but no plan key says
+    ignored: tuple[str, ...] = ()  # keys known to leave memory and time alone (learning rate, logging, ...)
+    unknown: tuple[str, ...] = ()  # keys the reader does not know
+
+
+@dataclass(frozen=True, kw_only=True)
+class Format:
+    """One framework config format: how to recognise, read and write it, and what it can say."""
+
+    name: str  # e.g. "torchtitan"
+    label: str  # e.g. "torchtitan job config (TOML)"
+    framework: str  # the plan's framework value its plans get
+    suffix: str  # the file suffix its export gets, e.g. ".toml", ".json", ".sh"
+    detect: Callable[[str], bool]  # does this text look like the format
+    read: Callable[..., Imported]  # read(text, *, gpus=None) -> Imported
+    write: Callable[[Plan], str]  # the config that runs the plan as planned
+    says: tuple[str, ...]  # dotted plan keys the format writes and reads back exactly
+    cannot_say: dict[str, str] = field(default_factory=dict)  # memory-relevant plan keys it has no way to say: why
+
+
+def set_key(plan: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set a dotted plan key ("workload.lora.rank") in a plan dict, making the sections on the way."""
+    *path, leaf = dotted.split(".")
+    node = plan
+    for part in path:
+        node = node.setdefault(part, {})
+    node[leaf] = copy.deepcopy(value)
+
+
+def get_key(plan: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """A dotted key of a plan dict, or `default` where any part of the path is missing."""
+    node: Any = plan
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+# suffixes of a fine-tuned release that keeps its base model's architecture ("Llama-3.1-8B-Instruct")
+_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|fp8|awq|gptq(-int[48])?|bnb-4bit|\d{4}))+$")
+
+
+def preset_for(name: str) -> str | None:
+    """The preset id a config's model name means: a preset id or a Hugging Face repo id (any case, with or without
+    its organisation, as a local path or a URL ending in one; an -Instruct/-Chat/-it/-Base variant of a preset's
+    repo is the preset's architecture), or None."""
+    wanted = name.strip().rstrip("/").lower()
+    last = wanted.split("/")[-1]
+    for preset in presets().values():
+        hf = preset.hf_id.lower()
+        if wanted in (preset.id, hf) or last == hf.split("/")[-1]:
+            return preset.id
+    for preset in presets().values():  # then the variants: the bare name of both
+        if _VARIANT.sub("", last) == _VARIANT.sub("", preset.hf_id.lower().split("/")[-1]):
+            return preset.id
+    return None
