@@ -7,9 +7,13 @@
     python -m planner models [--format table|json]
     python -m planner frameworks [--format text|markdown|json]
     python -m planner choices [--format table|json]
+    python -m planner import CONFIG [--framework FORMAT] [--gpus N] [--gpu ID] [--preset ID] [--hf-config C]
+    python -m planner export PLAN.yaml --to FORMAT
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
-the plan's (and the plan file may then be left out: the default plan for that model).
+the plan's (and the plan file may then be left out: the default plan for that model). Instead of a plan file, a
+plan command takes --from CONFIG: a framework's own config (planner/formats), with --gpus, --gpu and --preset
+for what the config leaves open; `import` prints the plan such a config says, `export` writes a plan as one.
 
 User errors (a bad plan, a missing file) print one line on stderr and exit 2; anything else is a bug and
 keeps its traceback.
@@ -28,11 +32,13 @@ import yaml
 
 from planner.catalog import load_catalog
 from planner.choices import CHOICES, choices_to_table
-from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict
+from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
                             frameworks_to_table, frameworks_to_text, presets_to_list, presets_to_table,
                             recommendation_to_list, recommendation_to_table)
+from planner.formats import FORMATS, format_named, lost_on_export, read_config
+from planner.formats.base import Imported
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
@@ -54,10 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help_: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_)
         sub.add_argument("plan", nargs="?", help="plan YAML (schema vram-planner/v1); '-' reads standard input")
-        sub.add_argument("--hf-config", metavar="CONFIG.json",
-                         help="a Hugging Face config.json (a path, or a Hub repo id with huggingface_hub "
-                              "installed) whose architecture replaces the plan's model")
-        sub.add_argument("--catalog", help="GPU catalog YAML to use instead of the project's gpu_catalog.yaml")
+        _plan_options(sub)
+        sub.add_argument("--from", dest="config", metavar="CONFIG",
+                         help="instead of a plan file: a framework's config (see `import`)")
         return sub
 
     est = command("estimate", "itemized per-GPU memory of a plan")
@@ -90,19 +95,100 @@ def _parser() -> argparse.ArgumentParser:
     fw.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cho = commands.add_parser("choices", help="every plan key with a fixed set of values, and its values")
     cho.add_argument("--format", choices=("table", "json"), default="table")
+
+    imp = commands.add_parser("import", help="the plan a framework's own config says (its YAML on standard "
+                                             "output; the config keys it could not use on standard error)")
+    imp.add_argument("config", metavar="CONFIG", help="the config file; '-' reads standard input")
+    _plan_options(imp)
+    exp = commands.add_parser("export", help="a plan as a framework's own config")
+    exp.add_argument("plan", help="plan YAML; '-' reads standard input")
+    exp.add_argument("--to", required=True, metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}")
     return parser
 
 
+def _plan_options(sub: argparse.ArgumentParser) -> None:
+    """The options of every command that reads a plan, or a framework config as one."""
+    sub.add_argument("--hf-config", metavar="CONFIG.json",
+                     help="a Hugging Face config.json (a path, or a Hub repo id with huggingface_hub "
+                          "installed) whose architecture replaces the plan's model")
+    sub.add_argument("--catalog", help="GPU catalog YAML to use instead of the project's gpu_catalog.yaml")
+    sub.add_argument("--framework", dest="config_format", metavar="FORMAT",
+                     help=f"the config's format, when its text does not tell: {', '.join(FORMATS)}")
+    sub.add_argument("--gpus", type=int, metavar="N", help="GPUs, for a config that leaves the count open")
+    sub.add_argument("--gpu", metavar="ID", help="the GPU (a catalog id) a config runs on")
+    sub.add_argument("--preset", metavar="ID", help="the model, for a config that names none the planner knows")
+
+
 def _plan(args: argparse.Namespace) -> Plan:
-    """The plan file, its model replaced by --hf-config's; or the default plan of the --hf-config model."""
+    """The plan file (or the plan of --from's config), its model replaced by --hf-config's; or the default plan of
+    the --hf-config model."""
+    if args.config is not None:
+        return _plan_of_config(args)[0]
     if args.plan is None and args.hf_config is None:
-        raise PlanError("plan", "give a plan file, or --hf-config CONFIG.json for the default plan of that model")
+        raise PlanError("plan", "give a plan file, --from CONFIG, or --hf-config CONFIG.json for the default plan "
+                                "of that model")
+    for option in ("config_format", "gpus", "gpu", "preset"):
+        if getattr(args, option) is not None:
+            raise PlanError(f"--{option.replace('config_format', 'framework')}", "applies to a framework config "
+                                                                                "(--from CONFIG)")
     plan = plan_from_yaml(_read(args.plan)) if args.plan is not None else None
     if args.hf_config is None:
         return plan
-    model = model_to_dict(model_from_hf_config(_hf_config_text(args.hf_config)))
     name = plan.name if plan and plan.name else Path(args.hf_config).name  # what the output heading names
-    return plan_from_dict({**(plan_to_dict(plan) if plan else {}), "model": model, "name": name})
+    return plan_from_dict({**(plan_to_dict(plan) if plan else {}), "model": _hf_model(args.hf_config), "name": name})
+
+
+def _hf_model(source: str) -> dict:
+    return model_to_dict(model_from_hf_config(_hf_config_text(source)))
+
+
+def _plan_of_config(args: argparse.Namespace) -> tuple[Plan, Imported]:
+    """The plan a framework config says, with the options for what it leaves open; what it could not use goes to
+    standard error."""
+    if getattr(args, "plan", None) is not None:
+        raise PlanError("--from", "replaces the plan file; give one or the other")
+    path = args.config
+    imported = read_config(_read(path), format=args.config_format, gpus=args.gpus)
+    data = dict(imported.plan)
+    if args.hf_config is not None or args.preset is not None:
+        data["model"] = _hf_model(args.hf_config) if args.hf_config is not None else {"preset": args.preset}
+    elif "model" not in data:
+        named = f"names {imported.model_name!r}, which is not a preset" if imported.model_name else "names no model"
+        raise PlanError("model", f"the {imported.format} config {named}; give --preset ID or --hf-config CONFIG.json")
+    hardware = dict(data.get("hardware", {}))
+    if args.gpu is not None:
+        hardware["gpu"] = args.gpu
+    if args.gpus is not None:
+        hardware.setdefault("count", args.gpus)
+    data["hardware"] = hardware
+    data.setdefault("name", Path(path).name if path != "-" else "")
+    print(_import_report(imported), file=sys.stderr, end="")
+    return plan_from_dict(data), imported
+
+
+def _import_report(imported: Imported) -> str:
+    """What a config read left unused, one line per key, for standard error ('' when nothing)."""
+    lines = [f"not modelled: {item}" for item in imported.unmodelled]
+    lines += [f"unknown key, not used: {key}" for key in imported.unknown]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _imported_yaml(args: argparse.Namespace) -> str:
+    """`import`: the plan's YAML, headed by what each config key read became."""
+    plan, imported = _plan_of_config(args)
+    head = [f"# the plan of {args.config} ({imported.format}); the config's keys read:"]
+    head += [f"#   {r.source} -> {r.plan_key}: {r.value}" for r in imported.read]
+    return "\n".join(head) + "\n" + plan_to_yaml(plan)
+
+
+def _export(args: argparse.Namespace) -> str:
+    """`export`: the plan as a framework config; the planned values it cannot carry go to standard error."""
+    fmt = format_named(args.to)
+    plan = plan_from_yaml(_read(args.plan))
+    for key, (planned, runs) in lost_on_export(plan, fmt).items():
+        print(f"{fmt.name} cannot say {key} = {planned} ({fmt.cannot_say[key]}); the config runs {runs}",
+              file=sys.stderr)
+    return fmt.write(plan)
 
 
 def _read(path: str) -> str:
@@ -165,6 +251,10 @@ def _run(args: argparse.Namespace) -> str:
     if args.command == "models":
         rows = presets_to_list(presets())
         return presets_to_table(presets()) if args.format == "table" else json.dumps(rows, indent=2) + "\n"
+    if args.command == "export":
+        return _export(args)
+    if args.command == "import":
+        return _imported_yaml(args)
     plan = _plan(args)
     catalog = load_catalog(args.catalog)
     if args.command == "estimate":

@@ -89,8 +89,8 @@ def test_hf_config_replaces_the_model_or_makes_the_default_plan():
     assert alone.returncode == 0 and alone.stdout.startswith("mixtral-8x7b.json\ndoes not fit on NVIDIA H100")
     neither = run("limits")
     assert neither.returncode == 2
-    assert neither.stderr == ("error: plan: give a plan file, or --hf-config CONFIG.json for the default plan of "
-                              "that model\n")
+    assert neither.stderr == ("error: plan: give a plan file, --from CONFIG, or --hf-config CONFIG.json for the "
+                              "default plan of that model\n")
     bad = run("estimate", "--hf-config", "-", stdin='{"model_type": "bert"}')
     assert bad.returncode == 2 and bad.stderr.startswith("error: hf_config: model_type 'bert' is not a known family")
 

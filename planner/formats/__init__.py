@@ -50,13 +50,19 @@ def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def round_trip(plan: Plan, fmt: Format) -> dict[str, tuple[Any, Any]]:
-    """The keys of `fmt.says` whose value changes on plan → config → plan, as {key: (planned, read back)}; the
-    config is read over a plan that keeps only the original's model and GPU, so a key counts as said only if the
-    config itself says it."""
+def round_trip(plan: Plan, fmt: Format, keys: tuple[str, ...] | None = None) -> dict[str, tuple[Any, Any]]:
+    """The keys (default `fmt.says`) whose value changes on plan → config → plan, as {key: (planned, read back)};
+    the config is read over a plan that keeps only the original's model and GPU, so a key counts as said only if
+    the config itself says it."""
     imported = fmt.read(fmt.write(plan), gpus=plan.hardware.count)
     planned = plan_to_dict(plan)
     base = {"model": planned["model"], "hardware": {"gpu": plan.hardware.gpu}}
     back = plan_to_dict(plan_from_dict(overlay(base, imported.plan)))
-    return {key: (get_key(planned, key), get_key(back, key)) for key in fmt.says
+    return {key: (get_key(planned, key), get_key(back, key)) for key in (fmt.says if keys is None else keys)
             if get_key(planned, key) != get_key(back, key)}
+
+
+def lost_on_export(plan: Plan, fmt: Format) -> dict[str, tuple[Any, Any]]:
+    """The keys of `fmt.cannot_say` whose planned value the exported config does not carry: {key: (planned, what
+    the config runs)}."""
+    return round_trip(plan, fmt, tuple(fmt.cannot_say))
