@@ -37,7 +37,7 @@ from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
                             frameworks_to_table, frameworks_to_text, presets_to_list, presets_to_table,
                             recommendation_to_list, recommendation_to_table)
-from planner.formats import FORMATS, format_named, lost_on_export, read_config
+from planner.formats import FORMATS, format_named, lost_on_export, plan_from_config, read_config
 from planner.formats.base import Imported
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
@@ -149,21 +149,12 @@ def _plan_of_config(args: argparse.Namespace) -> tuple[Plan, Imported]:
         raise PlanError("--from", "replaces the plan file; give one or the other")
     path = args.config
     imported = read_config(_read(path), format=args.config_format, gpus=args.gpus)
-    data = dict(imported.plan)
-    if args.hf_config is not None or args.preset is not None:
-        data["model"] = _hf_model(args.hf_config) if args.hf_config is not None else {"preset": args.preset}
-    elif "model" not in data:
-        named = f"names {imported.model_name!r}, which is not a preset" if imported.model_name else "names no model"
-        raise PlanError("model", f"the {imported.format} config {named}; give --preset ID or --hf-config CONFIG.json")
-    hardware = dict(data.get("hardware", {}))
-    if args.gpu is not None:
-        hardware["gpu"] = args.gpu
-    if args.gpus is not None:
-        hardware.setdefault("count", args.gpus)
-    data["hardware"] = hardware
-    data.setdefault("name", Path(path).name if path != "-" else "")
+    model = (_hf_model(args.hf_config) if args.hf_config is not None else
+             {"preset": args.preset} if args.preset is not None else None)
+    plan = plan_from_config(imported, model=model, gpu=args.gpu, gpus=args.gpus,
+                            name=Path(path).name if path != "-" else "")
     print(_import_report(imported), file=sys.stderr, end="")
-    return plan_from_dict(data), imported
+    return plan, imported
 
 
 def _import_report(imported: Imported) -> str:

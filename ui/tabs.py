@@ -23,6 +23,7 @@ from planner.perf import StepTime, plan_time, unsupported_compute
 from planner.plan import Plan
 from planner.recommend import DEFAULT_HEADROOM, MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
 from planner.units import counted, format_bytes, to_unit
+from ui.configs import config_export, config_import
 from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
 
@@ -300,3 +301,5 @@ def share(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     c3.download_button("Breakdown (JSON)", estimate_to_json(result, time), file_name="breakdown.json",
                        mime="application/json", key="download_json", on_click="ignore")
     _plan_upload()
+    config_export(plan, stem)
+    config_import(plan)

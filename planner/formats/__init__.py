@@ -13,9 +13,15 @@ from typing import Any
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError, bad
 from planner.formats.base import Format, Imported, get_key
-from planner.plan import Plan
+from planner.plan import INFERENCE_FRAMEWORKS, Plan
 
 FORMATS: dict[str, Format] = {f.name: f for f in ()}
+
+
+def formats_for(plan: Plan) -> list[Format]:
+    """The formats that can run the plan: serving engines' for inference, training frameworks' otherwise."""
+    serving = plan.workload.task == "inference"
+    return [f for f in FORMATS.values() if (f.framework in INFERENCE_FRAMEWORKS) == serving]
 
 
 def format_named(name: str) -> Format:
@@ -37,6 +43,26 @@ def read_config(text: str, *, format: str | None = None, gpus: int | None = None
     """A framework config's text read as a plan (its format detected unless named)."""
     fmt = format_named(format) if format else detect(text)
     return fmt.read(text, gpus=gpus)
+
+
+def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None, gpu: str | None = None,
+                     gpus: int | None = None, name: str = "") -> Plan:
+    """The plan a config read says, with what it leaves open: `model` (a plan's model block; replaces the config's),
+    `gpu` (a catalog id), `gpus` (the count, where the config does not fix it) and a `name` where it has none."""
+    data = copy.deepcopy(imported.plan)
+    if model is not None:
+        data["model"] = model
+    elif "model" not in data:
+        named = f"names {imported.model_name!r}, which is not a preset" if imported.model_name else "names no model"
+        raise PlanError("model", f"the {imported.format} config {named}; give the model (a preset or a config.json)")
+    hardware = data.setdefault("hardware", {})
+    if gpu is not None:
+        hardware["gpu"] = gpu
+    if gpus is not None:
+        hardware.setdefault("count", gpus)
+    if name:
+        data.setdefault("name", name)
+    return plan_from_dict(data)
 
 
 def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

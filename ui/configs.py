@@ -1,0 +1,87 @@
+"""Framework configs in the app: a plan written as a framework's own config, and a config loaded as the plan.
+
+The formats and every rule of reading and writing them are planner/formats'; this page only offers them.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from planner.errors import PlanError
+from planner.formats import FORMATS, formats_for, lost_on_export, plan_from_config, read_config
+from planner.models import model_to_dict
+from planner.plan import Plan
+
+AUTO = "detect from the text"
+UPLOAD_TYPES = ["toml", "yaml", "yml", "json", "sh", "txt", "log"]
+
+
+def config_export(plan: Plan, stem: str) -> None:
+    """The plan as a config of a framework that runs it, to download or copy; what the format cannot carry."""
+    st.subheader("As a framework config")
+    offered = formats_for(plan)
+    if not offered:
+        return
+    names = [f.name for f in offered]
+    default = next((i for i, f in enumerate(offered) if f.framework == plan.framework), 0)
+    name = st.selectbox("Format", names, index=default, format_func=lambda n: FORMATS[n].label, key="export_format")
+    fmt = FORMATS[name]
+    try:
+        text, lost = fmt.write(plan), lost_on_export(plan, fmt)
+    except PlanError as exc:
+        st.info(f"{fmt.label} cannot run this plan: {exc}")
+        return
+    st.download_button(f"Download {fmt.label}", text, file_name=f"{stem}{fmt.suffix}", key="download_config",
+                       on_click="ignore")
+    for key, (planned, runs) in lost.items():
+        st.caption(f"{fmt.name} cannot say {key} = {planned} ({fmt.cannot_say[key]}); the config runs {runs}.")
+    st.code(text, language={".toml": "toml", ".json": "json", ".yaml": "yaml", ".sh": "bash"}.get(fmt.suffix))
+
+
+def _load(text: str, source: str, plan: Plan) -> None:
+    """Read a config and queue its plan for the widgets; what it says and what it could not use is kept to show."""
+    fmt = st.session_state.get("import_format", AUTO)
+    imported = read_config(text, format=None if fmt == AUTO else fmt, gpus=plan.hardware.count)
+    kept = [] if "model" in imported.plan else [f"model: kept from the current plan ({plan.model.preset or 'custom'}"
+                                                f"{'; the config names ' + repr(imported.model_name) if imported.model_name else ''})"]
+    st.session_state["pending_plan"] = plan_from_config(
+        imported, model=None if "model" in imported.plan else model_to_dict(plan.model), gpu=plan.hardware.gpu,
+        gpus=plan.hardware.count, name=source)
+    st.session_state["import_report"] = (
+        f"Loaded {source} as {FORMATS[imported.format].label}: {len(imported.read)} keys read",
+        [f"{r.source} → {r.plan_key}: {r.value}" for r in imported.read],
+        [*kept, *(f"not modelled: {u}" for u in imported.unmodelled), *(f"unknown key: {k}" for k in imported.unknown)])
+
+
+def config_import(plan: Plan) -> None:
+    """Upload or paste a framework config; it replaces the plan (the model, GPU and count kept where it is silent)."""
+    st.subheader("Load a framework config")
+    st.selectbox("Its format", [AUTO, *FORMATS], format_func=lambda n: n if n == AUTO else FORMATS[n].label,
+                 key="import_format")
+    upload = st.file_uploader("A torchtitan TOML, torchtune / Axolotl / accelerate / TrainingArguments YAML, "
+                              "DeepSpeed JSON, or a Megatron / vLLM / SGLang command line", type=UPLOAD_TYPES,
+                              key="config_upload")
+    st.text_area("…or paste it", key="config_text", height=160)
+    pasted = st.button("Load the pasted config", key="load_config")
+    try:
+        if upload is not None and st.session_state.get("config_upload_seen") != upload.file_id:
+            st.session_state["config_upload_seen"] = upload.file_id
+            _load(upload.getvalue().decode("utf-8", errors="replace"), upload.name, plan)
+            st.rerun()
+        if pasted and st.session_state["config_text"].strip():
+            _load(st.session_state["config_text"], "pasted config", plan)
+            st.rerun()
+    except PlanError as exc:
+        st.error(f"Config: {exc}")
+    _report()
+
+
+def _report() -> None:
+    if "import_report" not in st.session_state:
+        return
+    headline, read, unused = st.session_state["import_report"]
+    st.success(headline)
+    for line in unused:
+        st.warning(line)
+    with st.expander("What each key became"):
+        st.text("\n".join(read) or "nothing")
