@@ -34,9 +34,9 @@ from planner.catalog import load_catalog
 from planner.choices import CHOICES, choices_to_table
 from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError, bad
-from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
-                            frameworks_to_table, frameworks_to_text, presets_to_list, presets_to_table,
-                            recommendation_to_list, recommendation_to_table)
+from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, formats_to_table,
+                            frameworks_to_list, frameworks_to_table, frameworks_to_text, presets_to_list,
+                            presets_to_table, recommendation_to_list, recommendation_to_table)
 from planner.formats import FORMATS, format_named, lost_on_export, plan_from_config, read_config
 from planner.formats.base import Imported
 from planner.hf_config import model_from_hf_config
@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     cho = commands.add_parser("choices", help="every plan key with a fixed set of values, and its values")
     cho.add_argument("--format", choices=("table", "json"), default="table")
 
+    commands.add_parser("formats", help="the framework config formats: what each says and cannot say (Markdown)")
     imp = commands.add_parser("import", help="the plan a framework's own config says (its YAML on standard "
                                              "output; the config keys it could not use on standard error)")
     imp.add_argument("config", metavar="CONFIG", help="the config file; '-' reads standard input")
@@ -239,6 +240,8 @@ def _run(args: argparse.Namespace) -> str:
     if args.command == "frameworks":
         return {"text": frameworks_to_text, "markdown": frameworks_to_table,
                 "json": lambda: json.dumps(frameworks_to_list(), indent=2) + "\n"}[args.format]()
+    if args.command == "formats":
+        return formats_to_table()
     if args.command == "models":
         rows = presets_to_list(presets())
         return presets_to_table(presets()) if args.format == "table" else json.dumps(rows, indent=2) + "\n"

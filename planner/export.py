@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from planner.codec import leaf_text, plan_to_dict, plan_to_query
+from planner.formats import FORMATS
 from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.models import Preset, approximate_note, presets
@@ -131,6 +132,18 @@ def frameworks_to_table() -> str:
         releases = ", ".join(f"{k} ({v})" for k, v in r.releases.items())
         summary = r.summary + (f" Tagged releases: {releases}." if releases else "")
         lines.append(f"| `{name}` ({r.label}) | {summary} | {settings} |")
+    return "\n".join(lines) + "\n"
+
+
+def formats_to_table() -> str:
+    """The framework config formats as a Markdown table (the README's): what each reads and writes back exactly,
+    and the plan keys it cannot say."""
+    lines = ["| format | `framework` | plan keys it says (read and written back exactly) | what it cannot say |",
+             "|---|---|---|---|"]
+    for f in FORMATS.values():
+        says = ", ".join(f"`{key}`" for key in f.says)
+        cannot = "; ".join(f"`{key}` ({why})" for key, why in f.cannot_say.items()) or "—"
+        lines.append(f"| `{f.name}` ({f.label}) | `{f.framework}` | {says} | {cannot} |")
     return "\n".join(lines) + "\n"
 
 
