@@ -7,6 +7,7 @@
     python -m planner models [--format table|json]
     python -m planner frameworks [--format text|markdown|json]
     python -m planner choices [--format table|json]
+    python -m planner vllm-log LOG [PLAN.yaml] [--catalog FILE]
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
 the plan's (and the plan file may then be left out: the default plan for that model).
@@ -38,6 +39,7 @@ from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
 from planner.perf import plan_time
 from planner.plan import Plan
+from planner.serving_log import vllm_log_table
 from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_batch_size,
                                max_micro_batch, max_prompt_tokens, max_sequence_length, min_gpus, recommend)
 
@@ -90,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     fw.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cho = commands.add_parser("choices", help="every plan key with a fixed set of values, and its values")
     cho.add_argument("--format", choices=("table", "json"), default="table")
+    vlog = commands.add_parser("vllm-log", help="vLLM's start-up memory log beside the planner's figures")
+    vlog.add_argument("log", help="the log as vLLM printed it; '-' reads standard input")
+    vlog.add_argument("plan", nargs="?", help="plan YAML to compare with (default: the plan the log's arguments say)")
+    vlog.add_argument("--catalog", help="GPU catalog YAML to use instead of the project's gpu_catalog.yaml")
     return parser
 
 
@@ -165,6 +171,8 @@ def _run(args: argparse.Namespace) -> str:
     if args.command == "models":
         rows = presets_to_list(presets())
         return presets_to_table(presets()) if args.format == "table" else json.dumps(rows, indent=2) + "\n"
+    if args.command == "vllm-log":
+        return vllm_log_table(_read(args.log), _read(args.plan) if args.plan else None, load_catalog(args.catalog))
     plan = _plan(args)
     catalog = load_catalog(args.catalog)
     if args.command == "estimate":
