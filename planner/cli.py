@@ -9,6 +9,7 @@
     python -m planner choices [--format table|json]
     python -m planner import CONFIG [--framework FORMAT] [--gpus N] [--gpu ID] [--preset ID] [--hf-config C]
     python -m planner export PLAN.yaml --to FORMAT
+    python -m planner vllm-log LOG [PLAN.yaml] [--catalog FILE]
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
 the plan's (and the plan file may then be left out: the default plan for that model). Instead of a plan file, a
@@ -44,6 +45,7 @@ from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
 from planner.perf import plan_time
 from planner.plan import Plan
+from planner.serving_log import vllm_log_table
 from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_batch_size,
                                max_micro_batch, max_prompt_tokens, max_sequence_length, min_gpus, recommend)
 
@@ -104,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     exp = commands.add_parser("export", help="a plan as a framework's own config")
     exp.add_argument("plan", help="plan YAML; '-' reads standard input")
     exp.add_argument("--to", required=True, metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}")
+    vlog = commands.add_parser("vllm-log", help="vLLM's start-up memory log beside the planner's figures")
+    vlog.add_argument("log", help="the log as vLLM printed it; '-' reads standard input")
+    vlog.add_argument("plan", nargs="?", help="plan YAML to compare with (default: the plan the log's arguments say)")
+    vlog.add_argument("--catalog", help="GPU catalog YAML to use instead of the project's gpu_catalog.yaml")
     return parser
 
 
@@ -249,6 +255,8 @@ def _run(args: argparse.Namespace) -> str:
         return _export(args)
     if args.command == "import":
         return _imported_yaml(args)
+    if args.command == "vllm-log":
+        return vllm_log_table(_read(args.log), _read(args.plan) if args.plan else None, load_catalog(args.catalog))
     plan = _plan(args)
     catalog = load_catalog(args.catalog)
     if args.command == "estimate":

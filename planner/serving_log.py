@@ -1,0 +1,228 @@
+"""Reading vLLM's start-up log: the memory figures it prints, the plan its arguments say, and the planner's figures
+for the same items beside them.
+
+The messages, by release (each pattern below names where vLLM prints it):
+- V0 (vllm/worker/worker.py determine_num_available_blocks, 0.6.5-0.9) and V1 before 0.9.1 (v1/worker/gpu_worker.py):
+  "Memory profiling takes T seconds / the current vLLM instance can use total_gpu_memory (X GiB) x
+  gpu_memory_utilization (U) = Y GiB / model weights take W GiB; non_torch_memory takes N GiB; PyTorch activation
+  peak memory takes A GiB; the rest of the memory reserved for KV Cache is K GiB." (one line or three; 0.6.5's
+  "Memory profiling results:" table has the same names), then "# GPU blocks: B" (executor_base.py; "# cuda blocks"
+  or "# CUDA blocks" in some releases).
+- V1 from 0.9.1: "Model loading took W GiB and T seconds" (gpu_model_runner.py; "Loading model weights took W GB"
+  before 0.8, in GiB despite its label: model_memory_usage / float(2**30)), "Available KV cache memory: K GiB"
+  (gpu_worker.py), "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per request: Cx"
+  (v1/core/kv_cache_utils.py), "Graph capturing finished in T secs, took G GiB" (gpu_model_runner.py), from 0.11
+  "Free memory on device (F/X GiB) on startup. Desired GPU memory utilization is (U, Y GiB). Actual usage is W GiB
+  for weight, A GiB for peak activation, N GiB for non-torch memory, and G GiB for CUDAGraph memory."
+- The API server's "non-default args: {...}" (vllm/entrypoints/utils.py log_non_default_args, from 0.10).
+Worker lines carry prefixes such as "(VllmWorker rank=1 pid=...)" or "(Worker_TP1 pid=...)": the figures are
+read from rank 0's lines where ranks are named.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.catalog import Gpu, load_catalog
+from planner.codec import plan_from_dict, plan_from_yaml
+from planner.errors import PlanError
+from planner.formats.base import Imported, set_key
+from planner.formats.vllm import read_mapping
+from planner.memory import estimate
+from planner.memory.inference import KV_BLOCK_TOKENS, kv_bytes_per_token
+from planner.plan import Plan
+from planner.units import GiB, counted, format_bytes
+
+# a GPU is the catalog's when its usable memory is within this fraction of the log's total
+GPU_MATCH = 0.01
+# worker lines of ranks other than 0 (V0 "(VllmWorkerProcess pid=...)" names no rank: kept)
+_OTHER_RANK = re.compile(r"^\((?:VllmWorker rank=|VllmWorker TP|Worker_TP|Worker_PP\d+_TP)([1-9]\d*)\b")
+_NUM = r"(-?[\d.]+)"
+# figure → its messages, the most precise first (vLLM prints GiB with 2 decimals, the weights' own line with 4)
+GIB_PATTERNS = {
+    "weights": (rf"(?:Model loading|Loading model weights) took {_NUM} ?Gi?B", rf"model weights take\s*{_NUM}\s*GiB",
+                rf"Actual usage is {_NUM} GiB for weight"),
+    "non_torch": (rf"non_torch_memory(?: takes)?\s*{_NUM}\s*GiB", rf"{_NUM} GiB for non-torch memory"),
+    "activation": (rf"PyTorch activation peak memory(?: takes)?\s*{_NUM}\s*GiB", rf"{_NUM} GiB for peak activation"),
+    "kv_cache": (rf"Available KV cache memory: {_NUM} GiB", rf"reserved for KV Cache is\s*{_NUM}\s*GiB",
+                 rf"available_kv_cache_memory\s*{_NUM}\s*GiB", rf"Current kv cache memory in use is {_NUM} GiB"),
+    "cuda_graph": (rf"Graph capturing finished in [\d.]+ secs?, took {_NUM} GiB", rf"{_NUM} GiB for CUDAGraph memory"),
+    "total": (rf"total_gpu_memory\s*\(?{_NUM}\s*GiB", rf"Free memory on device \([\d.]+/{_NUM} GiB\)"),
+}
+OTHER_PATTERNS = {
+    "utilization": (rf"gpu_memory_utilization\s*\(?{_NUM}", rf"Desired GPU memory utilization is \({_NUM}"),
+    "gpu_blocks": (r"# (?:GPU|CUDA|cuda) blocks: (\d+)", r"num_gpu_blocks is: (\d+)"),
+    "kv_tokens": (r"GPU KV cache size: ([\d,]+) tokens",),
+    "version": (r"vLLM API server version (\S+)", r"LLM engine \(v([^)]+)\)"),
+}
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_ARGS = re.compile(r"non-default args: (\{.*\})\s*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmLog:
+    """The figures a vLLM start-up log prints (bytes per GPU, from GiB with the log's precision), None where absent."""
+
+    version: str = ""
+    total_bytes: int | None = None  # the GPU's memory as CUDA reports it
+    utilization: float | None = None
+    weights_bytes: int | None = None
+    non_torch_bytes: int | None = None  # CUDA context (V0 and V1 before 0.9.1), NCCL, custom all-reduce
+    activation_bytes: int | None = None  # the profile run's PyTorch peak
+    kv_cache_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    gpu_blocks: int | None = None
+    kv_tokens: int | None = None
+    concurrency_tokens: int | None = None  # the tokens per request of the "Maximum concurrency" line
+    max_concurrency: float | None = None
+    args: dict[str, Any] = field(default_factory=dict)  # the "non-default args" (non-literal values as text)
+
+
+def _first(text: str, patterns: tuple[str, ...]) -> str | None:
+    for pattern in patterns:
+        match = re.search(pattern, text)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _args(line: str) -> dict[str, Any]:
+    """The dict of a "non-default args" line; a value that is not a literal (a config object) kept as its text."""
+    try:
+        node = ast.parse(line, mode="eval").body
+    except SyntaxError:
+        raise PlanError("non-default args", f"cannot be read as a Python dict: {line[:80]}") from None
+    if not isinstance(node, ast.Dict):
+        raise PlanError("non-default args", f"is not a dict: {line[:80]}")
+    out = {}
+    for key, value in zip(node.keys, node.values):
+        try:
+            out[ast.literal_eval(key)] = ast.literal_eval(value)
+        except ValueError:
+            out[ast.literal_eval(key)] = ast.get_source_segment(line, value)
+    return out
+
+
+def parse_vllm_log(text: str) -> VllmLog:
+    """The start-up figures of a pasted vLLM log (rank 0's where ranks are named)."""
+    lines = [line for line in text.splitlines() if not _OTHER_RANK.match(line.strip())]
+    kept = "\n".join(lines)
+    gib = {name: _first(kept, patterns) for name, patterns in GIB_PATTERNS.items()}
+    other = {name: _first(kept, patterns) for name, patterns in OTHER_PATTERNS.items()}
+    concurrency = _CONCURRENCY.search(kept)
+    args = next((_args(m.group(1)) for m in map(_ARGS.search, lines) if m), {})
+    if not any(gib.values()) and not other["kv_tokens"] and not other["gpu_blocks"] and not args:
+        raise PlanError("log", "has none of vLLM's start-up memory lines (\"Model loading took\", \"Available KV cache "
+                               "memory\", \"model weights take\", \"# GPU blocks\", \"GPU KV cache size\") nor its \"non-default args\"")
+    as_int = lambda v: int(v.replace(",", "")) if v else None  # noqa: E731
+    return VllmLog(version=other["version"] or "", utilization=float(other["utilization"]) if other["utilization"] else None,
+                   **{f"{name}_bytes": round(float(v) * GiB) if v else None for name, v in gib.items()},
+                   gpu_blocks=as_int(other["gpu_blocks"]), kv_tokens=as_int(other["kv_tokens"]),
+                   concurrency_tokens=as_int(concurrency.group(1)) if concurrency else None,
+                   max_concurrency=float(concurrency.group(2)) if concurrency else None, args=args)
+
+
+def catalog_gpu(total_bytes: int | None, catalog: dict[str, Gpu]) -> str | None:
+    """The catalog GPU whose usable memory is nearest the log's total, if within GPU_MATCH of it."""
+    if not total_bytes:
+        return None
+    near = min(catalog.values(), key=lambda g: abs(g.usable_bytes - total_bytes))
+    return near.id if abs(near.usable_bytes - total_bytes) <= GPU_MATCH * near.usable_bytes else None
+
+
+def plan_from_vllm_log(log: VllmLog, catalog: dict[str, Gpu] | None = None) -> Imported:
+    """The partial plan the log's arguments say (planner/formats/vllm.py reads them as flags), with the
+    utilization and the context the log prints where its arguments do not say them, and the catalog GPU its
+    total memory identifies."""
+    args = {k: v for k, v in log.args.items() if k != "model_tag"}
+    if "gpu_memory_utilization" not in args and log.utilization is not None:
+        args["gpu_memory_utilization"] = log.utilization
+    if "max_model_len" not in args and log.concurrency_tokens:
+        args["max_model_len"] = log.concurrency_tokens
+    imported = read_mapping(args)
+    gpu = catalog_gpu(log.total_bytes, catalog or load_catalog())
+    if gpu:
+        set_key(imported.plan, "hardware.gpu", gpu)
+    return imported
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    item: str
+    log_bytes: int | None
+    plan_bytes: int | None
+
+    @property
+    def difference(self) -> int | None:
+        """The planner's bytes less the log's."""
+        return None if self.log_bytes is None or self.plan_bytes is None else self.plan_bytes - self.log_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    rows: tuple[Row, ...]
+    context_tokens: int  # the plan's prompt + output
+    kv_bytes_per_token: int  # the planner's, per GPU
+    log_kv_tokens: int | None  # tokens the log's KV memory holds at the planner's bytes per token (whole blocks)
+    log_concurrency: float | None  # sequences of the plan's context those tokens hold
+    plan_kv_tokens: int
+    plan_concurrency: int
+
+
+def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> Comparison:
+    """The log's figures beside the planner's for the same items (planner/memory/inference.py's Estimate items),
+    and the KV tokens and concurrency the log's KV memory holds at the planner's bytes per token."""
+    est = estimate(plan, catalog or load_catalog())
+    by_name = {i.name: i.bytes for i in est.items}
+    # vLLM's non-torch figure: NCCL and custom all-reduce, and the CUDA context where the release counts it
+    # (fraction_scope device: V0 and V1 before 0.9.1, whose figure is device memory used less torch's)
+    non_torch = ("nccl", "custom_all_reduce") + (("cuda_context",) if plan.workload.inference.fraction_scope == "device"
+                                                 else ())
+    planned = {"weights": by_name.get("weights"), "non-torch memory": sum(by_name.get(n, 0) for n in non_torch),
+               "activation peak": by_name.get("activations"), "KV cache": est.serving.kv_budget_bytes,
+               "CUDA graphs": by_name.get("cuda_graphs", 0)}
+    logged = {"weights": log.weights_bytes, "non-torch memory": log.non_torch_bytes,
+              "activation peak": log.activation_bytes, "KV cache": log.kv_cache_bytes,
+              "CUDA graphs": log.cuda_graph_bytes}
+    per_token = kv_bytes_per_token(plan)
+    ctx = plan.workload.inference.context_tokens
+    tokens = (max(0, log.kv_cache_bytes) // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
+              if log.kv_cache_bytes is not None else None)
+    return Comparison(rows=tuple(Row(item=k, log_bytes=logged[k], plan_bytes=planned[k]) for k in planned),
+                      context_tokens=ctx, kv_bytes_per_token=per_token, log_kv_tokens=tokens,
+                      log_concurrency=tokens / ctx if tokens is not None else None,
+                      plan_kv_tokens=est.serving.kv_budget_bytes // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
+                      plan_concurrency=est.serving.max_concurrent_sequences)
+
+
+def _log_plan(log: VllmLog, catalog: dict[str, Gpu]) -> Plan:
+    """The plan the log's arguments say (on the default plan's other keys)."""
+    imported = plan_from_vllm_log(log, catalog)
+    if "model" not in imported.plan:
+        named = f"names {imported.model_name!r}, not a preset" if imported.model_name else "names no model"
+        raise PlanError("log", f"{named}; give a PLAN.yaml to compare with")
+    return plan_from_dict(imported.plan)
+
+
+def vllm_log_table(text: str, plan_text: str | None, catalog: dict[str, Gpu]) -> str:
+    """The `vllm-log` command's answer: the log's figures beside the plan's, and the calibrated KV capacity."""
+    log = parse_vllm_log(text)
+    plan = plan_from_yaml(plan_text) if plan_text is not None else _log_plan(log, catalog)
+    cmp = compare(plan, log, catalog)
+    show = lambda b: format_bytes(b) if b is not None else "—"  # noqa: E731
+    lines = [f"{'item':<18}{'vLLM log':>14}{'planner':>14}{'difference':>14}"]
+    lines += [f"{r.item:<18}{show(r.log_bytes):>14}{show(r.plan_bytes):>14}{show(r.difference):>14}"
+              for r in cmp.rows]
+    lines.append(f"plan: {plan.model.preset or plan.name or 'model'} on {catalog[plan.hardware.gpu].name}, "
+                 f"tensor {plan.parallelism.tensor}, {cmp.context_tokens:,} tokens a sequence, "
+                 f"{format_bytes(cmp.kv_bytes_per_token, 'B')} of KV a token per GPU")
+    if cmp.log_kv_tokens is not None:
+        lines.append(f"the log's KV memory holds {counted(cmp.log_kv_tokens, 'token')} at the planner's bytes a token: "
+                     f"{cmp.log_concurrency:.2f} sequences of {cmp.context_tokens:,} tokens"
+                     + (f" (vLLM: {log.kv_tokens:,} tokens)" if log.kv_tokens else ""))
+    lines.append(f"the planner's own KV budget holds {counted(cmp.plan_kv_tokens, 'token')}: "
+                 f"{counted(cmp.plan_concurrency, 'sequence')} of {cmp.context_tokens:,} tokens")
+    return "\n".join(lines) + "\n"

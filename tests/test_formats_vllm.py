@@ -1,0 +1,83 @@
+"""planner/formats/vllm.py: vLLM command lines and --config files."""
+
+from pathlib import Path
+
+import pytest
+
+from planner.codec import plan_from_dict
+from planner.errors import PlanError
+from planner.formats import FORMATS, detect, round_trip
+from planner.formats.vllm import FORMAT, read
+
+DATA = Path(__file__).parent / "data" / "configs" / "vllm"
+
+
+def test_recipe_command_qwen3_235b():
+    r = read((DATA / "qwen3-235b-a22b-rocm.sh").read_text())
+    assert r.plan == {"framework": "vllm", "model": {"preset": "qwen3-235b-a22b"}, "parallelism": {"tensor": 4},
+                      "workload": {"task": "inference", "inference": {
+                          "prefill_chunk_tokens": 32768, "prompt_tokens": 32512, "output_tokens": 256,
+                          "prefix_caching": False, "gpu_memory_utilization": 0.8}}}
+    assert r.unmodelled == ("--swap-space: host RAM (GiB per GPU) for preempted sequences' KV blocks (V0); GPU "
+                            "memory unchanged",)
+    assert r.ignored == ("--trust-remote-code", "--disable-log-requests", "--distributed-executor-backend")
+    assert r.unknown[0] == "env HIP_VISIBLE_DEVICES" and len(r.unknown) == 7
+
+
+def test_recipe_config_yaml():
+    r = read((DATA / "Llama3.3_Hopper.yaml").read_text())
+    assert r.plan["precision"] == {"kv_cache": "fp8"}
+    assert r.plan["workload"]["inference"] == {"prefix_caching": False, "prefill_chunk_tokens": 8192}
+    assert r.ignored == ("--async-scheduling",)
+
+
+def test_quantized_name_not_a_preset():
+    r = read((DATA / "pr12569.sh").read_text(), gpus=1)
+    assert r.model_name == "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8"
+    assert r.plan["precision"] == {"weights": "int8"}
+    assert r.plan["hardware"] == {"count": 1}
+    assert r.plan["workload"]["inference"]["gpu_memory_utilization"] == 0.98
+    assert r.plan["workload"]["inference"]["prefix_caching"] is True  # vLLM's default, the plan's is off
+
+
+@pytest.mark.parametrize("text, message", [
+    ("vllm serve m --gpu-memory-utilization 1.5", "--gpu-memory-utilization: '1.5' must be a fraction from 0.05 to 1"),
+    ("vllm serve m -tp 0", "--tensor-parallel-size: '0' must be at least 1"),
+    ("vllm serve m --kv-cache-dtype int3", "--kv-cache-dtype: 'int3' is not one of fp8, fp8_e4m3, fp8_e5m2, "
+                                           "fp8_inc, fp8_ds_mla, bfloat16, auto"),
+    ("vllm serve m --max-model-len 1", "--max-model-len: '1' must be at least 2 (a prompt token and an output token)"),
+    ("vllm serve m --max-num-seqs", "--max-num-seqs: None needs a value"),
+    ("vllm serve 'm", "command: \"vllm serve 'm\" is not a shell command line (No closing quotation)"),
+])
+def test_errors(text, message):
+    with pytest.raises(PlanError) as exc:
+        read(text)
+    assert str(exc.value) == message
+
+
+def test_detect():
+    assert detect((DATA / "qwen3-235b-a22b-rocm.sh").read_text()) is FORMAT
+    assert detect((DATA / "Llama3.3_Hopper.yaml").read_text()) is FORMAT
+    assert not FORMAT.detect("python -m sglang.launch_server --model-path m")
+    assert not FORMAT.detect("batch_size: 4\n_component_: torchtune.x\n")
+
+
+@pytest.mark.parametrize("extra", [
+    {}, {"precision": {"weights": "fp8", "kv_cache": "fp8"}}, {"precision": {"weights": "int4"}},
+    {"precision": {"compute": "fp16", "weights": "nf4"}}, {"parallelism": {"tensor": 4, "data": 2}},
+    {"parallelism": {"tensor": 2, "pipeline": 2}},
+    {"workload": {"inference": {"gpu_memory_utilization": 0.7, "max_num_seqs": 64, "prefill_chunk_tokens": 2048,
+                                "cuda_graphs": False, "prefix_caching": True}}},
+])
+def test_round_trip(extra):
+    base = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference"}}
+    for key, value in extra.items():
+        base[key] = {**base.get(key, {}), **value}
+    assert round_trip(plan_from_dict(base), FORMATS["vllm"]) == {}
+
+
+def test_write_refuses_int8_weights():
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference"},
+                           "precision": {"weights": "int8"}})
+    with pytest.raises(PlanError, match=r"^precision.weights: 'int8' has no vLLM --quantization"):
+        FORMAT.write(plan)

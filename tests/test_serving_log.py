@@ -1,0 +1,96 @@
+"""planner/serving_log.py: vLLM's start-up log read, planned and compared; the `vllm-log` command."""
+
+from pathlib import Path
+
+import pytest
+
+from planner.catalog import load_catalog
+from planner.cli import main
+from planner.codec import plan_from_dict
+from planner.errors import PlanError
+from planner.serving_log import compare, parse_vllm_log, plan_from_vllm_log
+from planner.units import GiB
+
+LOGS = Path(__file__).parent / "data" / "vllm-logs"
+
+
+def _gib(x: float) -> int:
+    return round(x * GiB)
+
+
+def test_v0_worker_lines_with_tensor_parallel_workers():
+    log = parse_vllm_log((LOGS / "v0-tp4-pr14447.log").read_text())
+    assert (log.total_bytes, log.utilization) == (_gib(23.58), 0.99)
+    assert (log.weights_bytes, log.non_torch_bytes, log.activation_bytes, log.kv_cache_bytes) == (
+        _gib(21.21), _gib(0.20), _gib(0.37), _gib(1.57))
+    imported = plan_from_vllm_log(log)
+    assert imported.plan["hardware"] == {"gpu": "rtx-3090-24gb"}  # 23.59 GiB: the nearest within 1 %
+    assert imported.plan["workload"]["inference"]["gpu_memory_utilization"] == 0.99
+
+
+def test_v0_profiling_table():
+    log = parse_vllm_log((LOGS / "v0-table-pr10511.log").read_text())
+    assert (log.total_bytes, log.weights_bytes, log.non_torch_bytes, log.activation_bytes, log.kv_cache_bytes) == (
+        _gib(79.22), _gib(14.96), _gib(1.79), _gib(1.26), _gib(53.29))
+    assert plan_from_vllm_log(log).plan["hardware"] == {"gpu": "h100-sxm-80gb"}
+
+
+def test_v1_lines():
+    early = parse_vllm_log((LOGS / "v1-0.7-pr12569.log").read_text())
+    assert (early.weights_bytes, early.gpu_blocks, early.concurrency_tokens, early.max_concurrency) == (
+        _gib(67.7229), 1381, 2048, 10.79)
+    log = parse_vllm_log((LOGS / "v1-0.8-pr17122.log").read_text())
+    assert (log.weights_bytes, log.kv_tokens, log.concurrency_tokens, log.max_concurrency) == (
+        _gib(14.9889), 158_656, 32_768, 4.84)
+    assert plan_from_vllm_log(log).plan["workload"]["inference"]["prompt_tokens"] == 32_512  # + 256 output
+
+
+def test_v1_free_memory_line_reads_rank_0():
+    log = parse_vllm_log((LOGS / "v1-club3090-1087.log").read_text())
+    assert (log.total_bytes, log.utilization, log.activation_bytes, log.cuda_graph_bytes, log.kv_cache_bytes) == (
+        _gib(31.4), 0.92, _gib(1.59), _gib(0.09), _gib(12.26))  # TP1's 12.24 GiB is not taken
+    assert plan_from_vllm_log(log).plan["hardware"] == {"gpu": "rtx-5090-32gb"}
+
+
+def test_non_default_args_with_a_config_object():
+    log = parse_vllm_log((LOGS / "v1-lmcache-2522.log").read_text())
+    assert log.args["max_model_len"] == 1024
+    assert log.args["kv_transfer_config"].startswith("KVTransferConfig(kv_connector='LMCacheConnectorV1'")
+    imported = plan_from_vllm_log(log)
+    assert imported.plan["model"] == {"preset": "llama-3.2-1b"}
+    assert imported.plan["workload"]["inference"] == {"prompt_tokens": 768, "output_tokens": 256, "cuda_graphs": False,
+                                                      "gpu_memory_utilization": 0.35, "prefix_caching": True}
+    assert imported.unmodelled[0].startswith("--load-format:")
+
+
+def test_errors():
+    with pytest.raises(PlanError, match=r"^log: has none of vLLM's start-up memory lines"):
+        parse_vllm_log("hello\nworld")
+    with pytest.raises(PlanError, match=r"^non-default args: cannot be read as a Python dict"):
+        parse_vllm_log("INFO non-default args: {'a': 1,, }")
+
+
+def test_compare_with_a_plan():
+    log = parse_vllm_log((LOGS / "v0-table-pr10511.log").read_text())
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "framework_release": "0.8.0",
+                           "workload": {"task": "inference", "inference": {"gpu_memory_utilization": 0.9,
+                                                                          "prompt_tokens": 7936}},
+                           "hardware": {"gpu": "h100-sxm-80gb"}})
+    cmp = compare(plan, log, load_catalog())
+    rows = {r.item: r for r in cmp.rows}
+    assert abs(rows["weights"].difference) < 0.01 * GiB  # 14.96 GiB: the planner's 8.03 B params in bf16
+    assert rows["CUDA graphs"].log_bytes is None and rows["CUDA graphs"].difference is None
+    assert cmp.kv_bytes_per_token == 131_072  # 32 layers × 2 × 8 KV heads × 128 × 2 B
+    assert cmp.log_kv_tokens == _gib(53.29) // 131_072 // 16 * 16 == 436_544
+    assert cmp.log_concurrency == pytest.approx(436_544 / 8192)
+
+
+def test_cli(capsys, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: {preset: llama-3.1-8b}\nframework: vllm\nworkload: {task: inference}\n")
+    assert main(["vllm-log", str(LOGS / "v0-table-pr10511.log"), str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split()[:3] == ["weights", "14.96", "GiB"]
+    assert "the log's KV memory holds 436,544 tokens" in out
+    assert main(["vllm-log", str(LOGS / "v1-club3090-1087.log")]) == 2
+    assert capsys.readouterr().err == "error: log: names no model; give a PLAN.yaml to compare with\n"
