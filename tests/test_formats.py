@@ -13,6 +13,8 @@ from planner.formats.base import get_key, preset_for, set_key
     ("./assets/hf/Llama-3.1-8B", "llama-3.1-8b"),  # a local copy named for the repo
     ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
     ("google/gemma-2-9b-it", "gemma-2-9b"),
+    ("neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "llama-3.1-70b"),  # a quantized release
+    ("Qwen/Qwen2.5-7B-Instruct-AWQ", "qwen2.5-7b"),
     ("llama-3.1-70b", "llama-3.1-70b"),  # a preset id
     ("acme/secret-model-7b", None),
 ])

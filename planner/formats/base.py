@@ -77,7 +77,9 @@ def get_key(plan: dict[str, Any], dotted: str, default: Any = None) -> Any:
 
 
 # suffixes of a fine-tuned release that keeps its base model's architecture ("Llama-3.1-8B-Instruct")
-_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|fp8|awq|gptq(-int[48])?|bnb-4bit|\d{4}))+$")
+# and of a quantized one ("Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "Qwen2.5-7B-Instruct-AWQ")
+_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|fp8(-dynamic)?|awq|gptq(-int[48])?|bnb-4bit|\d{4}|"
+                      r"quantized\.\w+|w\d+a\d+))+$")
 
 
 def preset_for(name: str) -> str | None:
@@ -90,7 +92,8 @@ def preset_for(name: str) -> str | None:
         hf = preset.hf_id.lower()
         if wanted in (preset.id, hf) or last == hf.split("/")[-1]:
             return preset.id
+    bare = _VARIANT.sub("", last.removeprefix("meta-"))
     for preset in presets().values():  # then the variants: the bare name of both
-        if _VARIANT.sub("", last) == _VARIANT.sub("", preset.hf_id.lower().split("/")[-1]):
+        if bare == _VARIANT.sub("", preset.hf_id.lower().split("/")[-1]):
             return preset.id
     return None
