@@ -31,9 +31,9 @@ def test_recipe_config_yaml():
     assert r.ignored == ("--async-scheduling",)
 
 
-def test_quantized_name_not_a_preset():
+def test_a_quantized_release_is_its_presets_architecture_in_its_weights_dtype():
     r = read((DATA / "pr12569.sh").read_text(), gpus=1)
-    assert r.model_name == "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8"
+    assert r.plan["model"] == {"preset": "llama-3.1-70b"} and r.model_name == ""
     assert r.plan["precision"] == {"weights": "int8"}
     assert r.plan["hardware"] == {"count": 1}
     assert r.plan["workload"]["inference"]["gpu_memory_utilization"] == 0.98
