@@ -680,3 +680,45 @@ def test_share_tab_links_the_plan():
     query = dict(parse_qsl(at.code[0].value.split("?", 1)[1]))
     plan, warnings = plan_from_query(query, DEFAULT)
     assert not warnings and plan_to_dict(plan) == plan_to_dict(plan_from_dict(TAB_PLAN))
+
+
+VLLM_LINE = ("vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 2 --max-model-len 8192 "
+             "--gpu-memory-utilization 0.85 --some-future-flag 3")
+
+
+def test_a_pasted_framework_config_becomes_the_plan_and_says_what_it_left():
+    at = app(view="Share and export")
+    at.text_area(key="config_text").input(VLLM_LINE)
+    at.button(key="load_config").click().run()
+    assert not at.exception
+    plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
+    assert not warnings and plan.model.preset == "qwen2.5-7b" and plan.framework == "vllm"
+    assert (plan.workload.task, plan.parallelism.tensor, plan.workload.inference.gpu_memory_utilization,
+            plan.workload.inference.context_tokens, plan.hardware.count) == ("inference", 2, 0.85, 8192, 8)
+    assert any(s.value.startswith("Loaded pasted config as vLLM") for s in at.success)
+    assert "unknown key: --some-future-flag" in [w.value for w in at.warning]
+
+
+def test_an_unreadable_config_is_an_error_and_the_plan_stays():
+    at = app(view="Share and export")
+    at.text_area(key="config_text").input("hello: world").run()
+    at.button(key="load_config").click().run()
+    assert not at.exception and any(e.value.startswith("Config: config: is not a config this planner reads")
+                                    for e in at.error)
+    assert at.query_params["preset"] == "llama-3.1-8b"
+
+
+SERVING_PLAN = {"model": {"preset": "qwen2.5-7b"}, "framework": "vllm", "hardware": {"count": 2},
+                "parallelism": {"tensor": 2}, "workload": {"task": "inference", "inference": {
+                    "gpu_memory_utilization": 0.85, "prompt_tokens": 7936, "output_tokens": 256}}}
+
+
+def test_share_tab_writes_the_plan_as_its_frameworks_config():
+    at = AppTest.from_function(_tab_page, args=(SERVING_PLAN, "share"), default_timeout=30).run()
+    assert not at.exception and at.selectbox(key="export_format").value == "vllm"
+    assert at.selectbox(key="export_format").options == ["vLLM server command line (vllm serve)",
+                                                        "SGLang server command line (sglang.launch_server)"]
+    command = next(c.value for c in at.code if "vllm serve" in c.value)
+    assert "--tensor-parallel-size 2" in command and "--gpu-memory-utilization 0.85" in command
+    assert "--max-model-len 8192" in command
+    assert "Download vLLM server command line (vllm serve)" in {b.label for b in at.get("download_button")}
