@@ -6,7 +6,7 @@ import pytest
 
 from planner.codec import plan_from_dict
 from planner.errors import PlanError
-from planner.formats import FORMATS, detect, overlay, round_trip
+from planner.formats import overlay, round_trip
 from planner.formats import torchtitan as tt
 from planner.models import presets
 
@@ -169,21 +169,6 @@ def test_errors(config, gpus, message):
     with pytest.raises(PlanError) as error:
         tt.read(config, gpus=gpus)
     assert str(error.value) == message
-
-
-@pytest.mark.parametrize("name", sorted(p.name for p in (CONFIGS / "torchtitan").glob("*.toml")))
-def test_detect_own_files(name):
-    assert tt.detect(text(name)) and detect(text(name)) is FORMATS["torchtitan"]
-
-
-@pytest.mark.parametrize("other", [
-    *(p.read_text() for p in sorted((CONFIGS / "megatron").glob("*.sh"))),
-    "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\nbatch_size: 2\n",
-    '{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}',
-    "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2",
-])
-def test_detect_rejects_other_formats(other):
-    assert not tt.detect(other)
 
 
 BASE = {"model": {"preset": "llama-3.1-8b"}, "framework": "torchtitan", "hardware": {"count": 8}}
