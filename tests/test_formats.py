@@ -1,9 +1,11 @@
 """planner/formats: the shared reader helpers and the registry."""
 
+from pathlib import Path
+
 import pytest
 
 from planner.errors import PlanError
-from planner.formats import detect, format_named, overlay
+from planner.formats import FORMATS, detect, format_named, overlay
 from planner.formats.base import get_key, preset_for, set_key
 
 
@@ -44,3 +46,23 @@ def test_unknown_format_and_undetectable_text():
         format_named("nemo")
     with pytest.raises(PlanError, match=r"^config: is not a config this planner reads"):
         detect("hello world")
+
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+STORED = sorted((path.parent.name, path) for path in CONFIGS.glob("*/*") if path.name != "SOURCES.md")
+# small configs of each format: detected as their own format only
+OWN = [("torchtune", "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\nbatch_size: 2\n"),
+       ("deepspeed", '{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}'),
+       ("vllm", "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2 --max-model-len 8192")]
+
+
+@pytest.mark.parametrize("name, path", STORED, ids=[f"{n}/{p.name}" for n, p in STORED])
+def test_each_stored_config_is_detected_as_its_format_only(name, path):
+    text = path.read_text()
+    assert detect(text) is FORMATS[name]
+    assert [fmt.name for fmt in FORMATS.values() if fmt.detect(text)] == [name]
+
+
+@pytest.mark.parametrize("name, text", OWN, ids=[name for name, _ in OWN])
+def test_a_small_config_is_detected_as_its_format_only(name, text):
+    assert [fmt.name for fmt in FORMATS.values() if fmt.detect(text)] == [name]
