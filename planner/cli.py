@@ -1,12 +1,14 @@
 """Command line.
 
-    python -m planner estimate PLAN.yaml [--format table|json|yaml] [--catalog FILE]
-    python -m planner recommend PLAN.yaml [--top N] [--headroom 0.1] [--rank job|hour] [--mfu 0.4]
-                                 [--price GPU=USD ...] [--fix KEY,...] [--catalog FILE] [--format table|json|yaml]
-    python -m planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
-    python -m planner models [--format table|json]
-    python -m planner frameworks [--format text|markdown|json]
-    python -m planner choices [--format table|json]
+    vram-planner estimate PLAN.yaml [--format table|json|yaml] [--catalog FILE]
+    vram-planner recommend PLAN.yaml [--top N] [--headroom 0.1] [--rank job|hour] [--mfu 0.4]
+                            [--price GPU=USD ...] [--fix KEY,...] [--catalog FILE] [--format table|json|yaml]
+    vram-planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
+    vram-planner models [--format table|json]
+    vram-planner frameworks [--format text|markdown|json]
+    vram-planner choices [--format table|json]
+
+`python -m planner ...` is the same command (the installed console script `vram-planner` calls `main`).
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
 the plan's (and the plan file may then be left out: the default plan for that model).
@@ -46,7 +48,7 @@ ESTIMATE_FORMATS = {"table": estimate_to_table, "json": estimate_to_json, "yaml"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m planner",
+    parser = argparse.ArgumentParser(prog="vram-planner",
                                      description="Per-GPU memory of training a language model, and the cheapest "
                                                  "hardware that fits it.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -57,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--hf-config", metavar="CONFIG.json",
                          help="a Hugging Face config.json (a path, or a Hub repo id with huggingface_hub "
                               "installed) whose architecture replaces the plan's model")
-        sub.add_argument("--catalog", help="GPU catalog YAML to use instead of the project's gpu_catalog.yaml")
+        sub.add_argument("--catalog", help="GPU catalog YAML to use instead of the built-in planner/data/gpu_catalog.yaml")
         return sub
 
     est = command("estimate", "itemized per-GPU memory of a plan")
