@@ -7,6 +7,7 @@
     vram-planner models [--format table|json]
     vram-planner frameworks [--format text|markdown|json]
     vram-planner choices [--format table|json]
+    vram-planner measure PLAN.yaml [--dry-run] [--csv FILE] [--steps N] [--catalog FILE]
 
 `python -m planner ...` is the same command (the installed console script `vram-planner` calls `main`).
 
@@ -35,6 +36,7 @@ from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, frameworks_to_list,
                             frameworks_to_table, frameworks_to_text, presets_to_list, presets_to_table,
                             recommendation_to_list, recommendation_to_table)
+from planner import measure
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
@@ -85,6 +87,15 @@ def _parser() -> argparse.ArgumentParser:
     lim = command("limits", "what the plan can grow to on its GPU (training: micro-batch and sequence; inference: "
                             "sequences at once and prompt) and the fewest GPUs")
     lim.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM)
+
+    mea = command("measure", "run the plan on this machine's CUDA GPU (its model with random weights; the measure "
+                             "extra) and print the memory measured next to the prediction")
+    mea.add_argument("--dry-run", action="store_true",
+                     help="validate the plan, show the model and the run it would do, and the prediction (no torch)")
+    mea.add_argument("--csv", metavar="FILE", type=Path,
+                     help="append the measurement to FILE as rows of bench/data/measured-dev.csv (one per statistic)")
+    mea.add_argument("--steps", type=int, default=measure.TRAIN_STEPS,
+                     help=f"training steps to run (default {measure.TRAIN_STEPS}; inference runs one generate)")
 
     mod = commands.add_parser("models", help="the model presets with their parameter counts")
     mod.add_argument("--format", choices=("table", "json"), default="table")
@@ -187,7 +198,28 @@ def _run(args: argparse.Namespace) -> str:
             print(note, file=sys.stderr)
         rows = recommendation_to_list(rec, args.top)
         return json.dumps(rows, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(rows, sort_keys=False)
+    if args.command == "measure":
+        return _measure(plan, catalog, args)
     return _limits(plan, catalog, args.headroom)
+
+
+def _measure(plan: Plan, catalog: dict, args: argparse.Namespace) -> str:
+    """The `measure` command: the dry run's description, or the run's measurements next to the prediction."""
+    if args.steps < 1:
+        raise bad("--steps", args.steps, "must be at least 1")
+    config = measure.setup(plan)
+    predicted = measure.predict(config["plan"], catalog)
+    if args.dry_run:
+        return measure.dry_run_text(config, predicted, args.steps)
+    result = measure.runner_for(config).measure(config, "cuda", args.steps) | {"timestamp": measure.now()}
+    if result["status"] != "ok":
+        raise PlanError("measure", f"{result['status']}: {result['error']}")
+    out = measure.result_text(config, result, predicted)
+    if args.csv:
+        rows = measure.dev_rows(config, result, row_id=re.sub(r"[^a-z0-9]+", "-", config["name"].lower()).strip("-"))
+        measure.append_csv(args.csv, rows)
+        out += f"{len(rows)} rows appended to {args.csv}\n"
+    return out
 
 
 def _limits(plan: Plan, catalog: dict, headroom: float) -> str:
