@@ -211,7 +211,8 @@ def _measure(plan: Plan, catalog: dict, args: argparse.Namespace) -> str:
     predicted = measure.predict(config["plan"], catalog)
     if args.dry_run:
         return measure.dry_run_text(config, predicted, args.steps)
-    result = measure.runner_for(config).measure(config, "cuda", args.steps) | {"timestamp": measure.now()}
+    result = measure.runner_for(config).measure(config, "cuda", args.steps) | {"timestamp": measure.now(),
+                                                                              "steps": args.steps}
     if result["status"] != "ok":
         raise PlanError("measure", f"{result['status']}: {result['error']}")
     out = measure.result_text(config, result, predicted)

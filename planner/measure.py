@@ -204,10 +204,9 @@ def result_text(config: dict, measured: dict, predicted: dict[str, int]) -> str:
     lines = [f"{config['name']} on {measured.get('device', '?')}: {workload_text(config)}",
              f"  {'':<14}{'measured GiB':>13}{'predicted GiB':>15}{'error':>9}"]
     for key, label in STAT_LABELS.items():
-        got = measured.get(key)
-        error = f"{100 * (predicted[key] - got) / got:+8.1f}%" if got else f"{'-':>9}"
-        lines.append(f"  {label:<14}{got / GiB if got is not None else float('nan'):13.2f}"
-                     f"{predicted[key] / GiB:15.2f}{error}")
+        got = measured.get(key)  # None where the run cannot see it (a vLLM engine's allocator)
+        shown, error = (f"{got / GiB:.2f}", f"{100 * (predicted[key] - got) / got:+.1f}%") if got else ("-", "-")
+        lines.append(f"  {label:<14}{shown:>13}{predicted[key] / GiB:15.2f}{error:>9}")
     lines.append(f"  device memory read from: {measured.get('device_bytes_source', '-')}")
     return "\n".join(lines) + "\n"
 
@@ -326,6 +325,7 @@ def dev_rows(config: dict, measured: dict, *, row_id: str = "new") -> list[dict[
     source = f"{facts}; driver {measured.get('driver_version') or '-'}; CUDA {measured.get('cuda_version') or '-'}"
     plan_json = json.dumps(config["plan"], sort_keys=True, separators=(",", ":"))
     capacity = measured.get("device_total_bytes")
+    run = workload_text(config, measured.get("steps", TRAIN_STEPS)).split(":")[0]
     rows = []
     for key, metric in METRICS.items():
         value = measured.get(key)
@@ -338,7 +338,7 @@ def dev_rows(config: dict, measured: dict, *, row_id: str = "new") -> list[dict[
             "gpu_capacity_gib": f"{capacity / GiB:.2f}" if capacity else "", "measured_value": int(value),
             "measured_unit": "bytes", "measured_gib": f"{value / GiB:.3f}",
             "measured_metric": metric if from_smi else f"{metric}: {measured['device_bytes_source']}",
-            "quality": "A", "notes": f"{TRAIN_STEPS} steps, random weights; plan: {plan_json}"})
+            "quality": "A", "notes": f"{run}; random weights; plan: {plan_json}"})
     return rows
 
 

@@ -118,7 +118,11 @@ def test_a_run_prints_measured_next_to_predicted_and_appends_rows(tmp_path, caps
         assert cli.main(["measure", plan, "--csv", str(out_csv)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Llama 1B LoRA on NVIDIA H100 80GB HBM3: 2 training steps (lora)")
-    assert lines[2].startswith("  max allocated         10.00") and lines[-1] == f"3 rows appended to {out_csv}"
+    assert lines[1] == "                 measured GiB  predicted GiB    error"
+    predicted = measure.predict(measure.setup(plan_from_dict(yaml.safe_load(LORA)))["plan"])["peak_allocated_bytes"]
+    error = 100 * (predicted - 10 * 2**30) / (10 * 2**30)
+    assert lines[2] == f"  max allocated         10.00{predicted / 2**30:15.2f}{f'{error:+.1f}%':>9}"
+    assert lines[-1] == f"3 rows appended to {out_csv}"
     with out_csv.open() as fh:
         assert next(csv.reader(fh)) == measure.DEV_COLUMNS  # the header once
         rows = list(csv.DictReader(out_csv.open()))
@@ -157,3 +161,13 @@ def test_bench_accuracy_reads_a_row_back_as_the_same_prediction(text):
         assert why == "" and accuracy.predict(plan, accuracy.statistic(row)) == predicted[key]
         assert float(row["measured_gib"]) == pytest.approx(MEASURED[key] / 2**30, abs=1e-3)
     assert "torch 2.7.0; transformers 4.56.0; peft 0.17.0; driver 570.86; CUDA 12.8" == rows[0]["source_ref"]
+    assert rows[0]["notes"].startswith(measure.workload_text(config).split(":")[0] + "; random weights; plan: {")
+    assert yaml.safe_load(rows[0]["notes"].split("; plan: ")[1]) == config["plan"]
+
+
+def test_a_measurement_the_run_cannot_see_is_a_dash():
+    config = measure.setup(plan_from_dict(yaml.safe_load(LORA)))
+    measured = MEASURED | {"peak_allocated_bytes": None, "peak_reserved_bytes": None}
+    lines = measure.result_text(config, measured, measure.predict(config["plan"])).splitlines()
+    assert lines[2].split()[:3] == ["max", "allocated", "-"] and lines[2].endswith(" -")
+    assert len(measure.dev_rows(config, measured)) == 1
