@@ -93,8 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     mea.add_argument("--dry-run", action="store_true",
                      help="validate the plan, show the model and the run it would do, and the prediction (no torch)")
     mea.add_argument("--csv", metavar="FILE", type=Path,
-                     help="append the measurement to FILE as rows of bench/data/measured-dev.csv (one per statistic)")
-    mea.add_argument("--steps", type=int, default=measure.TRAIN_STEPS,
+                     help="append the measurement to FILE as rows in bench/data/measured-dev.csv's format "
+                          "(one per statistic)")
+    mea.add_argument("--steps", type=int, default=measure.TRAIN_STEPS, metavar="N",
                      help=f"training steps to run (default {measure.TRAIN_STEPS}; inference runs one generate)")
 
     mod = commands.add_parser("models", help="the model presets with their parameter counts")
