@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--hf-config", metavar="CONFIG.json",
                          help="a Hugging Face config.json (a path, or a Hub repo id with huggingface_hub "
                               "installed) whose architecture replaces the plan's model")
-        sub.add_argument("--catalog", help="GPU catalog YAML to use instead of the built-in planner/data/gpu_catalog.yaml")
+        sub.add_argument("--catalog",
+                         help="GPU catalog YAML to use instead of the built-in planner/data/gpu_catalog.yaml")
         return sub
 
     est = command("estimate", "itemized per-GPU memory of a plan")
