@@ -58,7 +58,8 @@ def test_installed_wheel_runs_from_another_directory(wheel, tmp_path):
     site = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path).strip()
     outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (tmp_path / "venv" / site).joinpath("outer.pth").write_text("\n".join(sorted(outer)) + "\n")
-    _run(python, "-m", "pip", "install", "--no-deps", "-q", wheel, cwd=tmp_path)
+    # --ignore-installed: a vram-planner the outer environment has (pip install ".[dev]") must not count
+    _run(python, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", wheel, cwd=tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     where = _run(python, "-c", "import planner; print(planner.__file__)", cwd=tmp_path, env=env)
     assert where.startswith(str(env_dir))  # the installed copy, not the checkout
