@@ -1,37 +1,30 @@
-"""GPU measurement harness: run a plan's workload on a real GPU and record what PyTorch and the driver report.
+"""GPU measurement grid: run many plans' workloads on a real GPU and record what PyTorch and the driver report.
 
-Each configuration is a plan (the `vram-planner/v1` dict `planner.codec.plan_from_dict` reads) plus the Hugging
-Face architecture that realizes its `model` block (llama, qwen2, gpt2, mixtral). The model is built from a
-config in code (`AutoModelForCausalLM.from_config`, random weights, nothing downloaded) and runs the plan's
-workload in a fresh subprocess, so the CUDA context and the caching allocator start clean for every row:
+A grid driver over the package's measuring code (`vram-planner measure` measures one plan): each configuration
+is a plan (the `vram-planner/v1` dict) plus the Hugging Face architecture that realizes its `model` block
+(llama, qwen2, gpt2, mixtral); `planner/measure.py` turns it into a transformers config and
+`planner/measure_run.py` builds the model with random weights and runs the workload (see there), here in a fresh
+subprocess per configuration, so the CUDA context and the caching allocator start clean for every row.
+QLoRA and 8-bit AdamW rows are skipped with a reason when bitsandbytes is absent.
 
-- training (pretrain / finetune / lora / qlora): two steps of forward with HF's loss (labels), backward,
-  clip_grad_norm_, optimizer.step, zero_grad(set_to_none=True), so the optimizer states exist at the peak;
-  LoRA through peft, QLoRA through a bitsandbytes NF4 base (skipped with a reason when bitsandbytes is absent);
-- inference: prefill + greedy `generate` with the KV cache, for exactly `output_tokens` new tokens.
-
-Recorded per row: `torch.cuda.max_memory_allocated`, `torch.cuda.max_memory_reserved` (peak stats reset after
-the model is built and the cache emptied) and the device memory the process uses (nvidia-smi's per-process
-figure when it can be matched, else `mem_get_info` used at the end minus what was used before CUDA started),
-next to the planner's three predictions (`peak_allocated_bytes`, `peak_reserved_bytes`, `device_bytes`).
+Recorded per row: `torch.cuda.max_memory_allocated`, `torch.cuda.max_memory_reserved` and the device memory the
+process uses, next to the planner's three predictions (`peak_allocated_bytes`, `peak_reserved_bytes`,
+`device_bytes`).
 
     python bench/measure_gpu.py --grid                      # ~60 configurations, rows to bench/measurements/
     python bench/measure_gpu.py --config '{"arch": "llama", "plan": {...}}' --out my.csv
     python bench/measure_gpu.py --grid --dry-run            # no torch needed: validate plans, print predictions
     python bench/measure_gpu.py --grid --device cpu         # harness check: tiny shapes run end to end on CPU
 
-torch is imported only inside the functions that run a workload, so `--dry-run` works without it.
+torch is imported only by the child process that runs a workload, so `--dry-run` works without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import csv
-import dataclasses
 import datetime as _dt
 import json
-import os
 import re
 import subprocess
 import sys
@@ -44,12 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 import yaml
 
-from planner.memory import estimate
-from planner.models import model_from_dict, model_to_dict
 from planner.codec import plan_from_dict
+from planner.measure import append_csv, load_runner, normalize, nvidia_smi, predict, versions
 
 MEASUREMENTS = ROOT / "bench" / "measurements"
-ARCHS = ("llama", "qwen2", "gpt2", "mixtral")
 CHILD_TIMEOUT_S = 300
 RESULT_PREFIX = "MEASURE_GPU_RESULT "
 
@@ -62,9 +53,7 @@ COLUMNS = [
 ]
 MEASURED_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes")
 
-# --- Models: plan `model` blocks, each with the HF architecture that realizes it ------------------------------
-# Qwen2 puts biases on q/k/v only; the plan format's `bias` means every linear, so it is left false (the q/k/v
-# biases are 0.1 % of the parameters). GPT-2's learned position table (n_positions × hidden) is not in the plan.
+# --- Models: plan `model` blocks, each with the HF architecture that realizes it (planner.measure.hf_config) ---
 MODELS: dict[str, tuple[str, dict]] = {
     "gpt2-124m": ("gpt2", {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
                            "intermediate_size": 3072, "vocab_size": 50257, "mlp": "gelu", "norm": "layernorm",
@@ -98,8 +87,6 @@ OPTIMIZERS = {
     "sgd": {"optimizer": "sgd", "optimizer_impl": "foreach"},
     "adamw_8bit": {"optimizer": "adamw_8bit"},
 }
-LORA_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-              "down": "down_proj"}
 ALL_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"]
 
 
@@ -187,39 +174,6 @@ def grid() -> list[dict]:
     return out
 
 
-def normalize(config: Any) -> dict:
-    """A `--config` value: {"arch", "plan"[, "name"]} or a bare plan dict (its arch inferred from the model)."""
-    if isinstance(config, str):
-        config = json.loads(config)
-    if not isinstance(config, dict):
-        raise TypeError("--config must be a JSON object: a plan dict or {\"arch\": ..., \"plan\": {...}}")
-    if "plan" not in config:
-        config = {"plan": config}
-    plan = copy.deepcopy(config["plan"])
-    if not isinstance(plan, dict) or "model" not in plan:
-        raise ValueError("--config: the plan needs a model block")
-    # Resolve a preset or a parameter count to explicit architecture keys: the harness builds from them.
-    m = model_from_dict(plan["model"])
-    if m.mla or m.sliding_window is not None or m.shared_experts or m.first_dense_layers:
-        raise ValueError("--config: latent attention, sliding windows, shared experts and leading dense layers"
-                         " are not built by this harness (llama, qwen2, gpt2, mixtral shapes only)")
-    plan["model"] = model_to_dict(dataclasses.replace(m, preset=None, approx_params=None))
-    for section in ("workload", "precision", "techniques"):
-        plan[section] = plan.get(section) or {}
-    arch = config.get("arch") or ("gpt2" if m.mlp == "gelu" else "mixtral" if m.num_experts else "llama")
-    if arch not in ARCHS:
-        raise ValueError(f"arch {arch!r}: one of {', '.join(ARCHS)}")
-    name = config.get("name") or plan.get("name") or "config"
-    plan_from_dict(plan)  # fail early on an invalid plan
-    return {"name": name, "arch": arch, "plan": plan}
-
-
-def predict(plan: dict) -> dict[str, int]:
-    est = estimate(plan_from_dict(plan))
-    return {"peak_allocated_bytes": est.peak_allocated_bytes, "peak_reserved_bytes": est.peak_reserved_bytes,
-            "device_bytes": est.device_bytes}
-
-
 def tiny(config: dict) -> dict:
     """The same configuration on a model and workload small enough for a CPU check (same family and features)."""
     config = copy.deepcopy(config)
@@ -243,251 +197,7 @@ def tiny(config: dict) -> dict:
     return config
 
 
-# --- Running a workload (torch imported here only) ------------------------------------------------------------
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for pkg in ("torch", "transformers", "peft", "bitsandbytes"):
-        try:
-            out[f"{pkg}_version"] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[f"{pkg}_version"] = ""
-    return out
-
-
-def _nvidia_smi(query: str, *, apps: bool = False) -> list[str] | None:
-    flag = "--query-compute-apps" if apps else "--query-gpu"
-    try:
-        res = subprocess.run(["nvidia-smi", f"{flag}={query}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if res.returncode:
-        return None
-    return [line.strip() for line in res.stdout.splitlines() if line.strip()]
-
-
-def _hf_config(arch: str, model: dict, attention: str, max_positions: int):
-    import transformers
-
-    n_kv = model.get("num_kv_heads") or model["num_attention_heads"]
-    head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
-    common = {"vocab_size": model["vocab_size"], "tie_word_embeddings": bool(model.get("tie_embeddings", False))}
-    if arch == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=model["hidden_size"], n_layer=model["num_layers"],
-                                      n_head=model["num_attention_heads"], n_inner=model["intermediate_size"],
-                                      n_positions=max(max_positions, 1024), resid_pdrop=0.0, embd_pdrop=0.0,
-                                      attn_pdrop=0.0, **common)
-    else:
-        kwargs = dict(hidden_size=model["hidden_size"], num_hidden_layers=model["num_layers"],
-                      num_attention_heads=model["num_attention_heads"], num_key_value_heads=n_kv,
-                      intermediate_size=model["intermediate_size"], head_dim=head_dim,
-                      max_position_embeddings=max(max_positions, 4096), **common)
-        if arch == "llama":
-            cfg = transformers.LlamaConfig(attention_bias=bool(model.get("bias")), mlp_bias=bool(model.get("bias")),
-                                           **kwargs)
-        elif arch == "qwen2":
-            cfg = transformers.Qwen2Config(use_sliding_window=False, **kwargs)
-        elif arch == "mixtral":
-            cfg = transformers.MixtralConfig(num_local_experts=model["num_experts"],
-                                             num_experts_per_tok=model["experts_per_token"], **kwargs)
-        else:
-            raise ValueError(f"arch {arch!r}")
-    cfg._attn_implementation = "sdpa" if attention == "flash" else "eager"
-    return cfg
-
-
-def _build(cfg, dtype, device, attention: str):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    attn = "sdpa" if attention == "flash" else "eager"
-    with torch.device(device):
-        try:
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=dtype)
-        except TypeError:  # transformers < 4.56 names it torch_dtype
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, torch_dtype=dtype)
-    return model.to(device=device, dtype=dtype)
-
-
-def _build_nf4(cfg, plan: dict, device):
-    """A bitsandbytes NF4 base: the random bf16 model saved to a temporary folder and loaded 4-bit."""
-    import tempfile
-
-    import torch
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    prec = plan["precision"]
-    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
-                               bnb_4bit_use_double_quant=bool(prec.get("double_quant")),
-                               bnb_4bit_quant_storage=torch.uint8)
-    with tempfile.TemporaryDirectory() as tmp:
-        model = _build(cfg, torch.bfloat16, device, "flash" if cfg._attn_implementation == "sdpa" else "eager")
-        model.save_pretrained(tmp)  # random init on the GPU is fast; the CPU is slow for billions of weights
-        del model
-        if str(device).startswith("cuda"):
-            torch.cuda.empty_cache()
-        try:
-            return AutoModelForCausalLM.from_pretrained(tmp, quantization_config=quant, device_map={"": 0 if device == "cuda" else device},
-                                                        attn_implementation=cfg._attn_implementation,
-                                                        dtype=torch.bfloat16)
-        except TypeError:
-            return AutoModelForCausalLM.from_pretrained(tmp, quantization_config=quant, device_map={"": 0 if device == "cuda" else device},
-                                                        attn_implementation=cfg._attn_implementation,
-                                                        torch_dtype=torch.bfloat16)
-
-
-def _optimizer(params, prec: dict, device: str):
-    import torch
-
-    opt, impl = prec.get("optimizer", "adamw"), prec.get("optimizer_impl", "foreach")
-    if opt == "adamw":
-        kwargs = {"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}
-        return torch.optim.AdamW(params, lr=1e-5, **kwargs)
-    if opt == "sgd":
-        return torch.optim.SGD(params, lr=1e-5, foreach=impl == "foreach")
-    if opt == "sgd_momentum":
-        return torch.optim.SGD(params, lr=1e-5, momentum=0.9, foreach=impl == "foreach")
-    if opt == "adamw_8bit":
-        import bitsandbytes as bnb
-
-        return bnb.optim.AdamW8bit(params, lr=1e-5)
-    raise ValueError(f"precision.optimizer {opt!r} is not run by this harness")
-
-
-def needs_skip(config: dict, device: str) -> str | None:
-    """Why a configuration cannot run here (missing bitsandbytes, CPU), or None."""
-    import importlib.util
-
-    plan = config["plan"]
-    wants_bnb = plan["workload"].get("task") == "qlora" or plan["precision"].get("optimizer") == "adamw_8bit"
-    if wants_bnb and importlib.util.find_spec("bitsandbytes") is None:
-        return "skipped: bitsandbytes is not installed (QLoRA / adamw_8bit need it)"
-    if wants_bnb and device == "cpu":
-        return "skipped: bitsandbytes 4-bit / 8-bit kernels need a CUDA device"
-    return None
-
-
-def run_config(config: dict, device: str = "cuda") -> dict:
-    """Run one configuration in this process; return {status, error, measured values, device facts}."""
-    result: dict[str, Any] = {"status": "ok", "error": "", **_versions()}
-    skip = needs_skip(config, device)
-    if skip:
-        return {**result, "status": "skipped", "error": skip}
-    cuda = device.startswith("cuda")
-    baseline_used = None
-    if cuda:
-        used = _nvidia_smi("memory.used")
-        baseline_used = int(used[0]) * 2**20 if used else None  # before this process opens a CUDA context
-    import torch
-
-    plan, arch = config["plan"], config["arch"]
-    wl, prec, tech = plan["workload"], plan.get("precision", {}), plan.get("techniques", {})
-    task = wl.get("task", "pretrain")
-    attention = tech.get("attention", "flash")
-    compute = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[prec.get("compute", "bf16")]
-    master = prec.get("master_weights", "fp32")
-    if cuda:
-        torch.cuda.init()
-        result.update(device=torch.cuda.get_device_name(0), cuda_version=torch.version.cuda or "")
-        driver = _nvidia_smi("driver_version")
-        result["driver_version"] = driver[0] if driver else ""
-    else:
-        result.update(device="cpu", cuda_version="", driver_version="")
-    torch.manual_seed(0)
-    inf = wl.get("inference", {})
-    max_positions = (inf.get("prompt_tokens", 1024) + inf.get("output_tokens", 256) if task == "inference"
-                     else wl.get("sequence_length", 4096))
-    cfg = _hf_config(arch, plan["model"], attention, max_positions)
-    vocab = plan["model"]["vocab_size"]
-
-    if task == "qlora":
-        model = _build_nf4(cfg, plan, device)
-    elif task in ("lora", "inference"):
-        model = _build(cfg, compute, device, attention)  # frozen / served weights in the compute dtype
-    else:
-        weights = torch.float32 if master == "fp32" else compute
-        model = _build(cfg, weights, device, attention)
-    autocast = (task in ("lora", "qlora") or master == "fp32") and compute != torch.float32
-
-    if task in ("lora", "qlora"):
-        from peft import LoraConfig, get_peft_model
-
-        lora = wl.get("lora", {})
-        targets = lora.get("targets", ["q", "v"])
-        if arch == "gpt2":
-            names = sorted({"c_attn" if t in ("q", "k", "v") else "attn.c_proj" if t == "o" else
-                            "c_fc" if t == "up" else "mlp.c_proj" for t in targets})  # GPT-2: fused qkv, no gate
-        elif arch == "mixtral":
-            names = sorted({{"gate": "w1", "up": "w3", "down": "w2"}.get(t, LORA_NAMES[t]) for t in targets})
-        else:
-            names = [LORA_NAMES[t] for t in targets]
-        # No prepare_model_for_kbit_training: it upcasts every non-quantized weight (embeddings, norms, head) to
-        # fp32, while the plan keeps the frozen base in 16 bits; checkpointing is enabled below as for any model.
-        model = get_peft_model(model, LoraConfig(r=lora.get("rank", 8), lora_alpha=lora.get("alpha", 16),
-                                                 lora_dropout=lora.get("dropout", 0.0), target_modules=names,
-                                                 task_type="CAUSAL_LM"))
-        for p in model.parameters():  # adapters: fp32 masters (peft's default), or the compute dtype when pure
-            if p.requires_grad:
-                p.data = p.data.to(torch.float32 if master == "fp32" else compute)
-
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    if task == "inference":
-        model.eval()
-        model.generation_config.eos_token_id = None
-        b, p, n = inf.get("batch_size", 1), inf.get("prompt_tokens", 1024), inf.get("output_tokens", 256)
-        ids = torch.randint(0, vocab, (b, p), generator=gen).to(device)
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                                 min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)
-        if out.shape[1] != p + n:
-            raise RuntimeError(f"generate returned {out.shape[1] - p} new tokens, wanted {n}")
-    else:
-        model.train()
-        model.config.use_cache = False
-        if tech.get("activation_checkpointing", "none") == "full":
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        elif tech.get("activation_checkpointing", "none") not in ("none", "full"):
-            raise ValueError("only activation_checkpointing none/full are run by this harness")
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = _optimizer(params, prec, device)
-        b, s = wl.get("micro_batch_size", 1), wl.get("sequence_length", 4096)
-        for _ in range(2):
-            ids = torch.randint(0, vocab, (b, s), generator=gen).to(device)
-            with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=compute, enabled=autocast):
-                loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss.detach().float()):
-            raise RuntimeError(f"loss is not finite: {loss.item()}")
-    if cuda:
-        torch.cuda.synchronize()
-    result["wall_s"] = round(time.perf_counter() - t0, 3)
-    if cuda:
-        result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-        result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-        free, total = torch.cuda.mem_get_info()
-        apps = _nvidia_smi("pid,used_memory", apps=True) or []
-        mine = [int(a.split(",")[1]) * 2**20 for a in apps if a.split(",")[0].strip() == str(os.getpid())]
-        if mine:
-            result.update(device_bytes=mine[0], device_bytes_source="nvidia-smi process used_memory")
-        else:
-            result.update(device_bytes=total - free - (baseline_used or 0),
-                          device_bytes_source="mem_get_info used at end" +
-                                              (" minus nvidia-smi used before" if baseline_used is not None else ""))
-    else:
-        result["device_bytes_source"] = "cpu: not tracked (end-to-end check only)"
-    return result
-
-
+# --- Running a workload: planner/measure_run.py, in a fresh process per configuration ------------------------
 def run_child(config: dict, device: str, timeout: int = CHILD_TIMEOUT_S) -> dict:
     """run_config in a fresh Python process (clean CUDA context and allocator); its result, or an error row."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(config), "--device", device]
@@ -506,11 +216,11 @@ def run_child(config: dict, device: str, timeout: int = CHILD_TIMEOUT_S) -> dict
 def _child_main(config_json: str, device: str) -> int:
     config = json.loads(config_json)
     try:
-        result = run_config(config, device)
+        result = load_runner("measure_run").run_config(config, device)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the row's status
         oom = "out of memory" in str(exc).lower()
         result = {"status": "oom" if oom else "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
-                  **_versions()}
+                  **versions()}
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 
@@ -537,30 +247,9 @@ def make_row(config: dict, measured: dict, predicted: dict | None = None) -> dic
     return row
 
 
-class RowWriter:
-    """Appends rows to a CSV (header once), flushing each so a crashed grid keeps its finished rows."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self._fh = self.path.open("a", newline="")
-        self._writer = csv.DictWriter(self._fh, fieldnames=COLUMNS)
-        if new:
-            self._writer.writeheader()
-            self._fh.flush()
-
-    def write(self, row: dict) -> None:
-        self._writer.writerow(row)
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
-
-
 def default_out(device: str) -> Path:
     if device.startswith("cuda"):
-        names = _nvidia_smi("name")
+        names = nvidia_smi("name")
         label = names[0] if names else "cuda"
     else:
         label = "cpu"
@@ -591,33 +280,30 @@ def measure(configs: list[dict], device: str, out: Path, *, subprocesses: bool =
             stream=None) -> list[dict]:
     """Run each configuration (CPU mode: tiny shapes) and append its row to `out`."""
     stream = stream or sys.stdout
-    writer = RowWriter(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
-    try:
-        for i, config in enumerate(configs, 1):
-            if device == "cpu":
-                config = tiny(config)
-            predicted = predict(config["plan"])
-            t0 = time.perf_counter()
-            result = run_child(config, device) if subprocesses else _in_process(config, device)
-            result.setdefault("wall_s", round(time.perf_counter() - t0, 3))
-            row = make_row(config, result, predicted)
-            writer.write(row)
-            rows.append(row)
-            print(f"[{i}/{len(configs)}] {config['name']}: {row['status']}"
-                  + (f" alloc {_gib(row['measured_peak_allocated_bytes']).strip()} GiB"
-                     f" (predicted {_gib(predicted['peak_allocated_bytes']).strip()})"
-                     if row["measured_peak_allocated_bytes"] != "" else "")
-                  + (f" — {row['error']}" if row["error"] else ""), file=stream, flush=True)
-    finally:
-        writer.close()
+    for i, config in enumerate(configs, 1):
+        if device == "cpu":
+            config = tiny(config)
+        predicted = predict(config["plan"])
+        t0 = time.perf_counter()
+        result = run_child(config, device) if subprocesses else _in_process(config, device)
+        result.setdefault("wall_s", round(time.perf_counter() - t0, 3))
+        row = make_row(config, result, predicted)
+        append_csv(out, [row], COLUMNS)  # row by row: a crashed grid keeps its finished rows
+        rows.append(row)
+        print(f"[{i}/{len(configs)}] {config['name']}: {row['status']}"
+              + (f" alloc {_gib(row['measured_peak_allocated_bytes']).strip()} GiB"
+                 f" (predicted {_gib(predicted['peak_allocated_bytes']).strip()})"
+                 if row["measured_peak_allocated_bytes"] != "" else "")
+              + (f" — {row['error']}" if row["error"] else ""), file=stream, flush=True)
     print(f"{len(rows)} rows → {out}", file=stream)
     return rows
 
 
 def _in_process(config: dict, device: str) -> dict:
     try:
-        return run_config(config, device)
+        return load_runner("measure_run").run_config(config, device)
     except Exception as exc:  # noqa: BLE001
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
 
@@ -643,12 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         dry_run(configs)
         return 0
     try:
-        import torch
-    except ImportError:
-        print("measure_gpu: torch is not installed; use --dry-run, or install torch + transformers + peft",
+        runner = load_runner("measure_run")
+    except ModuleNotFoundError as exc:
+        print(f"measure_gpu: {exc.name} is not installed; use --dry-run, or pip install \"vram-planner[measure]\"",
               file=sys.stderr)
         return 2
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
+    if args.device.startswith("cuda") and not runner.cuda_available():
         print("measure_gpu: no CUDA device; use --device cpu for an end-to-end check", file=sys.stderr)
         return 2
     measure(configs, args.device, args.out or default_out(args.device))

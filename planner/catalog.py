@@ -1,4 +1,4 @@
-"""The GPU catalog: loading and validating `gpu_catalog.yaml` (or a user's own file)."""
+"""The GPU catalog: loading and validating `planner/data/gpu_catalog.yaml` (or a user's own file)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from planner.errors import PlanError, bad
 from planner.loader import CATALOG, load_yaml
 from planner.units import from_gib
 
-CATALOG_PATH = Path(__file__).resolve().parent.parent / "gpu_catalog.yaml"
+CATALOG_PATH = Path(__file__).resolve().parent / "data" / "gpu_catalog.yaml"
 CATALOG_SCHEMA = "vram-planner-catalog/v1"
 
 

@@ -1,15 +1,19 @@
 """Command line.
 
-    python -m planner estimate PLAN.yaml [--format table|json|yaml] [--catalog FILE]
-    python -m planner recommend PLAN.yaml [--top N] [--headroom 0.1] [--rank job|hour] [--mfu 0.4]
-                                 [--price GPU=USD ...] [--fix KEY,...] [--catalog FILE] [--format table|json|yaml]
-    python -m planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
-    python -m planner models [--format table|json]
-    python -m planner frameworks [--format text|markdown|json]
-    python -m planner choices [--format table|json]
-    python -m planner import CONFIG [--framework FORMAT] [--gpus N] [--gpu ID] [--preset ID] [--hf-config C]
-    python -m planner export PLAN.yaml --to FORMAT
-    python -m planner vllm-log LOG [PLAN.yaml] [--catalog FILE]
+    vram-planner estimate PLAN.yaml [--format table|json|yaml] [--catalog FILE]
+    vram-planner recommend PLAN.yaml [--top N] [--headroom 0.1] [--rank job|hour] [--mfu 0.4]
+                            [--price GPU=USD ...] [--fix KEY,...] [--catalog FILE] [--format table|json|yaml]
+    vram-planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
+    vram-planner models [--format table|json]
+    vram-planner frameworks [--format text|markdown|json]
+    vram-planner choices [--format table|json]
+    vram-planner formats
+    vram-planner import CONFIG [--framework FORMAT] [--gpus N] [--gpu ID] [--preset ID] [--hf-config C]
+    vram-planner export PLAN.yaml --to FORMAT
+    vram-planner vllm-log LOG [PLAN.yaml] [--catalog FILE]
+    vram-planner measure PLAN.yaml [--dry-run] [--csv FILE] [--steps N] [--catalog FILE]
+
+`python -m planner ...` is the same command (the installed console script `vram-planner` calls `main`).
 
 Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
 the plan's (and the plan file may then be left out: the default plan for that model). Instead of a plan file, a
@@ -31,6 +35,7 @@ from typing import get_args
 
 import yaml
 
+from planner import measure
 from planner.catalog import load_catalog
 from planner.choices import CHOICES, choices_to_table
 from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
@@ -49,12 +54,13 @@ from planner.serving_log import vllm_log_table
 from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_batch_size,
                                max_micro_batch, max_prompt_tokens, max_sequence_length, min_gpus, recommend)
 
+CATALOG_HELP = "GPU catalog YAML to use instead of the built-in planner/data/gpu_catalog.yaml"
 CLI_BUDGET_S = 60.0  # a command line can wait for a big search; the app cannot (ui/tabs.py)
 ESTIMATE_FORMATS = {"table": estimate_to_table, "json": estimate_to_json, "yaml": estimate_to_yaml}
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m planner",
+    parser = argparse.ArgumentParser(prog="vram-planner",
                                      description="Per-GPU memory of training a language model, and the cheapest "
                                                  "hardware that fits it.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -91,6 +97,16 @@ def _parser() -> argparse.ArgumentParser:
                             "sequences at once and prompt) and the fewest GPUs")
     lim.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM)
 
+    mea = command("measure", "run the plan on this machine's CUDA GPU (its model with random weights; the measure "
+                             "extra) and print the memory measured next to the prediction")
+    mea.add_argument("--dry-run", action="store_true",
+                     help="validate the plan, show the model and the run it would do, and the prediction (no torch)")
+    mea.add_argument("--csv", metavar="FILE", type=Path,
+                     help="append the measurement to FILE as rows in bench/data/measured-dev.csv's format "
+                          "(one per statistic)")
+    mea.add_argument("--steps", type=int, default=measure.TRAIN_STEPS, metavar="N",
+                     help=f"training steps to run (default {measure.TRAIN_STEPS}; inference runs one generate)")
+
     mod = commands.add_parser("models", help="the model presets with their parameter counts")
     mod.add_argument("--format", choices=("table", "json"), default="table")
     fw = commands.add_parser("frameworks", help="the framework recipes and the plan values each sets")
@@ -109,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     vlog = commands.add_parser("vllm-log", help="vLLM's start-up memory log beside the planner's figures")
     vlog.add_argument("log", help="the log as vLLM printed it; '-' reads standard input")
     vlog.add_argument("plan", nargs="?", help="plan YAML to compare with (default: the plan the log's arguments say)")
-    vlog.add_argument("--catalog", help="GPU catalog YAML to use instead of the project's gpu_catalog.yaml")
+    vlog.add_argument("--catalog", help=CATALOG_HELP)
     return parser
 
 
@@ -118,7 +134,7 @@ def _plan_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--hf-config", metavar="CONFIG.json",
                      help="a Hugging Face config.json (a path, or a Hub repo id with huggingface_hub "
                           "installed) whose architecture replaces the plan's model")
-    sub.add_argument("--catalog", help="GPU catalog YAML to use instead of the project's gpu_catalog.yaml")
+    sub.add_argument("--catalog", help=CATALOG_HELP)
     sub.add_argument("--framework", dest="config_format", metavar="FORMAT",
                      help=f"the config's format, when its text does not tell: {', '.join(FORMATS)}")
     sub.add_argument("--gpus", type=int, metavar="N", help="GPUs, for a config that leaves the count open")
@@ -277,7 +293,29 @@ def _run(args: argparse.Namespace) -> str:
             print(note, file=sys.stderr)
         rows = recommendation_to_list(rec, args.top)
         return json.dumps(rows, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(rows, sort_keys=False)
+    if args.command == "measure":
+        return _measure(plan, catalog, args)
     return _limits(plan, catalog, args.headroom)
+
+
+def _measure(plan: Plan, catalog: dict, args: argparse.Namespace) -> str:
+    """The `measure` command: the dry run's description, or the run's measurements next to the prediction."""
+    if args.steps < 1:
+        raise bad("--steps", args.steps, "must be at least 1")
+    config = measure.setup(plan)
+    predicted = measure.predict(config["plan"], catalog)
+    if args.dry_run:
+        return measure.dry_run_text(config, predicted, args.steps)
+    result = measure.runner_for(config).measure(config, "cuda", args.steps) | {"timestamp": measure.now(),
+                                                                              "steps": args.steps}
+    if result["status"] != "ok":
+        raise PlanError("measure", f"{result['status']}: {result['error']}")
+    out = measure.result_text(config, result, predicted)
+    if args.csv:
+        rows = measure.dev_rows(config, result, row_id=re.sub(r"[^a-z0-9]+", "-", config["name"].lower()).strip("-"))
+        measure.append_csv(args.csv, rows)
+        out += f"{len(rows)} rows appended to {args.csv}\n"
+    return out
 
 
 def _limits(plan: Plan, catalog: dict, headroom: float) -> str:

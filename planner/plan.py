@@ -316,7 +316,7 @@ class Parallelism:
 
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
-    gpu: str = field(default="h100-sxm-80gb", metadata=text(100))  # an id from gpu_catalog.yaml
+    gpu: str = field(default="h100-sxm-80gb", metadata=text(100))  # an id from planner/data/gpu_catalog.yaml
     # default: data × tensor × pipeline × context
     count: int | None = field(default=None, metadata=between(1, MAX_GPUS))
 

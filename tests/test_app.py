@@ -327,8 +327,8 @@ def test_a_heavy_link_reruns_in_under_two_seconds():
 
 def test_uploaded_catalog_and_a_bad_one():
     at = app()
-    at.file_uploader(key="catalog_upload").upload("mine.yaml", (ROOT / "gpu_catalog.yaml").read_bytes(),
-                                                  "application/x-yaml").run()
+    catalog = (ROOT / "planner" / "data" / "gpu_catalog.yaml").read_bytes()
+    at.file_uploader(key="catalog_upload").upload("mine.yaml", catalog, "application/x-yaml").run()
     assert not at.exception and any("Using your catalog" in c.value for c in at.caption)
     at = app()
     at.file_uploader(key="catalog_upload").upload("bad.yaml", b"gpus: 3", "application/x-yaml").run()

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import measure_gpu
 
 from planner.codec import plan_from_dict
+from planner.measure import append_csv, predict
 
 
 def test_module_does_not_import_torch():
@@ -70,10 +71,9 @@ def test_writer_puts_measured_values_in_their_columns(tmp_path):
                 "driver_version": "570.1", "torch_version": "2.13.0", "transformers_version": "5.18.0",
                 "peft_version": "0.21.2", "bitsandbytes_version": "", "wall_s": 1.5}
     path = tmp_path / "sub" / "rows.csv"
+    path.parent.mkdir()
     for _ in range(2):  # appends, header once
-        writer = measure_gpu.RowWriter(path)
-        writer.write(measure_gpu.make_row(config, measured))
-        writer.close()
+        append_csv(path, [measure_gpu.make_row(config, measured)], measure_gpu.COLUMNS)
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 2 and list(rows[0]) == measure_gpu.COLUMNS
     row = rows[0]
@@ -81,7 +81,7 @@ def test_writer_puts_measured_values_in_their_columns(tmp_path):
             row["measured_device_bytes"]) == ("111", "222", "333")
     assert row["device"] == "NVIDIA H100" and row["driver_version"] == "570.1" and row["wall_s"] == "1.5"
     assert yaml.safe_load(row["plan_yaml"]) == config["plan"]
-    predicted = measure_gpu.predict(config["plan"])
+    predicted = predict(config["plan"])
     assert int(row["predicted_peak_reserved_bytes"]) == predicted["peak_reserved_bytes"]
     assert int(row["predicted_device_bytes"]) == predicted["device_bytes"]
     skipped = measure_gpu.make_row(config, {"status": "skipped", "error": "no bitsandbytes"})

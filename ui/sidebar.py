@@ -107,7 +107,7 @@ def catalog_inputs() -> tuple[dict, str]:
     """The GPU catalog (the project's, or an uploaded one) and a key naming it for caches."""
     catalog, catalog_key = project_catalog(), "project"
     with st.expander("GPU catalog and prices"):
-        upload = st.file_uploader("Your own catalog (same format as gpu_catalog.yaml)", type=["yaml", "yml"],
+        upload = st.file_uploader("Your own catalog (same format as planner/data/gpu_catalog.yaml)", type=["yaml", "yml"],
                                   key="catalog_upload")
         if upload is not None:
             try:

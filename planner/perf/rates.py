@@ -1,6 +1,6 @@
 """What a GPU sustains, and what a collective costs on the links between GPUs.
 
-Rates are the catalog's measured fractions of the datasheet (gpu_catalog.yaml: `matmul_efficiency`,
+Rates are the catalog's measured fractions of the datasheet (planner/data/gpu_catalog.yaml: `matmul_efficiency`,
 `fp8_matmul_efficiency`, with sources), never one global fraction: a GPU whose large matmuls reach 45 % of
 its peak is planned at 45 %. Links come from the catalog too: `link_gb_per_s` per GPU and direction inside
 the fast domain (NVLink, xGMI, or PCIe where that is all a card has) of `fast_domain_gpus` GPUs, and
