@@ -12,11 +12,11 @@ from typing import Any
 
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError, bad
-from planner.formats import accelerate, deepspeed
+from planner.formats import accelerate, deepspeed, hf_trainer
 from planner.formats.base import Format, Imported, get_key
 from planner.plan import Plan
 
-FORMATS: dict[str, Format] = {f.name: f for f in (deepspeed.FORMAT, accelerate.FORMAT)}
+FORMATS: dict[str, Format] = {f.name: f for f in (deepspeed.FORMAT, accelerate.FORMAT, hf_trainer.FORMAT)}
 
 
 def format_named(name: str) -> Format:

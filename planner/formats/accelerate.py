@@ -67,6 +67,9 @@ DEEPSPEED_IGNORED = frozenset({"zero3_init_flag", "zero3_save_16bit_model", "dee
                                "deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
                                "gradient_clipping", "offload_optimizer_nvme_path", "offload_param_nvme_path",
                                "deepspeed_moe_layer_cls_names"})
+# the DeepSpeed plugin's keys (also `accelerate launch --use_deepspeed` options)
+DEEPSPEED_KEYS = DEEPSPEED_IGNORED | {"zero_stage", "offload_optimizer_device", "offload_param_device",
+                                      "gradient_accumulation_steps", "deepspeed_config_file"}
 DYNAMO_IGNORED = frozenset({"dynamo_mode", "dynamo_use_fullgraph", "dynamo_use_dynamic",
                             "dynamo_use_regional_compilation"})
 # parallelism_config (accelerate ParallelismConfig): the degrees the plan has
@@ -132,21 +135,22 @@ def fsdp_section(plan: Plan, prefix: str = "fsdp_") -> dict[str, Any]:
 
 
 # --- the plugins --------------------------------------------------------------------------------------------------
-def _deepspeed(led: Ledger, section: Any) -> None:
-    """deepspeed_config (DeepSpeedPlugin): the stage and offload devices, or a DeepSpeed config file that holds them."""
+def deepspeed_plugin(led: Ledger, section: Any, where: str = "deepspeed_config.") -> None:
+    """deepspeed_config (DeepSpeedPlugin; `accelerate launch --use_deepspeed --zero_stage ...` the same keys): the
+    stage and offload devices, or a DeepSpeed config file that holds them. Each key is named `where` + key."""
     if not isinstance(section, dict):
-        raise bad("deepspeed_config", section, "must be a mapping")
+        raise bad(where.rstrip("."), section, "must be a mapping")
     if "deepspeed_config_file" in section:
-        led.note("deepspeed_config.deepspeed_config_file", "the ZeRO stage, offload and batch are in that file: read "
-                                                           "it with the deepspeed format")
+        led.note(f"{where}deepspeed_config_file", "the ZeRO stage, offload and batch are in that file: read it with "
+                                                  "the deepspeed format")
     elif "zero_stage" not in section:  # the recipe leaves the stage to the plan; the plugin's default is 2: written
-        led.set("deepspeed_config (no zero_stage)", "parallelism.zero_stage", ZERO_STAGE_DEFAULT)
-    devices = {key: choice(f"deepspeed_config.{key}", section.get(key, "none"), {d: d for d in OFFLOAD_DEVICES})
+        led.set(f"{where}zero_stage (absent)", "parallelism.zero_stage", ZERO_STAGE_DEFAULT)
+    devices = {key: choice(f"{where}{key}", section.get(key, "none"), {d: d for d in OFFLOAD_DEVICES})
                for key in ("offload_optimizer_device", "offload_param_device")}
     for key, value in section.items():
-        source = f"deepspeed_config.{key}"
+        source = f"{where}{key}"
         if key == "zero_stage":
-            if value not in (0, 1, 2, 3) or isinstance(value, bool):
+            if isinstance(value, bool) or value not in (0, 1, 2, 3):
                 raise bad(source, value, "is not a ZeRO stage; allowed: 0, 1, 2, 3")
             led.set(source, "parallelism.zero_stage", value)
         elif key in devices and devices[key] == "nvme":
@@ -158,19 +162,18 @@ def _deepspeed(led: Ledger, section: Any) -> None:
         elif key not in devices:
             led.unknown.append(source)
     if set(devices) & set(section):
-        _deepspeed_offload(led, devices)
+        _deepspeed_offload(led, devices, where)
 
 
-def _deepspeed_offload(led: Ledger, devices: dict[str, str]) -> None:
+def _deepspeed_offload(led: Ledger, devices: dict[str, str], where: str) -> None:
     optimizer, params = devices["offload_optimizer_device"], devices["offload_param_device"]
     if params == "cpu" and optimizer != "cpu":
-        led.note("deepspeed_config.offload_param_device", "parameters offloaded without the optimizer: the plan's "
-                                                          "offload moves the optimizer too")
+        led.note(f"{where}offload_param_device", "parameters offloaded without the optimizer: the plan's offload "
+                                                 "moves the optimizer too")
     elif params == "cpu":
-        led.set("deepspeed_config.offload_param_device", "techniques.offload", "optimizer_and_params")
+        led.set(f"{where}offload_param_device", "techniques.offload", "optimizer_and_params")
     else:
-        led.set("deepspeed_config.offload_optimizer_device", "techniques.offload",
-                "optimizer" if optimizer == "cpu" else "none")
+        led.set(f"{where}offload_optimizer_device", "techniques.offload", "optimizer" if optimizer == "cpu" else "none")
 
 
 def _parallelism(led: Ledger, section: Any) -> None:
@@ -209,7 +212,7 @@ def _layout(led: Ledger, config: dict[str, Any]) -> str:
                   "runs on CPUs or TPUs; this planner plans GPU memory")
     if kind == "DEEPSPEED":
         led.plan["framework"] = "deepspeed"
-        _deepspeed(led, config.get("deepspeed_config") or {})
+        deepspeed_plugin(led, config.get("deepspeed_config") or {})
     elif kind == "FSDP":
         options = config.get("fsdp_config") or {}
         if not isinstance(options, dict):
