@@ -154,7 +154,8 @@ def deepspeed_plugin(led: Ledger, section: Any, where: str = "deepspeed_config."
                 raise bad(source, value, "is not a ZeRO stage; allowed: 0, 1, 2, 3")
             led.set(source, "parallelism.zero_stage", value)
         elif key in devices and devices[key] == "nvme":
-            led.note(source, "NVMe offload (ZeRO-Infinity) is not planned")
+            led.note(source, "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds the same; the NVMe "
+                             "transfers' time is not planned")
         elif key == "gradient_accumulation_steps":
             led.note(source, "the global batch is micro-batch × accumulation × GPUs; the micro-batch is the script's")
         elif key in DEEPSPEED_IGNORED or key == "deepspeed_config_file":
@@ -166,7 +167,8 @@ def deepspeed_plugin(led: Ledger, section: Any, where: str = "deepspeed_config."
 
 
 def _deepspeed_offload(led: Ledger, devices: dict[str, str], where: str) -> None:
-    optimizer, params = devices["offload_optimizer_device"], devices["offload_param_device"]
+    optimizer, params = (("none" if devices[k] == "none" else "cpu") for k in ("offload_optimizer_device",
+                                                                                 "offload_param_device"))
     if params == "cpu" and optimizer != "cpu":
         led.note(f"{where}offload_param_device", "parameters offloaded without the optimizer: the plan's offload "
                                                  "moves the optimizer too")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import PlanError, bad
-from planner.formats.base import Format, Imported
+from planner.formats.base import Format, Imported, KeyRead
 from planner.formats.ledger import Ledger, choice, flag, whole
 from planner.plan import Plan
 
@@ -142,14 +142,25 @@ def _batch(led: Ledger, config: dict[str, Any], data: int | None) -> None:
         if mb < 1:
             raise bad("train_batch_size", tbs, f"is less than one sequence per GPU over {data} data-parallel GPUs"
                                                f" × {gas or 1} accumulation steps")
-        led.set("train_batch_size ÷ (GPUs × gradient_accumulation_steps)", "workload.micro_batch_size", mb)
+        if mb * (gas or 1) * data != tbs:
+            raise bad("train_batch_size", tbs, f"is not a multiple of data-parallel GPUs × accumulation steps "
+                                               f"({data} × {gas or 1}); DeepSpeed's batch check would fail")
+        led.set("train_batch_size", "workload.micro_batch_size", mb)  # ÷ (GPUs × accumulation)
     elif mb is not None:
         led.set("train_micro_batch_size_per_gpu", "workload.micro_batch_size", mb)
+    if tbs is None and mb is not None and data is not None:
+        tbs = mb * (gas or 1) * data
     if tbs is not None:
-        led.set("train_batch_size", "workload.global_batch_size", tbs)
-    elif mb is not None and data is not None:
-        led.set("train_micro_batch_size_per_gpu × gradient_accumulation_steps × GPUs", "workload.global_batch_size",
-                mb * (gas or 1) * data)
+        led.set("train_batch_size" if "train_batch_size" in config and config["train_batch_size"] != AUTO else
+                "train_micro_batch_size_per_gpu", "workload.global_batch_size", tbs)
+        if mb is None:
+            led.note("train_batch_size", "the micro-batch is train_batch_size ÷ (GPUs × accumulation): give the GPU "
+                                         "count")
+        if gas is not None:  # it divides or multiplies the other two
+            led.read.append(KeyRead(source="gradient_accumulation_steps", plan_key="workload.global_batch_size",
+                                    value=tbs))
+    elif gas == 1 and mb is None:
+        led.ignored.append("gradient_accumulation_steps")  # 1: the global batch is the plan's default
     elif gas is not None or mb is not None:
         led.note("gradient_accumulation_steps" if gas is not None else "train_micro_batch_size_per_gpu",
                  "the global batch is micro-batch × accumulation × GPUs: give the micro-batch and the GPU count")
@@ -246,9 +257,10 @@ def _offload_device(led: Ledger, key: str, value: Any) -> str:
     device = str(value.get("device", "none")).lower()
     if device not in OFFLOAD_DEVICES:
         raise bad(f"zero_optimization.{key}.device", value.get("device"), f"is not one of {', '.join(OFFLOAD_DEVICES)}")
-    if device == "nvme":
-        led.note(f"zero_optimization.{key}.device", "NVMe offload (ZeRO-Infinity) is not planned")
-    return device
+    if device == "nvme":  # off the GPU as with cpu; the host and NVMe side is not planned
+        led.note(f"zero_optimization.{key}.device", "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds "
+                                                    "the same; the NVMe transfers' time is not planned")
+    return "none" if device == "none" else "cpu"
 
 
 def _offload(led: Ledger, zero: dict[str, Any], stage: int) -> None:
@@ -310,8 +322,12 @@ def _zero(led: Ledger, zero: Any) -> None:
     _buckets(led, zero, stage)
     for key, value in zero.items():
         if key in ZERO_READ:
-            if key == "sub_group_size" and stage != 3:
-                led.ignored.append("zero_optimization.sub_group_size")  # stage_1_and_2.py steps whole partitions
+            name = f"zero_optimization.{key}"
+            if not any(r.source.startswith(name) for r in led.read) and not any(
+                    n.startswith(name) for n in led.unmodelled + led.ignored):
+                # the defaults (contiguous_gradients true, offload none), and sub_group_size below ZeRO-3
+                # (stage_1_and_2.py steps whole partitions)
+                led.ignored.append(name)
         elif key in ZERO_UNMODELLED and value is not False and (key not in STAGE_KEYS or stage in STAGE_KEYS[key]):
             led.note(f"zero_optimization.{key}", (f"{AUTO!r} (the HF integration fills it from the model): "
                                                   if value == AUTO else "") + ZERO_UNMODELLED[key])
