@@ -89,16 +89,21 @@ def _strategy(led: Ledger, key: str, value: Any) -> None:
         led.note(key, HYBRID_WHY)
 
 
-def fsdp_options(led: Ledger, options: dict[str, Any], where: str) -> None:
-    """FSDP options (accelerate fsdp_config, TrainingArguments fsdp_config): each named `where` + its key."""
+FLAT_WHY = ("FSDP1 flat parameters: with LoRA or QLoRA under full sharding a unit's frozen base gets gradients "
+            "too (give parallelism.flat_params true)")
+
+
+def fsdp_options(led: Ledger, options: dict[str, Any], where: str, *, adapters: bool | None,
+                 orig_default: bool) -> None:
+    """FSDP options (accelerate fsdp_config, TrainingArguments fsdp_config), each named `where` + its key.
+    `adapters`: whether the plan trains LoRA adapters (None: the config does not say); `orig_default`: the
+    use_orig_params an absent key means (accelerate False, transformers True)."""
     named = {key.removeprefix("fsdp_"): key for key in options}
     version = whole(f"{where}{named['version']}", options[named["version"]], 1) if "version" in named else 1
+    if version not in (1, 2):
+        raise bad(f"{where}{named['version']}", version, "is not an FSDP version; allowed: 1, 2")
     for short, key in named.items():
         value, source = options[key], f"{where}{key}"
-        if short == "version" and version not in (1, 2):
-            raise bad(source, value, "is not an FSDP version; allowed: 1, 2")
-        if short == "version":
-            continue  # read with the options it changes
         if short == "sharding_strategy" or short == "reshard_after_forward" and version == 1:
             _strategy(led, source, value)
         elif short == "reshard_after_forward":  # FSDP2: a bool; False keeps the parameters gathered until backward
@@ -107,30 +112,42 @@ def fsdp_options(led: Ledger, options: dict[str, Any], where: str) -> None:
             led.set(source, "techniques.offload", "optimizer_and_params" if flag(source, value) else "none")
         elif short == "activation_checkpointing":
             led.set(source, "techniques.activation_checkpointing", "full" if flag(source, value) else "none")
-        elif short == "use_orig_params" and version == 1:  # FSDP2 shards per parameter: no flat parameters
-            led.set(source, "parallelism.flat_params", flag(source, value))
         elif short in FSDP_UNMODELLED and str(value).upper() == str(FSDP_UNMODELLED[short][0]).upper():
             led.note(source, FSDP_UNMODELLED[short][1])
-        elif short in FSDP_IGNORED or short in FSDP_UNMODELLED or short == "use_orig_params":
-            led.ignored.append(source)
-        else:
+        elif short in FSDP_IGNORED or short in FSDP_UNMODELLED or short == "version":
+            led.ignored.append(source)  # version: read with use_orig_params below
+        elif short != "use_orig_params":
             led.unknown.append(source)
-    if version == 2:
-        led.set(f"{where}{named['version']}", "parallelism.flat_params", False)
+    _flat_params(led, options, where, version == 1, adapters, orig_default)
 
 
-def fsdp_section(plan: Plan, prefix: str = "fsdp_") -> dict[str, Any]:
+def _flat_params(led: Ledger, options: dict[str, Any], where: str, fsdp1: bool, adapters: bool | None,
+                 orig_default: bool) -> None:
+    """use_orig_params under FSDP1 full sharding: flat parameters, which only change a LoRA plan's memory."""
+    key = next((k for k in options if k.removeprefix("fsdp_") == "use_orig_params"), None)
+    source = f"{where}{key}" if key else f"{where}use_orig_params (absent: {str(orig_default).lower()})"
+    flat = fsdp1 and (flag(source, options[key]) if key else orig_default) and \
+        led.plan.get("parallelism", {}).get("zero_stage", 3) == 3
+    if adapters and flat:
+        led.set(source, "parallelism.flat_params", True)
+    elif flat and adapters is None and key:
+        led.note(source, FLAT_WHY)
+    elif key:
+        led.ignored.append(source)  # FSDP2, not full sharding, or no adapters: no flat-parameter gradients
+
+
+def fsdp_section(plan: Plan) -> dict[str, Any]:
     """The FSDP options that run the plan: FSDP1 with use_orig_params where it has flat parameters, else FSDP2."""
     par, tech = plan.parallelism, plan.techniques
-    out: dict[str, Any] = {f"{prefix}activation_checkpointing": tech.activation_checkpointing == "full",
-                           f"{prefix}auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                           f"{prefix}offload_params": tech.offload == "optimizer_and_params"}
+    out: dict[str, Any] = {"fsdp_activation_checkpointing": tech.activation_checkpointing == "full",
+                           "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                           "fsdp_offload_params": tech.offload == "optimizer_and_params"}
     if par.flat_params:
         strategy = next(name for name, stage in STAGES.items() if stage == par.zero_stage)
-        out.update({f"{prefix}sharding_strategy": strategy, f"{prefix}use_orig_params": True})
+        out.update({"fsdp_sharding_strategy": strategy, "fsdp_use_orig_params": True})
     else:
-        out[f"{prefix}reshard_after_forward"] = par.zero_stage == 3
-    out[f"{prefix}version"] = 1 if par.flat_params else 2
+        out["fsdp_reshard_after_forward"] = par.zero_stage == 3
+    out["fsdp_version"] = 1 if par.flat_params else 2
     return out
 
 
@@ -164,6 +181,9 @@ def deepspeed_plugin(led: Ledger, section: Any, where: str = "deepspeed_config."
             led.unknown.append(source)
     if set(devices) & set(section):
         _deepspeed_offload(led, devices, where)
+    for key in set(devices) & set(section):  # the one that did not decide the offload
+        if not any(r.source == f"{where}{key}" for r in led.read) and devices[key] != "nvme":
+            led.ignored.append(f"{where}{key}")
 
 
 def _deepspeed_offload(led: Ledger, devices: dict[str, str], where: str) -> None:
@@ -213,13 +233,14 @@ def _layout(led: Ledger, config: dict[str, Any]) -> str:
         raise bad("distributed_type" if kind in NOT_GPU else "use_cpu", kind if kind in NOT_GPU else True,
                   "runs on CPUs or TPUs; this planner plans GPU memory")
     if kind == "DEEPSPEED":
-        led.plan["framework"] = "deepspeed"
+        led.set("distributed_type", "framework", "deepspeed")
         deepspeed_plugin(led, config.get("deepspeed_config") or {})
     elif kind == "FSDP":
+        led.set("distributed_type", "framework", FRAMEWORK)
         options = config.get("fsdp_config") or {}
         if not isinstance(options, dict):
             raise bad("fsdp_config", options, "must be a mapping")
-        fsdp_options(led, options, "fsdp_config.")
+        fsdp_options(led, options, "fsdp_config.", adapters=None, orig_default=False)
     elif kind in DDP_TYPES or kind == "MEGATRON_LM":
         led.set("distributed_type", "parallelism.zero_stage", 0)  # DDP replicates everything
     else:
@@ -315,13 +336,14 @@ def detect(text: str) -> bool:
 FORMAT = Format(
     name="accelerate", label="accelerate config (YAML)", framework=FRAMEWORK, suffix=".yaml", detect=detect,
     read=read, write=write,
-    says=("precision.compute", "parallelism.zero_stage", "parallelism.flat_params", "parallelism.tensor",
+    says=("precision.compute", "parallelism.zero_stage", "parallelism.tensor",
           "parallelism.context", "techniques.offload", "techniques.activation_checkpointing", "techniques.compile",
           "hardware.count"),
     cannot_say={
         "techniques.activation_checkpointing": "only FSDP has an option for it (full, every layer); with DDP or "
                                                "DeepSpeed the training script turns it on",
-        "parallelism.flat_params": "only FSDP1 has flat parameters (fsdp_use_orig_params)",
+        "parallelism.flat_params": "they change only a LoRA plan's memory, and the task is the script's: "
+                                   "fsdp_use_orig_params under FSDP1 is noted",
         "workload": "the batch, sequence length and task are the training script's arguments",
         "precision.optimizer": "the training script's (TrainingArguments optim)",
         "parallelism.pipeline": "accelerate has no pipeline parallelism outside its Megatron-LM plugin",

@@ -301,10 +301,12 @@ def _fsdp(led: Ledger, args: Args) -> None:
     options = args.values.get("fsdp_config")
     if isinstance(options, str):
         led.note(args.name("fsdp_config"), "a file: its options are not read")
-    elif isinstance(options, dict):
-        accelerate.fsdp_options(led, options, f"{args.name('fsdp_config')}.")
-    elif options is not None:
+    elif options is not None and not isinstance(options, dict):
         raise bad(args.name("fsdp_config"), options, "must be a mapping or a file")
+    elif words:  # transformers training_args.py: use_orig_params defaults to true
+        adapters = led.plan["workload"]["task"] in ("lora", "qlora")
+        accelerate.fsdp_options(led, options or {}, f"{args.name('fsdp_config')}.", adapters=adapters,
+                                orig_default=True)
 
 
 def _deepspeed(led: Ledger, args: Args) -> None:
@@ -440,7 +442,8 @@ def _launcher(led: Ledger, tokens: list[str], gpus: int | None) -> int | None:
         raise bad("--num_processes", count, f"differs from the GPU count given ({gpus})")
     if options.get("use_fsdp"):
         led.plan["framework"] = "accelerate_fsdp"
-        accelerate.fsdp_options(led, {k: v for k, v in options.items() if k.startswith("fsdp_")}, "--")
+        accelerate.fsdp_options(led, {k: v for k, v in options.items() if k.startswith("fsdp_")}, "--",
+                                adapters=None, orig_default=False)
     if options.get("use_deepspeed"):
         led.plan["framework"] = "deepspeed"
         accelerate.deepspeed_plugin(led, {k: v for k, v in options.items() if k in accelerate.DEEPSPEED_KEYS}, "--")
