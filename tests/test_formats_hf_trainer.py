@@ -108,6 +108,18 @@ def test_command_line_with_launcher_and_environment():
     assert built(imported).parallelism.zero_stage == 2
 
 
+def test_accelerate_launch_deepspeed_plugin_options():
+    imported = read("accelerate launch --use_deepspeed --zero_stage 3 --offload_optimizer_device cpu "
+                    "--num_processes 8 --mixed_precision bf16 --zero3_init_flag true train.py "
+                    "--per_device_train_batch_size 1 --bf16 --gradient_accumulation_steps 2")
+    assert imported.plan == {
+        "framework": "deepspeed", "parallelism": {"zero_stage": 3}, "techniques": {"offload": "optimizer"},
+        "hardware": {"count": 8}, "precision": {"compute": "bf16"},
+        "workload": {"task": "finetune", "sequence_length": 1024, "micro_batch_size": 1, "global_batch_size": 16}}
+    assert set(imported.ignored) == {"--use_deepspeed", "--mixed_precision", "--zero3_init_flag"}
+    assert imported.unknown == imported.unmodelled == ()
+
+
 def test_fsdp_arguments_and_flat_parameters():
     # transformers' fsdp_config use_orig_params defaults to true: FSDP1 full sharding of a LoRA plan has flat params
     imported = read("model_name_or_path: meta-llama/Llama-3.1-8B\nuse_peft: true\nfsdp: full_shard auto_wrap offload\n"

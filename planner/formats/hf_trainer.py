@@ -20,7 +20,7 @@ import yaml
 from planner.errors import PlanError, bad
 from planner.formats import accelerate
 from planner.formats.base import Format, Imported, KeyRead
-from planner.formats.ledger import FALSE_WORDS, TRUE_WORDS, Ledger, choice, flag, quiet_mapping, whole
+from planner.formats.ledger import Ledger, choice, flag, quiet_mapping, whole
 from planner.models import presets
 from planner.plan import Plan
 
@@ -454,7 +454,8 @@ def _launcher(led: Ledger, tokens: list[str], gpus: int | None) -> int | None:
             led.read.append(KeyRead(source=f"--{key}", plan_key="hardware.count", value=count))
         elif key in LAUNCHER_IGNORED or key in ("use_fsdp", "use_deepspeed"):
             led.ignored.append(f"--{key}")
-        elif not (key.startswith("fsdp_") and options.get("use_fsdp") or key in accelerate.DEEPSPEED_KEYS):
+        elif not (key.startswith("fsdp_") and options.get("use_fsdp") or
+                  key in accelerate.DEEPSPEED_KEYS and options.get("use_deepspeed")):  # read by the plugin
             led.unknown.append(f"--{key}")
     return gpus if count is None else count
 
