@@ -114,6 +114,14 @@ def test_plugin_options_and_defaults():
     assert imported.unmodelled == (f"fsdp_config.fsdp_sharding_strategy: {HYBRID_WHY}",)
 
 
+def test_older_spellings():
+    # before mixed_precision and dynamo_config (accelerate config_args.py reads fp16: true as mixed_precision fp16)
+    imported = read("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nfp16: true\n"
+                    "dynamo_backend: INDUCTOR\nnum_processes: 2\n")
+    assert imported.plan == {**DDP, "precision": {"compute": "fp16"}, "techniques": {"compile": True},
+                             "hardware": {"count": 2}}
+
+
 @pytest.mark.parametrize("text, message", [
     ("- a\n- b\n", "config: is not a accelerate config: it must be a mapping of keys to values"),
     ("distributed_type: MULTI_CPU\n", "distributed_type: 'MULTI_CPU' runs on CPUs or TPUs; this planner plans GPU memory"),

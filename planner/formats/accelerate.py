@@ -56,7 +56,7 @@ IGNORED = frozenset({"compute_environment", "debug", "machine_rank", "main_proce
                      "main_training_function", "rdzv_backend", "same_network", "gpu_ids", "tpu_env", "tpu_name",
                      "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "commands", "command_file", "downcast_bf16",
                      "enable_cpu_affinity", "num_machines", "mpirun_config", "ipex_config", "use_cpu",
-                     "sagemaker_metrics_file", "mpi_hostfile", "dynamo_backend"})
+                     "sagemaker_metrics_file", "mpi_hostfile"})
 UNMODELLED = {
     "megatron_lm_config": "accelerate's Megatron-LM plugin: tensor, pipeline and sequence parallelism configured "
                           "there are not read",
@@ -214,6 +214,11 @@ def _parallelism(led: Ledger, section: Any) -> None:
             led.unknown.append(source)
 
 
+def _dynamo_backend(led: Ledger, value: Any) -> None:
+    """The top-level dynamo_backend of configs before accelerate 0.18 (dynamo_config since)."""
+    led.set("dynamo_backend", "techniques.compile", str(value).upper() != "NO")
+
+
 def _dynamo(led: Ledger, section: Any) -> None:
     if not isinstance(section, dict):
         raise bad("dynamo_config", section, "must be a mapping")
@@ -253,6 +258,8 @@ def _precision(led: Ledger, config: dict[str, Any], kind: str) -> None:
     if config.get("mixed_precision") is not None:
         led.set("mixed_precision", "precision.compute", choice("mixed_precision", config["mixed_precision"],
                                                                PRECISIONS))
+    elif "fp16" in config:  # config_args.py: configs before mixed_precision said fp16: true
+        led.set("fp16", "precision.compute", "fp16" if flag("fp16", config["fp16"]) else "fp32")
     elif kind != "DEEPSPEED":  # launch's default "no" (fp32) differs from the recipe's bf16: written
         led.set("(no mixed_precision)", "precision.compute", "fp32")
 
@@ -269,8 +276,8 @@ def _processes(led: Ledger, config: dict[str, Any], gpus: int | None) -> None:
         led.plan["hardware"] = {"count": gpus}
 
 
-SECTIONS = {"parallelism_config": _parallelism, "dynamo_config": _dynamo}
-READ = frozenset({"distributed_type", "mixed_precision", "num_processes", "deepspeed_config", "fsdp_config"})
+SECTIONS = {"parallelism_config": _parallelism, "dynamo_config": _dynamo, "dynamo_backend": _dynamo_backend}
+READ = frozenset({"distributed_type", "mixed_precision", "fp16", "num_processes", "deepspeed_config", "fsdp_config"})
 
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
