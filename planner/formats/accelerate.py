@@ -290,9 +290,9 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
         if key in SECTIONS:
             SECTIONS[key](led, value)
         elif key in READ:
-            if key in ("deepspeed_config", "fsdp_config") and key != {"DEEPSPEED": "deepspeed_config",
-                                                                      "FSDP": "fsdp_config"}.get(kind):
-                led.ignored.append(key)  # another distributed_type's options: not used
+            said = [r.source for r in led.read] + led.unmodelled + led.ignored + led.unknown
+            if not any(s == key or s.startswith((f"{key}.", f"{key}: ")) for s in said):
+                led.ignored.append(key)  # another distributed_type's options, or fp16 beside mixed_precision
         elif key in UNMODELLED:
             led.note(key, UNMODELLED[key])
         elif key in IGNORED:
