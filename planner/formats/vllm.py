@@ -142,7 +142,8 @@ ENGINE = Engine(name="vllm", framework="vllm", program=re.compile(r"\bvllm\s+ser
 
 def _yaml_config(text: str) -> dict[str, Any] | None:
     """A `--config` YAML's flags ({key: value}), or None when the text is not one (a mapping whose keys are vLLM
-    flags without their dashes)."""
+    flags without their dashes: at least 4 in 5 known ones, which tells it from a training YAML that shares a few
+    names such as `model` or `dtype`)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -150,7 +151,8 @@ def _yaml_config(text: str) -> dict[str, Any] | None:
     if not isinstance(data, dict) or not data or not all(isinstance(k, str) for k in data):
         return None
     known = set(FLAGS) | set(UNMODELLED) | IGNORED | {"--model", "--no-enable-prefix-caching"}
-    return data if any(f"--{key.replace('_', '-')}" in known for key in data) else None
+    share = sum(f"--{key.replace('_', '-')}" in known for key in data) / len(data)
+    return data if share >= 0.8 else None
 
 
 def detect(text: str) -> bool:
