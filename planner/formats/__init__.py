@@ -12,10 +12,11 @@ from typing import Any
 
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError, bad
+from planner.formats import axolotl, torchtune
 from planner.formats.base import Format, Imported, get_key
 from planner.plan import Plan
 
-FORMATS: dict[str, Format] = {f.name: f for f in ()}
+FORMATS: dict[str, Format] = {f.name: f for f in (torchtune.FORMAT, axolotl.FORMAT)}
 
 
 def format_named(name: str) -> Format:
