@@ -9,15 +9,14 @@ fsdp}.py; loaders/model.py for the 4-bit quantization.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import yaml
 
-from planner.errors import PlanError, bad
+from planner.errors import bad
 from planner.formats.base import Format, Imported, preset_for
 from planner.models import presets
-from planner.formats.torchtune import _bool, _int, _number, _Reading
+from planner.formats.reading import Reading, as_bool, as_int, as_number, load_mapping
 from planner.plan import Plan
 
 # lora_target_modules names -> plan targets (HF module names of the Llama-style models)
@@ -76,16 +75,6 @@ _ALL_LINEAR = list(_TARGETS.values())  # lora_target_linear: every linear layer 
 _DOUBLE_QUANT = "bnb_config_kwargs.bnb_4bit_use_double_quant"
 
 
-def _load(text: str) -> dict[str, Any]:
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlanError("config", f"is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(cfg, dict):
-        raise PlanError("config", "must be a YAML mapping of Axolotl config keys")
-    return cfg
-
-
 def detect(text: str) -> bool:
     """An Axolotl config: YAML naming a base_model and Axolotl's own keys (not a torchtune `_component_` config)."""
     try:
@@ -96,7 +85,7 @@ def detect(text: str) -> bool:
         {"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"} & set(cfg))
 
 
-def _model(cfg: dict[str, Any], r: _Reading) -> str:
+def _model(cfg: dict[str, Any], r: Reading) -> str:
     name = cfg.get("base_model")
     if not isinstance(name, str) or not name:
         raise bad("base_model", name, "must name the model (a Hugging Face repo id or path)")
@@ -107,10 +96,10 @@ def _model(cfg: dict[str, Any], r: _Reading) -> str:
     return "" if preset else name
 
 
-def _task(cfg: dict[str, Any], r: _Reading) -> str:
+def _task(cfg: dict[str, Any], r: Reading) -> str:
     adapter = cfg.get("adapter")
-    four = _bool("load_in_4bit", cfg.get("load_in_4bit") or False)
-    eight = _bool("load_in_8bit", cfg.get("load_in_8bit") or False)
+    four = as_bool("load_in_4bit", cfg.get("load_in_4bit") or False)
+    eight = as_bool("load_in_8bit", cfg.get("load_in_8bit") or False)
     if adapter not in (None, "lora", "qlora"):
         raise bad("adapter", adapter, "must be lora or qlora (or absent: full fine-tuning)")
     if adapter == "qlora" and not four:
@@ -125,20 +114,20 @@ def _task(cfg: dict[str, Any], r: _Reading) -> str:
     if four:  # loaders/model.py: BitsAndBytesConfig(bnb_4bit_use_double_quant=True, quant_type nf4) unless overridden
         kwargs = cfg.get("bnb_config_kwargs") or {}
         r.set(_DOUBLE_QUANT if "bnb_4bit_use_double_quant" in kwargs else "load_in_4bit (loaders/model.py)",
-              "precision.double_quant", _bool(_DOUBLE_QUANT, kwargs.get("bnb_4bit_use_double_quant", True)))
+              "precision.double_quant", as_bool(_DOUBLE_QUANT, kwargs.get("bnb_4bit_use_double_quant", True)))
     return task
 
 
-def _lora(cfg: dict[str, Any], r: _Reading) -> None:
-    for key, plan_key, convert in (("lora_r", "workload.lora.rank", _int), ("lora_alpha", "workload.lora.alpha", _number),
-                                   ("lora_dropout", "workload.lora.dropout", _number)):
+def _lora(cfg: dict[str, Any], r: Reading) -> None:
+    for key, plan_key, convert in (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload.lora.alpha", as_number),
+                                   ("lora_dropout", "workload.lora.dropout", as_number)):
         if cfg.get(key) is not None:
             r.set(key, plan_key, convert(key, cfg[key]))
     if cfg.get("peft_use_dora") is not None:
-        r.set("peft_use_dora", "workload.lora.variant", "dora" if _bool("peft_use_dora", cfg["peft_use_dora"]) else "lora")
+        r.set("peft_use_dora", "workload.lora.variant", "dora" if as_bool("peft_use_dora", cfg["peft_use_dora"]) else "lora")
     modules = cfg.get("lora_target_modules") or []
     modules = [modules] if isinstance(modules, str) else modules
-    targets = set(_ALL_LINEAR) if _bool("lora_target_linear", cfg.get("lora_target_linear") or False) else set()
+    targets = set(_ALL_LINEAR) if as_bool("lora_target_linear", cfg.get("lora_target_linear") or False) else set()
     for module in modules:
         if module in _TARGETS:
             targets.add(_TARGETS[module])
@@ -149,7 +138,7 @@ def _lora(cfg: dict[str, Any], r: _Reading) -> None:
               "workload.lora.targets", [t for t in _ALL_LINEAR if t in targets])
 
 
-def _precision(cfg: dict[str, Any], r: _Reading) -> None:
+def _precision(cfg: dict[str, Any], r: Reading) -> None:
     # config.py: bf16 defaults to "auto" (bf16 where the GPU has it); fp16, fp8, bfloat16, float16 to None
     if cfg.get("fp8"):
         r.set("fp8", "precision.compute", "fp8")
@@ -174,7 +163,7 @@ def _precision(cfg: dict[str, Any], r: _Reading) -> None:
         r.set(source, "precision.optimizer_library", library)
 
 
-def _techniques(cfg: dict[str, Any], r: _Reading) -> None:
+def _techniques(cfg: dict[str, Any], r: Reading) -> None:
     checkpointing = cfg.get("gradient_checkpointing", False)  # config.py default False; frameworks.yaml: full
     if checkpointing not in (True, False, "offload", "offload_disk"):
         raise bad("gradient_checkpointing", checkpointing, "must be true, false, offload or offload_disk")
@@ -203,7 +192,7 @@ def _techniques(cfg: dict[str, Any], r: _Reading) -> None:
     r.unmodelled.extend(f"plugins: {p} is not modelled" for p in plugins if p not in (_LIGER, _CCE))
 
 
-def _fsdp(cfg: dict[str, Any], r: _Reading) -> None:
+def _fsdp(cfg: dict[str, Any], r: Reading) -> None:
     """fsdp / fsdp_config (schemas/fsdp.py; the legacy fsdp_-prefixed keys too): FULL_SHARD is ZeRO-3."""
     raw = cfg.get("fsdp_config") or {}
     if not isinstance(raw, dict):
@@ -213,7 +202,7 @@ def _fsdp(cfg: dict[str, Any], r: _Reading) -> None:
     r.set("fsdp_config", "parallelism.zero_stage", 2 if grad_op else 3)
     if fsdp.get("offload_params") is not None:
         r.set("fsdp_config.offload_params", "techniques.offload",
-              "optimizer_and_params" if _bool("fsdp_config.offload_params", fsdp["offload_params"]) else "none")
+              "optimizer_and_params" if as_bool("fsdp_config.offload_params", fsdp["offload_params"]) else "none")
     if fsdp.get("activation_checkpointing"):
         r.set("fsdp_config.activation_checkpointing", "techniques.activation_checkpointing", "full")
     for key in fsdp:
@@ -225,13 +214,13 @@ def _fsdp(cfg: dict[str, Any], r: _Reading) -> None:
             r.ignored.append(f"fsdp_config.{key}")
 
 
-def _deepspeed(cfg: dict[str, Any], r: _Reading) -> None:
+def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
     """deepspeed: a path to a DeepSpeed JSON (only its name is read: axolotl's deepspeed_configs/zero{1,2,3}*.json)
     or the config inline."""
     value = cfg["deepspeed"]
     if isinstance(value, dict):
         stage = (value.get("zero_optimization") or {}).get("stage", 0)
-        r.set("deepspeed.zero_optimization.stage", "parallelism.zero_stage", _int("deepspeed.zero_optimization.stage",
+        r.set("deepspeed.zero_optimization.stage", "parallelism.zero_stage", as_int("deepspeed.zero_optimization.stage",
                                                                                stage, 0))
         return
     match = _DEEPSPEED.search(str(value))
@@ -248,20 +237,20 @@ def _deepspeed(cfg: dict[str, Any], r: _Reading) -> None:
                         "and precision are the DeepSpeed defaults)")
 
 
-def _batch(cfg: dict[str, Any], r: _Reading, gpus: int | None) -> None:
+def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
     length = cfg.get("sequence_len", 512)  # config.py default 512
     r.set("sequence_len" if "sequence_len" in cfg else "sequence_len (absent: 512)", "workload.sequence_length",
-          _int("sequence_len", length))
+          as_int("sequence_len", length))
     if cfg.get("sample_packing") or cfg.get("pad_to_sequence_len"):
         r.ignored.extend(k for k in ("sample_packing", "pad_to_sequence_len") if k in cfg)
     else:
         r.unmodelled.append("sample_packing: false: each batch is padded to its longest sample, up to sequence_len; "
                             "the plan takes every sequence at sequence_len (an upper bound)")
-    micro = _int("micro_batch_size", cfg.get("micro_batch_size") or 1)  # training.py defaults 1 and 1
-    accumulation = _int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps") or 1)
+    micro = as_int("micro_batch_size", cfg.get("micro_batch_size") or 1)  # training.py defaults 1 and 1
+    accumulation = as_int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps") or 1)
     if "micro_batch_size" in cfg:
         r.set("micro_batch_size", "workload.micro_batch_size", micro)
-    context = _int("context_parallel_size", cfg.get("context_parallel_size") or cfg.get("sequence_parallel_degree") or 1)
+    context = as_int("context_parallel_size", cfg.get("context_parallel_size") or cfg.get("sequence_parallel_degree") or 1)
     if context > 1:
         r.set("context_parallel_size", "parallelism.context", context)
     if gpus is not None:
@@ -273,7 +262,7 @@ def _batch(cfg: dict[str, Any], r: _Reading, gpus: int | None) -> None:
     elif accumulation > 1:
         r.unmodelled.append("gradient_accumulation_steps: the global batch needs the GPU count (give gpus)")
     if cfg.get("max_steps") is not None:
-        r.set("max_steps", "workload.steps", _int("max_steps", cfg["max_steps"]))
+        r.set("max_steps", "workload.steps", as_int("max_steps", cfg["max_steps"]))
 
 
 _TAKEN = frozenset({
@@ -288,8 +277,8 @@ _TAKEN = frozenset({
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
     """An Axolotl config read as a partial plan (see the module's docstring)."""
-    cfg = _load(text)
-    r = _Reading(plan={"framework": "axolotl"})
+    cfg = load_mapping(text, "Axolotl")
+    r = Reading(plan={"framework": "axolotl"})
     model_name = _model(cfg, r)
     if _task(cfg, r) != "finetune":
         _lora(cfg, r)
@@ -305,7 +294,7 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
                     unmodelled=tuple(r.unmodelled), ignored=tuple(r.ignored), unknown=tuple(r.unknown))
 
 
-def _sort(cfg: dict[str, Any], r: _Reading) -> None:
+def _sort(cfg: dict[str, Any], r: Reading) -> None:
     """Account for every key the readers above did not turn into a plan key."""
     used = {re.split(r"[ .:]", part)[0] for k in r.read for part in re.split(r" \+ | × ", k.source)}
     noted = {re.split(r"[ .:]", u)[0] for u in (*r.unmodelled, *r.ignored)}

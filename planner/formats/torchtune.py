@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from planner.errors import PlanError, bad
-from planner.formats.base import Format, Imported, KeyRead, get_key, set_key
+from planner.errors import bad
+from planner.formats.base import Format, Imported
+from planner.formats.reading import Reading, as_bool, as_int, as_number, load_mapping
 from planner.plan import Plan
 
 # torchtune/models/*/__init__.py: a builder's name without its lora_/qlora_ prefix (and without the _base /
@@ -98,49 +98,6 @@ UNMODELLED = {  # keys that change memory but no plan key says
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Reading:
-    """What reading a config found so far (its lists grow as the keys are read)."""
-
-    plan: dict[str, Any] = field(default_factory=lambda: {"framework": "torchtune"})
-    read: list[KeyRead] = field(default_factory=list)
-    unmodelled: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)
-
-    def set(self, source: str, plan_key: str, value: Any) -> None:
-        set_key(self.plan, plan_key, value)
-        self.read.append(KeyRead(source=source, plan_key=plan_key, value=value))
-
-
-def _int(key: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise bad(key, value, f"must be an integer ≥ {low}")
-    return value
-
-
-def _bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise bad(key, value, "must be True or False")
-    return value
-
-
-def _number(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise bad(key, value, "must be a number")
-    return value
-
-
-def _load(text: str) -> dict[str, Any]:
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlanError("config", f"is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(cfg, dict):
-        raise PlanError("config", "must be a YAML mapping of torchtune config keys")
-    return cfg
-
-
 def detect(text: str) -> bool:
     """A torchtune config: YAML whose model (or another section) names a `_component_` builder."""
     try:
@@ -169,12 +126,12 @@ def _recipe(text: str, gpus: int | None) -> tuple[str, bool, int | None, str]:
     return recipe, single, 1 if single else gpus, "gpus"
 
 
-def _targets(model: dict[str, Any], r: _Reading) -> list[str]:
+def _targets(model: dict[str, Any], r: Reading) -> list[str]:
     attn = model.get("lora_attn_modules")
     if not isinstance(attn, list) or any(m not in _ATTN for m in attn):
         raise bad("model.lora_attn_modules", attn, f"must be a list of {', '.join(_ATTN)}")
-    mlp = _bool("model.apply_lora_to_mlp", model.get("apply_lora_to_mlp", False))  # builders' default False
-    if _bool("model.apply_lora_to_output", model.get("apply_lora_to_output", False)):
+    mlp = as_bool("model.apply_lora_to_mlp", model.get("apply_lora_to_mlp", False))  # builders' default False
+    if as_bool("model.apply_lora_to_output", model.get("apply_lora_to_output", False)):
         r.unmodelled.append("model.apply_lora_to_output: an adapter on the output projection; plan targets "
                             "name the layers' projections only")
     return [_ATTN[m] for m in attn] + (list(_MLP) if mlp else [])
@@ -182,14 +139,14 @@ def _targets(model: dict[str, Any], r: _Reading) -> list[str]:
 
 # model.<key> of a LoRA builder -> (plan key, converter); torchtune/models/*/_component_builders.py lora_*
 _LORA_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "lora_rank": ("workload.lora.rank", _int), "lora_alpha": ("workload.lora.alpha", _number),
-    "lora_dropout": ("workload.lora.dropout", _number),
-    "use_dora": ("workload.lora.variant", lambda k, v: "dora" if _bool(k, v) else "lora"),
+    "lora_rank": ("workload.lora.rank", as_int), "lora_alpha": ("workload.lora.alpha", as_number),
+    "lora_dropout": ("workload.lora.dropout", as_number),
+    "use_dora": ("workload.lora.variant", lambda k, v: "dora" if as_bool(k, v) else "lora"),
 }
 _TARGET_KEYS = ("lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output")
 
 
-def _model(model: Any, r: _Reading) -> str:
+def _model(model: Any, r: Reading) -> str:
     """Read the model section: the preset or model name, the adapters; returns the task."""
     if not isinstance(model, dict) or not isinstance(model.get("_component_"), str):
         found = model.get("_component_") if isinstance(model, dict) else model
@@ -199,7 +156,7 @@ def _model(model: Any, r: _Reading) -> str:
     preset = BUILDERS.get(match["name"]) if match else None
     if preset:
         r.set("model._component_", "model.preset", preset)
-    quantized = _bool("model.quantize_base", model.get("quantize_base", False))
+    quantized = as_bool("model.quantize_base", model.get("quantize_base", False))
     task = "qlora" if (match and match["kind"] == "qlora_") or quantized else \
         "lora" if match and match["kind"] == "lora_" else "finetune"
     r.set("model._component_", "workload.task", task)
@@ -214,7 +171,7 @@ def _model(model: Any, r: _Reading) -> str:
     return component if not preset else ""
 
 
-def _tokenizer(cfg: dict[str, Any], r: _Reading) -> int | None:
+def _tokenizer(cfg: dict[str, Any], r: Reading) -> int | None:
     tokenizer = cfg.get("tokenizer") or {}
     if not isinstance(tokenizer, dict):
         raise bad("tokenizer", tokenizer, "must be a mapping with _component_, path and max_seq_len")
@@ -223,15 +180,15 @@ def _tokenizer(cfg: dict[str, Any], r: _Reading) -> int | None:
         r.unmodelled.append("tokenizer.max_seq_len: null: no cap, each batch is as long as its longest sample; "
                             "the plan keeps its own sequence_length")
     else:
-        r.set("tokenizer.max_seq_len", "workload.sequence_length", _int("tokenizer.max_seq_len", length))
+        r.set("tokenizer.max_seq_len", "workload.sequence_length", as_int("tokenizer.max_seq_len", length))
     r.ignored.extend(f"tokenizer.{key}" for key in tokenizer if key != "max_seq_len")
     return length
 
 
-def _dataset(cfg: dict[str, Any], r: _Reading, length: int | None) -> None:
+def _dataset(cfg: dict[str, Any], r: Reading, length: int | None) -> None:
     datasets = cfg.get("dataset") or {}
     datasets = datasets if isinstance(datasets, list) else [datasets]
-    packed = any(isinstance(d, dict) and _bool("dataset.packed", d.get("packed", False)) for d in datasets)
+    packed = any(isinstance(d, dict) and as_bool("dataset.packed", d.get("packed", False)) for d in datasets)
     if packed and length is None:
         raise bad("dataset.packed", True, "needs tokenizer.max_seq_len (each pack is that long)")
     if packed:
@@ -242,13 +199,13 @@ def _dataset(cfg: dict[str, Any], r: _Reading, length: int | None) -> None:
     r.ignored.extend(f"dataset.{key}" for d in datasets if isinstance(d, dict) for key in d if key != "packed")
 
 
-def _optimizer(cfg: dict[str, Any], r: _Reading) -> None:
+def _optimizer(cfg: dict[str, Any], r: Reading) -> None:
     optimizer = cfg.get("optimizer")
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("_component_"), str):
         raise bad("optimizer._component_", None, "missing: the config must name its optimizer")
     component = optimizer["_component_"]
     if component == "torch.optim.SGD":
-        momentum = _number("optimizer.momentum", optimizer.get("momentum", 0))
+        momentum = as_number("optimizer.momentum", optimizer.get("momentum", 0))
         r.set("optimizer._component_", "precision.optimizer", "sgd_momentum" if momentum else "sgd")
     elif component in OPTIMIZERS:
         name, library = OPTIMIZERS[component]
@@ -259,14 +216,14 @@ def _optimizer(cfg: dict[str, Any], r: _Reading) -> None:
         r.unmodelled.append(f"optimizer._component_: {component} is no optimizer the plan knows; planned as the "
                             "recipe's")
     if component.startswith("torch.optim."):  # torch/optim/optimizer.py: foreach on CUDA unless fused or foreach=False
-        fused = _bool("optimizer.fused", optimizer.get("fused", False))
-        foreach = _bool("optimizer.foreach", optimizer.get("foreach", True))
+        fused = as_bool("optimizer.fused", optimizer.get("fused", False))
+        foreach = as_bool("optimizer.foreach", optimizer.get("foreach", True))
         impl = "fused" if fused else "foreach" if foreach else "forloop"
         r.set("optimizer.fused" if "fused" in optimizer else "optimizer.fused (absent: PyTorch's foreach)",
               "precision.optimizer_impl", impl)
     for key, value in optimizer.items():
         if key == "block_size" and component in OPTIMIZERS and OPTIMIZERS[component][1] == "torchao":
-            r.set("optimizer.block_size", "precision.optimizer_block_size", _int("optimizer.block_size", value))
+            r.set("optimizer.block_size", "precision.optimizer_block_size", as_int("optimizer.block_size", value))
         elif key in _OPTIMIZER_IGNORED:
             r.ignored.append(f"optimizer.{key}")
         elif key == "min_8bit_size":
@@ -275,7 +232,7 @@ def _optimizer(cfg: dict[str, Any], r: _Reading) -> None:
             r.unknown.append(f"optimizer.{key}")
 
 
-def _loss(cfg: dict[str, Any], r: _Reading) -> None:
+def _loss(cfg: dict[str, Any], r: Reading) -> None:
     loss = cfg.get("loss") or {}
     component = loss.get("_component_") if isinstance(loss, dict) else None
     if component not in LOSSES:
@@ -283,7 +240,7 @@ def _loss(cfg: dict[str, Any], r: _Reading) -> None:
     r.set("loss._component_", "techniques.loss", LOSSES[component])
     for key, value in loss.items():
         if key == "num_output_chunks":
-            r.set("loss.num_output_chunks", "techniques.loss_chunks", _int("loss.num_output_chunks", value))
+            r.set("loss.num_output_chunks", "techniques.loss_chunks", as_int("loss.num_output_chunks", value))
         elif key != "_component_":
             r.ignored.append(f"loss.{key}")
 
@@ -297,29 +254,29 @@ def _dtype(key: str, value: Any) -> str:
 
 def _compile(key: str, value: Any) -> bool:
     # recipes/full_finetune_distributed.py: compile is a bool, or a mapping of what to compile (model, loss, ...)
-    return bool(value) if isinstance(value, dict) else _bool(key, value)
+    return bool(value) if isinstance(value, dict) else as_bool(key, value)
 
 
 # top-level key -> (plan key, converter), and the recipes' default where the key is absent and its plan value
 # differs from the torchtune recipe in frameworks.yaml (None: absent leaves the recipe's value)
 SIMPLE: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
-    "batch_size": ("workload.micro_batch_size", _int, None),
+    "batch_size": ("workload.micro_batch_size", as_int, None),
     "dtype": ("precision.compute", _dtype, None),
     # recipes/*.py: cfg.get("enable_activation_checkpointing", False); frameworks.yaml has full (the configs')
     "enable_activation_checkpointing": ("techniques.activation_checkpointing",
-                                        lambda k, v: "full" if _bool(k, v) else "none", False),
-    "enable_activation_offloading": ("techniques.activation_offload", _bool, None),
+                                        lambda k, v: "full" if as_bool(k, v) else "none", False),
+    "enable_activation_offloading": ("techniques.activation_offload", as_bool, None),
     "compile": ("techniques.compile", _compile, None),
-    "fsdp_cpu_offload": ("techniques.offload", lambda k, v: "optimizer_and_params" if _bool(k, v) else "none", None),
+    "fsdp_cpu_offload": ("techniques.offload", lambda k, v: "optimizer_and_params" if as_bool(k, v) else "none", None),
 }
 # recipes/full_finetune_*.py: optimizer_in_bwd (cfg.get default False); the LoRA recipes do not read it
-_FULL_ONLY = {"optimizer_in_bwd": ("techniques.optimizer_in_backward", _bool, False)}
+_FULL_ONLY = {"optimizer_in_bwd": ("techniques.optimizer_in_backward", as_bool, False)}
 _DISTRIBUTED = ("tensor_parallel_dim", "context_parallel_dim", "data_parallel_shard_dim", "data_parallel_replicate_dim",
                 "fsdp_reshard_after_forward", "fsdp_cpu_offload", "custom_sharded_layers")
 _SECTIONS = ("model", "tokenizer", "dataset", "optimizer", "loss", "gradient_accumulation_steps")
 
 
-def _simple(cfg: dict[str, Any], r: _Reading, table: dict[str, tuple[str, Callable, Any]]) -> None:
+def _simple(cfg: dict[str, Any], r: Reading, table: dict[str, tuple[str, Callable, Any]]) -> None:
     for key, (plan_key, convert, absent) in table.items():
         if key in cfg:
             r.set(key, plan_key, convert(key, cfg[key]))
@@ -327,16 +284,16 @@ def _simple(cfg: dict[str, Any], r: _Reading, table: dict[str, tuple[str, Callab
             r.set(f"{key} (absent: the recipe's default {absent})", plan_key, convert(key, absent))
 
 
-def _parallel(cfg: dict[str, Any], r: _Reading, recipe: str, count: int | None) -> int | None:
+def _parallel(cfg: dict[str, Any], r: Reading, recipe: str, count: int | None) -> int | None:
     """FSDP2 over the data ranks (recipes/*_distributed.py, training/_distributed.py ParallelDims); returns the
     data-parallel degree where the GPU count is known."""
-    tp = _int("tensor_parallel_dim", cfg.get("tensor_parallel_dim", 1))
-    cp = _int("context_parallel_dim", cfg.get("context_parallel_dim", 1))
-    replicate = _int("data_parallel_replicate_dim", cfg.get("data_parallel_replicate_dim", 1))
+    tp = as_int("tensor_parallel_dim", cfg.get("tensor_parallel_dim", 1))
+    cp = as_int("context_parallel_dim", cfg.get("context_parallel_dim", 1))
+    replicate = as_int("data_parallel_replicate_dim", cfg.get("data_parallel_replicate_dim", 1))
     shard = cfg.get("data_parallel_shard_dim", -1)  # -1: the GPUs the other dims leave
     split = tp * cp * replicate
     if shard != -1:
-        shard = _int("data_parallel_shard_dim", shard)
+        shard = as_int("data_parallel_shard_dim", shard)
         if count is not None and shard * split != count:
             raise bad("data_parallel_shard_dim", shard, f"× data_parallel_replicate_dim × tensor_parallel_dim × "
                       f"context_parallel_dim = {shard * split} must equal the GPU count ({count})")
@@ -345,7 +302,7 @@ def _parallel(cfg: dict[str, Any], r: _Reading, recipe: str, count: int | None) 
     elif count is not None and count % split:
         raise bad("tensor_parallel_dim", tp, f"× context_parallel_dim × data_parallel_replicate_dim = {split} must "
                   f"divide the GPU count ({count})")
-    reshard = _bool("fsdp_reshard_after_forward", cfg.get("fsdp_reshard_after_forward", True))
+    reshard = as_bool("fsdp_reshard_after_forward", cfg.get("fsdp_reshard_after_forward", True))
     # reshard_after_forward False keeps each layer's gathered parameters from forward to backward (ZeRO-2)
     r.set(f"recipe {recipe or 'distributed'} (FSDP2)" + ("" if reshard else " + fsdp_reshard_after_forward"),
           "parallelism.zero_stage", 3 if reshard else 2)
@@ -362,8 +319,8 @@ def _parallel(cfg: dict[str, Any], r: _Reading, recipe: str, count: int | None) 
     return count // (tp * cp) if count is not None else None
 
 
-def _batch(cfg: dict[str, Any], r: _Reading, data: int | None) -> None:
-    accumulation = _int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps", 1))
+def _batch(cfg: dict[str, Any], r: Reading, data: int | None) -> None:
+    accumulation = as_int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps", 1))
     micro = cfg.get("batch_size")
     if data is not None and micro is not None:
         r.set("batch_size × gradient_accumulation_steps × data ranks", "workload.global_batch_size",
@@ -373,13 +330,13 @@ def _batch(cfg: dict[str, Any], r: _Reading, data: int | None) -> None:
     epochs, per_epoch = cfg.get("epochs"), cfg.get("max_steps_per_epoch")
     if per_epoch is not None:
         r.set("epochs × max_steps_per_epoch", "workload.steps",
-              _int("epochs", epochs) * _int("max_steps_per_epoch", per_epoch))
+              as_int("epochs", epochs) * as_int("max_steps_per_epoch", per_epoch))
 
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
     """A torchtune config read as a partial plan (see the module's docstring)."""
-    cfg = _load(text)
-    r = _Reading()
+    cfg = load_mapping(text, "torchtune")
+    r = Reading(plan={"framework": "torchtune"})
     recipe, single, count, count_source = _recipe(text, gpus)
     model_name = _model(cfg.get("model"), r)
     task = r.plan["workload"]["task"]
@@ -402,7 +359,7 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
                     unmodelled=tuple(r.unmodelled), ignored=tuple(r.ignored), unknown=tuple(r.unknown))
 
 
-def _sort(cfg: dict[str, Any], r: _Reading, single: bool, task: str) -> None:
+def _sort(cfg: dict[str, Any], r: Reading, single: bool, task: str) -> None:
     """Account for the top-level keys the readers above did not take."""
     taken = {*_SECTIONS, *SIMPLE, "epochs", "max_steps_per_epoch"} - ({"epochs", "max_steps_per_epoch"} if
                                                                        cfg.get("max_steps_per_epoch") is None else set())
