@@ -56,7 +56,9 @@ def test_70b_full_distributed_on_8():
     assert imported.plan["precision"]["optimizer_impl"] == "foreach"  # fused: False
     assert imported.plan["techniques"]["offload"] == "optimizer_and_params"
     assert imported.plan["techniques"]["optimizer_in_backward"] is False
-    assert imported.unmodelled[0].startswith("custom_sharded_layers: shards these modules")
+    assert imported.unmodelled == (NO_CAP, UNPACKED, "custom_sharded_layers: shards these modules as FSDP units "
+                                   "of their own (their gathered copy is freed sooner); the plan gathers one layer "
+                                   "at a time")
     assert "tensor_parallel_plan" in imported.ignored and imported.unknown == ()
 
 
@@ -150,7 +152,8 @@ def test_round_trip(case):
                          "lora": {"rank": 16, "alpha": 32, "targets": ["q", "k", "v", "o"], "dropout": 0.05,
                                   "variant": "dora"}},
             "precision": {"optimizer": case["opt"]}, "hardware": {"count": case["gpus"]},
-            "techniques": {"activation_checkpointing": case["ckpt"], "loss": case["loss"], "loss_chunks": 16 if case["loss"] == "chunked" else 8,
+            "techniques": {"activation_checkpointing": case["ckpt"], "loss": case["loss"],
+                           "loss_chunks": 16 if case["loss"] == "chunked" else 8,
                            "compile": True, "optimizer_in_backward": False},
             "parallelism": {"zero_stage": case["zero"], "tensor": case["tp"], "sequence_parallel": case["tp"] > 1}}
     if case["task"] not in ("lora", "qlora"):
@@ -179,3 +182,22 @@ def test_write_refuses_what_it_cannot_say():
     plan = plan_from_dict({"framework": "torchtune", "model": {"preset": "falcon-7b"}})
     with pytest.raises(PlanError, match=r"^model.preset: 'falcon-7b' has no torchtune model builder; allowed: "):
         write(plan)
+
+
+def test_fsdp_variants_of_the_70b_config():
+    text = (DATA / "llama3_1_70B_full.yaml").read_text()
+    text = text.replace("optimizer_in_bwd: False", "optimizer_in_bwd: True").replace("tensor_parallel_dim: 1", "")
+    text += "fsdp_reshard_after_forward: False\ndata_parallel_shard_dim: 4\ndata_parallel_replicate_dim: 2\n"
+    imported = read(text)  # no gpus: the dims give 8
+    assert imported.plan["hardware"] == {"count": 8}
+    assert imported.plan["parallelism"] == {"zero_stage": 2, "sequence_parallel": False}
+    assert imported.plan["techniques"]["optimizer_in_backward"] is False
+    assert imported.unmodelled[:2] == (
+        "data_parallel_replicate_dim: HSDP shards over 4 ranks and replicates 2 times; the plan shards over every "
+        "data rank",
+        "optimizer_in_bwd: True: the plan models the optimizer in backward without FSDP only; planned with a full "
+        "set of gradients")
+    with pytest.raises(PlanError) as err:
+        read(text, gpus=16)
+    assert str(err.value) == ("data_parallel_shard_dim: 4 × data_parallel_replicate_dim × tensor_parallel_dim × "
+                              "context_parallel_dim = 8 must equal the GPU count (16)")

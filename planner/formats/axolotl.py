@@ -54,7 +54,8 @@ IGNORED = frozenset({  # data, logging, schedules, evaluation cadence, saving: n
     "eval_sample_packing", "gradient_checkpointing_kwargs", "tf32", "max_grad_norm", "num_epochs",
     "early_stopping_patience", "local_rank", "save_total_limit", "group_by_length", "debug", "save_first_step",
     "xformers_attention_kwargs", "tokens", "shuffle_merged_datasets", "dataset_processes", "save_safetensors",
-    "fsdp_final_state_dict_type", "peft_use_rslora", "lr_quadratic_warmup", "loss_watchdog_threshold", "loss_watchdog_patience",
+    "fsdp_final_state_dict_type", "peft_use_rslora", "lr_quadratic_warmup", "loss_watchdog_threshold",
+    "loss_watchdog_patience",
 })
 UNMODELLED = {
     "lora_modules_to_save": "these modules (often embed_tokens and lm_head) train fully: gradients and optimizer "
@@ -73,6 +74,9 @@ UNMODELLED = {
 }
 _ALL_LINEAR = list(_TARGETS.values())  # lora_target_linear: every linear layer of the blocks (peft all-linear)
 _DOUBLE_QUANT = "bnb_config_kwargs.bnb_4bit_use_double_quant"
+# schemas/peft.py: lora_r, lora_alpha (None: peft's own), lora_dropout (default 0.0)
+_LORA_KEYS = (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload.lora.alpha", as_number),
+              ("lora_dropout", "workload.lora.dropout", as_number))
 
 
 def detect(text: str) -> bool:
@@ -119,12 +123,12 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
 
 
 def _lora(cfg: dict[str, Any], r: Reading) -> None:
-    for key, plan_key, convert in (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload.lora.alpha", as_number),
-                                   ("lora_dropout", "workload.lora.dropout", as_number)):
+    for key, plan_key, convert in _LORA_KEYS:
         if cfg.get(key) is not None:
             r.set(key, plan_key, convert(key, cfg[key]))
     if cfg.get("peft_use_dora") is not None:
-        r.set("peft_use_dora", "workload.lora.variant", "dora" if as_bool("peft_use_dora", cfg["peft_use_dora"]) else "lora")
+        dora = as_bool("peft_use_dora", cfg["peft_use_dora"])
+        r.set("peft_use_dora", "workload.lora.variant", "dora" if dora else "lora")
     modules = cfg.get("lora_target_modules") or []
     modules = [modules] if isinstance(modules, str) else modules
     targets = set(_ALL_LINEAR) if as_bool("lora_target_linear", cfg.get("lora_target_linear") or False) else set()
@@ -187,8 +191,8 @@ def _techniques(cfg: dict[str, Any], r: Reading) -> None:
     liger = _LIGER in plugins and cfg.get("liger_fused_linear_cross_entropy")
     cce = _CCE in plugins and cfg.get("cut_cross_entropy", True)  # integrations/cut_cross_entropy/args.py default
     if liger or cce:
-        r.set("plugins + liger_fused_linear_cross_entropy" if liger else "plugins + cut_cross_entropy", "techniques.loss",
-              "fused")
+        r.set(f"plugins + {'liger_fused_linear_cross_entropy' if liger else 'cut_cross_entropy'}",
+              "techniques.loss", "fused")
     r.unmodelled.extend(f"plugins: {p} is not modelled" for p in plugins if p not in (_LIGER, _CCE))
 
 
@@ -250,7 +254,9 @@ def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
     accumulation = as_int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps") or 1)
     if "micro_batch_size" in cfg:
         r.set("micro_batch_size", "workload.micro_batch_size", micro)
-    context = as_int("context_parallel_size", cfg.get("context_parallel_size") or cfg.get("sequence_parallel_degree") or 1)
+    # sequence_parallel_degree: the deprecated name of context_parallel_size
+    context = cfg.get("context_parallel_size") or cfg.get("sequence_parallel_degree") or 1
+    context = as_int("context_parallel_size", context)
     if context > 1:
         r.set("context_parallel_size", "parallelism.context", context)
     if gpus is not None:
@@ -289,24 +295,10 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
     if cfg.get("deepspeed"):
         _deepspeed(cfg, r)
     _batch(cfg, r, gpus)
-    _sort(cfg, r)
+    rest = {key: value for key, value in cfg.items() if key != "base_model"}  # read: the preset or model_name
+    r.sort_rest(rest, known=_TAKEN, ignored=IGNORED, unmodelled=UNMODELLED)
     return Imported(format="axolotl", plan=r.plan, read=tuple(r.read), model_name=model_name,
                     unmodelled=tuple(r.unmodelled), ignored=tuple(r.ignored), unknown=tuple(r.unknown))
-
-
-def _sort(cfg: dict[str, Any], r: Reading) -> None:
-    """Account for every key the readers above did not turn into a plan key."""
-    used = {re.split(r"[ .:]", part)[0] for k in r.read for part in re.split(r" \+ | × ", k.source)}
-    noted = {re.split(r"[ .:]", u)[0] for u in (*r.unmodelled, *r.ignored)}
-    for key, value in cfg.items():
-        if key in used or key in noted or key == "base_model":  # base_model: the preset, or the model_name
-            continue
-        if key in UNMODELLED and value not in (None, False, []):
-            r.unmodelled.append(f"{key}: {UNMODELLED[key]}")
-        elif key in _TAKEN or key in IGNORED or key in UNMODELLED:  # read and left as the recipe has it, or off
-            r.ignored.append(key)
-        else:
-            r.unknown.append(key)
 
 
 def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:
@@ -381,7 +373,8 @@ def write(plan: Plan) -> str:
     if tech.loss == "fused":
         cfg.update(plugins=[_LIGER], liger_fused_linear_cross_entropy=True)
     _write_sharding(plan, cfg)
-    header = f"# Axolotl config written by VRAM Planner for {plan.hardware.count} GPU(s); run: axolotl train config.yaml\n"
+    header = f"# Axolotl config written by VRAM Planner for {plan.hardware.count} GPU(s); launch: axolotl train " \
+             "config.yaml\n"
     return header + yaml.safe_dump(cfg, sort_keys=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,28 @@ class Reading:
     def set(self, source: str, plan_key: str, value: Any) -> None:
         set_key(self.plan, plan_key, value)
         self.read.append(KeyRead(source=source, plan_key=plan_key, value=value))
+
+    def sort_rest(self, cfg: dict[str, Any], *, known: frozenset[str], ignored: frozenset[str],
+                  unmodelled: dict[str, str]) -> None:
+        """Account for each top-level key of `cfg` that no read or note names yet: `unmodelled` where it is set
+        (not null, false, empty or a degree of 1), ignored where it is known (read, and left as the recipe has
+        it) or known to leave memory alone, else unknown."""
+        named = {_top(part) for k in self.read for part in re.split(r" \+ | × ", k.source)}
+        named |= {_top(note) for note in (*self.unmodelled, *self.ignored)}
+        for key, value in cfg.items():
+            if key in named:
+                continue
+            if key in unmodelled and not _unset(value):
+                self.unmodelled.append(f"{key}: {unmodelled[key]}")
+            elif key in known or key in ignored or key in unmodelled:
+                self.ignored.append(key)
+            else:
+                self.unknown.append(key)
+
+
+def _top(source: str) -> str:
+    """The top-level config key a read's source or a note starts with ("optimizer.fused (absent...)" -> optimizer)."""
+    return re.split(r"[ .:(]", source, maxsplit=1)[0]
 
 
 def as_int(key: str, value: Any, low: int = 1) -> int:
@@ -53,3 +76,8 @@ def load_mapping(text: str, framework: str) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise PlanError("config", f"must be a YAML mapping of {framework} config keys")
     return cfg
+
+
+def _unset(value: Any) -> bool:
+    """A config value that turns its feature off: null, false, an empty list, or a degree of 1."""
+    return value is None or value is False or value == [] or (type(value) is int and value == 1)

@@ -313,9 +313,9 @@ def _parallel(cfg: dict[str, Any], r: Reading, recipe: str, count: int | None) -
     # models/llama3/_parallelism.py: the TP plan runs the norms as SequenceParallel
     r.set("tensor_parallel_dim", "parallelism.sequence_parallel", tp > 1)
     if replicate > 1:
-        r.unmodelled.append(f"data_parallel_replicate_dim: HSDP shards over {shard} ranks and replicates "
+        shards = "each shard group" if count is None else f"{count // split} ranks"
+        r.unmodelled.append(f"data_parallel_replicate_dim: HSDP shards over {shards} and replicates "
                             f"{replicate} times; the plan shards over every data rank")
-    r.unmodelled.extend(f"{key}: {UNMODELLED[key]}" for key in ("custom_sharded_layers",) if cfg.get(key))
     return count // (tp * cp) if count is not None else None
 
 
@@ -348,7 +348,11 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
         r.set(count_source, "hardware.count", count)
     data = 1 if single else _parallel(cfg, r, recipe, count)
     _simple(cfg, r, SIMPLE if not single else {k: v for k, v in SIMPLE.items() if k not in _DISTRIBUTED})
-    if task == "finetune":
+    if task == "finetune" and not single and cfg.get("optimizer_in_bwd"):
+        r.set("optimizer_in_bwd", "techniques.optimizer_in_backward", False)
+        r.unmodelled.append("optimizer_in_bwd: True: the plan models the optimizer in backward without FSDP only; "
+                            "planned with a full set of gradients")
+    elif task == "finetune":
         _simple(cfg, r, _FULL_ONLY)
     _dataset(cfg, r, _tokenizer(cfg, r))
     _optimizer(cfg, r)
@@ -361,19 +365,11 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
 
 def _sort(cfg: dict[str, Any], r: Reading, single: bool, task: str) -> None:
     """Account for the top-level keys the readers above did not take."""
-    taken = {*_SECTIONS, *SIMPLE, "epochs", "max_steps_per_epoch"} - ({"epochs", "max_steps_per_epoch"} if
-                                                                       cfg.get("max_steps_per_epoch") is None else set())
     for key in cfg:
         if single and key in _DISTRIBUTED or task != "finetune" and key in _FULL_ONLY:
             r.ignored.append(f"{key}: not read by this recipe")
-        elif key in taken or key in _DISTRIBUTED or key in _FULL_ONLY:
-            continue
-        elif key in UNMODELLED:
-            r.unmodelled.append(f"{key}: {UNMODELLED[key]}")
-        elif key in IGNORED:
-            r.ignored.append(key)
-        else:
-            r.unknown.append(key)
+    r.sort_rest(cfg, known=frozenset({*_SECTIONS, *SIMPLE, *_FULL_ONLY, *_DISTRIBUTED}), ignored=IGNORED,
+                unmodelled=UNMODELLED)
 
 
 # plan values the recipes cannot run: (plan key, allowed values, why)
@@ -489,7 +485,8 @@ def write(plan: Plan) -> str:
             cfg["tensor_parallel_plan"] = {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}
     launch = "tune run " + ("" if single else f"--nproc_per_node {plan.hardware.count} ") + \
         f"{recipe} --config ./config.yaml"
-    header = f"# Config for {recipe}.py, written by VRAM Planner{f' from the plan {plan.name!r}' if plan.name else ''}.\n" \
+    source = f" from the plan {plan.name!r}" if plan.name else ""
+    header = f"# Config for {recipe}.py, written by VRAM Planner{source}.\n" \
              f"# To launch, run:\n#   {launch}\n\n"
     return header + yaml.safe_dump(cfg, sort_keys=False)
 
