@@ -1,13 +1,15 @@
 """planner/formats/axolotl.py: Axolotl's shipped example configs read as plans, errors, detect and the round trip."""
 
+import copy
 import itertools
 from pathlib import Path
 
 import pytest
+import yaml
 
 from planner.codec import plan_from_dict
 from planner.errors import PlanError
-from planner.formats import detect, overlay, round_trip
+from planner.formats import FORMATS, detect, overlay, round_trip
 from planner.formats.axolotl import FORMAT, read, write
 
 DATA = Path(__file__).parent / "data" / "configs" / "axolotl"
@@ -90,6 +92,10 @@ def test_deepspeed_file_name_and_defaults():
     (("adapter: qlora", "adapter: prefix"), "adapter: 'prefix' must be lora or qlora (or absent: full fine-tuning)"),
     (("load_in_4bit: true", "load_in_4bit: false"), "adapter: 'qlora' needs load_in_4bit: true"),
     (("lora_r: 32", "lora_r: -1"), "lora_r: -1 must be an integer ≥ 1"),
+    (("lora_target_linear: true", "lora_target_modules: 3"), "lora_target_modules: 3 must be a list of strings"),
+    (("optimizer: paged_adamw_32bit", "optimizer: [adamw]"), "optimizer: ['adamw'] must be a string"),
+    (("adapter: qlora", "adapter:"), "load_in_4bit: True needs an adapter (lora or qlora): a quantized base trains "
+                                     "adapters only"),
     (("gradient_checkpointing: true", "gradient_checkpointing: sometimes"),
      "gradient_checkpointing: 'sometimes' must be true, false, offload or offload_disk"),
 ])
@@ -106,8 +112,13 @@ def test_detect():
     for path in (DATA.parent / "torchtune").glob("*.yaml"):
         assert not FORMAT.detect(path.read_text()), path
     assert not FORMAT.detect("base_model: x") and not FORMAT.detect(": [")
-    with pytest.raises(PlanError, match=r"^config: is not valid YAML"):
+    with pytest.raises(PlanError) as err:
         read("a: [")
+    assert str(err.value) == ("config: not valid YAML at line 1, column 5 (expected the node content, but found "
+                              "'<stream end>')")
+    with pytest.raises(PlanError) as err:
+        read("a: 1\na: 2\n")
+    assert str(err.value) == "config a: duplicated key (line 2)"  # planner/loader.py refuses it
 
 
 GRID = [dict(task=t, gpus=g, zero=z, opt=o, loss=loss, ckpt=c)
@@ -146,3 +157,72 @@ def test_write_refuses_what_it_cannot_say():
         write(plan)
     assert str(err.value) == ("techniques.loss: 'chunked' cannot be said: Axolotl's losses are HF's (full) or fused "
                               "(Liger, Cut Cross Entropy)")
+
+
+@pytest.mark.parametrize("extra, plan_keys, note", [
+    ("gradient_checkpointing: offload\n", {"techniques.activation_checkpointing": "full",
+                                           "techniques.activation_offload": True}, None),
+    ("attn_implementation: eager\ntorch_compile: auto\n", {"techniques.attention": "eager",
+                                                          "techniques.compile": True}, None),
+    ("plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n", {"techniques.loss": "fused"},
+     None),
+    ("fp8: true\nfp8_enable_fsdp_float8_all_gather: true\n", {"precision.compute": "fp8",
+                                                             "precision.fp8_all_gather": True}, None),
+    ("deepspeed: deepspeed_configs/zero2.json\n", {"parallelism.zero_stage": 2},
+     "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its buckets and "
+     "precision are the DeepSpeed defaults)"),
+    ("deepspeed: my_ds.json\n", {}, "deepspeed: my_ds.json: the ZeRO stage is in that file, which is not read"),
+    ("unfrozen_parameters: ['lm_head.*']\n", {}, "unfrozen_parameters: only these parameters train; the plan trains "
+                                                 "every weight"),
+    ("lora_target_modules: [q_proj, gate_up_proj]\nlora_target_linear: false\n", {"workload.lora.targets": ["q"]},
+     "lora_target_modules: 'gate_up_proj' is no projection the plan's targets name"),
+])
+def test_keys_in_a_config(extra, plan_keys, note):
+    text = (DATA / "qlora.yml").read_text().replace("gradient_checkpointing: true\n", "")
+    text = text.replace("lora_target_linear: true\n", "").replace("attn_implementation: flash_attention_2\n", "")
+    text += extra
+    imported = read(text, gpus=2)
+    for key, value in plan_keys.items():
+        found = imported.plan
+        for part in key.split("."):
+            found = found[part]
+        assert found == value, key
+    assert imported.unmodelled == ((note,) if note else ())
+    assert imported.unknown == ()
+
+
+def test_unknown_keys_are_listed():
+    imported = read((DATA / "qlora.yml").read_text() + "frobnicate: 3\n")
+    assert imported.unknown == ("frobnicate",)
+
+
+def test_round_trip_fp8_context_parallel():
+    plan = plan_from_dict({"framework": "axolotl", "model": {"preset": "llama-3.1-8b"}, "hardware": {"count": 8},
+                           "workload": {"task": "finetune", "sequence_length": 16384},
+                           "precision": {"compute": "fp8", "fp8_all_gather": True},
+                           "parallelism": {"zero_stage": 3, "context": 2}})
+    assert round_trip(plan, FORMAT) == {}
+
+
+HOSTILE = [None, -1, 10**30, 2.5, "x", [[1]], ["q_proj", [1]], {"_component_": 5, "zero_optimization": 5}]
+
+
+@pytest.mark.parametrize("fmt, names", [
+    ("torchtune", ("llama3_1_8B_lora_single_device.yaml", "llama3_1_70B_full.yaml")),
+    ("axolotl", ("lora-8b.yml", "fft-8b-liger-fsdp.yaml"))])
+def test_hostile_values_raise_plan_errors_only(fmt, names):
+    """Each key of two stored configs (and of their sections) set to each hostile value: read either plans or
+    raises PlanError, never another exception."""
+    reader = FORMATS[fmt].read
+    for path in (DATA.parent / fmt / name for name in names):
+        header = "".join(line + "\n" for line in path.read_text().splitlines() if line.startswith("#"))
+        original = yaml.safe_load(path.read_text())
+        keys = [(k,) for k in original] + [(k, s) for k, v in original.items() if isinstance(v, dict) for s in v]
+        keys += [("plugins",), ("deepspeed",), ("fsdp_config",), ("bnb_config_kwargs",), ("tensor_parallel_dim",)]
+        for key, value in itertools.product(keys, HOSTILE):
+            cfg = copy.deepcopy(original)
+            (cfg[key[0]] if len(key) == 2 else cfg)[key[-1]] = value
+            try:
+                reader(header + yaml.safe_dump(cfg), gpus=3)
+            except PlanError:
+                pass

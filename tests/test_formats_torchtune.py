@@ -115,8 +115,18 @@ def test_bad_values_name_the_key(edit, message):
 
 
 def test_bad_text_and_gpu_count():
-    with pytest.raises(PlanError, match=r"^config: is not valid YAML: "):
+    with pytest.raises(PlanError, match=r"^config: not valid YAML at line 1, column 9 "):
         read("model: [")
+    with pytest.raises(PlanError) as err:
+        read("[" * 5000)
+    assert str(err.value) == "config: nested too deeply to be a framework config"
+    assert not FORMAT.detect("[" * 5000)
+    with pytest.raises(PlanError) as err:
+        read("- a list")
+    assert str(err.value) == "config: must be a YAML mapping of torchtune config keys"
+    with pytest.raises(PlanError) as err:
+        read("model: {_component_: torchtune.models.llama3_1.llama3_1_8b}\noptimizer: 3\n")
+    assert str(err.value) == "optimizer._component_: missing: the config must name its optimizer"
     with pytest.raises(PlanError) as err:
         _read("llama3_1_8B_lora_single_device.yaml", gpus=4)
     assert str(err.value) == "gpus: 4 must be 1: the recipe lora_finetune_single_device runs on a single device"
@@ -201,3 +211,18 @@ def test_fsdp_variants_of_the_70b_config():
         read(text, gpus=16)
     assert str(err.value) == ("data_parallel_shard_dim: 4 × data_parallel_replicate_dim × tensor_parallel_dim × "
                               "context_parallel_dim = 8 must equal the GPU count (16)")
+
+
+def test_optimizers_and_notes():
+    text = (DATA / "llama3_1_8B_lora_single_device.yaml").read_text()
+    text = text.replace("_component_: torch.optim.AdamW\n  fused: True",
+                        "_component_: torchao.optim.AdamW8bit\n  block_size: 2048")
+    text += "ac_mode: selective\nfrobnicate: 1\n"
+    imported = read(text)
+    assert imported.plan["precision"] == {"compute": "bf16", "optimizer": "adamw_8bit", "optimizer_library": "torchao",
+                                          "optimizer_block_size": 2048}
+    assert imported.unmodelled[-1] == ("ac_mode: torchtune's selective activation checkpointing; the plan reads "
+                                       "enable_activation_checkpointing")
+    assert imported.unknown == ("frobnicate",)
+    sgd = read(text.replace("torchao.optim.AdamW8bit\n  block_size: 2048", "torch.optim.SGD\n  momentum: 0.9"))
+    assert sgd.plan["precision"] == {"compute": "bf16", "optimizer": "sgd_momentum", "optimizer_impl": "foreach"}

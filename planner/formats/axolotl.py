@@ -15,8 +15,9 @@ import yaml
 
 from planner.errors import bad
 from planner.formats.base import Format, Imported, preset_for
+from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, load_mapping,
+                                     parses_to)
 from planner.models import presets
-from planner.formats.reading import Reading, as_bool, as_int, as_number, load_mapping
 from planner.plan import Plan
 
 # lora_target_modules names -> plan targets (HF module names of the Llama-style models)
@@ -62,14 +63,16 @@ UNMODELLED = {
                             "states for them too",
     "unfrozen_parameters": "only these parameters train; the plan trains every weight",
     "eval_batch_size": "evaluation runs at this micro-batch size",
-    "liger_rope": "Liger's fused RoPE saves fewer intermediates", "liger_rms_norm": "Liger's fused RMSNorm saves "
-    "fewer intermediates", "liger_glu_activation": "Liger's fused SwiGLU saves fewer intermediates",
+    "liger_rope": "Liger's fused RoPE saves fewer intermediates",
+    "liger_rms_norm": "Liger's fused RMSNorm saves fewer intermediates",
+    "liger_glu_activation": "Liger's fused SwiGLU saves fewer intermediates",
     "liger_layer_norm": "Liger's fused LayerNorm saves fewer intermediates",
     "tensor_parallel_size": "DeepSpeed AutoTP; the plan's tensor parallelism is Megatron-style",
     "dp_replicate_size": "HSDP replicates the shards; the plan shards over every data rank",
     "dp_shard_size": "shards over this many ranks (HSDP where fewer than the GPUs)",
-    "lora_rank_pattern": "per-module ranks", "peft_layers_to_transform": "adapters on "
-    "some layers only", "layer_offloading": "layer parameters offloaded to CPU between uses",
+    "lora_rank_pattern": "per-module ranks",
+    "peft_layers_to_transform": "adapters on some layers only",
+    "layer_offloading": "layer parameters offloaded to CPU between uses",
     "selective_checkpointing": "saves attention outputs inside checkpointed layers",
 }
 _ALL_LINEAR = list(_TARGETS.values())  # lora_target_linear: every linear layer of the blocks (peft all-linear)
@@ -81,12 +84,8 @@ _LORA_KEYS = (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload
 
 def detect(text: str) -> bool:
     """An Axolotl config: YAML naming a base_model and Axolotl's own keys (not a torchtune `_component_` config)."""
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return False
-    return isinstance(cfg, dict) and "base_model" in cfg and bool(
-        {"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"} & set(cfg))
+    return parses_to(text, lambda cfg: "base_model" in cfg and bool(
+        {"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"} & set(cfg)))
 
 
 def _model(cfg: dict[str, Any], r: Reading) -> str:
@@ -108,6 +107,9 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
         raise bad("adapter", adapter, "must be lora or qlora (or absent: full fine-tuning)")
     if adapter == "qlora" and not four:
         raise bad("adapter", "qlora", "needs load_in_4bit: true")
+    if adapter is None and (four or eight):
+        raise bad("load_in_4bit" if four else "load_in_8bit", True, "needs an adapter (lora or qlora): a quantized "
+                                                                    "base trains adapters only")
     if adapter is None:
         r.set("adapter (absent)", "workload.task", "finetune")
         return "finetune"
@@ -116,7 +118,7 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
     if task == "qlora":
         r.set("load_in_4bit" if four else "load_in_8bit", "precision.weights", "nf4" if four else "int8")
     if four:  # loaders/model.py: BitsAndBytesConfig(bnb_4bit_use_double_quant=True, quant_type nf4) unless overridden
-        kwargs = cfg.get("bnb_config_kwargs") or {}
+        kwargs = as_mapping("bnb_config_kwargs", cfg.get("bnb_config_kwargs") or {})
         r.set(_DOUBLE_QUANT if "bnb_4bit_use_double_quant" in kwargs else "load_in_4bit (loaders/model.py)",
               "precision.double_quant", as_bool(_DOUBLE_QUANT, kwargs.get("bnb_4bit_use_double_quant", True)))
     return task
@@ -129,8 +131,7 @@ def _lora(cfg: dict[str, Any], r: Reading) -> None:
     if cfg.get("peft_use_dora") is not None:
         dora = as_bool("peft_use_dora", cfg["peft_use_dora"])
         r.set("peft_use_dora", "workload.lora.variant", "dora" if dora else "lora")
-    modules = cfg.get("lora_target_modules") or []
-    modules = [modules] if isinstance(modules, str) else modules
+    modules = as_texts("lora_target_modules", cfg.get("lora_target_modules") or [])
     targets = set(_ALL_LINEAR) if as_bool("lora_target_linear", cfg.get("lora_target_linear") or False) else set()
     for module in modules:
         if module in _TARGETS:
@@ -154,7 +155,7 @@ def _precision(cfg: dict[str, Any], r: Reading) -> None:
         r.set("bfloat16" if cfg.get("bfloat16") else "bf16", "precision.compute", "bf16")
     if cfg.get("fp8_enable_fsdp_float8_all_gather"):
         r.set("fp8_enable_fsdp_float8_all_gather", "precision.fp8_all_gather", True)
-    optimizer = cfg.get("optimizer", "adamw_torch_fused")  # schemas/training.py default
+    optimizer = as_text("optimizer", cfg.get("optimizer", "adamw_torch_fused"))  # schemas/training.py default
     if optimizer not in OPTIMIZERS:
         r.unmodelled.append(f"optimizer: {optimizer} is no optimizer the plan knows; planned as the recipe's")
         return
@@ -187,7 +188,7 @@ def _techniques(cfg: dict[str, Any], r: Reading) -> None:
             r.set(key, "techniques.attention", attention)
     if cfg.get("torch_compile") is not None:  # "auto": compiled where torch supports it
         r.set("torch_compile", "techniques.compile", bool(cfg["torch_compile"]))
-    plugins = cfg.get("plugins") or []
+    plugins = as_texts("plugins", cfg.get("plugins") or [])
     liger = _LIGER in plugins and cfg.get("liger_fused_linear_cross_entropy")
     cce = _CCE in plugins and cfg.get("cut_cross_entropy", True)  # integrations/cut_cross_entropy/args.py default
     if liger or cce:
@@ -198,9 +199,7 @@ def _techniques(cfg: dict[str, Any], r: Reading) -> None:
 
 def _fsdp(cfg: dict[str, Any], r: Reading) -> None:
     """fsdp / fsdp_config (schemas/fsdp.py; the legacy fsdp_-prefixed keys too): FULL_SHARD is ZeRO-3."""
-    raw = cfg.get("fsdp_config") or {}
-    if not isinstance(raw, dict):
-        raise bad("fsdp_config", raw, "must be a mapping")
+    raw = as_mapping("fsdp_config", cfg.get("fsdp_config") or {})
     fsdp = {key.removeprefix("fsdp_"): value for key, value in raw.items()}
     grad_op = fsdp.get("sharding_strategy") == "SHARD_GRAD_OP" or fsdp.get("reshard_after_forward") is False
     r.set("fsdp_config", "parallelism.zero_stage", 2 if grad_op else 3)
@@ -223,7 +222,7 @@ def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
     or the config inline."""
     value = cfg["deepspeed"]
     if isinstance(value, dict):
-        stage = (value.get("zero_optimization") or {}).get("stage", 0)
+        stage = as_mapping("deepspeed.zero_optimization", value.get("zero_optimization") or {}).get("stage", 0)
         r.set("deepspeed.zero_optimization.stage", "parallelism.zero_stage", as_int("deepspeed.zero_optimization.stage",
                                                                                stage, 0))
         return

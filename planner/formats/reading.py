@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from planner.errors import PlanError, bad
 from planner.formats.base import KeyRead, set_key
+from planner.loader import Kind, load_yaml
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,15 +67,45 @@ def as_number(key: str, value: Any) -> float:
     return value
 
 
+def as_text(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise bad(key, value, "must be a string")
+    return value
+
+
+def as_texts(key: str, value: Any) -> list[str]:
+    """A list of strings (one string counts as a list of one)."""
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise bad(key, value, "must be a list of strings")
+    return values
+
+
+def as_mapping(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise bad(key, value, "must be a mapping")
+    return value
+
+
+# a framework's config is a few KB; a megabyte is far beyond any real one
+CONFIG = Kind(what="config", noun="a framework config", max_bytes=1024 * 1024, prefix="config ")
+
+
 def load_mapping(text: str, framework: str) -> dict[str, Any]:
-    """A YAML config's text as its top-level mapping."""
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlanError("config", f"is not valid YAML: {str(exc).splitlines()[0]}") from None
+    """A YAML config's text as its top-level mapping, read as strictly as a plan (planner/loader.py: a size cap,
+    duplicated keys and deep nesting refused)."""
+    cfg = load_yaml(text, CONFIG)
     if not isinstance(cfg, dict):
         raise PlanError("config", f"must be a YAML mapping of {framework} config keys")
     return cfg
+
+
+def parses_to(text: str, test: Callable[[dict[str, Any]], bool]) -> bool:
+    """Whether the text is a YAML mapping that passes `test` (for a format's detect)."""
+    try:
+        return test(load_mapping(text, ""))
+    except PlanError:
+        return False
 
 
 def _unset(value: Any) -> bool:

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from planner.errors import bad
+from planner.errors import PlanError, bad
 from planner.formats.base import Format, Imported
-from planner.formats.reading import Reading, as_bool, as_int, as_number, load_mapping
+from planner.formats.reading import Reading, as_bool, as_int, as_number, load_mapping, parses_to
 from planner.plan import Plan
 
 # torchtune/models/*/__init__.py: a builder's name without its lora_/qlora_ prefix (and without the _base /
@@ -99,12 +99,8 @@ UNMODELLED = {  # keys that change memory but no plan key says
 
 
 def detect(text: str) -> bool:
-    """A torchtune config: YAML whose model (or another section) names a `_component_` builder."""
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return False
-    return isinstance(cfg, dict) and isinstance(cfg.get("model"), dict) and "_component_" in cfg["model"]
+    """A torchtune config: YAML whose model names a `_component_` builder."""
+    return parses_to(text, lambda cfg: isinstance(cfg.get("model"), dict) and "_component_" in cfg["model"])
 
 
 def _recipe(text: str, gpus: int | None) -> tuple[str, bool, int | None, str]:
@@ -128,7 +124,7 @@ def _recipe(text: str, gpus: int | None) -> tuple[str, bool, int | None, str]:
 
 def _targets(model: dict[str, Any], r: Reading) -> list[str]:
     attn = model.get("lora_attn_modules")
-    if not isinstance(attn, list) or any(m not in _ATTN for m in attn):
+    if not isinstance(attn, list) or any(not isinstance(m, str) or m not in _ATTN for m in attn):
         raise bad("model.lora_attn_modules", attn, f"must be a list of {', '.join(_ATTN)}")
     mlp = as_bool("model.apply_lora_to_mlp", model.get("apply_lora_to_mlp", False))  # builders' default False
     if as_bool("model.apply_lora_to_output", model.get("apply_lora_to_output", False)):
@@ -202,7 +198,7 @@ def _dataset(cfg: dict[str, Any], r: Reading, length: int | None) -> None:
 def _optimizer(cfg: dict[str, Any], r: Reading) -> None:
     optimizer = cfg.get("optimizer")
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("_component_"), str):
-        raise bad("optimizer._component_", None, "missing: the config must name its optimizer")
+        raise PlanError("optimizer._component_", "missing: the config must name its optimizer")
     component = optimizer["_component_"]
     if component == "torch.optim.SGD":
         momentum = as_number("optimizer.momentum", optimizer.get("momentum", 0))
@@ -235,7 +231,7 @@ def _optimizer(cfg: dict[str, Any], r: Reading) -> None:
 def _loss(cfg: dict[str, Any], r: Reading) -> None:
     loss = cfg.get("loss") or {}
     component = loss.get("_component_") if isinstance(loss, dict) else None
-    if component not in LOSSES:
+    if not isinstance(component, str) or component not in LOSSES:
         raise bad("loss._component_", component, f"is not a loss this reader knows; allowed: {', '.join(LOSSES)}")
     r.set("loss._component_", "techniques.loss", LOSSES[component])
     for key, value in loss.items():
