@@ -189,6 +189,11 @@ def test_write_refuses_what_it_cannot_say():
         write(plan)
     assert str(err.value) == ("workload.lora.targets: ['q', 'gate'] cannot be said: apply_lora_to_mlp adapts all of "
                               "gate, up and down or none")
+    plan = plan_from_dict({"framework": "torchtune", "model": {"preset": "llama-3.1-8b"},
+                           "workload": {"task": "qlora"}, "precision": {"weights": "int4", "double_quant": False}})
+    with pytest.raises(PlanError) as err:
+        write(plan)
+    assert str(err.value) == "precision.weights: 'int4' cannot be said: torchtune's qlora weights are nf4"
     plan = plan_from_dict({"framework": "torchtune", "model": {"preset": "falcon-7b"}})
     with pytest.raises(PlanError, match=r"^model.preset: 'falcon-7b' has no torchtune model builder; allowed: "):
         write(plan)

@@ -387,6 +387,9 @@ def _check_writable(plan: Plan) -> None:
     wl, prec, par = plan.workload, plan.precision, plan.parallelism
     if prec.master_weights == "fp32" and prec.compute != "fp32":
         raise bad("precision.master_weights", "fp32", "cannot be said: torchtune trains in its one dtype")
+    frozen = "nf4" if wl.task == "qlora" else prec.compute  # the qlora builders' torchao NF4, else the dtype
+    if prec.weights != frozen:
+        raise bad("precision.weights", prec.weights, f"cannot be said: torchtune's {wl.task} weights are {frozen}")
     if wl.task in ("lora", "qlora") and 0 < len(set(wl.lora.targets) & set(_MLP)) < 3:
         raise bad("workload.lora.targets", list(wl.lora.targets), "cannot be said: apply_lora_to_mlp adapts all of "
                                                                    "gate, up and down or none")
