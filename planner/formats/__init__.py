@@ -12,13 +12,13 @@ from typing import Any
 
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError, bad
-from planner.formats import accelerate, deepspeed, hf_trainer, megatron, sglang, torchtitan, vllm
+from planner.formats import accelerate, axolotl, deepspeed, hf_trainer, megatron, sglang, torchtitan, torchtune, vllm
 from planner.formats.base import Format, Imported, get_key
 from planner.plan import INFERENCE_FRAMEWORKS, Plan
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    torchtitan.FORMAT, deepspeed.FORMAT, hf_trainer.FORMAT, accelerate.FORMAT, megatron.FORMAT, vllm.FORMAT,
-    sglang.FORMAT)}
+    torchtitan.FORMAT, torchtune.FORMAT, axolotl.FORMAT, deepspeed.FORMAT, hf_trainer.FORMAT, accelerate.FORMAT,
+    megatron.FORMAT, vllm.FORMAT, sglang.FORMAT)}
 
 
 def formats_for(plan: Plan) -> list[Format]:

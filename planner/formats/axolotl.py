@@ -1,0 +1,404 @@
+"""Axolotl YAML configs in and out.
+
+Axolotl trains through the HF Trainer on a model it loads itself: `base_model` names the model, `adapter` and
+`load_in_4bit` / `load_in_8bit` the task, `fsdp_config` or `deepspeed` the sharding. Defaults are the config
+schema's: axolotl-ai-cloud/axolotl at 067b021 (2026-07-24), src/axolotl/utils/schemas/{config,training,peft,
+fsdp}.py; loaders/model.py for the 4-bit quantization.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from planner.errors import bad
+from planner.formats.base import Format, Imported, preset_for
+from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, load_mapping,
+                                     parses_to)
+from planner.models import presets
+from planner.plan import Plan
+
+# lora_target_modules names -> plan targets (HF module names of the Llama-style models)
+_TARGETS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up",
+            "down_proj": "down"}
+# optimizer -> (precision.optimizer, optimizer_impl, optimizer_library); transformers OptimizerNames
+OPTIMIZERS: dict[str, tuple[str, str | None, str | None]] = {
+    "adamw_torch_fused": ("adamw", "fused", None), "adamw_torch": ("adamw", "foreach", None),
+    "adamw_hf": ("adamw", "foreach", None), "adamw_bnb_8bit": ("adamw_8bit", None, "bitsandbytes"),
+    "adamw_8bit": ("adamw_8bit", None, "bitsandbytes"), "paged_adamw_8bit": ("paged_adamw_8bit", None, "bitsandbytes"),
+    "paged_adamw_32bit": ("paged_adamw", None, None), "adamw_torch_8bit": ("adamw_8bit", None, "torchao"),
+    "adafactor": ("adafactor", None, None), "lion_32bit": ("lion", None, None), "sgd": ("sgd", None, None),
+    "muon": ("muon", None, None),
+}
+_OPTIMIZER_OUT = {("adamw", "fused"): "adamw_torch_fused", ("adamw", "foreach"): "adamw_torch",
+                  ("adamw_8bit", "bitsandbytes"): "adamw_bnb_8bit", ("adamw_8bit", "torchao"): "adamw_torch_8bit",
+                  ("paged_adamw_8bit", "bitsandbytes"): "paged_adamw_8bit", ("paged_adamw", None): "paged_adamw_32bit",
+                  ("adafactor", None): "adafactor", ("lion", None): "lion_32bit", ("sgd", None): "sgd",
+                  ("muon", None): "muon"}
+# attn_implementation (config.py) -> techniques.attention: every backend but eager is a fused kernel
+_EAGER = ("eager",)
+_LEGACY_ATTENTION = {"flash_attention": "flash", "sdp_attention": "flash", "xformers_attention": "flash",
+                     "flex_attention": "flash", "sage_attention": "flash", "eager_attention": "eager"}
+# deepspeed_configs/*.json shipped with axolotl: the file's name says its ZeRO stage and offload
+_DEEPSPEED = re.compile(r"zero(?P<stage>[0-3])(?P<rest>[\w-]*)\.json$")
+_LIGER = "axolotl.integrations.liger.LigerPlugin"
+_CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
+
+IGNORED = frozenset({  # data, logging, schedules, evaluation cadence, saving: no effect on a step's memory or time
+    "model_type", "tokenizer_type", "base_model_config", "trust_remote_code", "datasets", "dataset_prepared_path",
+    "val_set_size", "output_dir", "lora_model_dir", "wandb_project", "wandb_entity", "wandb_watch", "wandb_name",
+    "wandb_log_model", "hub_model_id", "lr_scheduler", "learning_rate", "warmup_ratio", "warmup_steps",
+    "evals_per_epoch", "saves_per_epoch", "eval_steps", "save_steps", "weight_decay", "special_tokens",
+    "resume_from_checkpoint", "logging_steps", "chat_template", "strict", "seed", "train_on_inputs",
+    "eval_sample_packing", "gradient_checkpointing_kwargs", "tf32", "max_grad_norm", "num_epochs",
+    "early_stopping_patience", "local_rank", "save_total_limit", "group_by_length", "debug", "save_first_step",
+    "xformers_attention_kwargs", "tokens", "shuffle_merged_datasets", "dataset_processes", "save_safetensors",
+    "fsdp_final_state_dict_type", "peft_use_rslora", "lr_quadratic_warmup", "loss_watchdog_threshold",
+    "loss_watchdog_patience",
+})
+UNMODELLED = {
+    "lora_modules_to_save": "these modules (often embed_tokens and lm_head) train fully: gradients and optimizer "
+                            "states for them too",
+    "unfrozen_parameters": "only these parameters train; the plan trains every weight",
+    "eval_batch_size": "evaluation runs at this micro-batch size",
+    "liger_rope": "Liger's fused RoPE saves fewer intermediates",
+    "liger_rms_norm": "Liger's fused RMSNorm saves fewer intermediates",
+    "liger_glu_activation": "Liger's fused SwiGLU saves fewer intermediates",
+    "liger_layer_norm": "Liger's fused LayerNorm saves fewer intermediates",
+    "tensor_parallel_size": "DeepSpeed AutoTP; the plan's tensor parallelism is Megatron-style",
+    "dp_replicate_size": "HSDP replicates the shards; the plan shards over every data rank",
+    "dp_shard_size": "shards over this many ranks (HSDP where fewer than the GPUs)",
+    "lora_rank_pattern": "per-module ranks",
+    "peft_layers_to_transform": "adapters on some layers only",
+    "layer_offloading": "layer parameters offloaded to CPU between uses",
+    "selective_checkpointing": "saves attention outputs inside checkpointed layers",
+}
+_ALL_LINEAR = list(_TARGETS.values())  # lora_target_linear: every linear layer of the blocks (peft all-linear)
+_DOUBLE_QUANT = "bnb_config_kwargs.bnb_4bit_use_double_quant"
+# schemas/peft.py: lora_r, lora_alpha (None: peft's own), lora_dropout (default 0.0)
+_LORA_KEYS = (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload.lora.alpha", as_number),
+              ("lora_dropout", "workload.lora.dropout", as_number))
+
+
+def detect(text: str) -> bool:
+    """An Axolotl config: YAML naming a base_model and Axolotl's own keys (not a torchtune `_component_` config)."""
+    return parses_to(text, lambda cfg: "base_model" in cfg and bool(
+        {"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"} & set(cfg)))
+
+
+def _model(cfg: dict[str, Any], r: Reading) -> str:
+    name = cfg.get("base_model")
+    if not isinstance(name, str) or not name:
+        raise bad("base_model", name, "must name the model (a Hugging Face repo id or path)")
+    # Meta's repos were first named Meta-Llama-3.1-8B; mirrors (NousResearch/Meta-Llama-3.1-8B) keep that name
+    preset = preset_for(name) or preset_for(re.sub(r"(?i)(^|/)meta-(llama)", r"\1\2", name))
+    if preset:
+        r.set("base_model", "model.preset", preset)
+    return "" if preset else name
+
+
+def _task(cfg: dict[str, Any], r: Reading) -> str:
+    adapter = cfg.get("adapter")
+    four = as_bool("load_in_4bit", cfg.get("load_in_4bit") or False)
+    eight = as_bool("load_in_8bit", cfg.get("load_in_8bit") or False)
+    if adapter not in (None, "lora", "qlora"):
+        raise bad("adapter", adapter, "must be lora or qlora (or absent: full fine-tuning)")
+    if adapter == "qlora" and not four:
+        raise bad("adapter", "qlora", "needs load_in_4bit: true")
+    if adapter is None and (four or eight):
+        raise bad("load_in_4bit" if four else "load_in_8bit", True, "needs an adapter (lora or qlora): a quantized "
+                                                                    "base trains adapters only")
+    if adapter is None:
+        r.set("adapter (absent)", "workload.task", "finetune")
+        return "finetune"
+    task = "qlora" if four or eight else "lora"
+    r.set("adapter", "workload.task", task)
+    if task == "qlora":
+        r.set("load_in_4bit" if four else "load_in_8bit", "precision.weights", "nf4" if four else "int8")
+    if four:  # loaders/model.py: BitsAndBytesConfig(bnb_4bit_use_double_quant=True, quant_type nf4) unless overridden
+        kwargs = as_mapping("bnb_config_kwargs", cfg.get("bnb_config_kwargs") or {})
+        r.set(_DOUBLE_QUANT if "bnb_4bit_use_double_quant" in kwargs else "load_in_4bit (loaders/model.py)",
+              "precision.double_quant", as_bool(_DOUBLE_QUANT, kwargs.get("bnb_4bit_use_double_quant", True)))
+    return task
+
+
+def _lora(cfg: dict[str, Any], r: Reading) -> None:
+    for key, plan_key, convert in _LORA_KEYS:
+        if cfg.get(key) is not None:
+            r.set(key, plan_key, convert(key, cfg[key]))
+    if cfg.get("peft_use_dora") is not None:
+        dora = as_bool("peft_use_dora", cfg["peft_use_dora"])
+        r.set("peft_use_dora", "workload.lora.variant", "dora" if dora else "lora")
+    modules = as_texts("lora_target_modules", cfg.get("lora_target_modules") or [])
+    targets = set(_ALL_LINEAR) if as_bool("lora_target_linear", cfg.get("lora_target_linear") or False) else set()
+    for module in modules:
+        if module in _TARGETS:
+            targets.add(_TARGETS[module])
+        else:
+            r.unmodelled.append(f"lora_target_modules: {module!r} is no projection the plan's targets name")
+    if targets:
+        r.set("lora_target_linear" if len(targets) == 7 and cfg.get("lora_target_linear") else "lora_target_modules",
+              "workload.lora.targets", [t for t in _ALL_LINEAR if t in targets])
+
+
+def _precision(cfg: dict[str, Any], r: Reading) -> None:
+    # config.py: bf16 defaults to "auto" (bf16 where the GPU has it); fp16, fp8, bfloat16, float16 to None
+    if cfg.get("fp8"):
+        r.set("fp8", "precision.compute", "fp8")
+    elif cfg.get("fp16") or cfg.get("float16"):
+        r.set("fp16" if cfg.get("fp16") else "float16", "precision.compute", "fp16")
+    elif cfg.get("bf16", "auto") is False and not cfg.get("bfloat16"):
+        r.set("bf16", "precision.compute", "fp32")
+    elif "bf16" in cfg or "bfloat16" in cfg:
+        r.set("bfloat16" if cfg.get("bfloat16") else "bf16", "precision.compute", "bf16")
+    if cfg.get("fp8_enable_fsdp_float8_all_gather"):
+        r.set("fp8_enable_fsdp_float8_all_gather", "precision.fp8_all_gather", True)
+    optimizer = as_text("optimizer", cfg.get("optimizer", "adamw_torch_fused"))  # schemas/training.py default
+    if optimizer not in OPTIMIZERS:
+        r.unmodelled.append(f"optimizer: {optimizer} is no optimizer the plan knows; planned as the recipe's")
+        return
+    source = "optimizer" if "optimizer" in cfg else "optimizer (absent: the schema's adamw_torch_fused)"
+    name, impl, library = OPTIMIZERS[optimizer]
+    r.set(source, "precision.optimizer", name)
+    if impl:
+        r.set(source, "precision.optimizer_impl", impl)
+    if library:
+        r.set(source, "precision.optimizer_library", library)
+
+
+def _techniques(cfg: dict[str, Any], r: Reading) -> None:
+    checkpointing = cfg.get("gradient_checkpointing", False)  # config.py default False; frameworks.yaml: full
+    if checkpointing not in (True, False, "offload", "offload_disk"):
+        raise bad("gradient_checkpointing", checkpointing, "must be true, false, offload or offload_disk")
+    r.set("gradient_checkpointing" if "gradient_checkpointing" in cfg else "gradient_checkpointing (absent: false)",
+          "techniques.activation_checkpointing", "full" if checkpointing else "none")
+    offload = cfg.get("activation_offloading") or checkpointing in ("offload", "offload_disk")
+    if offload or "activation_offloading" in cfg:  # offload: the checkpointed layer inputs go to host memory
+        r.set("activation_offloading" if cfg.get("activation_offloading") is not None else "gradient_checkpointing",
+              "techniques.activation_offload", bool(offload))
+    if checkpointing == "offload_disk" or cfg.get("activation_offloading") == "disk":
+        r.unmodelled.append("gradient_checkpointing: offloads to disk, not host memory")
+    if cfg.get("attn_implementation") is not None:
+        r.set("attn_implementation", "techniques.attention",
+              "eager" if cfg["attn_implementation"] in _EAGER else "flash")
+    for key, attention in _LEGACY_ATTENTION.items():
+        if cfg.get(key):
+            r.set(key, "techniques.attention", attention)
+    if cfg.get("torch_compile") is not None:  # "auto": compiled where torch supports it
+        r.set("torch_compile", "techniques.compile", bool(cfg["torch_compile"]))
+    plugins = as_texts("plugins", cfg.get("plugins") or [])
+    liger = _LIGER in plugins and cfg.get("liger_fused_linear_cross_entropy")
+    cce = _CCE in plugins and cfg.get("cut_cross_entropy", True)  # integrations/cut_cross_entropy/args.py default
+    if liger or cce:
+        r.set(f"plugins + {'liger_fused_linear_cross_entropy' if liger else 'cut_cross_entropy'}",
+              "techniques.loss", "fused")
+    r.unmodelled.extend(f"plugins: {p} is not modelled" for p in plugins if p not in (_LIGER, _CCE))
+
+
+def _fsdp(cfg: dict[str, Any], r: Reading) -> None:
+    """fsdp / fsdp_config (schemas/fsdp.py; the legacy fsdp_-prefixed keys too): FULL_SHARD is ZeRO-3."""
+    raw = as_mapping("fsdp_config", cfg.get("fsdp_config") or {})
+    fsdp = {key.removeprefix("fsdp_"): value for key, value in raw.items()}
+    grad_op = fsdp.get("sharding_strategy") == "SHARD_GRAD_OP" or fsdp.get("reshard_after_forward") is False
+    r.set("fsdp_config", "parallelism.zero_stage", 2 if grad_op else 3)
+    if fsdp.get("offload_params") is not None:
+        r.set("fsdp_config.offload_params", "techniques.offload",
+              "optimizer_and_params" if as_bool("fsdp_config.offload_params", fsdp["offload_params"]) else "none")
+    if fsdp.get("activation_checkpointing"):
+        r.set("fsdp_config.activation_checkpointing", "techniques.activation_checkpointing", "full")
+    for key in fsdp:
+        if key == "use_orig_params" and cfg.get("adapter"):
+            r.unmodelled.append("fsdp_config.use_orig_params: FSDP1 flat parameters (parallelism.flat_params) are "
+                                "not read")
+        elif key not in ("sharding_strategy", "reshard_after_forward", "offload_params", "activation_checkpointing",
+                         "version", "use_orig_params"):
+            r.ignored.append(f"fsdp_config.{key}")
+
+
+def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
+    """deepspeed: a path to a DeepSpeed JSON (only its name is read: axolotl's deepspeed_configs/zero{1,2,3}*.json)
+    or the config inline."""
+    value = cfg["deepspeed"]
+    if isinstance(value, dict):
+        stage = as_mapping("deepspeed.zero_optimization", value.get("zero_optimization") or {}).get("stage", 0)
+        r.set("deepspeed.zero_optimization.stage", "parallelism.zero_stage", as_int("deepspeed.zero_optimization.stage",
+                                                                               stage, 0))
+        return
+    match = _DEEPSPEED.search(str(value))
+    if not match:
+        r.unmodelled.append(f"deepspeed: {value}: the ZeRO stage is in that file, which is not read")
+        return
+    r.set("deepspeed (file name)", "parallelism.zero_stage", int(match["stage"]))
+    if "cpuoffload_all" in match["rest"]:
+        r.set("deepspeed (file name)", "techniques.offload", "optimizer_and_params")
+    elif "cpuoffload" in match["rest"]:
+        r.unmodelled.append(f"deepspeed: {value}: offloads the parameters only; the plan offloads the optimizer "
+                            "with them")
+    r.unmodelled.append(f"deepspeed: {value}: the stage is read from the file's name, not the file (its buckets "
+                        "and precision are the DeepSpeed defaults)")
+
+
+def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
+    length = cfg.get("sequence_len", 512)  # config.py default 512
+    r.set("sequence_len" if "sequence_len" in cfg else "sequence_len (absent: 512)", "workload.sequence_length",
+          as_int("sequence_len", length))
+    if cfg.get("sample_packing") or cfg.get("pad_to_sequence_len"):
+        r.ignored.extend(k for k in ("sample_packing", "pad_to_sequence_len") if k in cfg)
+    else:
+        r.unmodelled.append("sample_packing: false: each batch is padded to its longest sample, up to sequence_len; "
+                            "the plan takes every sequence at sequence_len (an upper bound)")
+    micro = as_int("micro_batch_size", cfg.get("micro_batch_size") or 1)  # training.py defaults 1 and 1
+    accumulation = as_int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps") or 1)
+    if "micro_batch_size" in cfg:
+        r.set("micro_batch_size", "workload.micro_batch_size", micro)
+    # sequence_parallel_degree: the deprecated name of context_parallel_size
+    context = cfg.get("context_parallel_size") or cfg.get("sequence_parallel_degree") or 1
+    context = as_int("context_parallel_size", context)
+    if context > 1:
+        r.set("context_parallel_size", "parallelism.context", context)
+    if gpus is not None:
+        if gpus % context:
+            raise bad("context_parallel_size", context, f"must divide the GPU count ({gpus})")
+        r.set("gpus", "hardware.count", gpus)
+        r.set("gradient_accumulation_steps × micro_batch_size × data ranks", "workload.global_batch_size",
+              micro * accumulation * (gpus // context))
+    elif accumulation > 1:
+        r.unmodelled.append("gradient_accumulation_steps: the global batch needs the GPU count (give gpus)")
+    if cfg.get("max_steps") is not None:
+        r.set("max_steps", "workload.steps", as_int("max_steps", cfg["max_steps"]))
+
+
+_TAKEN = frozenset({
+    "base_model", "adapter", "load_in_4bit", "load_in_8bit", "bnb_config_kwargs", "lora_r", "lora_alpha",
+    "lora_dropout", "peft_use_dora", "lora_target_modules", "lora_target_linear", "fp8", "fp16", "float16", "bf16",
+    "bfloat16", "fp8_enable_fsdp_float8_all_gather", "optimizer", "gradient_checkpointing", "activation_offloading",
+    "attn_implementation", *_LEGACY_ATTENTION, "torch_compile", "plugins", "liger_fused_linear_cross_entropy",
+    "cut_cross_entropy", "fsdp", "fsdp_config", "fsdp_version", "deepspeed", "sequence_len", "sample_packing",
+    "pad_to_sequence_len", "micro_batch_size", "gradient_accumulation_steps", "context_parallel_size",
+    "sequence_parallel_degree", "max_steps"})
+
+
+def read(text: str, *, gpus: int | None = None) -> Imported:
+    """An Axolotl config read as a partial plan (see the module's docstring)."""
+    cfg = load_mapping(text, "Axolotl")
+    r = Reading(plan={"framework": "axolotl"})
+    model_name = _model(cfg, r)
+    if _task(cfg, r) != "finetune":
+        _lora(cfg, r)
+    _precision(cfg, r)
+    _techniques(cfg, r)
+    if cfg.get("fsdp") or cfg.get("fsdp_config"):
+        _fsdp(cfg, r)
+    if cfg.get("deepspeed"):
+        _deepspeed(cfg, r)
+    _batch(cfg, r, gpus)
+    rest = {key: value for key, value in cfg.items() if key != "base_model"}  # read: the preset or model_name
+    r.sort_rest(rest, known=_TAKEN, ignored=IGNORED, unmodelled=UNMODELLED)
+    return Imported(format="axolotl", plan=r.plan, read=tuple(r.read), model_name=model_name,
+                    unmodelled=tuple(r.unmodelled), ignored=tuple(r.ignored), unknown=tuple(r.unknown))
+
+
+def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:
+    prec = plan.precision
+    cfg.update(bf16=prec.compute in ("bf16", "fp8"), fp16=prec.compute == "fp16", tf32=False)
+    if prec.compute == "fp8":
+        cfg.update(fp8=True, fp8_enable_fsdp_float8_all_gather=prec.fp8_all_gather)
+    key = (prec.optimizer, prec.optimizer_impl if prec.optimizer == "adamw" else prec.optimizer_library)
+    if key not in _OPTIMIZER_OUT:
+        raise bad("precision.optimizer", prec.optimizer, f"with {key[1]} cannot be said in an Axolotl config")
+    cfg["optimizer"] = _OPTIMIZER_OUT[key]
+
+
+def _write_lora(plan: Plan, cfg: dict[str, Any]) -> None:
+    wl, prec = plan.workload, plan.precision
+    if wl.task not in ("lora", "qlora"):
+        return
+    if wl.task == "qlora" and prec.weights not in ("nf4", "int8"):
+        raise bad("precision.weights", prec.weights, "cannot be said: bitsandbytes loads nf4 (load_in_4bit) or int8")
+    four, eight = wl.task == "qlora" and prec.weights == "nf4", wl.task == "qlora" and prec.weights == "int8"
+    cfg.update(adapter="qlora" if four else "lora", load_in_4bit=four, load_in_8bit=eight, lora_r=wl.lora.rank,
+               lora_alpha=wl.lora.alpha, lora_dropout=wl.lora.dropout,
+               lora_target_modules=[m for m, t in _TARGETS.items() if t in wl.lora.targets])
+    if wl.lora.variant == "dora":
+        cfg["peft_use_dora"] = True
+    if four and not prec.double_quant:
+        cfg["bnb_config_kwargs"] = {"bnb_4bit_use_double_quant": False}
+
+
+def _write_sharding(plan: Plan, cfg: dict[str, Any]) -> None:
+    par, offload = plan.parallelism, plan.techniques.offload
+    if offload == "optimizer" or (offload != "none" and par.zero_stage < 2):
+        raise bad("techniques.offload", offload, "cannot be said: FSDP offloads parameters with the optimizer")
+    if par.zero_stage in (1, 2) and offload == "none":  # axolotl's deepspeed_configs/zero1.json, zero2.json
+        cfg["deepspeed"] = f"deepspeed_configs/zero{par.zero_stage}.json"
+    elif par.zero_stage:  # schemas/fsdp.py
+        cfg.update(fsdp_version=2, fsdp_config={"offload_params": offload != "none",
+                                                "reshard_after_forward": par.zero_stage == 3,
+                                                "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                                                "state_dict_type": "FULL_STATE_DICT"})
+    if par.context > 1:
+        cfg["context_parallel_size"] = par.context
+    if par.tensor > 1 or par.pipeline > 1 or par.expert > 1:
+        raise bad("parallelism.tensor" if par.tensor > 1 else "parallelism.pipeline" if par.pipeline > 1 else
+                  "parallelism.expert", max(par.tensor, par.pipeline, par.expert),
+                  "cannot be said: Axolotl's parallelism here is FSDP or DeepSpeed over data and context ranks")
+
+
+def write(plan: Plan) -> str:
+    """The Axolotl config that runs the plan (launch it with `axolotl train config.yaml` on the plan's GPUs)."""
+    wl, tech = plan.workload, plan.techniques
+    if not plan.model.preset:
+        raise bad("model.preset", None, "is needed: an Axolotl config names its base_model")
+    if tech.activation_checkpointing not in ("none", "full"):
+        raise bad("techniques.activation_checkpointing", tech.activation_checkpointing,
+                  "cannot be said: gradient_checkpointing wraps every layer or none")
+    if tech.loss == "chunked":
+        raise bad("techniques.loss", "chunked", "cannot be said: Axolotl's losses are HF's (full) or fused "
+                                                "(Liger, Cut Cross Entropy)")
+    cfg: dict[str, Any] = {"base_model": presets()[plan.model.preset].hf_id}
+    _write_lora(plan, cfg)
+    cfg.update(datasets=[{"path": "tatsu-lab/alpaca", "type": "alpaca"}], output_dir="./outputs/out",
+               sequence_len=wl.sequence_length, sample_packing=True, pad_to_sequence_len=True,
+               micro_batch_size=wl.micro_batch_size, gradient_accumulation_steps=plan.micro_batches_per_step,
+               num_epochs=1)
+    if wl.steps is not None:
+        cfg["max_steps"] = wl.steps
+    _write_precision(plan, cfg)
+    cfg.update(gradient_checkpointing=tech.activation_checkpointing == "full",
+               activation_offloading=tech.activation_offload, torch_compile=tech.compile,
+               attn_implementation="eager" if tech.attention == "eager" else "flash_attention_2")
+    if tech.loss == "fused":
+        cfg.update(plugins=[_LIGER], liger_fused_linear_cross_entropy=True)
+    _write_sharding(plan, cfg)
+    header = f"# Axolotl config written by VRAM Planner for {plan.hardware.count} GPU(s); launch: axolotl train " \
+             "config.yaml\n"
+    return header + yaml.safe_dump(cfg, sort_keys=False)
+
+
+FORMAT = Format(
+    name="axolotl", label="Axolotl config (YAML)", framework="axolotl", suffix=".yaml", detect=detect, read=read,
+    write=write,
+    says=("workload.task", "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size",
+          "workload.steps", "workload.lora.rank", "workload.lora.alpha", "workload.lora.targets",
+          "workload.lora.dropout", "workload.lora.variant", "precision.compute", "precision.weights",
+          "precision.double_quant", "precision.optimizer", "precision.optimizer_impl", "precision.optimizer_library",
+          "precision.fp8_all_gather", "techniques.activation_checkpointing", "techniques.activation_offload",
+          "techniques.attention", "techniques.loss", "techniques.compile", "techniques.offload",
+          "parallelism.zero_stage", "parallelism.context", "parallelism.data", "hardware.count"),
+    cannot_say={
+        "precision.master_weights": "the model is loaded in the bf16/fp16 flag's dtype: no fp32 master copy",
+        "precision.gradients": "gradients are in the parameters' dtype",
+        "precision.optimizer_state": "optimizer states follow the optimizer named",
+        "precision.quant_group_size": "bitsandbytes NF4 blocks are 64 values",
+        "techniques.checkpoint_every": "gradient_checkpointing wraps every layer",
+        "techniques.loss_chunks": "the fused losses choose their own chunks",
+        "techniques.compile_scope": "torch_compile compiles the model with its loss",
+        "parallelism.tensor": "tensor_parallel_size is DeepSpeed AutoTP, not the plan's Megatron-style split",
+        "parallelism.pipeline": "no pipeline parallelism",
+        "parallelism.expert": "no expert parallelism",
+        "parallelism.reduce_bucket_elements": "inside the DeepSpeed JSON the config points to",
+        "workload.train_tokens": "a job's length is num_epochs (of a dataset) or max_steps: give workload.steps",
+    },
+)
