@@ -403,6 +403,9 @@ class Preset:
     source: str
     model: Model
     checkpoint_weights: str | None = None  # the dtype a quantized checkpoint is served in (None: the compute dtype)
+    # other Hugging Face repos whose config.json has exactly this architecture (Llama 3 8B and Llama 3.1 8B differ
+    # only in RoPE scaling and context length, which the memory does not depend on)
+    same_architecture: tuple[str, ...] = ()
 
 
 @cache
@@ -416,6 +419,7 @@ def presets() -> dict[str, Preset]:
             id=entry["id"], name=entry["name"], hf_id=entry["hf_id"],
             published_params=int(entry["published_params"]), source=entry["source"],
             model=Model(preset=entry["id"], **arch), checkpoint_weights=entry.get("checkpoint_weights"),
+            same_architecture=tuple(entry.get("same_architecture") or ()),
         )
     return table
 

@@ -17,6 +17,9 @@ from planner.formats.base import get_key, preset_for, set_key
     ("google/gemma-2-9b-it", "gemma-2-9b"),
     ("neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "llama-3.1-70b"),  # a quantized release
     ("Qwen/Qwen2.5-7B-Instruct-AWQ", "qwen2.5-7b"),
+    ("NousResearch/Meta-Llama-3-8B", "llama-3.1-8b"),  # a mirror of a repo of the preset's architecture
+    ("casperhansen/llama-3-70b-fp16", "llama-3.1-70b"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"),
     ("llama-3.1-70b", "llama-3.1-70b"),  # a preset id
     ("acme/secret-model-7b", None),
 ])

@@ -23,8 +23,8 @@ def _read(name, gpus=None):
 
 def test_lora_8bit_is_qlora_on_int8():
     imported = _read("lora-8b.yml")
-    assert imported.model_name == "NousResearch/Meta-Llama-3-8B"  # Llama 3 (not 3.1): no preset
-    assert "model" not in imported.plan
+    # Llama 3's architecture is Llama 3.1's (models.yaml same_architecture)
+    assert imported.model_name == "" and imported.plan["model"] == {"preset": "llama-3.1-8b"}
     assert imported.plan["workload"] == {"task": "qlora", "lora": {"rank": 32, "alpha": 16, "dropout": 0.05,
                                                                    "targets": ALL},
                                          "sequence_length": 4096, "micro_batch_size": 2}
@@ -69,7 +69,7 @@ def test_liger_fsdp():
 
 def test_qlora_fsdp_70b():
     imported = _read("qlora-fsdp-70b.yaml", gpus=8)
-    assert imported.model_name == "casperhansen/llama-3-70b-fp16"
+    assert imported.model_name == "" and imported.plan["model"] == {"preset": "llama-3.1-70b"}
     assert imported.plan["workload"]["sequence_length"] == 512
     assert imported.plan["parallelism"] == {"zero_stage": 3}
     assert imported.unmodelled[-1].startswith("sample_packing: false: each batch is padded")

@@ -41,7 +41,9 @@ def config_export(plan: Plan, stem: str) -> None:
 def _load(text: str, source: str, plan: Plan) -> None:
     """Read a config and queue its plan for the widgets; what it says and what it could not use is kept to show."""
     fmt = st.session_state.get("import_format", AUTO)
-    imported = read_config(text, format=None if fmt == AUTO else fmt, gpus=plan.hardware.count)
+    # the config's own GPU count wins (a single-device recipe is 1 GPU); the current plan's fills a config silent
+    # on it (torchtitan's "-1 = the rest" then resolves from it)
+    imported = read_config(text, format=None if fmt == AUTO else fmt)
     kept = [] if "model" in imported.plan else [f"model: kept from the current plan ({plan.model.preset or 'custom'}"
                                                 f"{'; the config names ' + repr(imported.model_name) if imported.model_name else ''})"]
     st.session_state["pending_plan"] = plan_from_config(

@@ -78,22 +78,29 @@ def get_key(plan: dict[str, Any], dotted: str, default: Any = None) -> Any:
 
 # suffixes of a fine-tuned release that keeps its base model's architecture ("Llama-3.1-8B-Instruct")
 # and of a quantized one ("Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "Qwen2.5-7B-Instruct-AWQ")
-_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|fp8(-dynamic)?|awq|gptq(-int[48])?|bnb-4bit|\d{4}|"
+_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|fp16|bf16|fp8(-dynamic)?|awq|gptq(-int[48])?|bnb-4bit|\d{4}|"
                       r"quantized\.\w+|w\d+a\d+))+$")
 
 
 def preset_for(name: str) -> str | None:
     """The preset id a config's model name means: a preset id or a Hugging Face repo id (any case, with or without
-    its organisation, as a local path or a URL ending in one; an -Instruct/-Chat/-it/-Base variant of a preset's
-    repo is the preset's architecture), or None."""
+    its organisation, as a local path or a URL ending in one) of the preset or of a repo with its architecture
+    (`same_architecture` in models.yaml); an -Instruct/-Chat/-it/-Base or quantized variant of one is the same
+    architecture. None when it names none."""
     wanted = name.strip().rstrip("/").lower()
     last = wanted.split("/")[-1]
+    repos = [(p.id, repo.lower().split("/")[-1])
+             for p in presets().values() for repo in (p.hf_id, *p.same_architecture)]
     for preset in presets().values():
-        hf = preset.hf_id.lower()
-        if wanted in (preset.id, hf) or last == hf.split("/")[-1]:
+        if wanted == preset.id:
             return preset.id
-    bare = _VARIANT.sub("", last.removeprefix("meta-"))
-    for preset in presets().values():  # then the variants: the bare name of both
-        if bare == _VARIANT.sub("", preset.hf_id.lower().split("/")[-1]):
-            return preset.id
-    return None
+    for preset_id, repo in repos:
+        if last == repo:
+            return preset_id
+    bare = _bare(last)
+    return next((preset_id for preset_id, repo in repos if bare == _bare(repo)), None)
+
+
+def _bare(repo: str) -> str:
+    """A repo's name without its variant suffixes and Meta's "Meta-" prefix (Meta-Llama-3-8B-Instruct: llama-3-8b)."""
+    return _VARIANT.sub("", repo.lower().removeprefix("meta-"))
