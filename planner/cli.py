@@ -43,7 +43,7 @@ from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, formats_to_table,
                             frameworks_to_list, frameworks_to_table, frameworks_to_text, presets_to_list,
                             presets_to_table, recommendation_to_list, recommendation_to_table)
-from planner.formats import FORMATS, format_named, lost_on_export, plan_from_config, read_config
+from planner.formats import FORMATS, export_config, format_named, plan_from_config, read_config
 from planner.formats.base import Imported
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
@@ -198,11 +198,11 @@ def _imported_yaml(args: argparse.Namespace) -> str:
 def _export(args: argparse.Namespace) -> str:
     """`export`: the plan as a framework config; the planned values it cannot carry go to standard error."""
     fmt = format_named(args.to)
-    plan = plan_from_yaml(_read(args.plan))
-    for key, (planned, runs) in lost_on_export(plan, fmt).items():
+    text, lost = export_config(plan_from_yaml(_read(args.plan)), fmt)
+    for key, (planned, runs) in lost.items():
         print(f"{fmt.name} cannot say {key} = {planned} ({fmt.cannot_say[key]}); the config runs {runs}",
               file=sys.stderr)
-    return fmt.write(plan)
+    return text
 
 
 def _read(path: str) -> str:

@@ -5,7 +5,8 @@ from typing import get_args
 
 from conftest import ROOT
 from planner.choices import CHOICES, LISTS, choices_to_table
-from planner.export import frameworks_to_table
+from planner.codec import plan_from_yaml, plan_to_dict
+from planner.export import formats_to_table, frameworks_to_table
 from planner.plan import Optimizer
 
 EXAMPLE = str(ROOT / "examples" / "llama-3.1-8b-8xh100.yaml")
@@ -179,3 +180,72 @@ def test_limits_of_an_inference_plan_speak_of_sequences_and_prompts(tmp_path):
     assert lines[1].startswith("  most sequences at once: ") and lines[1].endswith(" (1,280 tokens each)")
     assert lines[2].startswith("  longest prompt: ") and lines[2].endswith(" tokens (batch 4, 256 output)")
     assert "micro-batch" not in out.stdout
+
+
+CONFIGS = ROOT / "tests" / "data" / "configs"
+TORCHTITAN_8B = str(CONFIGS / "torchtitan" / "llama3_8b.toml")
+
+
+def test_import_prints_the_plan_a_config_says_and_what_each_key_became():
+    out = run("import", TORCHTITAN_8B, "--gpus", "64")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"# the plan of {TORCHTITAN_8B} (torchtitan); the config's keys read:\n")
+    assert "#   parallelism.tensor_parallel_degree -> parallelism.tensor: 1\n" in out.stdout
+    plan = plan_from_yaml(out.stdout)  # the output is a plan file
+    assert (plan.model.preset, plan.framework, plan.hardware.count, plan.parallelism.data,
+            plan.parallelism.zero_stage) == ("llama-3.1-8b", "torchtitan", 64, 64, 3)
+    assert plan.name == "llama3_8b.toml"
+
+
+def test_import_lists_the_keys_it_could_not_use_on_stderr():
+    out = run("import", "-", "--gpus", "1", stdin="vllm serve Qwen/Qwen2.5-7B-Instruct --cpu-offload-gb 4 --frob 2")
+    assert out.returncode == 0
+    lines = out.stderr.splitlines()
+    assert lines[-1] == "unknown key, not used: --frob"
+    assert any(line.startswith("not modelled: --cpu-offload-gb") for line in lines)
+
+
+def test_a_config_without_a_model_takes_preset_gpu_and_count_from_options():
+    ds = str(CONFIGS / "deepspeed" / "transformers_ds_config_zero3.json")
+    missing = run("estimate", "--from", ds)
+    assert missing.returncode == 2 and missing.stderr == (
+        "error: model: the deepspeed config names no model; give the model (a preset or a config.json)\n")
+    out = run("estimate", "--from", ds, "--preset", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--gpus", "4",
+              "--format", "json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)["plan"]
+    assert (plan["framework"], plan["model"]["preset"], plan["hardware"], plan["parallelism"]["zero_stage"]) == (
+        "deepspeed", "llama-3.1-8b", {"gpu": "a100-sxm-80gb", "count": 4}, 3)
+
+
+def test_from_and_a_plan_file_are_one_or_the_other():
+    both = run("estimate", EXAMPLE, "--from", TORCHTITAN_8B)
+    assert both.returncode == 2 and both.stderr == "error: --from: replaces the plan file; give one or the other\n"
+    stray = run("estimate", EXAMPLE, "--gpus", "8")
+    assert stray.returncode == 2 and stray.stderr == "error: --gpus: applies to a framework config (--from CONFIG)\n"
+    unknown = run("import", TORCHTITAN_8B, "--framework", "nemo")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: --framework: 'nemo' is not a config format;")
+
+
+def test_export_writes_the_config_and_names_what_it_cannot_carry(tmp_path):
+    out = run("export", EXAMPLE, "--to", "torchtitan")
+    assert out.returncode == 0 and "[parallelism]\n" in out.stdout
+    assert "torchtitan cannot say techniques.expandable_segments = False" in out.stderr
+    config = tmp_path / "job.toml"
+    config.write_text(out.stdout)
+    back = run("import", str(config), "--gpus", "8")
+    example = plan_to_dict(plan_from_yaml((ROOT / "examples" / "llama-3.1-8b-8xh100.yaml").read_text()))
+    imported = plan_to_dict(plan_from_yaml(back.stdout))
+    for section, key in (("workload", "sequence_length"), ("workload", "micro_batch_size"),
+                         ("parallelism", "zero_stage"), ("techniques", "activation_checkpointing")):
+        assert imported[section][key] == example[section][key]
+    wrong = run("export", EXAMPLE, "--to", "vllm")
+    assert wrong.returncode == 2 and wrong.stderr == (
+        "error: --to: 'vllm' serves models, and the plan's task is pretrain; allowed: torchtitan, torchtune, "
+        "axolotl, deepspeed, hf_trainer, accelerate, megatron\n")
+
+
+def test_formats_prints_the_readme_table():
+    out = run("formats")
+    assert out.returncode == 0 and out.stdout == formats_to_table()
+    assert formats_to_table() in (ROOT / "README.md").read_text()

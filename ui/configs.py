@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from planner.errors import PlanError
-from planner.formats import FORMATS, formats_for, lost_on_export, plan_from_config, read_config
+from planner.formats import FORMATS, export_config, formats_for, plan_from_config, read_config
 from planner.models import model_to_dict
 from planner.plan import Plan
 
@@ -27,7 +27,7 @@ def config_export(plan: Plan, stem: str) -> None:
     name = st.selectbox("Format", names, index=default, format_func=lambda n: FORMATS[n].label, key="export_format")
     fmt = FORMATS[name]
     try:
-        text, lost = fmt.write(plan), lost_on_export(plan, fmt)
+        text, lost = export_config(plan, fmt)
     except PlanError as exc:
         st.info(f"{fmt.label} cannot run this plan: {exc}")
         return

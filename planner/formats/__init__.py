@@ -91,6 +91,16 @@ def round_trip(plan: Plan, fmt: Format, keys: tuple[str, ...] | None = None) -> 
             if get_key(planned, key) != get_key(back, key)}
 
 
+def export_config(plan: Plan, fmt: Format) -> tuple[str, dict[str, tuple[Any, Any]]]:
+    """The plan as `fmt`'s config, and the planned values it cannot carry ({key: (planned, what it runs)}); a
+    format whose framework does not run the plan's task is refused."""
+    if fmt not in formats_for(plan):
+        kind = "serves models" if fmt.framework in INFERENCE_FRAMEWORKS else "trains models"
+        allowed = ", ".join(f.name for f in formats_for(plan))
+        raise bad("--to", fmt.name, f"{kind}, and the plan's task is {plan.workload.task}; allowed: {allowed}")
+    return fmt.write(plan), lost_on_export(plan, fmt)
+
+
 def lost_on_export(plan: Plan, fmt: Format) -> dict[str, tuple[Any, Any]]:
     """The keys of `fmt.cannot_say` whose planned value the exported config does not carry: {key: (planned, what
     the config runs)}."""
