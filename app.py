@@ -62,4 +62,4 @@ if tab_compare.open:
         tabs.compare(plan, result, time, catalog)
 if tab_share.open:
     with tab_share:
-        tabs.share(plan, result, time)
+        tabs.share(plan, result, time, catalog)

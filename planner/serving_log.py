@@ -30,7 +30,7 @@ from planner.catalog import Gpu, load_catalog
 from planner.codec import plan_from_dict, plan_from_yaml
 from planner.errors import PlanError
 from planner.formats.base import Imported, set_key
-from planner.formats.vllm import read_mapping
+from planner.formats.vllm import read, read_mapping
 from planner.memory import estimate
 from planner.memory.inference import KV_BLOCK_TOKENS, kv_bytes_per_token
 from planner.plan import Plan
@@ -60,6 +60,8 @@ OTHER_PATTERNS = {
 }
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _ARGS = re.compile(r"non-default args: (\{.*\})\s*$")
+# a `vllm serve` command pasted with its log (older releases print no "non-default args")
+_COMMAND = re.compile(r"\bvllm serve\s.*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +81,7 @@ class VllmLog:
     concurrency_tokens: int | None = None  # the tokens per request of the "Maximum concurrency" line
     max_concurrency: float | None = None
     args: dict[str, Any] = field(default_factory=dict)  # the "non-default args" (non-literal values as text)
+    command: str = ""  # a `vllm serve ...` line pasted with the log
 
 
 def _first(text: str, patterns: tuple[str, ...]) -> str | None:
@@ -114,6 +117,7 @@ def parse_vllm_log(text: str) -> VllmLog:
     other = {name: _first(kept, patterns) for name, patterns in OTHER_PATTERNS.items()}
     concurrency = _CONCURRENCY.search(kept)
     args = next((_args(m.group(1)) for m in map(_ARGS.search, lines) if m), {})
+    command = next((m.group(0) for m in map(_COMMAND.search, lines) if m), "")
     if not any(gib.values()) and not other["kv_tokens"] and not other["gpu_blocks"] and not args:
         raise PlanError("log", "has none of vLLM's start-up memory lines (\"Model loading took\", \"Available KV cache "
                                "memory\", \"model weights take\", \"# GPU blocks\", \"GPU KV cache size\") nor its \"non-default args\"")
@@ -122,7 +126,7 @@ def parse_vllm_log(text: str) -> VllmLog:
                    **{f"{name}_bytes": round(float(v) * GiB) if v else None for name, v in gib.items()},
                    gpu_blocks=as_int(other["gpu_blocks"]), kv_tokens=as_int(other["kv_tokens"]),
                    concurrency_tokens=as_int(concurrency.group(1)) if concurrency else None,
-                   max_concurrency=float(concurrency.group(2)) if concurrency else None, args=args)
+                   max_concurrency=float(concurrency.group(2)) if concurrency else None, args=args, command=command)
 
 
 def catalog_gpu(total_bytes: int | None, catalog: dict[str, Gpu]) -> str | None:
@@ -138,11 +142,13 @@ def plan_from_vllm_log(log: VllmLog, catalog: dict[str, Gpu] | None = None) -> I
     utilization and the context the log prints where its arguments do not say them, and the catalog GPU its
     total memory identifies."""
     args = {k: v for k, v in log.args.items() if k != "model_tag"}
-    if "gpu_memory_utilization" not in args and log.utilization is not None:
-        args["gpu_memory_utilization"] = log.utilization
-    if "max_model_len" not in args and log.concurrency_tokens:
-        args["max_model_len"] = log.concurrency_tokens
-    imported = read_mapping(args)
+    said = set(args) | {flag.lstrip("-").replace("-", "_") for flag in log.command.split() if flag.startswith("--")}
+    printed = {"gpu_memory_utilization": log.utilization, "max_model_len": log.concurrency_tokens}
+    extra = {key: value for key, value in printed.items() if key not in said and value is not None}
+    if args or not log.command:
+        imported = read_mapping({**args, **extra})
+    else:  # the pasted command, and what the log printed that it does not say
+        imported = read(log.command + "".join(f" --{k.replace('_', '-')} {v}" for k, v in extra.items()))
     gpu = catalog_gpu(log.total_bytes, catalog or load_catalog())
     if gpu:
         set_key(imported.plan, "hardware.gpu", gpu)
@@ -207,6 +213,20 @@ def _log_plan(log: VllmLog, catalog: dict[str, Gpu]) -> Plan:
     return plan_from_dict(imported.plan)
 
 
+def calibration_lines(plan: Plan, gpu_name: str, cmp: Comparison, log: VllmLog) -> list[str]:
+    """The plan compared, and the KV capacity of the log's KV memory beside the planner's own, in words."""
+    lines = [f"plan: {plan.model.preset or plan.name or 'model'} on {gpu_name}, tensor {plan.parallelism.tensor}, "
+             f"{cmp.context_tokens:,} tokens a sequence, {format_bytes(cmp.kv_bytes_per_token, 'B')} of KV a token "
+             f"per GPU"]
+    if cmp.log_kv_tokens is not None:
+        lines.append(f"the log's KV memory holds {counted(cmp.log_kv_tokens, 'token')} at the planner's bytes a token: "
+                     f"{cmp.log_concurrency:.2f} sequences of {cmp.context_tokens:,} tokens"
+                     + (f" (vLLM: {log.kv_tokens:,} tokens)" if log.kv_tokens else ""))
+    lines.append(f"the planner's own KV budget holds {counted(cmp.plan_kv_tokens, 'token')}: "
+                 f"{counted(cmp.plan_concurrency, 'sequence')} of {cmp.context_tokens:,} tokens")
+    return lines
+
+
 def vllm_log_table(text: str, plan_text: str | None, catalog: dict[str, Gpu]) -> str:
     """The `vllm-log` command's answer: the log's figures beside the plan's, and the calibrated KV capacity."""
     log = parse_vllm_log(text)
@@ -216,13 +236,5 @@ def vllm_log_table(text: str, plan_text: str | None, catalog: dict[str, Gpu]) ->
     lines = [f"{'item':<18}{'vLLM log':>14}{'planner':>14}{'difference':>14}"]
     lines += [f"{r.item:<18}{show(r.log_bytes):>14}{show(r.plan_bytes):>14}{show(r.difference):>14}"
               for r in cmp.rows]
-    lines.append(f"plan: {plan.model.preset or plan.name or 'model'} on {catalog[plan.hardware.gpu].name}, "
-                 f"tensor {plan.parallelism.tensor}, {cmp.context_tokens:,} tokens a sequence, "
-                 f"{format_bytes(cmp.kv_bytes_per_token, 'B')} of KV a token per GPU")
-    if cmp.log_kv_tokens is not None:
-        lines.append(f"the log's KV memory holds {counted(cmp.log_kv_tokens, 'token')} at the planner's bytes a token: "
-                     f"{cmp.log_concurrency:.2f} sequences of {cmp.context_tokens:,} tokens"
-                     + (f" (vLLM: {log.kv_tokens:,} tokens)" if log.kv_tokens else ""))
-    lines.append(f"the planner's own KV budget holds {counted(cmp.plan_kv_tokens, 'token')}: "
-                 f"{counted(cmp.plan_concurrency, 'sequence')} of {cmp.context_tokens:,} tokens")
+    lines += calibration_lines(plan, catalog[plan.hardware.gpu].name, cmp, log)
     return "\n".join(lines) + "\n"

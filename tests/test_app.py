@@ -642,7 +642,7 @@ def _tab_page(plan: dict, tab: str):
         tabs.timing(plan, plan_time(plan, result.gpu))
     else:
         tabs.verdict(plan, result, plan_time(plan, result.gpu))
-        tabs.share(plan, result, plan_time(plan, result.gpu))
+        tabs.share(plan, result, plan_time(plan, result.gpu), catalog)
 
 
 TAB_PLAN = {"model": {"preset": "llama-3.2-1b"}, "framework": "torchtitan", "workload": {"global_batch_size": 4},
@@ -722,3 +722,28 @@ def test_share_tab_writes_the_plan_as_its_frameworks_config():
     assert "--tensor-parallel-size 2" in command and "--gpu-memory-utilization 0.85" in command
     assert "--max-model-len 8192" in command
     assert "Download vLLM server command line (vllm serve)" in {b.label for b in at.get("download_button")}
+
+
+
+def test_a_pasted_vllm_log_stands_beside_the_serving_plan():
+    log = (ROOT / "tests" / "data" / "vllm-logs" / "v0-table-pr10511.log").read_text()
+    plan = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference", "inference": {
+        "gpu_memory_utilization": 0.9, "prompt_tokens": 7936, "output_tokens": 256}}}
+    at = AppTest.from_function(_tab_page, args=(plan, "share"), default_timeout=30).run()
+    at.text_area(key="vllm_log").input(log).run()
+    assert not at.exception
+    rows = table(at, "vLLM log").set_index("item")
+    assert rows.loc["weights", "vLLM log"] == "14.96 GiB" and rows.loc["KV cache", "vLLM log"] == "53.29 GiB"
+    assert any(c.value.startswith("The log's KV memory holds 436,544 tokens") for c in at.caption)
+
+
+def test_a_vllm_logs_own_plan_loads_from_a_training_plan():
+    at = app(view="Share and export")
+    at.text_area(key="vllm_log").input((ROOT / "tests" / "data" / "vllm-logs" / "v0-table-pr10511.log").read_text())
+    at.run()
+    assert any(i.value.startswith("The plan is not a serving plan") for i in at.info)
+    at.button(key="load_log_plan").click().run()
+    assert not at.exception
+    plan, _ = plan_from_query(dict(at.query_params), DEFAULT)
+    assert (plan.model.preset, plan.framework, plan.workload.inference.gpu_memory_utilization, plan.hardware.gpu) == (
+        "llama-3.1-8b", "vllm", 0.9, "h100-sxm-80gb")

@@ -35,6 +35,14 @@ def test_v0_profiling_table():
     assert plan_from_vllm_log(log).plan["hardware"] == {"gpu": "h100-sxm-80gb"}
 
 
+def test_a_command_pasted_with_the_log_says_the_model():
+    log = parse_vllm_log((LOGS / "v0-table-pr10511.log").read_text())
+    assert log.command == "vllm serve meta-llama/Meta-Llama-3-8B" and log.args == {}
+    plan = plan_from_vllm_log(log).plan  # Llama 3 8B has Llama 3.1 8B's architecture; the utilization is logged
+    assert plan["model"] == {"preset": "llama-3.1-8b"} and plan["hardware"] == {"gpu": "h100-sxm-80gb"}
+    assert plan["workload"]["inference"]["gpu_memory_utilization"] == 0.9
+
+
 def test_v1_lines():
     early = parse_vllm_log((LOGS / "v1-0.7-pr12569.log").read_text())
     assert (early.weights_bytes, early.gpu_blocks, early.concurrency_tokens, early.max_concurrency) == (

@@ -5,12 +5,15 @@ The formats and every rule of reading and writing them are planner/formats'; thi
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from planner.errors import PlanError
 from planner.formats import FORMATS, export_config, formats_for, plan_from_config, read_config
 from planner.models import model_to_dict
 from planner.plan import Plan
+from planner.serving_log import VllmLog, calibration_lines, compare, parse_vllm_log, plan_from_vllm_log
+from planner.units import format_bytes
 
 AUTO = "detect from the text"
 UPLOAD_TYPES = ["toml", "yaml", "yml", "json", "sh", "txt", "log"]
@@ -87,3 +90,37 @@ def _report() -> None:
         st.warning(line)
     with st.expander("What each key became"):
         st.text("\n".join(read) or "nothing")
+
+
+def _load_log_plan(log: VllmLog, plan: Plan, catalog: dict) -> None:
+    """Queue the plan a vLLM log's arguments say (the current model, GPU and count where it is silent)."""
+    imported = plan_from_vllm_log(log, catalog)
+    st.session_state["pending_plan"] = plan_from_config(
+        imported, model=None if "model" in imported.plan else model_to_dict(plan.model),
+        gpu=plan.hardware.gpu, gpus=plan.hardware.count, name="vLLM log")
+
+
+def vllm_log(plan: Plan, catalog: dict) -> None:
+    """vLLM's start-up figures beside the planner's for the serving plan, and the KV capacity they calibrate."""
+    st.subheader("Beside vLLM's start-up log")
+    text = st.text_area("Paste what vLLM printed while starting (model loading, KV cache memory, graph capture, "
+                        "non-default args)", key="vllm_log", height=160)
+    if not text.strip():
+        return
+    serving = plan.workload.inference.gpu_memory_utilization is not None
+    try:
+        log = parse_vllm_log(text)
+        st.button("Load the log's plan", key="load_log_plan", on_click=_load_log_plan, args=(log, plan, catalog))
+        if not serving:
+            st.info("The plan is not a serving plan (workload.inference.gpu_memory_utilization): load the log's plan "
+                    "to set it beside the log.")
+            return
+        cmp = compare(plan, log, catalog)
+    except PlanError as exc:
+        st.error(f"vLLM log: {exc}")
+        return
+    show = lambda b: format_bytes(b) if b is not None else "—"  # noqa: E731
+    st.dataframe(pd.DataFrame([{"item": r.item, "vLLM log": show(r.log_bytes), "planner": show(r.plan_bytes),
+                                "planner − log": show(r.difference)} for r in cmp.rows]), hide_index=True)
+    for line in calibration_lines(plan, catalog[plan.hardware.gpu].name, cmp, log):
+        st.caption(line[0].upper() + line[1:] + ".")

@@ -23,7 +23,7 @@ from planner.perf import StepTime, plan_time, unsupported_compute
 from planner.plan import Plan
 from planner.recommend import DEFAULT_HEADROOM, MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
 from planner.units import counted, format_bytes, to_unit
-from ui.configs import config_export, config_import
+from ui.configs import config_export, config_import, vllm_log
 from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
 
@@ -283,8 +283,8 @@ def _plan_upload() -> None:
         st.error(f"Plan file: {st.session_state['upload_error']}")
 
 
-def share(plan: Plan, result: Estimate, time: StepTime | None) -> None:
-    """The share link, the downloads, and a plan file upload."""
+def share(plan: Plan, result: Estimate, time: StepTime | None, catalog: dict) -> None:
+    """The share link, the downloads, a plan file upload, framework configs out and in, and a vLLM log."""
     query = urlencode(link_query(plan))
     base = getattr(st.context, "url", None) or ""
     st.subheader("Share link")
@@ -303,3 +303,4 @@ def share(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     _plan_upload()
     config_export(plan, stem)
     config_import(plan)
+    vllm_log(plan, catalog)
