@@ -113,7 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     fw.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cho = commands.add_parser("choices", help="every plan key with a fixed set of values, and its values")
     cho.add_argument("--format", choices=("table", "json"), default="table")
+    _config_commands(commands)
+    return parser
 
+
+def _config_commands(commands: argparse._SubParsersAction) -> None:
+    """The commands that read or write a framework's own config or log."""
     commands.add_parser("formats", help="the framework config formats: what each says and cannot say (Markdown)")
     imp = commands.add_parser("import", help="the plan a framework's own config says (its YAML on standard "
                                              "output; the config keys it could not use on standard error)")
@@ -126,7 +131,6 @@ def _parser() -> argparse.ArgumentParser:
     vlog.add_argument("log", help="the log as vLLM printed it; '-' reads standard input")
     vlog.add_argument("plan", nargs="?", help="plan YAML to compare with (default: the plan the log's arguments say)")
     vlog.add_argument("--catalog", help=CATALOG_HELP)
-    return parser
 
 
 def _plan_options(sub: argparse.ArgumentParser) -> None:
