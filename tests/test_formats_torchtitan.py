@@ -150,7 +150,7 @@ def test_unknown_flavor_names_the_model():
 
 @pytest.mark.parametrize("config, gpus, message", [
     ("--activation_checkpoint.selective_ac_option every", None,
-     "activation_checkpoint.selective_ac_option: 'every' is not an integer"),
+     "activation_checkpoint.selective_ac_option: 'every' must be an integer ≥ 1"),
     ("--activation_checkpoint.mode some", None,
      "activation_checkpoint.mode: 'some' is not one of: selective, full, memory_budget, none"),
     ("--optimizer.name Lion", None, "optimizer.name: 'Lion' is not one of: AdamW, Adam"),
@@ -161,7 +161,7 @@ def test_unknown_flavor_names_the_model():
      "tensor × pipeline × context (1 × 3)"),
     ("--parallelism.data_parallel_shard_degree 0", None,
      "parallelism.data_parallel_shard_degree: 0 must be -1 (the rest of the GPUs) or at least 1"),
-    ("[training]\nseq_len = true\n", None, "training.seq_len: True is not an integer"),
+    ("[training]\nseq_len = true\n", None, "training.seq_len: True must be an integer ≥ 1"),
     ("--model.converters float8,mx", None,
      "model.converters: 'float8,mx' names both a float8 and an mx converter for the linear layers"),
 ])
