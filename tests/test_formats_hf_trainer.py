@@ -169,8 +169,9 @@ def test_optimizers_and_dtypes():
     ("per_device_train_batch_size: 1\ngradient_checkpointing: sometimes\n",
      "gradient_checkpointing: 'sometimes' must be true or false"),
     ("per_device_train_batch_size: 1\ndtype: float64\n", "dtype: 'float64' is not one of: bfloat16, float16"),
-    ("python train.py --per_device_train_batch_size 'two", "config: \"python train.py --per_device_train_batch_size 'two\" is not shell text shlex can split "
-     "(No closing quotation)"),
+    ("python train.py --per_device_train_batch_size 'two",
+     "config: \"python train.py --per_device_train_batch_size 'two\" is not shell text shlex can split (No closing "
+     "quotation)"),
     ("echo --per_device_train_batch_size 2", "config: is not a training command line: it names no script"),
     ("torchrun --nproc_per_node 8 train.py --per_device_train_batch_size 2", None),
 ])

@@ -244,8 +244,8 @@ def _layout(led: Reading, config: dict[str, Any]) -> str:
     elif kind in DDP_TYPES or kind == "MEGATRON_LM":
         led.set("distributed_type", "parallelism.zero_stage", 0)  # DDP replicates everything
     else:
-        raise bad("distributed_type", config.get("distributed_type"), f"is not one of: "
-                                                                       f"{', '.join(DDP_TYPES + ('FSDP', 'DEEPSPEED', 'MEGATRON_LM'))}")
+        allowed = ", ".join(DDP_TYPES + ("FSDP", "DEEPSPEED", "MEGATRON_LM"))
+        raise bad("distributed_type", config.get("distributed_type"), f"is not one of: {allowed}")
     return kind
 
 

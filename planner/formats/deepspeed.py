@@ -246,7 +246,8 @@ def _offload_device(led: Reading, key: str, value: Any) -> str:
             led.ignored.append(f"zero_optimization.{key}.{sub}")
     device = str(value.get("device", "none")).lower()
     if device not in OFFLOAD_DEVICES:
-        raise bad(f"zero_optimization.{key}.device", value.get("device"), f"is not one of: {', '.join(OFFLOAD_DEVICES)}")
+        raise bad(f"zero_optimization.{key}.device", value.get("device"),
+                  f"is not one of: {', '.join(OFFLOAD_DEVICES)}")
     if device == "nvme":  # off the GPU as with cpu; the host and NVMe side is not planned
         led.note(f"zero_optimization.{key}.device", "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds "
                                                     "the same; the NVMe transfers' time is not planned")

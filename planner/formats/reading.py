@@ -116,7 +116,7 @@ def as_int(key: str, value: Any, low: int = 1) -> int:
 def as_number(key: str, value: Any, low: float = -math.inf, high: float = math.inf) -> float:
     """A finite number from `low` to `high` (typed, or as text); a typed one is returned as it is."""
     try:
-        found = value if isinstance(value, (int, float)) and not isinstance(value, bool) else float(value)
+        found = math.nan if isinstance(value, bool) else value if isinstance(value, (int, float)) else float(value)
     except (TypeError, ValueError):
         found = math.nan
     if not (math.isfinite(found) and low <= found <= high):

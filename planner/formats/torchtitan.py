@@ -85,6 +85,11 @@ COMPILE_SCOPES = {frozenset({"model"}): "blocks", frozenset({"loss"}): "loss",
                   frozenset({"model", "loss"}): "blocks_and_loss"}
 WRITE_COMPILE = {"blocks": ["model"], "loss": ["loss"], "blocks_and_loss": ["model", "loss"]}
 
+# JobConfig's own defaults where they differ from the torchtitan recipe's (planner/data/frameworks.yaml leaves
+# them to the plan's defaults, micro_batch_size 1 and sequence_length 4096): Training.local_batch_size 8,
+# Training.seq_len 2048 (torchtitan/config/job_config.py at v0.2.2, 73a0e69); written where a config leaves them out
+TRAINING_DEFAULTS = {"training.local_batch_size": 8, "training.seq_len": 2048}
+
 # older spellings → the v0.2 key (v0.1.0 config_manager.py: [float8], [mx]; before 2025-05 training.batch_size)
 ALIASES = {"training.batch_size": "training.local_batch_size"}
 ALIAS_SECTIONS = {"float8.": "quantize.linear.float8.", "mx.": "quantize.linear.mx."}
@@ -419,11 +424,14 @@ def _data(config: Config, out: Reading, gpus: int | None, model_parallel: int, c
 
 def _batch(config: Config, out: Reading, pipeline: int) -> None:
     """Sequences: local batch (per data rank and step), global batch, pipeline micro-batches, sequence, steps."""
-    for key, plan_key in (("training.seq_len", "workload.sequence_length"), ("training.steps", "workload.steps")):
-        src, value, given = _take(config, key)
-        if given:
-            out.set(src, plan_key, as_int(src, value))
-    lsrc, local, lgiven = _take(config, "training.local_batch_size")
+    src, length, given = _take(config, "training.seq_len", TRAINING_DEFAULTS["training.seq_len"])
+    out.set(src if given else f"{src} (absent: JobConfig default {length})", "workload.sequence_length",
+            as_int(src, length))
+    src, steps, given = _take(config, "training.steps")
+    if given:
+        out.set(src, "workload.steps", as_int(src, steps))
+    lsrc, local, lgiven = _take(config, "training.local_batch_size", TRAINING_DEFAULTS["training.local_batch_size"])
+    lsource = lsrc if lgiven else f"{lsrc} (absent: JobConfig default {local})"
     gsrc, total, ggiven = _take(config, "training.global_batch_size", -1)
     msrc, micro, mgiven = _take(config, "parallelism.pipeline_parallel_microbatch_size", 1)
     total = as_int(gsrc, total, -1)
@@ -432,18 +440,17 @@ def _batch(config: Config, out: Reading, pipeline: int) -> None:
     elif ggiven:
         out.ignored.append(gsrc)
     if pipeline == 1:
-        if lgiven:
-            out.set(lsrc, "workload.micro_batch_size", as_int(lsrc, local))
+        out.set(lsource, "workload.micro_batch_size", as_int(lsrc, local))
         out.ignored.extend([msrc] if mgiven else [])
         return
     # a pipeline splits each rank's local batch into micro-batches of pipeline_parallel_microbatch_size
     micro = as_int(msrc, micro)
     out.set(msrc if mgiven else f"{msrc} (absent: JobConfig default 1)", "workload.micro_batch_size", micro)
-    if lgiven and total in (-1, 0):
+    if total in (-1, 0):
         local = as_int(lsrc, local)
         if local % micro:
             raise bad(lsrc, local, f"is not a multiple of {msrc} ({micro})")
-        out.set(lsrc, "parallelism.pipeline_microbatches", local // micro)
+        out.set(lsource, "parallelism.pipeline_microbatches", local // micro)
     elif lgiven:
         out.ignored.append(lsrc)  # the global batch and the micro-batch size say it
 
