@@ -35,6 +35,9 @@ PLAN = Kind(what="plan", noun="a plan", max_bytes=256 * 1024, prefix="")
 CATALOG = Kind(what="gpu_catalog", noun="a catalog", max_bytes=1024 * 1024, prefix="gpu_catalog ")
 HF_CONFIG = Kind(what="hf_config", noun="a config.json", max_bytes=1024 * 1024, prefix="hf_config ",
                  size_hint=" (a config.json is a few KB)")
+# a framework's config (planner/formats: a torchtune YAML, a DeepSpeed JSON, ...) is a few KB; the cap only stops
+# a huge paste early
+CONFIG = Kind(what="config", noun="a framework config", max_bytes=1024 * 1024, prefix="config ")
 
 
 def _duplicate(kind: Kind, path: str, line: int | None = None) -> PlanError:

@@ -123,10 +123,10 @@ def test_older_spellings():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("- a\n- b\n", "config: is not a accelerate config: it must be a mapping of keys to values"),
+    ("- a\n- b\n", "config: must be a mapping of config keys to values (YAML or JSON)"),
     ("distributed_type: MULTI_CPU\n", "distributed_type: 'MULTI_CPU' runs on CPUs or TPUs; this planner plans GPU memory"),
     ("distributed_type: MULTI_GPU\nuse_cpu: true\n", "use_cpu: True runs on CPUs or TPUs; this planner plans GPU memory"),
-    ("distributed_type: ROCKET\n", "distributed_type: 'ROCKET' is not one of NO, MULTI_GPU"),
+    ("distributed_type: ROCKET\n", "distributed_type: 'ROCKET' is not one of: NO, MULTI_GPU"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HALF_SHARD\n",
      "fsdp_config.fsdp_sharding_strategy: 'HALF_SHARD' is not an FSDP sharding strategy; allowed: FULL_SHARD, "
      "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2"),
@@ -137,9 +137,9 @@ def test_older_spellings():
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 5\n",
      "deepspeed_config.zero_stage: 5 is not a ZeRO stage; allowed: 0, 1, 2, 3"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: gpu\n",
-     "deepspeed_config.offload_param_device: 'gpu' is not one of none, cpu, nvme"),
-    ("distributed_type: MULTI_GPU\nmixed_precision: fp4\n", "mixed_precision: 'fp4' is not one of no, fp16, bf16, fp8"),
-    ("distributed_type: MULTI_GPU\nnum_processes: two\n", "num_processes: 'two' must be a whole number"),
+     "deepspeed_config.offload_param_device: 'gpu' is not one of: none, cpu, nvme"),
+    ("distributed_type: MULTI_GPU\nmixed_precision: fp4\n", "mixed_precision: 'fp4' is not one of: no, fp16, bf16, fp8"),
+    ("distributed_type: MULTI_GPU\nnum_processes: two\n", "num_processes: 'two' must be an integer ≥ -1"),
 ])
 def test_bad_configs_name_the_key(text, message):
     with pytest.raises(PlanError) as caught:

@@ -92,8 +92,8 @@ def test_deepspeed_file_name_and_defaults():
     (("adapter: qlora", "adapter: prefix"), "adapter: 'prefix' must be lora or qlora (or absent: full fine-tuning)"),
     (("load_in_4bit: true", "load_in_4bit: false"), "adapter: 'qlora' needs load_in_4bit: true"),
     (("lora_r: 32", "lora_r: -1"), "lora_r: -1 must be an integer ≥ 1"),
-    (("lora_target_linear: true", "lora_target_modules: 3"), "lora_target_modules: 3 must be a list of strings"),
-    (("optimizer: paged_adamw_32bit", "optimizer: [adamw]"), "optimizer: ['adamw'] must be a string"),
+    (("lora_target_linear: true", "lora_target_modules: 3"), "lora_target_modules: 3 must be a list of text"),
+    (("optimizer: paged_adamw_32bit", "optimizer: [adamw]"), "optimizer: ['adamw'] must be text"),
     (("adapter: qlora", "adapter:"), "load_in_4bit: True needs an adapter (lora or qlora): a quantized base trains "
                                      "adapters only"),
     (("gradient_checkpointing: true", "gradient_checkpointing: sometimes"),

@@ -161,14 +161,14 @@ def test_train_batch_size_alone_needs_the_gpu_count():
 
 
 @pytest.mark.parametrize("text, gpus, message", [
-    ("{", None, "config: is not DeepSpeed config JSON: Expecting property name enclosed in double quotes"),
-    ("[1, 2]", None, "config: is not a DeepSpeed config: it must be a JSON object"),
+    ("{", None, "config: not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
+    ("[1, 2]", None, "config: must be a mapping of config keys to values (YAML or JSON)"),
     ('{"zero_optimization": {"stage": 4}}', None,
      "zero_optimization.stage: 4 is not a ZeRO stage; allowed: 0, 1, 2, 3"),
     ('{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}', None,
      "zero_optimization.offload_param.device: 'cpu' needs zero_optimization.stage 3, not 2"),
     ('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "disk"}}}', None,
-     "zero_optimization.offload_optimizer.device: 'disk' is not one of none, cpu, nvme"),
+     "zero_optimization.offload_optimizer.device: 'disk' is not one of: none, cpu, nvme"),
     ('{"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}}', None,
      "zero_optimization.offload_optimizer: 'cpu' must be a section with a `device`"),
     ('{"bf16": {"enabled": true}, "fp16": {"enabled": true}}', None,
@@ -180,10 +180,10 @@ def test_train_batch_size_alone_needs_the_gpu_count():
      "train_batch_size: 4 is less than one sequence per GPU over 8 data-parallel GPUs × 1 accumulation steps"),
     ('{"train_batch_size": 32}', 3, "train_batch_size: 32 is not a multiple of data-parallel GPUs × accumulation "
                                     "steps (3 × 1); DeepSpeed's batch check would fail"),
-    ('{"train_micro_batch_size_per_gpu": 1.5}', None, "train_micro_batch_size_per_gpu: 1.5 must be a whole number"),
+    ('{"train_micro_batch_size_per_gpu": 1.5}', None, "train_micro_batch_size_per_gpu: 1.5 must be an integer ≥ 1"),
     ('{"tensor_parallel": {"autotp_size": 3}}', 8, "tensor_parallel.autotp_size: 3 does not divide the GPU count (8)"),
     ('{"data_types": {"grad_accum_dtype": "fp64"}}', None,
-     "data_types.grad_accum_dtype: 'fp64' is not one of fp32, bf16, fp16"),
+     "data_types.grad_accum_dtype: 'fp64' is not one of: fp32, bf16, fp16"),
     ('{"bf16": true}', None, "bf16: True must be a section with an `enabled` key"),
 ])
 def test_bad_configs_name_the_key(text, gpus, message):

@@ -154,7 +154,7 @@ def test_optimizers_and_dtypes():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("per_device_train_batch_size: 0\n", "per_device_train_batch_size: 0 must be at least 1"),
+    ("per_device_train_batch_size: 0\n", "per_device_train_batch_size: 0 must be an integer ≥ 1"),
     ("per_device_train_batch_size: 1\nbf16: true\nfp16: true\n",
      "bf16: True and fp16 are both true; the Trainer runs one"),
     ("per_device_train_batch_size: 1\nload_in_4bit: true\n",
@@ -162,14 +162,16 @@ def test_optimizers_and_dtypes():
     ("per_device_train_batch_size: 1\nuse_peft: true\nload_in_4bit: true\nload_in_8bit: true\n",
      "load_in_4bit: True and load_in_8bit are both true; TRL loads one"),
     ("per_device_train_batch_size: 1\nuse_peft: true\nload_in_4bit: true\nbnb_4bit_quant_type: int4\n",
-     "bnb_4bit_quant_type: 'int4' is not one of nf4, fp4"),
+     "bnb_4bit_quant_type: 'int4' is not one of: nf4, fp4"),
     ("per_device_train_batch_size: 1\nattn_implementation: paged\n",
-     "attn_implementation: 'paged' is not one of eager, sdpa, flash_attention_2"),
+     "attn_implementation: 'paged' is not one of: eager, sdpa, flash_attention_2"),
     ("per_device_train_batch_size: 1\nfsdp: quarter_shard\n", "fsdp: 'quarter_shard' is not a list of fsdp options"),
     ("per_device_train_batch_size: 1\ngradient_checkpointing: sometimes\n",
      "gradient_checkpointing: 'sometimes' must be true or false"),
-    ("per_device_train_batch_size: 1\ndtype: float64\n", "dtype: 'float64' is not one of bfloat16, float16"),
-    ("python train.py --per_device_train_batch_size 'two", "config: is not a command line: No closing quotation"),
+    ("per_device_train_batch_size: 1\ndtype: float64\n", "dtype: 'float64' is not one of: bfloat16, float16"),
+    ("python train.py --per_device_train_batch_size 'two",
+     "config: \"python train.py --per_device_train_batch_size 'two\" is not shell text shlex can split (No closing "
+     "quotation)"),
     ("echo --per_device_train_batch_size 2", "config: is not a training command line: it names no script"),
     ("torchrun --nproc_per_node 8 train.py --per_device_train_batch_size 2", None),
 ])

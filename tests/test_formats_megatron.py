@@ -109,14 +109,14 @@ def test_shell_variables_and_moe():
 
 
 @pytest.mark.parametrize("config, message", [
-    ("--num-layers $NUM_LAYERS --bf16", "--num-layers: '$NUM_LAYERS' is not an integer"),
+    ("--num-layers $NUM_LAYERS --bf16", "--num-layers: '$NUM_LAYERS' must be an integer ≥ 1"),
     ("--recompute-granularity some", "--recompute-granularity: 'some' is not one of: full, selective"),
     ("--fp8-format hybrid --fp8-recipe delayed_scaling",
      "--fp8-recipe: 'delayed_scaling' is not one of: delayed, tensorwise, mxfp8, blockwise"),
     ("--num-layers 30 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 7",
      "--decoder-first-pipeline-num-layers: [7] leaves 23 of --num-layers (30) for 3 middle stages: they must share "
      "them evenly"),
-    ("--micro-batch-size 0", "--micro-batch-size: '0' must be at least 1"),
+    ("--micro-batch-size 0", "--micro-batch-size: '0' must be an integer ≥ 1"),
     ('--data-path "unclosed', "config: '--data-path \"unclosed' is not shell text shlex can split (No closing "
                               "quotation)"),
 ])

@@ -36,7 +36,7 @@ def test_flags():
 @pytest.mark.parametrize("text, message", [
     ("python -m sglang.launch_server --chunked-prefill-size -1",
      "--chunked-prefill-size: '-1' (no chunking) is not modelled; give the tokens of a chunk"),
-    ("python -m sglang.launch_server --mem-fraction-static x", "--mem-fraction-static: 'x' must be a fraction like 0.9"),
+    ("python -m sglang.launch_server --mem-fraction-static x", "--mem-fraction-static: 'x' must be a number from 0.05 to 1"),
 ])
 def test_errors(text, message):
     with pytest.raises(PlanError) as exc:

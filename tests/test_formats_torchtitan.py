@@ -6,7 +6,7 @@ import pytest
 
 from planner.codec import plan_from_dict
 from planner.errors import PlanError
-from planner.formats import overlay, round_trip
+from planner.formats import overlay, plan_from_config, round_trip
 from planner.formats import torchtitan as tt
 from planner.models import presets
 
@@ -136,9 +136,25 @@ def test_pipeline_microbatches():
     imported = tt.read("--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_microbatch_size 2 "
                        "--training.local_batch_size 8 --parallelism.pipeline_parallel_schedule Interleaved1F1B",
                        gpus=8)
-    assert imported.plan["workload"] == {"micro_batch_size": 2}
+    assert imported.plan["workload"] == {"micro_batch_size": 2, "sequence_length": 2048}
     assert imported.plan["parallelism"] == {"pipeline": 2, "data": 4, "zero_stage": 3, "virtual_stages": 2,
                                             "pipeline_schedule": "interleaved_1f1b", "pipeline_microbatches": 4}
+
+
+def test_absent_batch_and_sequence_are_jobconfigs_defaults():
+    """JobConfig Training: local_batch_size 8, seq_len 2048 (not the plan's 1 and 4096), with where they came from."""
+    imported = tt.read("--parallelism.tensor_parallel_degree 2")
+    assert imported.plan["workload"] == {"micro_batch_size": 8, "sequence_length": 2048}
+    sources = {r.plan_key: r.source for r in imported.read}
+    assert sources["workload.micro_batch_size"] == "training.local_batch_size (absent: JobConfig default 8)"
+    assert sources["workload.sequence_length"] == "training.seq_len (absent: JobConfig default 2048)"
+    plan = plan_from_config(imported, model={"preset": "llama-3.1-8b"}, gpus=2)
+    assert (plan.workload.micro_batch_size, plan.workload.sequence_length) == (8, 2048)
+    piped = tt.read("--parallelism.pipeline_parallel_degree 2 --parallelism.pipeline_parallel_microbatch_size 2",
+                    gpus=2)
+    assert piped.plan["parallelism"]["pipeline_microbatches"] == 4  # the default local batch of 8 in micro-batches of 2
+    given = tt.read("--training.local_batch_size 2 --training.seq_len 8192")
+    assert given.plan["workload"] == {"micro_batch_size": 2, "sequence_length": 8192}
 
 
 def test_unknown_flavor_names_the_model():
@@ -150,7 +166,7 @@ def test_unknown_flavor_names_the_model():
 
 @pytest.mark.parametrize("config, gpus, message", [
     ("--activation_checkpoint.selective_ac_option every", None,
-     "activation_checkpoint.selective_ac_option: 'every' is not an integer"),
+     "activation_checkpoint.selective_ac_option: 'every' must be an integer ≥ 1"),
     ("--activation_checkpoint.mode some", None,
      "activation_checkpoint.mode: 'some' is not one of: selective, full, memory_budget, none"),
     ("--optimizer.name Lion", None, "optimizer.name: 'Lion' is not one of: AdamW, Adam"),
@@ -161,7 +177,7 @@ def test_unknown_flavor_names_the_model():
      "tensor × pipeline × context (1 × 3)"),
     ("--parallelism.data_parallel_shard_degree 0", None,
      "parallelism.data_parallel_shard_degree: 0 must be -1 (the rest of the GPUs) or at least 1"),
-    ("[training]\nseq_len = true\n", None, "training.seq_len: True is not an integer"),
+    ("[training]\nseq_len = true\n", None, "training.seq_len: True must be an integer ≥ 1"),
     ("--model.converters float8,mx", None,
      "model.converters: 'float8,mx' names both a float8 and an mx converter for the linear layers"),
 ])

@@ -123,7 +123,7 @@ def test_bad_text_and_gpu_count():
     assert not FORMAT.detect("[" * 5000)
     with pytest.raises(PlanError) as err:
         read("- a list")
-    assert str(err.value) == "config: must be a YAML mapping of torchtune config keys"
+    assert str(err.value) == "config: must be a mapping of config keys to values (YAML or JSON)"
     with pytest.raises(PlanError) as err:
         read("model: {_component_: torchtune.models.llama3_1.llama3_1_8b}\noptimizer: 3\n")
     assert str(err.value) == "optimizer._component_: missing: the config must name its optimizer"

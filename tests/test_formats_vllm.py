@@ -41,13 +41,14 @@ def test_a_quantized_release_is_its_presets_architecture_in_its_weights_dtype():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("vllm serve m --gpu-memory-utilization 1.5", "--gpu-memory-utilization: '1.5' must be a fraction from 0.05 to 1"),
-    ("vllm serve m -tp 0", "--tensor-parallel-size: '0' must be at least 1"),
-    ("vllm serve m --kv-cache-dtype int3", "--kv-cache-dtype: 'int3' is not one of fp8, fp8_e4m3, fp8_e5m2, "
+    ("vllm serve m --gpu-memory-utilization 1.5", "--gpu-memory-utilization: '1.5' must be a number from 0.05 to 1"),
+    ("vllm serve m -tp 0", "--tensor-parallel-size: '0' must be an integer ≥ 1"),
+    ("vllm serve m --kv-cache-dtype int3", "--kv-cache-dtype: 'int3' is not one of: fp8, fp8_e4m3, fp8_e5m2, "
                                            "fp8_inc, fp8_ds_mla, bfloat16, auto"),
-    ("vllm serve m --max-model-len 1", "--max-model-len: '1' must be at least 2 (a prompt token and an output token)"),
+    ("vllm serve m --max-model-len 1",
+     "--max-model-len: '1' must be an integer ≥ 2 (a prompt token and an output token)"),
     ("vllm serve m --max-num-seqs", "--max-num-seqs: None needs a value"),
-    ("vllm serve 'm", "command: \"vllm serve 'm\" is not a shell command line (No closing quotation)"),
+    ("vllm serve 'm", "config: \"vllm serve 'm\" is not shell text shlex can split (No closing quotation)"),
 ])
 def test_errors(text, message):
     with pytest.raises(PlanError) as exc:

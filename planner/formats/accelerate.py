@@ -16,7 +16,7 @@ import yaml
 
 from planner.errors import bad
 from planner.formats.base import Format, Imported
-from planner.formats.ledger import Ledger, choice, flag, mapping, quiet_mapping, whole
+from planner.formats.reading import Reading, as_bool, as_int, as_mapping, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
 FRAMEWORK = "accelerate_fsdp"
@@ -78,7 +78,7 @@ PARALLEL_DEGREES = {"parallelism_config_tp_size": "parallelism.tensor", "paralle
 
 
 # --- FSDP options (shared with TrainingArguments' fsdp_config) -------------------------------------------------------
-def _strategy(led: Ledger, key: str, value: Any) -> None:
+def _strategy(led: Reading, key: str, value: Any) -> None:
     """fsdp_sharding_strategy, or FSDP1's fsdp_reshard_after_forward, by name or number (dataclasses.py)."""
     name = SHARDING_STRATEGIES[int(value) - 1] if str(value).isdigit() and 1 <= int(value) <= 5 else str(value).upper()
     if name not in SHARDING_STRATEGIES:
@@ -93,13 +93,13 @@ FLAT_WHY = ("FSDP1 flat parameters: with LoRA or QLoRA under full sharding a uni
             "too (give parallelism.flat_params true)")
 
 
-def fsdp_options(led: Ledger, options: dict[str, Any], where: str, *, adapters: bool | None,
+def fsdp_options(led: Reading, options: dict[str, Any], where: str, *, adapters: bool | None,
                  orig_default: bool) -> None:
     """FSDP options (accelerate fsdp_config, TrainingArguments fsdp_config), each named `where` + its key.
     `adapters`: whether the plan trains LoRA adapters (None: the config does not say); `orig_default`: the
     use_orig_params an absent key means (accelerate False, transformers True)."""
     named = {key.removeprefix("fsdp_"): key for key in options}
-    version = whole(f"{where}{named['version']}", options[named["version"]], 1) if "version" in named else 1
+    version = as_int(f"{where}{named['version']}", options[named["version"]], 1) if "version" in named else 1
     if version not in (1, 2):
         raise bad(f"{where}{named['version']}", version, "is not an FSDP version; allowed: 1, 2")
     for short, key in named.items():
@@ -107,11 +107,11 @@ def fsdp_options(led: Ledger, options: dict[str, Any], where: str, *, adapters: 
         if short == "sharding_strategy" or short == "reshard_after_forward" and version == 1:
             _strategy(led, source, value)
         elif short == "reshard_after_forward":  # FSDP2: a bool; False keeps the parameters gathered until backward
-            led.set(source, "parallelism.zero_stage", 3 if flag(source, value) else 2)
+            led.set(source, "parallelism.zero_stage", 3 if as_bool(source, value) else 2)
         elif short == "offload_params":  # CPUOffload(offload_params=True): parameters, gradients, optimizer step
-            led.set(source, "techniques.offload", "optimizer_and_params" if flag(source, value) else "none")
+            led.set(source, "techniques.offload", "optimizer_and_params" if as_bool(source, value) else "none")
         elif short == "activation_checkpointing":
-            led.set(source, "techniques.activation_checkpointing", "full" if flag(source, value) else "none")
+            led.set(source, "techniques.activation_checkpointing", "full" if as_bool(source, value) else "none")
         elif short in FSDP_UNMODELLED and str(value).upper() == str(FSDP_UNMODELLED[short][0]).upper():
             led.note(source, FSDP_UNMODELLED[short][1])
         elif short in FSDP_IGNORED or short in FSDP_UNMODELLED or short == "version":
@@ -121,12 +121,12 @@ def fsdp_options(led: Ledger, options: dict[str, Any], where: str, *, adapters: 
     _flat_params(led, options, where, version == 1, adapters, orig_default)
 
 
-def _flat_params(led: Ledger, options: dict[str, Any], where: str, fsdp1: bool, adapters: bool | None,
+def _flat_params(led: Reading, options: dict[str, Any], where: str, fsdp1: bool, adapters: bool | None,
                  orig_default: bool) -> None:
     """use_orig_params under FSDP1 full sharding: flat parameters, which only change a LoRA plan's memory."""
     key = next((k for k in options if k.removeprefix("fsdp_") == "use_orig_params"), None)
     source = f"{where}{key}" if key else f"{where}use_orig_params (absent: {str(orig_default).lower()})"
-    flat = fsdp1 and (flag(source, options[key]) if key else orig_default) and \
+    flat = fsdp1 and (as_bool(source, options[key]) if key else orig_default) and \
         led.plan.get("parallelism", {}).get("zero_stage", 3) == 3
     if adapters and flat:
         led.set(source, "parallelism.flat_params", True)
@@ -152,17 +152,16 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
 
 
 # --- the plugins --------------------------------------------------------------------------------------------------
-def deepspeed_plugin(led: Ledger, section: Any, where: str = "deepspeed_config.") -> None:
+def deepspeed_plugin(led: Reading, section: Any, where: str = "deepspeed_config.") -> None:
     """deepspeed_config (DeepSpeedPlugin; `accelerate launch --use_deepspeed --zero_stage ...` the same keys): the
     stage and offload devices, or a DeepSpeed config file that holds them. Each key is named `where` + key."""
-    if not isinstance(section, dict):
-        raise bad(where.rstrip("."), section, "must be a mapping")
+    section = as_mapping(where.rstrip("."), section)
     if "deepspeed_config_file" in section:
         led.note(f"{where}deepspeed_config_file", "the ZeRO stage, offload and batch are in that file: read it with "
                                                   "the deepspeed format")
     elif "zero_stage" not in section:  # the recipe leaves the stage to the plan; the plugin's default is 2: written
         led.set(f"{where}zero_stage (absent)", "parallelism.zero_stage", ZERO_STAGE_DEFAULT)
-    devices = {key: choice(f"{where}{key}", section.get(key, "none"), {d: d for d in OFFLOAD_DEVICES})
+    devices = {key: choice(f"{where}{key}", section.get(key, "none"), {d: d for d in OFFLOAD_DEVICES}, any_case=True)
                for key in ("offload_optimizer_device", "offload_param_device")}
     for key, value in section.items():
         source = f"{where}{key}"
@@ -186,7 +185,7 @@ def deepspeed_plugin(led: Ledger, section: Any, where: str = "deepspeed_config."
             led.ignored.append(f"{where}{key}")
 
 
-def _deepspeed_offload(led: Ledger, devices: dict[str, str], where: str) -> None:
+def _deepspeed_offload(led: Reading, devices: dict[str, str], where: str) -> None:
     optimizer, params = (("none" if devices[k] == "none" else "cpu") for k in ("offload_optimizer_device",
                                                                                  "offload_param_device"))
     if params == "cpu" and optimizer != "cpu":
@@ -198,14 +197,13 @@ def _deepspeed_offload(led: Ledger, devices: dict[str, str], where: str) -> None
         led.set(f"{where}offload_optimizer_device", "techniques.offload", "optimizer" if optimizer == "cpu" else "none")
 
 
-def _parallelism(led: Ledger, section: Any) -> None:
-    if not isinstance(section, dict):
-        raise bad("parallelism_config", section, "must be a mapping")
+def _parallelism(led: Reading, section: Any) -> None:
+    section = as_mapping("parallelism_config", section)
     for key, value in section.items():
         source = f"parallelism_config.{key}"
         if key in PARALLEL_DEGREES:
-            led.set(source, PARALLEL_DEGREES[key], whole(source, value, 1))
-        elif key == "parallelism_config_dp_replicate_size" and whole(source, value, 1) > 1:
+            led.set(source, PARALLEL_DEGREES[key], as_int(source, value, 1))
+        elif key == "parallelism_config_dp_replicate_size" and as_int(source, value, 1) > 1:
             led.note(source, HYBRID_WHY)
         elif key in ("parallelism_config_dp_shard_size", "parallelism_config_dp_replicate_size",
                      "parallelism_config_cp_comm_strategy"):
@@ -214,14 +212,13 @@ def _parallelism(led: Ledger, section: Any) -> None:
             led.unknown.append(source)
 
 
-def _dynamo_backend(led: Ledger, value: Any) -> None:
+def _dynamo_backend(led: Reading, value: Any) -> None:
     """The top-level dynamo_backend of configs before accelerate 0.18 (dynamo_config since)."""
     led.set("dynamo_backend", "techniques.compile", str(value).upper() != "NO")
 
 
-def _dynamo(led: Ledger, section: Any) -> None:
-    if not isinstance(section, dict):
-        raise bad("dynamo_config", section, "must be a mapping")
+def _dynamo(led: Reading, section: Any) -> None:
+    section = as_mapping("dynamo_config", section)
     for key, value in section.items():
         if key == "dynamo_backend":  # dataclasses.py DynamoBackend: NO turns torch.compile off
             led.set("dynamo_config.dynamo_backend", "techniques.compile", str(value).upper() != "NO")
@@ -231,10 +228,10 @@ def _dynamo(led: Ledger, section: Any) -> None:
             led.unknown.append(f"dynamo_config.{key}")
 
 
-def _layout(led: Ledger, config: dict[str, Any]) -> str:
+def _layout(led: Reading, config: dict[str, Any]) -> str:
     """distributed_type: the framework and, for DDP, ZeRO stage 0; its plugin's section read."""
     kind = str(config.get("distributed_type", "NO")).upper()
-    if kind in NOT_GPU or flag("use_cpu", config.get("use_cpu", False)):
+    if kind in NOT_GPU or as_bool("use_cpu", config.get("use_cpu", False)):
         raise bad("distributed_type" if kind in NOT_GPU else "use_cpu", kind if kind in NOT_GPU else True,
                   "runs on CPUs or TPUs; this planner plans GPU memory")
     if kind == "DEEPSPEED":
@@ -242,32 +239,30 @@ def _layout(led: Ledger, config: dict[str, Any]) -> str:
         deepspeed_plugin(led, config.get("deepspeed_config") or {})
     elif kind == "FSDP":
         led.set("distributed_type", "framework", FRAMEWORK)
-        options = config.get("fsdp_config") or {}
-        if not isinstance(options, dict):
-            raise bad("fsdp_config", options, "must be a mapping")
+        options = as_mapping("fsdp_config", config.get("fsdp_config") or {})
         fsdp_options(led, options, "fsdp_config.", adapters=None, orig_default=False)
     elif kind in DDP_TYPES or kind == "MEGATRON_LM":
         led.set("distributed_type", "parallelism.zero_stage", 0)  # DDP replicates everything
     else:
-        raise bad("distributed_type", config.get("distributed_type"), f"is not one of "
-                                                                       f"{', '.join(DDP_TYPES + ('FSDP', 'DEEPSPEED', 'MEGATRON_LM'))}")
+        allowed = ", ".join(DDP_TYPES + ("FSDP", "DEEPSPEED", "MEGATRON_LM"))
+        raise bad("distributed_type", config.get("distributed_type"), f"is not one of: {allowed}")
     return kind
 
 
-def _precision(led: Ledger, config: dict[str, Any], kind: str) -> None:
+def _precision(led: Reading, config: dict[str, Any], kind: str) -> None:
     if config.get("mixed_precision") is not None:
         led.set("mixed_precision", "precision.compute", choice("mixed_precision", config["mixed_precision"],
-                                                               PRECISIONS))
+                                                               PRECISIONS, any_case=True))
     elif "fp16" in config:  # config_args.py: configs before mixed_precision said fp16: true
-        led.set("fp16", "precision.compute", "fp16" if flag("fp16", config["fp16"]) else "fp32")
+        led.set("fp16", "precision.compute", "fp16" if as_bool("fp16", config["fp16"]) else "fp32")
     elif kind != "DEEPSPEED":  # launch's default "no" (fp32) differs from the recipe's bf16: written
         led.set("(no mixed_precision)", "precision.compute", "fp32")
 
 
-def _processes(led: Ledger, config: dict[str, Any], gpus: int | None) -> None:
+def _processes(led: Reading, config: dict[str, Any], gpus: int | None) -> None:
     """num_processes: the processes of all machines together, one GPU each (config_args.py; -1: not said)."""
     count = config.get("num_processes")
-    count = None if count is None else whole("num_processes", count, -1)
+    count = None if count is None else as_int("num_processes", count, -1)
     if count not in (None, -1, 0) and gpus is not None and count != gpus:
         raise bad("num_processes", count, f"differs from the GPU count given ({gpus})")
     if count not in (None, -1, 0):
@@ -281,8 +276,8 @@ READ = frozenset({"distributed_type", "mixed_precision", "fp16", "num_processes"
 
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
-    config = mapping(text, "accelerate config")
-    led = Ledger(format="accelerate", plan={"framework": FRAMEWORK})
+    config = mapping(text)
+    led = Reading(format="accelerate", plan={"framework": FRAMEWORK})
     kind = _layout(led, config)
     _precision(led, config, kind)
     _processes(led, config, gpus)

@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported, preset_for
-from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, load_mapping,
-                                     parses_to)
+from planner.formats.base import Format, Imported
+from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, mapping,
+                                     quiet_mapping)
 from planner.models import presets
 from planner.plan import Plan
 
@@ -84,19 +84,16 @@ _LORA_KEYS = (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload
 
 def detect(text: str) -> bool:
     """An Axolotl config: YAML naming a base_model and Axolotl's own keys (not a torchtune `_component_` config)."""
-    return parses_to(text, lambda cfg: "base_model" in cfg and bool(
-        {"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"} & set(cfg)))
+    cfg = quiet_mapping(text)
+    return "base_model" in cfg and bool({"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"}
+                                        & set(cfg))
 
 
-def _model(cfg: dict[str, Any], r: Reading) -> str:
+def _model(cfg: dict[str, Any], r: Reading) -> None:
     name = cfg.get("base_model")
     if not isinstance(name, str) or not name:
         raise bad("base_model", name, "must name the model (a Hugging Face repo id or path)")
-    # Meta's repos were first named Meta-Llama-3.1-8B; mirrors (NousResearch/Meta-Llama-3.1-8B) keep that name
-    preset = preset_for(name) or preset_for(re.sub(r"(?i)(^|/)meta-(llama)", r"\1\2", name))
-    if preset:
-        r.set("base_model", "model.preset", preset)
-    return "" if preset else name
+    r.model("base_model", name)  # preset_for reads Meta's first repo names too (NousResearch/Meta-Llama-3.1-8B)
 
 
 def _task(cfg: dict[str, Any], r: Reading) -> str:
@@ -282,9 +279,9 @@ _TAKEN = frozenset({
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
     """An Axolotl config read as a partial plan (see the module's docstring)."""
-    cfg = load_mapping(text, "Axolotl")
-    r = Reading(plan={"framework": "axolotl"})
-    model_name = _model(cfg, r)
+    cfg = mapping(text)
+    r = Reading(format="axolotl", plan={"framework": "axolotl"})
+    _model(cfg, r)
     if _task(cfg, r) != "finetune":
         _lora(cfg, r)
     _precision(cfg, r)
@@ -296,8 +293,7 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
     _batch(cfg, r, gpus)
     rest = {key: value for key, value in cfg.items() if key != "base_model"}  # read: the preset or model_name
     r.sort_rest(rest, known=_TAKEN, ignored=IGNORED, unmodelled=UNMODELLED)
-    return Imported(format="axolotl", plan=r.plan, read=tuple(r.read), model_name=model_name,
-                    unmodelled=tuple(r.unmodelled), ignored=tuple(r.ignored), unknown=tuple(r.unknown))
+    return r.imported()
 
 
 def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:

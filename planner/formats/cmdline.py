@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import Imported, KeyRead, preset_for, set_key
+from planner.formats.base import Imported, set_key
+from planner.formats.reading import Reading, as_bool, as_number, choice
+from planner.formats.shell import ASSIGNMENT, environment, lines, words
 
-# a shell variable assignment before the program (`CUDA_VISIBLE_DEVICES=0,1 vllm serve ...`)
-_ENV = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 # environment variables that change a serving engine's memory but have no plan key
 ENV_UNMODELLED = {
     "PYTORCH_CUDA_ALLOC_CONF": "the caching allocator's settings (expandable segments) change the engine's "
@@ -30,20 +30,31 @@ ENV_UNMODELLED = {
 
 @dataclass(frozen=True, kw_only=True)
 class Flag:
-    """A flag that sets plan keys: `read` turns the flag's value (text, or a bool for a switch) into
-    (plan key, value) pairs; it raises ValueError with the rule the value breaks."""
+    """A flag that sets plan keys: `read(flag, value)` turns the flag's value (text, or a bool for a switch) into
+    (plan key, value) pairs; it raises PlanError (planner/formats/reading.py's checks) for a value it refuses."""
 
-    read: Callable[[Any], tuple[tuple[str, Any], ...]]
+    read: Callable[[str, Any], tuple[tuple[str, Any], ...]]
     switch: bool = False  # takes no value (argparse store_true; "--no-FLAG" gives False)
 
 
-def one(plan_key: str, convert: Callable[[Any], Any]) -> Flag:
-    """A flag whose value sets one plan key (a value converted to None, like "auto", sets nothing)."""
-    return Flag(read=lambda value: tuple((plan_key, v) for v in (convert(value),) if v is not None))
+def one(plan_key: str, convert: Callable[[str, Any], Any]) -> Flag:
+    """A flag whose value, converted by `convert(flag, value)`, sets one plan key (a value converted to None, like
+    "auto", sets nothing)."""
+    return Flag(read=lambda name, value: tuple((plan_key, v) for v in (convert(name, value),) if v is not None))
 
 
 def switch(plan_key: str, convert: Callable[[bool], Any] = bool) -> Flag:
-    return Flag(read=lambda on: ((plan_key, convert(on)),), switch=True)
+    return Flag(read=lambda name, on: ((plan_key, convert(on)),), switch=True)
+
+
+def among(table: Mapping[str, Any]) -> Callable[[str, Any], Any]:
+    """A converter through a table of the engine's spellings."""
+    return lambda name, value: choice(name, value, table)
+
+
+def fraction(name: str, value: Any) -> float:
+    """A share of the GPU's memory (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static)."""
+    return as_number(name, value, 0.05, 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,54 +75,21 @@ class Engine:
     model_key: Callable[[str], tuple[tuple[str, Any], ...]] = field(default=lambda name: ())  # what a name says
 
 
-def positive_int(text: Any) -> int:
-    try:
-        value = int(str(text).replace("_", ""))
-    except ValueError:
-        raise ValueError("must be a whole number") from None
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
-
-
-def fraction(text: Any) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError("must be a fraction like 0.9") from None
-    if not 0.05 <= value <= 1:
-        raise ValueError("must be a fraction from 0.05 to 1")
-    return value
-
-
-def choice(table: Mapping[str, Any]) -> Callable[[Any], Any]:
-    """A converter through a table of the engine's spellings."""
-    def convert(text: Any) -> Any:
-        if str(text) not in table:
-            raise ValueError(f"is not one of {', '.join(table)}")
-        return table[str(text)]
-    return convert
-
-
 def command_line(text: str, engine: Engine) -> tuple[list[str], list[str], list[str]]:
-    """(the environment assignments before the command, its arguments after the program, other lines) of the first
-    line of `text` that runs the engine; backslash continuations joined, comments dropped."""
-    lines = [line.strip() for line in text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines()]
-    lines = [line for line in lines if line and not line.startswith("#")]
-    start = next((i for i, line in enumerate(lines) if engine.program.search(line)), None)
+    """(the environment variables set before the command, its arguments after the program, other lines) of the
+    first line of `text` that runs the engine (planner/formats/shell.py: continuations joined, comments dropped)."""
+    found = lines(text)
+    start = next((i for i, line in enumerate(found) if engine.program.search(line)), None)
+    runs = f"does not run {engine.name} ({' or '.join(map(' '.join, engine.starts))})"
     if start is None:
-        raise bad("command", text.strip()[:60], f"does not run {engine.name} ({' or '.join(map(' '.join, engine.starts))})")
-    env = [_ENV.match(line).group(1) for line in lines[:start] if _ENV.match(line)]
-    others = [line for line in lines[:start] if not _ENV.match(line)] + lines[start + 1:]
-    try:
-        tokens = shlex.split(lines[start], comments=True)
-    except ValueError as exc:
-        raise bad("command", lines[start][:60], f"is not a shell command line ({exc})") from None
+        raise bad("command", text.strip()[:60], runs)
+    env = [ASSIGNMENT.match(line).group(1) for line in found[:start] if ASSIGNMENT.match(line)]
+    others = [line for line in found[:start] if not ASSIGNMENT.match(line)] + found[start + 1:]
+    assignments, tokens = environment(words(found[start]))
     head = _head(tokens, engine.starts)
     if head is None:
-        raise bad("command", lines[start][:60], f"does not run {engine.name} ({' or '.join(map(' '.join, engine.starts))})")
-    env += [_ENV.match(t).group(1) for t in tokens[:head] if _ENV.match(t)]
-    return env, tokens[head:], others
+        raise bad("command", found[start][:60], runs)
+    return env + [ASSIGNMENT.match(a).group(1) for a in assignments], tokens[head:], others
 
 
 def _head(tokens: list[str], starts: tuple[tuple[str, ...], ...]) -> int | None:
@@ -164,47 +142,37 @@ def _switches(engine: Engine) -> frozenset[str]:
 def read_flags(pairs: list[tuple[str, Any]], env: list[str], engine: Engine, *, gpus: int | None,
                others: list[str] = ()) -> Imported:
     """Each flag read through the engine's table into a partial plan with the framework set."""
-    plan: dict[str, Any] = {"framework": engine.framework, "workload": {"task": "inference"}}
-    read, unmodelled, ignored, unknown = [], [], [], [f"line: {line[:80]}" for line in others]
-    model_name = ""
+    out = Reading(format=engine.name, plan={"framework": engine.framework, "workload": {"task": "inference"}},
+                  unknown=[f"line: {line[:80]}" for line in others])
+    named = False
     for name, value in pairs:
-        if name in engine.model_flags or (name == "" and not model_name):
-            model_name = str(value)
-            preset = preset_for(model_name)
-            if preset:
-                set_key(plan, "model.preset", preset)
-                read.append(KeyRead(source=name or "MODEL", plan_key="model.preset", value=preset))
-            for key, val in engine.model_key(model_name):
-                set_key(plan, key, val)
-                read.append(KeyRead(source=f"{name or 'MODEL'} (name)", plan_key=key, value=val))
+        if name in engine.model_flags or (name == "" and not named):
+            named = True
+            out.model(name or "MODEL", str(value))
+            for key, val in engine.model_key(str(value)):
+                out.set(f"{name or 'MODEL'} (name)", key, val)
         elif name in engine.flags:
             for key, val in _convert(name, value, engine.flags[name]):
-                set_key(plan, key, val)
-                read.append(KeyRead(source=name, plan_key=key, value=val))
+                out.set(name, key, val)
         elif name in engine.unmodelled:
-            unmodelled.append(f"{name}: {engine.unmodelled[name]}")
+            out.note(name, engine.unmodelled[name])
         elif name in engine.ignored:
-            ignored.append(name)
+            out.ignored.append(name)
         else:
-            unknown.append(name or f"argument {value!r}")
+            out.unknown.append(name or f"argument {value!r}")
     for var in env:
-        (unmodelled.append(f"{var}: {ENV_UNMODELLED[var]}") if var in ENV_UNMODELLED else unknown.append(f"env {var}"))
+        (out.note(var, ENV_UNMODELLED[var]) if var in ENV_UNMODELLED else out.unknown.append(f"env {var}"))
     if gpus is not None:
-        set_key(plan, "hardware.count", gpus)
-    preset = plan.get("model", {}).get("preset")
-    return Imported(format=engine.name, plan=plan, read=tuple(read), model_name="" if preset else model_name,
-                    unmodelled=tuple(unmodelled), ignored=tuple(ignored), unknown=tuple(unknown))
+        set_key(out.plan, "hardware.count", gpus)
+    return out.imported()
 
 
 def _convert(name: str, value: Any, flag: Flag) -> tuple[tuple[str, Any], ...]:
     if flag.switch:
-        value = value is None or value is True or str(value).lower() == "true"
+        value = value is None or as_bool(name, value)
     elif value is None:
         raise bad(name, None, "needs a value")
-    try:
-        return flag.read(value)
-    except ValueError as exc:
-        raise bad(name, value, str(exc)) from None
+    return flag.read(name, value)
 
 
 def write_command(head: str, args: list[tuple[str, Any]]) -> str:

@@ -13,9 +13,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from planner.errors import PlanError, bad
+from planner.errors import bad
 from planner.formats.base import Format, Imported, KeyRead
-from planner.formats.ledger import Ledger, choice, flag, whole
+from planner.formats.reading import Reading, as_bool, as_int, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
 FRAMEWORK = "deepspeed"
@@ -108,7 +108,7 @@ CHECKPOINT_WHY = ("tunes deepspeed.checkpointing.checkpoint, which the model's c
                   "checkpointing on (give techniques.activation_checkpointing)")
 
 
-def _given(led: Ledger, key: str, value: Any) -> bool:
+def _given(led: Reading, key: str, value: Any) -> bool:
     """False for "auto" (noted: the HF integration fills it), else True."""
     if value == AUTO:
         led.note(key, AUTO_WHY)
@@ -116,24 +116,14 @@ def _given(led: Ledger, key: str, value: Any) -> bool:
     return True
 
 
-def _parse(text: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise PlanError("config", f"is not DeepSpeed config JSON: {getattr(exc, 'msg', 'nested too deeply')}") from None
-    if not isinstance(data, dict):
-        raise PlanError("config", "is not a DeepSpeed config: it must be a JSON object")
-    return data
-
-
 # --- the batch ----------------------------------------------------------------------------------------------------
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
-def _batch(led: Ledger, config: dict[str, Any], data: int | None) -> None:
+def _batch(led: Reading, config: dict[str, Any], data: int | None) -> None:
     """runtime/config.py _set_batch_related_parameters: train_batch_size = micro × accumulation × data-parallel
     GPUs; any two give the third, and accumulation is 1 where only one of the others is given."""
-    tbs, mb, gas = (whole(k, config[k], 1) if k in config and _given(led, k, config[k]) else None for k in BATCH_KEYS)
+    tbs, mb, gas = (as_int(k, config[k], 1) if k in config and _given(led, k, config[k]) else None for k in BATCH_KEYS)
     if None not in (tbs, mb, gas, data) and tbs != mb * gas * data:
         raise bad("train_batch_size", tbs, f"must equal train_micro_batch_size_per_gpu × gradient_accumulation_steps"
                                            f" × data-parallel GPUs = {mb} × {gas} × {data} = {mb * gas * data}")
@@ -175,7 +165,7 @@ PRECISION_UNMODELLED = {
 }
 
 
-def _precision(led: Ledger, config: dict[str, Any]) -> None:
+def _precision(led: Reading, config: dict[str, Any]) -> None:
     """bf16.enabled / fp16.enabled (runtime/config.py get_bfloat16_enabled, get_fp16_enabled); neither is fp32."""
     enabled: list[str] = []
     auto = False
@@ -188,7 +178,7 @@ def _precision(led: Ledger, config: dict[str, Any]) -> None:
         for key, value in section.items():
             if key == "enabled":
                 auto |= not _given(led, f"{name}.enabled", value)
-                if value != AUTO and flag(f"{name}.enabled", value):
+                if value != AUTO and as_bool(f"{name}.enabled", value):
                     enabled.append(name)
             elif key in PRECISION_UNMODELLED and value not in (False, AUTO):
                 led.note(f"{name}.{key}", PRECISION_UNMODELLED[key])
@@ -203,13 +193,13 @@ def _precision(led: Ledger, config: dict[str, Any]) -> None:
         led.set("(no bf16 or fp16 enabled)", "precision.compute", "fp32")
 
 
-def _data_types(led: Ledger, section: Any) -> None:
+def _data_types(led: Reading, section: Any) -> None:
     if not isinstance(section, dict):
         raise bad("data_types", section, "must be a section")
     for key, value in section.items():
         if key == "grad_accum_dtype":  # engine.py get_data_types: gradients accumulate in this dtype
             led.set("data_types.grad_accum_dtype", "precision.gradients",
-                    choice("data_types.grad_accum_dtype", value, DTYPES))
+                    choice("data_types.grad_accum_dtype", value, DTYPES, any_case=True))
         elif key == "param_dtype":  # must match bf16/fp16 (engine.py _assert_valid_mixed_precision_config)
             led.ignored.append("data_types.param_dtype")
         else:
@@ -217,7 +207,7 @@ def _data_types(led: Ledger, section: Any) -> None:
 
 
 # --- the optimizer ------------------------------------------------------------------------------------------------
-def _optimizer(led: Ledger, section: Any) -> None:
+def _optimizer(led: Reading, section: Any) -> None:
     """optimizer.type and, for Adam/AdamW, engine.py's choice of implementation: torch.optim with torch_adam
     (PyTorch's foreach default, or fused / for-loop as its params say), else DeepSpeed FusedAdam."""
     if not isinstance(section, dict):
@@ -234,7 +224,7 @@ def _optimizer(led: Ledger, section: Any) -> None:
     for key in section:
         if key not in ("type", "params"):
             led.unknown.append(f"optimizer.{key}")
-    if optimizer == "adamw" and flag("optimizer.params.torch_adam", params.get("torch_adam", False)):
+    if optimizer == "adamw" and as_bool("optimizer.params.torch_adam", params.get("torch_adam", False)):
         impl = "fused" if params.get("fused") else "forloop" if params.get("foreach") is False else "foreach"
         led.set("optimizer.params.torch_adam", "precision.optimizer_impl", impl)
     for key in params:
@@ -245,7 +235,7 @@ def _optimizer(led: Ledger, section: Any) -> None:
 
 
 # --- ZeRO ---------------------------------------------------------------------------------------------------------
-def _offload_device(led: Ledger, key: str, value: Any) -> str:
+def _offload_device(led: Reading, key: str, value: Any) -> str:
     """An offload section's device (offload_config.py), its other keys accounted for."""
     if not isinstance(value, dict):
         raise bad(f"zero_optimization.{key}", value, "must be a section with a `device`")
@@ -256,20 +246,21 @@ def _offload_device(led: Ledger, key: str, value: Any) -> str:
             led.ignored.append(f"zero_optimization.{key}.{sub}")
     device = str(value.get("device", "none")).lower()
     if device not in OFFLOAD_DEVICES:
-        raise bad(f"zero_optimization.{key}.device", value.get("device"), f"is not one of {', '.join(OFFLOAD_DEVICES)}")
+        raise bad(f"zero_optimization.{key}.device", value.get("device"),
+                  f"is not one of: {', '.join(OFFLOAD_DEVICES)}")
     if device == "nvme":  # off the GPU as with cpu; the host and NVMe side is not planned
         led.note(f"zero_optimization.{key}.device", "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds "
                                                     "the same; the NVMe transfers' time is not planned")
     return "none" if device == "none" else "cpu"
 
 
-def _offload(led: Ledger, zero: dict[str, Any], stage: int) -> None:
+def _offload(led: Reading, zero: dict[str, Any], stage: int) -> None:
     """offload_optimizer (or the legacy cpu_offload) → techniques.offload optimizer; with offload_param (or the
     legacy cpu_offload_param), ZeRO-3 only, → optimizer_and_params."""
     devices = {}
     for key, legacy in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
         devices[key] = (f"zero_optimization.{key}.device", _offload_device(led, key, zero[key])) if key in zero \
-            else (f"zero_optimization.{legacy}", "cpu") if flag(f"zero_optimization.{legacy}", zero.get(legacy, False)) \
+            else (f"zero_optimization.{legacy}", "cpu") if as_bool(f"zero_optimization.{legacy}", zero.get(legacy, False)) \
             else ("", "none")
     (optimizer_key, optimizer), (param_key, params) = devices["offload_optimizer"], devices["offload_param"]
     if params == "cpu" and stage != 3:
@@ -284,7 +275,7 @@ def _offload(led: Ledger, zero: dict[str, Any], stage: int) -> None:
         led.set(optimizer_key or param_key, "techniques.offload", "none")
 
 
-def _buckets(led: Ledger, zero: dict[str, Any], stage: int) -> None:
+def _buckets(led: Reading, zero: dict[str, Any], stage: int) -> None:
     """reduce_bucket_size (with contiguous_gradients, stage_1_and_2.py ipg_buffer, stage3.py bucket.buffer) and,
     at stage 3, sub_group_size (stage3.py: the fp32 gradients of one sub-group at a time)."""
     if stage == 0:
@@ -293,14 +284,14 @@ def _buckets(led: Ledger, zero: dict[str, Any], stage: int) -> None:
     if size is not None and _given(led, "zero_optimization.reduce_bucket_size", size):
         # 0: an empty bucket; the plan's smallest is 1 element (no memory to speak of)
         led.set("zero_optimization.reduce_bucket_size", "parallelism.reduce_bucket_elements",
-                max(1, whole("zero_optimization.reduce_bucket_size", size)))
-    if not flag("zero_optimization.contiguous_gradients", zero.get("contiguous_gradients", True)):
+                max(1, as_int("zero_optimization.reduce_bucket_size", size, 0)))
+    if not as_bool("zero_optimization.contiguous_gradients", zero.get("contiguous_gradients", True)):
         led.set("zero_optimization.contiguous_gradients", "parallelism.reduce_bucket_elements", 1)
     size = zero.get("sub_group_size")
     if size is not None and stage == 3 and _given(led, "zero_optimization.sub_group_size", size):
         # larger than any model is the whole partition, which the plan bounds at 1e13
         led.set("zero_optimization.sub_group_size", "parallelism.sub_group_elements",
-                min(WHOLE_PARTITION, max(1, whole("zero_optimization.sub_group_size", size))))
+                min(WHOLE_PARTITION, max(1, as_int("zero_optimization.sub_group_size", size, 0))))
 
 
 # zero_optimization keys the functions above read
@@ -308,7 +299,7 @@ ZERO_READ = frozenset({"stage", "offload_optimizer", "offload_param", "cpu_offlo
                        "reduce_bucket_size", "contiguous_gradients", "sub_group_size"})
 
 
-def _zero(led: Ledger, zero: Any) -> None:
+def _zero(led: Reading, zero: Any) -> None:
     if not isinstance(zero, dict):
         raise bad("zero_optimization", zero, "must be a section")
     stage = zero.get("stage", 0)  # zero/config.py: stage defaults to 0
@@ -338,7 +329,7 @@ def _zero(led: Ledger, zero: Any) -> None:
 
 
 # --- the rest -----------------------------------------------------------------------------------------------------
-def _checkpointing(led: Ledger, section: Any) -> None:
+def _checkpointing(led: Reading, section: Any) -> None:
     if not isinstance(section, dict):
         raise bad("activation_checkpointing", section, "must be a section")
     led.note("activation_checkpointing", CHECKPOINT_WHY)
@@ -349,28 +340,28 @@ def _checkpointing(led: Ledger, section: Any) -> None:
             led.ignored.append(f"activation_checkpointing.{key}")
 
 
-def _tensor_parallel(led: Ledger, section: Any) -> int:
+def _tensor_parallel(led: Reading, section: Any) -> int:
     """tensor_parallel.autotp_size (runtime/tensor_parallel/config.py): AutoTP's degree; the rest is tuning."""
     if not isinstance(section, dict):
         raise bad("tensor_parallel", section, "must be a section")
     degree = 1
     for key, value in section.items():
         if key == "autotp_size":
-            degree = whole("tensor_parallel.autotp_size", value, 1)
+            degree = as_int("tensor_parallel.autotp_size", value, 1)
             led.set("tensor_parallel.autotp_size", "parallelism.tensor", degree)
         else:
             led.ignored.append(f"tensor_parallel.{key}")
     return degree
 
 
-SECTIONS: dict[str, Callable[[Ledger, Any], Any]] = {
+SECTIONS: dict[str, Callable[[Reading, Any], Any]] = {
     "zero_optimization": _zero, "optimizer": _optimizer, "data_types": _data_types,
     "activation_checkpointing": _checkpointing}
 
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
-    config = _parse(text)
-    led = Ledger(format="deepspeed", plan={"framework": FRAMEWORK})
+    config = mapping(text)
+    led = Reading(format="deepspeed", plan={"framework": FRAMEWORK})
     tensor = _tensor_parallel(led, config["tensor_parallel"]) if "tensor_parallel" in config else 1
     if gpus is not None:
         if gpus % tensor:
@@ -429,11 +420,8 @@ def write(plan: Plan) -> str:
 
 def detect(text: str) -> bool:
     """A JSON object with DeepSpeed's own top-level keys (and none of a TrainingArguments JSON's)."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(data, dict) and "per_device_train_batch_size" not in data and bool(
+    data = quiet_mapping(text) if text.lstrip().startswith("{") else {}
+    return "per_device_train_batch_size" not in data and bool(
         {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
         & set(data))
 

@@ -10,7 +10,6 @@ tuners/tuners_utils.py for lora_target_modules "all-linear".
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,8 @@ import yaml
 from planner.errors import PlanError, bad
 from planner.formats import accelerate
 from planner.formats.base import Format, Imported, KeyRead
-from planner.formats.ledger import Ledger, choice, flag, quiet_mapping, whole
+from planner.formats.reading import Reading, as_bool, as_int, as_number, choice, quiet_mapping
+from planner.formats.shell import environment, words
 from planner.models import presets
 from planner.plan import Plan
 
@@ -80,17 +80,15 @@ FSDP_WORDS = {"full_shard": 3, "shard_grad_op": 2, "no_shard": 0}
 
 
 def _switch(on: Any, off: Any) -> Callable[[str, Any], Any]:
-    return lambda key, value: on if flag(key, value) else off
+    return lambda key, value: on if as_bool(key, value) else off
 
 
 def _count(key: str, value: Any) -> int:
-    return whole(key, value, 1)
+    return as_int(key, value, 1)
 
 
 def _fraction(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise bad(key, value, "must be a number")
-    return float(value)
+    return float(as_number(key, value))
 
 
 # keys read straight into one plan key: (plan key, converter)
@@ -100,7 +98,7 @@ SIMPLE: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "torch_compile": ("techniques.compile", _switch(True, False)),
     "use_liger_kernel": ("techniques.loss", _switch("fused", "full")),  # Liger fused linear cross-entropy
     "activation_offloading": ("techniques.activation_offload", _switch(True, False)),  # TRL SFTConfig
-    "attn_implementation": ("techniques.attention", lambda key, value: choice(key, value, ATTENTION)),
+    "attn_implementation": ("techniques.attention", lambda key, value: choice(key, value, ATTENTION, any_case=True)),
     "use_bnb_nested_quant": ("precision.double_quant", _switch(True, False)),
     "use_dora": ("workload.lora.variant", _switch("dora", "lora")),
     "lora_r": ("workload.lora.rank", _count),
@@ -144,7 +142,7 @@ IGNORED = frozenset({
 
 
 # --- the keys read together -----------------------------------------------------------------------------------------
-def _batch(led: Ledger, args: Args) -> None:
+def _batch(led: Reading, args: Args) -> None:
     """per_device_train_batch_size (default 8) × gradient_accumulation_steps × GPUs = the global batch."""
     if not args.has("per_device_train_batch_size"):
         led.set("(TrainingArguments' default per_device_train_batch_size)", "workload.micro_batch_size",
@@ -152,9 +150,9 @@ def _batch(led: Ledger, args: Args) -> None:
     if not args.has("gradient_accumulation_steps"):
         return
     key = args.name("gradient_accumulation_steps")
-    steps = whole(key, args.values["gradient_accumulation_steps"], 1)
+    steps = as_int(key, args.values["gradient_accumulation_steps"], 1)
     micro = led.plan["workload"]["micro_batch_size"] if "per_device_train_batch_size" not in args.values else \
-        whole(args.name("per_device_train_batch_size"), args.values["per_device_train_batch_size"], 1)
+        as_int(args.name("per_device_train_batch_size"), args.values["per_device_train_batch_size"], 1)
     if args.gpus is None:
         if steps > 1:
             led.note(key, "the global batch is micro-batch × accumulation × GPUs: give the GPU count")
@@ -162,15 +160,15 @@ def _batch(led: Ledger, args: Args) -> None:
     led.set(key, "workload.global_batch_size", micro * steps * args.gpus)
 
 
-def _length(led: Ledger, args: Args) -> None:
+def _length(led: Reading, args: Args) -> None:
     """max_steps (> 0 wins over num_train_epochs, training_args.py), and the sequence length's default."""
     steps = args.values.get("max_steps", -1)
-    if whole(args.name("max_steps"), steps, -1) > 0:
-        led.set(args.name("max_steps"), "workload.steps", whole(args.name("max_steps"), steps, 1))
+    if as_int(args.name("max_steps"), steps, -1) > 0:
+        led.set(args.name("max_steps"), "workload.steps", as_int(args.name("max_steps"), steps, 1))
     elif args.has("max_steps"):
         led.ignored.append(args.name("max_steps"))  # -1: num_train_epochs sets the length
     if args.has("num_train_epochs"):
-        if args.has("max_steps") and whole(args.name("max_steps"), steps, -1) > 0:
+        if args.has("max_steps") and as_int(args.name("max_steps"), steps, -1) > 0:
             led.ignored.append(args.name("num_train_epochs"))
         else:
             led.note(args.name("num_train_epochs"), "the job's length in epochs needs the dataset's size: give "
@@ -179,10 +177,10 @@ def _length(led: Ledger, args: Args) -> None:
         led.set("(TRL's default max_length)", "workload.sequence_length", DEFAULT_SEQUENCE)
 
 
-def _precision(led: Ledger, args: Args) -> None:
+def _precision(led: Reading, args: Args) -> None:
     """bf16 / fp16 (torch.autocast over the loaded parameters); both false is fp32."""
     given = [key for key in ("bf16", "fp16") if args.has(key)]
-    on = [key for key in given if flag(args.name(key), args.values[key])]
+    on = [key for key in given if as_bool(args.name(key), args.values[key])]
     if len(on) > 1:
         raise bad(args.name("bf16"), True, f"and {args.name('fp16')} are both true; the Trainer runs one")
     if on:
@@ -191,7 +189,7 @@ def _precision(led: Ledger, args: Args) -> None:
         led.set(args.name(given[0]), "precision.compute", "fp32")
 
 
-def _dtype(led: Ledger, args: Args, task: str) -> None:
+def _dtype(led: Reading, args: Args, task: str) -> None:
     """dtype (torch_dtype before TRL 0.20): the dtype from_pretrained loads the parameters in. A full fine-tune then
     steps 16-bit parameters (no fp32 master); LoRA keeps the frozen base in it; 4-bit loading computes in it."""
     key = next((k for k in ("dtype", "torch_dtype") if args.has(k)), None)
@@ -201,7 +199,7 @@ def _dtype(led: Ledger, args: Args, task: str) -> None:
         led.note(args.name(key), "'auto' loads the checkpoint's own dtype (its config.json): give "
                                  "precision.master_weights none for a 16-bit checkpoint")
         return
-    dtype = choice(args.name(key), args.values[key], DTYPES)
+    dtype = choice(args.name(key), args.values[key], DTYPES, any_case=True)
     if task == "qlora":
         led.note(args.name(key), "with 4-bit loading it is the dequantized matmuls' dtype and the unquantized "
                                  "layers' (embeddings, norms)")
@@ -211,7 +209,7 @@ def _dtype(led: Ledger, args: Args, task: str) -> None:
         led.set(args.name(key), "precision.master_weights", "fp32" if dtype == "fp32" else "none")
 
 
-def _optim(led: Ledger, args: Args) -> None:
+def _optim(led: Reading, args: Args) -> None:
     if not args.has("optim"):
         return
     name = str(args.values["optim"]).lower()
@@ -226,9 +224,9 @@ def _optim(led: Ledger, args: Args) -> None:
         led.set(args.name("optim"), "precision.optimizer_library", library)
 
 
-def _task(led: Ledger, args: Args) -> str:
+def _task(led: Reading, args: Args) -> str:
     """use_peft with load_in_4bit / load_in_8bit (TRL ModelConfig, get_quantization_config)."""
-    peft, four, eight = (flag(args.name(k), args.values.get(k, False)) for k in ("use_peft", "load_in_4bit",
+    peft, four, eight = (as_bool(args.name(k), args.values.get(k, False)) for k in ("use_peft", "load_in_4bit",
                                                                                   "load_in_8bit"))
     if four and eight:
         raise bad(args.name("load_in_4bit"), True, f"and {args.name('load_in_8bit')} are both true; TRL loads one")
@@ -243,7 +241,7 @@ def _task(led: Ledger, args: Args) -> str:
     if four:
         kind = str(args.values.get("bnb_4bit_quant_type", "nf4")).lower()
         if kind not in ("nf4", "fp4"):
-            raise bad(args.name("bnb_4bit_quant_type"), args.values["bnb_4bit_quant_type"], "is not one of nf4, fp4")
+            raise bad(args.name("bnb_4bit_quant_type"), args.values["bnb_4bit_quant_type"], "is not one of: nf4, fp4")
         led.set(args.name("bnb_4bit_quant_type" if args.has("bnb_4bit_quant_type") else "load_in_4bit"),
                 "precision.weights", "nf4")
         if kind == "fp4":
@@ -255,7 +253,7 @@ def _task(led: Ledger, args: Args) -> str:
     return task
 
 
-def _targets(led: Ledger, args: Args) -> None:
+def _targets(led: Reading, args: Args) -> None:
     """lora_target_modules: the projections' PEFT names, or "all-linear" (absent: PEFT's per-model default, q and
     v for Llama-style models, the plan's own)."""
     if not args.has("lora_target_modules"):
@@ -275,7 +273,7 @@ def _targets(led: Ledger, args: Args) -> None:
         led.set(key, "workload.lora.targets", sorted(set(targets), key=ALL_LINEAR.index))
 
 
-def _fsdp(led: Ledger, args: Args) -> None:
+def _fsdp(led: Reading, args: Args) -> None:
     """fsdp: its words (trainer_utils.py FSDPOption; true is full_shard) → the framework accelerate_fsdp, the ZeRO
     stage and CPU offload; fsdp_config: the FSDP options accelerate's config has (planner/formats/accelerate.py)."""
     value = args.values.get("fsdp", "")
@@ -309,21 +307,21 @@ def _fsdp(led: Ledger, args: Args) -> None:
                                 orig_default=True)
 
 
-def _deepspeed(led: Ledger, args: Args) -> None:
+def _deepspeed(led: Reading, args: Args) -> None:
     if args.values.get("deepspeed"):
         led.plan["framework"] = "deepspeed"
         led.note(args.name("deepspeed"), f"the ZeRO stage, offload and buckets are in {args.values['deepspeed']}: "
                                          "read it with the deepspeed format")
 
 
-def _packing(led: Ledger, args: Args) -> None:
-    if args.has("packing") and not flag(args.name("packing"), args.values["packing"]):
+def _packing(led: Reading, args: Args) -> None:
+    if args.has("packing") and not as_bool(args.name("packing"), args.values["packing"]):
         led.note(args.name("packing"), "sequences are padded to the longest of each batch, up to max_length; the "
                                        "plan takes max_length")
 
 
 # the keys the functions above read (each gets a KeyRead or a note where it says something)
-TOGETHER: tuple[Callable[[Ledger, Args], Any], ...] = (_batch, _length, _precision, _optim, _targets, _fsdp,
+TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (_batch, _length, _precision, _optim, _targets, _fsdp,
                                                        _deepspeed, _packing)
 READ_TOGETHER = frozenset({"gradient_accumulation_steps", "max_steps", "num_train_epochs", "bf16", "fp16",
                            "dtype", "torch_dtype", "optim", "use_peft", "load_in_4bit", "load_in_8bit",
@@ -331,11 +329,11 @@ READ_TOGETHER = frozenset({"gradient_accumulation_steps", "max_steps", "num_trai
                            "packing", "model_name_or_path"})
 
 
-def _mentioned(led: Ledger, name: str) -> bool:
+def _mentioned(led: Reading, name: str) -> bool:
     return any(r.source == name for r in led.read) or any(n.startswith(f"{name}: ") for n in led.unmodelled)
 
 
-def read_args(args: Args, led: Ledger) -> Imported:
+def read_args(args: Args, led: Reading) -> Imported:
     """TrainingArguments (with TRL's ModelConfig and SFTConfig keys) as a plan."""
     if args.has("model_name_or_path"):
         led.model(args.name("model_name_or_path"), str(args.values["model_name_or_path"]))
@@ -411,13 +409,7 @@ def _flags(tokens: list[str]) -> dict[str, Any]:
 
 def _split(text: str) -> tuple[list[str], list[str], list[str]]:
     """A command line's environment assignments, launcher tokens and script arguments."""
-    try:
-        tokens = shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as exc:
-        raise PlanError("config", f"is not a command line: {exc}") from None
-    env = []
-    while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
-        env.append(tokens.pop(0))
+    env, tokens = environment(words(text))
     for i, token in enumerate(tokens):
         if token.endswith(".py") or token == "trl" or i and tokens[i - 1] == "-m":
             start = i + 2 if token == "trl" else i + 1  # `trl sft --...`: the subcommand names the trainer
@@ -425,7 +417,7 @@ def _split(text: str) -> tuple[list[str], list[str], list[str]]:
     raise PlanError("config", "is not a training command line: it names no script (train.py, -m module, trl sft)")
 
 
-def _environment(led: Ledger, env: list[str]) -> None:
+def _environment(led: Reading, env: list[str]) -> None:
     for assignment in env:
         name, _, value = assignment.partition("=")
         if name in ALLOC_ENV and "expandable_segments:true" in value.lower():
@@ -434,10 +426,10 @@ def _environment(led: Ledger, env: list[str]) -> None:
             led.ignored.append(name)
 
 
-def _launcher(led: Ledger, tokens: list[str], gpus: int | None) -> int | None:
+def _launcher(led: Reading, tokens: list[str], gpus: int | None) -> int | None:
     """The launcher's options: the process count, and accelerate's FSDP or DeepSpeed plugin options."""
     options = _flags(tokens)
-    count = next((whole(f"--{k}", options[k], 1) for k in LAUNCHER_COUNT if k in options), None)
+    count = next((as_int(f"--{k}", options[k], 1) for k in LAUNCHER_COUNT if k in options), None)
     if count is not None and gpus is not None and count != gpus:
         raise bad("--num_processes", count, f"differs from the GPU count given ({gpus})")
     if options.get("use_fsdp"):
@@ -461,7 +453,7 @@ def _launcher(led: Ledger, tokens: list[str], gpus: int | None) -> int | None:
 
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
-    led = Ledger(format="hf_trainer", plan={"framework": FRAMEWORK})
+    led = Reading(format="hf_trainer", plan={"framework": FRAMEWORK})
     data = quiet_mapping(text)
     if data:
         return read_args(Args(values=data, dash="", gpus=gpus), led)

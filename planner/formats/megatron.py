@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
 from planner.formats.base import Format, Imported, set_key
-from planner.formats.collect import Collected, as_float, as_int, choice
+from planner.formats.reading import Reading, as_int, as_number, choice
+from planner.formats.shell import lines, words
 from planner.plan import Plan
 
 Args = dict[str, Any]  # flag (without --) → its value: True for a bare flag, a string, or a list of strings
@@ -40,19 +40,15 @@ def _substitute(line: str, variables: dict[str, str]) -> str:
 
 
 def _words(line: str) -> list[str]:
-    try:
-        words = shlex.split(line, comments=True)
-    except ValueError as error:
-        raise bad("config", line.strip()[:80], f"is not shell text shlex can split ({error})") from None
     # a quoted "--flag value" pair (the llama example's DTYPE_ARGS) is two words
-    return [part for word in words for part in (shlex.split(word) if word.startswith("--") else [word])]
+    return [part for word in words(line) for part in (words(word) if word.startswith("--") else [word])]
 
 
 def parse(text: str) -> Args:
     """Every `--flag [value ...]` of a script or command line, with its shell variables substituted."""
     variables: dict[str, str] = {}
     args: Args = {}
-    for line in text.replace("\\\n", " ").splitlines():
+    for line in lines(text):
         line = _substitute(line, variables)
         assignment = _ASSIGNMENT.match(line)
         if assignment and not line.lstrip().startswith("--"):
@@ -95,7 +91,7 @@ def _padded_vocab(vocab: int, divisible_by: int, tensor: int) -> int:
     return math.ceil(vocab / multiple) * multiple
 
 
-def _architecture(args: Args, out: Collected, tensor: int) -> dict[str, Any]:
+def _architecture(args: Args, out: Reading, tensor: int) -> dict[str, Any]:
     """The model keys the flags give (with Megatron's defaults for the flags a script leaves out)."""
     arch: dict[str, Any] = {key: as_int(f"--{flag}", args[flag]) for flag, key in ARCH_INTS.items() if flag in args}
     if "hidden-size" in args and "ffn-hidden-size" not in args:  # arguments.py: 4 h, or int(8 h / 3 / 64) × 64
@@ -136,7 +132,7 @@ def _shared_experts(args: Args, arch: dict[str, Any]) -> None:
 _FIRST_DENSE = re.compile(r"^\(\[0\]\*(\d+)\+\[1\]\*(\d+)\)$")
 
 
-def _dense_layers(args: Args, out: Collected, arch: dict[str, Any]) -> None:
+def _dense_layers(args: Args, out: Reading, arch: dict[str, Any]) -> None:
     freq = str(args.get("moe-layer-freq", "1")).replace(" ", "")
     pattern = _FIRST_DENSE.match(freq)
     if pattern:
@@ -146,7 +142,7 @@ def _dense_layers(args: Args, out: Collected, arch: dict[str, Any]) -> None:
                               "k dense) is not modelled")
 
 
-def _vocab(args: Args, out: Collected, arch: dict[str, Any], tensor: int) -> None:
+def _vocab(args: Args, out: Reading, arch: dict[str, Any], tensor: int) -> None:
     """--vocab-size (or the GPT-2 tokenizer's), padded as Megatron pads it; else the tokenizer is reported."""
     divisible = as_int("--make-vocab-size-divisible-by", args.get("make-vocab-size-divisible-by", 128))
     tokenizer = args.get("tokenizer-type", "")
@@ -166,7 +162,7 @@ ARCH_FLAGS = (*ARCH_INTS, *MLA, "group-query-attention", "num-query-groups", "sw
               "padded-vocab-size", "make-vocab-size-divisible-by", "moe-layer-freq")
 
 
-def _model(args: Args, out: Collected, tensor: int) -> str:
+def _model(args: Args, out: Reading, tensor: int) -> str:
     """A complete architecture becomes the model block; an incomplete one names the model and what it lacks."""
     arch = _architecture(args, out, tensor)
     given = [f"--{flag}" for flag in ARCH_FLAGS if args.pop(flag, None) is not None]
@@ -202,7 +198,7 @@ FLAGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "pipeline-model-parallel-size": ("parallelism.pipeline", _INT),
     "context-parallel-size": ("parallelism.context", _INT),
     "expert-model-parallel-size": ("parallelism.expert", _INT),
-    "moe-expert-capacity-factor": ("techniques.moe_capacity_factor", as_float),
+    "moe-expert-capacity-factor": ("techniques.moe_capacity_factor", as_number),
     # AttnBackend: flash and fused (cuDNN) kernels keep no score matrix; unfused and local materialize it
     "attention-backend": ("techniques.attention", _table({"flash": "flash", "fused": "flash", "auto": "flash",
                                                           "unfused": "eager", "local": "eager"})),
@@ -252,7 +248,7 @@ IGNORED_PREFIXES = ("lr", "min-lr", "decoupled-", "log-", "wandb-", "tensorboard
                     "profile", "adam-", "init-method", "no-load", "ckpt-", "distributed-", "exit-", "seed")
 
 
-def _flags(args: Args, out: Collected) -> None:
+def _flags(args: Args, out: Reading) -> None:
     for flag, (plan_key, convert) in FLAGS.items():
         if flag in args:
             out.set(f"--{flag}", plan_key, convert(f"--{flag}", args[flag]))
@@ -263,7 +259,7 @@ def _flags(args: Args, out: Collected) -> None:
         out.unmodelled.append("--train-samples: without --seq-length the job's tokens are unknown")
 
 
-def _precision(args: Args, out: Collected) -> None:
+def _precision(args: Args, out: Reading) -> None:
     if "fp8-format" in args:
         out.set("--fp8-format", "precision.compute", "fp8")
         if "fp8-recipe" in args:
@@ -276,7 +272,7 @@ def _precision(args: Args, out: Collected) -> None:
         out.set("--bf16 (absent: arguments.py params_dtype fp32)", "precision.compute", "fp32")
 
 
-def _sharding(args: Args, out: Collected, tensor: int) -> None:
+def _sharding(args: Args, out: Reading, tensor: int) -> None:
     """ZeRO stage: torch FSDP2, Megatron-FSDP's strategy, the distributed optimizer (ZeRO-1), or DDP."""
     if "use-torch-fsdp2" in args:
         out.set("--use-torch-fsdp2", "parallelism.zero_stage", 3)
@@ -293,7 +289,7 @@ def _sharding(args: Args, out: Collected, tensor: int) -> None:
                 "parallelism.sequence_parallel", "sequence-parallel" in args)
 
 
-def _pipeline(args: Args, out: Collected, num_layers: int | None) -> None:
+def _pipeline(args: Args, out: Reading, num_layers: int | None) -> None:
     """Virtual stages (interleaved 1F1B), the weighted split, and the first and last stages' layer counts."""
     pipeline = as_int("--pipeline-model-parallel-size", args.get("pipeline-model-parallel-size", 1))
     virtual = 1
@@ -320,7 +316,7 @@ def _pipeline(args: Args, out: Collected, num_layers: int | None) -> None:
     _uneven(args, out, num_layers, pipeline, virtual)
 
 
-def _uneven(args: Args, out: Collected, num_layers: int | None, pipeline: int, virtual: int) -> None:
+def _uneven(args: Args, out: Reading, num_layers: int | None, pipeline: int, virtual: int) -> None:
     """--decoder-first/last-pipeline-num-layers: those stages' layers, the rest spread evenly over the middle."""
     ends = {flag: as_int(f"--{flag}", args[flag]) for flag in ("decoder-first-pipeline-num-layers",
                                                                 "decoder-last-pipeline-num-layers") if flag in args}
@@ -339,7 +335,7 @@ def _uneven(args: Args, out: Collected, num_layers: int | None, pipeline: int, v
     out.set(source, "parallelism.pipeline_layers", first + [rest // middle if middle else 0] * middle + last)
 
 
-def _recompute(args: Args, out: Collected) -> None:
+def _recompute(args: Args, out: Reading) -> None:
     """--recompute-granularity full (every layer: method uniform, 1 layer per group) or selective (core_attn)."""
     granularity = args.get("recompute-granularity")
     if granularity is None:
@@ -365,7 +361,7 @@ _HANDLED = ("recompute-granularity", "recompute-method", "recompute-num-layers",
 def read(text: str, *, gpus: int | None = None) -> Imported:
     """A Megatron-LM script or command line as a partial plan."""
     args = parse(text)
-    out = Collected(plan={"framework": "megatron"})
+    out = Reading(format="megatron", plan={"framework": "megatron"})
     if gpus is not None:
         set_key(out.plan, "hardware.count", gpus)
     tensor = as_int("--tensor-model-parallel-size", args.get("tensor-model-parallel-size", 1))
@@ -378,10 +374,12 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
     model_name = _model(args, out, tensor)
     _position_embedding(args, out, bool(model_name))
     _rest(args, out)
-    return out.imported("megatron", model_name)
+    if model_name:
+        out.model_name.append(model_name)
+    return out.imported()
 
 
-def _position_embedding(args: Args, out: Collected, incomplete: bool) -> None:
+def _position_embedding(args: Args, out: Reading, incomplete: bool) -> None:
     """GPTModel adds a learned position table (max_position_embeddings × hidden) unless rope or none."""
     kind = args.pop("position-embedding-type", None)
     if kind in (None, "learned_absolute") and not incomplete:
@@ -391,7 +389,7 @@ def _position_embedding(args: Args, out: Collected, incomplete: bool) -> None:
         out.ignored.append("--position-embedding-type")
 
 
-def _rest(args: Args, out: Collected) -> None:
+def _rest(args: Args, out: Reading) -> None:
     for flag in args:
         if flag in UNMODELLED:
             out.unmodelled.append(f"--{flag}: {UNMODELLED[flag]}")

@@ -13,8 +13,9 @@ import re
 
 from planner.errors import bad
 from planner.formats.base import Format, Imported
-from planner.formats.cmdline import (Engine, Flag, choice, command_line, fraction, one, positive_int, read_flags,
-                                     split_flags, switch, write_command)
+from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
+                                     write_command)
+from planner.formats.reading import as_int
 from planner.formats.vllm import DTYPES, context, model_arg, name_weights
 from planner.plan import Plan, default_weights
 
@@ -27,24 +28,24 @@ QUANTIZATION = {"fp8": "fp8", "w8a8_fp8": "fp8", "modelopt": "fp8", "modelopt_fp
 WRITE_QUANTIZATION = {"fp8": "fp8", "int4": "awq", "nf4": "bitsandbytes", "int8": "w8a8_int8"}
 
 
-def chunk(text: str) -> int:
+def chunk(name: str, text: str) -> int:
     """--chunked-prefill-size: tokens per prefill forward (-1 turns chunking off: the whole prompt at once)."""
     if str(text).strip() == "-1":
-        raise ValueError("(no chunking) is not modelled; give the tokens of a chunk")
-    return positive_int(text)
+        raise bad(name, text, "(no chunking) is not modelled; give the tokens of a chunk")
+    return as_int(name, text)
 
 
 FLAGS = {
     "--mem-fraction-static": one("workload.inference.gpu_memory_utilization", fraction),
-    "--max-running-requests": one("workload.inference.max_num_seqs", positive_int),
+    "--max-running-requests": one("workload.inference.max_num_seqs", as_int),
     "--chunked-prefill-size": one("workload.inference.prefill_chunk_tokens", chunk),
     "--context-length": Flag(read=context),
-    "--dtype": one("precision.compute", choice({**DTYPES, "auto": None})),
-    "--kv-cache-dtype": one("precision.kv_cache", choice({**KV_DTYPES, "auto": None})),
-    "--quantization": one("precision.weights", choice(QUANTIZATION)),
-    "--tp-size": one("parallelism.tensor", positive_int),
-    "--pp-size": one("parallelism.pipeline", positive_int),
-    "--dp-size": one("parallelism.data", positive_int),
+    "--dtype": one("precision.compute", among({**DTYPES, "auto": None})),
+    "--kv-cache-dtype": one("precision.kv_cache", among({**KV_DTYPES, "auto": None})),
+    "--quantization": one("precision.weights", among(QUANTIZATION)),
+    "--tp-size": one("parallelism.tensor", as_int),
+    "--pp-size": one("parallelism.pipeline", as_int),
+    "--dp-size": one("parallelism.data", as_int),
     "--disable-cuda-graph": switch("workload.inference.cuda_graphs", lambda on: not on),
 }
 ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--tensor-parallel-size": "--tp-size",

@@ -19,14 +19,14 @@ torchtitan/config_manager.py at v0.1.0, f7084fc, for the older spellings: traini
 from __future__ import annotations
 
 import json
-import shlex
 import tomllib
 from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
 from planner.formats.base import Format, Imported, preset_for, set_key
-from planner.formats.collect import Collected, as_bool, as_int, choice
+from planner.formats.reading import Reading, as_bool, as_int, choice
+from planner.formats.shell import environment, words
 from planner.models import Model, presets
 from planner.plan import Plan
 
@@ -84,6 +84,11 @@ MX_CONVERTERS = ("mx", "quantize.linear.mx")
 COMPILE_SCOPES = {frozenset({"model"}): "blocks", frozenset({"loss"}): "loss",
                   frozenset({"model", "loss"}): "blocks_and_loss"}
 WRITE_COMPILE = {"blocks": ["model"], "loss": ["loss"], "blocks_and_loss": ["model", "loss"]}
+
+# JobConfig's own defaults where they differ from the torchtitan recipe's (planner/data/frameworks.yaml leaves
+# them to the plan's defaults, micro_batch_size 1 and sequence_length 4096): Training.local_batch_size 8,
+# Training.seq_len 2048 (torchtitan/config/job_config.py at v0.2.2, 73a0e69); written where a config leaves them out
+TRAINING_DEFAULTS = {"training.local_batch_size": 8, "training.seq_len": 2048}
 
 # older spellings → the v0.2 key (v0.1.0 config_manager.py: [float8], [mx]; before 2025-05 training.batch_size)
 ALIASES = {"training.batch_size": "training.local_batch_size"}
@@ -153,17 +158,15 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> Config:
 
 def _args(text: str) -> tuple[Config, list[str]]:
     """The `--section.key value` arguments of a command line, and its other flags (the launcher's)."""
-    try:
-        tokens = shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as error:
-        raise bad("config", text[:80], f"is neither TOML nor a command line shlex can split ({error})") from None
+    env, tokens = environment(words(text))
     config: Config = {}
     launcher: list[str] = []
+    for assignment in env:
+        if assignment.startswith("CONFIG_FILE="):  # run_train.sh's environment variable for --job.config_file
+            config["job.config_file"] = ("CONFIG_FILE", assignment.partition("=")[2])
     i = 0
     while i < len(tokens):
         token, i = tokens[i], i + 1
-        if token.startswith("CONFIG_FILE="):  # run_train.sh's environment variable for --job.config_file
-            config["job.config_file"] = ("CONFIG_FILE", token.partition("=")[2])
         if not token.startswith("--"):
             continue
         name, eq, value = token[2:].partition("=")
@@ -198,7 +201,7 @@ def read(text: str, *, gpus: int | None = None, overrides: str = "") -> Imported
             named.append(over.pop("job.config_file")[0])
         config.update(over)
         launcher += more
-    out = Collected(plan={"framework": "torchtitan"})
+    out = Reading(format="torchtitan", plan={"framework": "torchtitan"})
     out.ignored.extend(launcher + named)
     if gpus is not None:
         set_key(out.plan, "hardware.count", gpus)
@@ -208,7 +211,9 @@ def read(text: str, *, gpus: int | None = None, overrides: str = "") -> Imported
     pipeline = _parallel(config, out, gpus)
     _batch(config, out, pipeline)
     _rest(config, out)
-    return out.imported("torchtitan", model_name)
+    if model_name:
+        out.model_name.append(model_name)
+    return out.imported()
 
 
 def _take(config: Config, key: str, default: Any = None) -> tuple[str, Any, bool]:
@@ -219,7 +224,7 @@ def _take(config: Config, key: str, default: Any = None) -> tuple[str, Any, bool
     return key, default, False
 
 
-def _model(config: Config, out: Collected) -> str:
+def _model(config: Config, out: Reading) -> str:
     """model.name and model.flavor → a preset or the flavor's architecture; else the HF assets' name."""
     name_src, name, has_name = _take(config, "model.name", "llama3")
     flavor_src, flavor, has_flavor = _take(config, "model.flavor", "debugmodel")
@@ -244,7 +249,7 @@ def _model(config: Config, out: Collected) -> str:
     return f"{name} {flavor}"
 
 
-def _precision(config: Config, out: Collected) -> None:
+def _precision(config: Config, out: Reading) -> None:
     src, param, given = _take(config, "training.mixed_precision_param")
     if given:
         out.set(src, "precision.compute", choice(src, param, PARAM_DTYPES))
@@ -273,7 +278,7 @@ def _precision(config: Config, out: Collected) -> None:
         out.set(src, "techniques.offload", "optimizer_and_params" if as_bool(src, value) else "none")
 
 
-def _checkpointing(config: Config, out: Collected) -> None:
+def _checkpointing(config: Config, out: Reading) -> None:
     """activation_checkpoint.mode and selective_ac_option ("op", or every k-th layer)."""
     mode_src, mode, has_mode = _take(config, "activation_checkpoint.mode", "selective")
     option_src, option, has_option = _take(config, "activation_checkpoint.selective_ac_option", "2")
@@ -298,7 +303,7 @@ def _checkpointing(config: Config, out: Collected) -> None:
                                               (budget_src, has_budget)) if given)
 
 
-def _compile(config: Config, out: Collected) -> None:
+def _compile(config: Config, out: Reading) -> None:
     for key in ("compile.enable", "training.compile"):  # training.compile: v0.1.0
         src, value, given = _take(config, key)
         if given:
@@ -312,7 +317,7 @@ def _compile(config: Config, out: Collected) -> None:
         out.set(src, "techniques.compile_scope", scope)
 
 
-def _float8(config: Config, out: Collected) -> None:
+def _float8(config: Config, out: Reading) -> None:
     """model.converters float8 / mx and their [quantize.linear.*] settings."""
     src, converters, _ = _take(config, "model.converters", [])
     names = converters.split(",") if isinstance(converters, str) else list(converters)
@@ -329,7 +334,7 @@ def _float8(config: Config, out: Collected) -> None:
     _float8_settings(config, out, float8, mx)
 
 
-def _float8_settings(config: Config, out: Collected, float8: bool, mx: bool) -> None:
+def _float8_settings(config: Config, out: Reading, float8: bool, mx: bool) -> None:
     prefix = "quantize.linear.float8."
     src, recipe, given = _take(config, prefix + "recipe_name")
     if given and float8:
@@ -360,7 +365,7 @@ _DEGREES = (("parallelism.tensor_parallel_degree", "parallelism.tensor"),
             ("parallelism.expert_parallel_degree", "parallelism.expert"))
 
 
-def _parallel(config: Config, out: Collected, gpus: int | None) -> int:
+def _parallel(config: Config, out: Reading, gpus: int | None) -> int:
     """The degrees, FSDP or DDP from the data-parallel shard and replicate degrees; returns the pipeline degree."""
     degrees = {}
     for key, plan_key in _DEGREES:
@@ -391,12 +396,12 @@ def _parallel(config: Config, out: Collected, gpus: int | None) -> int:
     return pp
 
 
-def _data(config: Config, out: Collected, gpus: int | None, model_parallel: int, cp: int) -> None:
+def _data(config: Config, out: Reading, gpus: int | None, model_parallel: int, cp: int) -> None:
     """parallelism.data = replicate × shard (shard -1: the rest of the GPUs); FSDP when shard × context > 1."""
     rsrc, replicate, rgiven = _take(config, "parallelism.data_parallel_replicate_degree", 1)
     ssrc, shard, sgiven = _take(config, "parallelism.data_parallel_shard_degree", -1)
     replicate = as_int(rsrc, replicate)
-    shard = as_int(ssrc, shard, lo=-1)
+    shard = as_int(ssrc, shard, -1)
     if shard == 0 or shard < -1:
         raise bad(ssrc, shard, "must be -1 (the rest of the GPUs) or at least 1")
     source = ", ".join(s for s, g in ((rsrc, rgiven), (ssrc, sgiven)) if g) or f"{ssrc} (absent: JobConfig default -1)"
@@ -417,38 +422,40 @@ def _data(config: Config, out: Collected, gpus: int | None, model_parallel: int,
                               f"shards over all of them (parallelism.zero_stage 3)")
 
 
-def _batch(config: Config, out: Collected, pipeline: int) -> None:
+def _batch(config: Config, out: Reading, pipeline: int) -> None:
     """Sequences: local batch (per data rank and step), global batch, pipeline micro-batches, sequence, steps."""
-    for key, plan_key in (("training.seq_len", "workload.sequence_length"), ("training.steps", "workload.steps")):
-        src, value, given = _take(config, key)
-        if given:
-            out.set(src, plan_key, as_int(src, value))
-    lsrc, local, lgiven = _take(config, "training.local_batch_size")
+    src, length, given = _take(config, "training.seq_len", TRAINING_DEFAULTS["training.seq_len"])
+    out.set(src if given else f"{src} (absent: JobConfig default {length})", "workload.sequence_length",
+            as_int(src, length))
+    src, steps, given = _take(config, "training.steps")
+    if given:
+        out.set(src, "workload.steps", as_int(src, steps))
+    lsrc, local, lgiven = _take(config, "training.local_batch_size", TRAINING_DEFAULTS["training.local_batch_size"])
+    lsource = lsrc if lgiven else f"{lsrc} (absent: JobConfig default {local})"
     gsrc, total, ggiven = _take(config, "training.global_batch_size", -1)
     msrc, micro, mgiven = _take(config, "parallelism.pipeline_parallel_microbatch_size", 1)
-    total = as_int(gsrc, total, lo=-1)
+    total = as_int(gsrc, total, -1)
     if total not in (-1, 0):  # -1: local_batch_size × data-parallel degree
         out.set(gsrc, "workload.global_batch_size", as_int(gsrc, total))
     elif ggiven:
         out.ignored.append(gsrc)
     if pipeline == 1:
-        if lgiven:
-            out.set(lsrc, "workload.micro_batch_size", as_int(lsrc, local))
+        out.set(lsource, "workload.micro_batch_size", as_int(lsrc, local))
         out.ignored.extend([msrc] if mgiven else [])
         return
     # a pipeline splits each rank's local batch into micro-batches of pipeline_parallel_microbatch_size
     micro = as_int(msrc, micro)
     out.set(msrc if mgiven else f"{msrc} (absent: JobConfig default 1)", "workload.micro_batch_size", micro)
-    if lgiven and total in (-1, 0):
+    if total in (-1, 0):
         local = as_int(lsrc, local)
         if local % micro:
             raise bad(lsrc, local, f"is not a multiple of {msrc} ({micro})")
-        out.set(lsrc, "parallelism.pipeline_microbatches", local // micro)
+        out.set(lsource, "parallelism.pipeline_microbatches", local // micro)
     elif lgiven:
         out.ignored.append(lsrc)  # the global batch and the micro-batch size say it
 
 
-def _rest(config: Config, out: Collected) -> None:
+def _rest(config: Config, out: Reading) -> None:
     """The keys no step took: unmodelled (with why), ignored or unknown."""
     for key, (src, value) in config.items():
         if key in UNMODELLED:

@@ -17,7 +17,7 @@ import yaml
 
 from planner.errors import PlanError, bad
 from planner.formats.base import Format, Imported
-from planner.formats.reading import Reading, as_bool, as_int, as_number, load_mapping, parses_to
+from planner.formats.reading import Reading, as_bool, as_int, as_number, mapping, quiet_mapping
 from planner.plan import Plan
 
 # torchtune/models/*/__init__.py: a builder's name without its lora_/qlora_ prefix (and without the _base /
@@ -100,7 +100,8 @@ UNMODELLED = {  # keys that change memory but no plan key says
 
 def detect(text: str) -> bool:
     """A torchtune config: YAML whose model names a `_component_` builder."""
-    return parses_to(text, lambda cfg: isinstance(cfg.get("model"), dict) and "_component_" in cfg["model"])
+    cfg = quiet_mapping(text)
+    return isinstance(cfg.get("model"), dict) and "_component_" in cfg["model"]
 
 
 def _recipe(text: str, gpus: int | None) -> tuple[str, bool, int | None, str]:
@@ -142,8 +143,8 @@ _LORA_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
 _TARGET_KEYS = ("lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output")
 
 
-def _model(model: Any, r: Reading) -> str:
-    """Read the model section: the preset or model name, the adapters; returns the task."""
+def _model(model: Any, r: Reading) -> None:
+    """Read the model section: the preset or model name, the task, the adapters."""
     if not isinstance(model, dict) or not isinstance(model.get("_component_"), str):
         found = model.get("_component_") if isinstance(model, dict) else model
         raise bad("model._component_", found, "must name a torchtune model builder")
@@ -164,7 +165,8 @@ def _model(model: Any, r: Reading) -> str:
             r.unknown.append(f"model.{key}")
     if task != "finetune":
         r.set("model.lora_attn_modules + model.apply_lora_to_mlp", "workload.lora.targets", _targets(model, r))
-    return component if not preset else ""
+    if not preset:
+        r.model_name.append(component)
 
 
 def _tokenizer(cfg: dict[str, Any], r: Reading) -> int | None:
@@ -331,10 +333,10 @@ def _batch(cfg: dict[str, Any], r: Reading, data: int | None) -> None:
 
 def read(text: str, *, gpus: int | None = None) -> Imported:
     """A torchtune config read as a partial plan (see the module's docstring)."""
-    cfg = load_mapping(text, "torchtune")
-    r = Reading(plan={"framework": "torchtune"})
+    cfg = mapping(text)
+    r = Reading(format="torchtune", plan={"framework": "torchtune"})
     recipe, single, count, count_source = _recipe(text, gpus)
-    model_name = _model(cfg.get("model"), r)
+    _model(cfg.get("model"), r)
     task = r.plan["workload"]["task"]
     if recipe and RECIPES[recipe][0] != (task != "finetune"):
         raise bad("model._component_", cfg["model"]["_component_"],
@@ -355,8 +357,7 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
     _loss(cfg, r)
     _batch(cfg, r, data)
     _sort(cfg, r, single, task)
-    return Imported(format="torchtune", plan=r.plan, read=tuple(r.read), model_name=model_name,
-                    unmodelled=tuple(r.unmodelled), ignored=tuple(r.ignored), unknown=tuple(r.unknown))
+    return r.imported()
 
 
 def _sort(cfg: dict[str, Any], r: Reading, single: bool, task: str) -> None:

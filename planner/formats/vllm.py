@@ -18,12 +18,12 @@ import re
 from dataclasses import replace
 from typing import Any
 
-import yaml
 
 from planner.errors import bad
 from planner.formats.base import Format, Imported, KeyRead, set_key
-from planner.formats.cmdline import (Engine, Flag, choice, command_line, fraction, one, positive_int, read_flags,
-                                     split_flags, switch, write_command)
+from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
+                                     write_command)
+from planner.formats.reading import as_int, quiet_mapping
 from planner.models import presets
 from planner.plan import Inference, Plan, default_weights
 
@@ -54,26 +54,26 @@ def name_weights(name: str) -> tuple[tuple[str, Any], ...]:
     return next(((("precision.weights", dtype),) for pattern, dtype in NAME_WEIGHTS if pattern.search(last)), ())
 
 
-def context(text: Any) -> tuple[tuple[str, Any], ...]:
+def context(name: str, text: Any) -> tuple[tuple[str, Any], ...]:
     """--max-model-len as the plan's prompt + output (see the module's docstring)."""
-    length = positive_int(text)
+    length = as_int(name, text)
     if length < 2:
-        raise ValueError("must be at least 2 (a prompt token and an output token)")
+        raise bad(name, text, "must be an integer ≥ 2 (a prompt token and an output token)")
     output = min(DEFAULT_OUTPUT, length // 2)
     return (("workload.inference.prompt_tokens", length - output), ("workload.inference.output_tokens", output))
 
 
 FLAGS = {
     "--gpu-memory-utilization": one("workload.inference.gpu_memory_utilization", fraction),
-    "--max-num-seqs": one("workload.inference.max_num_seqs", positive_int),
-    "--max-num-batched-tokens": one("workload.inference.prefill_chunk_tokens", positive_int),
+    "--max-num-seqs": one("workload.inference.max_num_seqs", as_int),
+    "--max-num-batched-tokens": one("workload.inference.prefill_chunk_tokens", as_int),
     "--max-model-len": Flag(read=context),
-    "--dtype": one("precision.compute", choice({**DTYPES, "auto": None})),
-    "--kv-cache-dtype": one("precision.kv_cache", choice({**KV_DTYPES, "auto": None})),
-    "--quantization": one("precision.weights", choice(QUANTIZATION)),
-    "--tensor-parallel-size": one("parallelism.tensor", positive_int),
-    "--pipeline-parallel-size": one("parallelism.pipeline", positive_int),
-    "--data-parallel-size": one("parallelism.data", positive_int),
+    "--dtype": one("precision.compute", among({**DTYPES, "auto": None})),
+    "--kv-cache-dtype": one("precision.kv_cache", among({**KV_DTYPES, "auto": None})),
+    "--quantization": one("precision.weights", among(QUANTIZATION)),
+    "--tensor-parallel-size": one("parallelism.tensor", as_int),
+    "--pipeline-parallel-size": one("parallelism.pipeline", as_int),
+    "--data-parallel-size": one("parallelism.data", as_int),
     "--enforce-eager": switch(_EAGER, lambda on: not on),
     "--enable-prefix-caching": switch("workload.inference.prefix_caching"),
 }
@@ -144,11 +144,8 @@ def _yaml_config(text: str) -> dict[str, Any] | None:
     """A `--config` YAML's flags ({key: value}), or None when the text is not one (a mapping whose keys are vLLM
     flags without their dashes: at least 4 in 5 known ones, which tells it from a training YAML that shares a few
     names such as `model` or `dtype`)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(data, dict) or not data or not all(isinstance(k, str) for k in data):
+    data = quiet_mapping(text)
+    if not data or not all(isinstance(k, str) for k in data):
         return None
     known = set(FLAGS) | set(UNMODELLED) | IGNORED | {"--model", "--no-enable-prefix-caching"}
     share = sum(f"--{key.replace('_', '-')}" in known for key in data) / len(data)
