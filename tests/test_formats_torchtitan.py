@@ -55,6 +55,16 @@ def test_405b_float8_and_async_tp():
     plan_from_dict(imported.plan | {"model": {"preset": "llama-3.1-405b"}})
 
 
+def test_float8_all_gather_without_fsdp_is_left_out():
+    """On 8 GPUs the 405B config is TP 8 on one data rank: no FSDP, so its float8 all-gather setting does nothing
+    (and the plan would refuse it)."""
+    imported = tt.read(text("llama3_405b.toml"), gpus=8)
+    assert imported.plan["parallelism"]["zero_stage"] == 0 and "fp8_all_gather" not in imported.plan["precision"]
+    assert ("quantize.linear.float8.enable_fsdp_float8_all_gather (no FSDP on one data × context rank: nothing is "
+            "all-gathered)") in imported.ignored
+    plan_from_dict(imported.plan | {"model": {"preset": "llama-3.1-405b"}})
+
+
 @pytest.mark.parametrize("name, preset, expert, scope", [("deepseek_v3_671b.toml", "deepseek-v3", 1, "loss"),
                                                           ("deepseek_v3_16b.toml", "deepseek-v2-lite", 8, "loss"),
                                                           ("qwen3_32b.toml", "qwen3-32b", None, "blocks_and_loss")])

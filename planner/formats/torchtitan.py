@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported, preset_for, set_key
+from planner.formats.base import Format, Imported, get_key, preset_for, set_key
 from planner.formats.reading import Reading, as_bool, as_int, choice
 from planner.formats.shell import environment, words
 from planner.models import Model, presets
@@ -209,6 +209,7 @@ def read(text: str, *, gpus: int | None = None, overrides: str = "") -> Imported
     for step in (_precision, _checkpointing, _compile, _float8):
         step(config, out)
     pipeline = _parallel(config, out, gpus)
+    _gather_needs_fsdp(out)
     _batch(config, out, pipeline)
     _rest(config, out)
     if model_name:
@@ -357,6 +358,17 @@ def _float8_settings(config: Config, out: Reading, float8: bool, mx: bool) -> No
         out.unmodelled.append(f"{msrc}: {mx_recipe} is not an MXFP8 recipe; modelled as mxfp8")
     out.ignored.extend(s for s, g in ((src, given and not float8), (src_ag, given_ag and not float8),
                                       (msrc, mgiven and (not mx or str(mx_recipe).startswith("mxfp8")))) if g)
+
+
+def _gather_needs_fsdp(out: Reading) -> None:
+    """enable_fsdp_float8_all_gather does nothing without FSDP (one data × context rank: torchtitan's
+    parallelize applies fully_shard only when fsdp_enabled): left out of the plan, which refuses it there."""
+    read = next((r for r in out.read if r.plan_key == "precision.fp8_all_gather"), None)
+    if read is None or get_key(out.plan, "parallelism.zero_stage") != 0:
+        return
+    del out.plan["precision"]["fp8_all_gather"]
+    out.read.remove(read)
+    out.ignored.append(f"{read.source} (no FSDP on one data × context rank: nothing is all-gathered)")
 
 
 _DEGREES = (("parallelism.tensor_parallel_degree", "parallelism.tensor"),
