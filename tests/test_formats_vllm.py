@@ -20,8 +20,10 @@ def test_recipe_command_qwen3_235b():
                           "prefix_caching": False, "gpu_memory_utilization": 0.8}}}
     assert r.unmodelled == ("--swap-space: host RAM (GiB per GPU) for preempted sequences' KV blocks (V0); GPU "
                             "memory unchanged",)
-    assert r.ignored == ("--trust-remote-code", "--disable-log-requests", "--distributed-executor-backend")
-    assert r.unknown[0] == "env HIP_VISIBLE_DEVICES" and len(r.unknown) == 7
+    assert r.ignored == ("--trust-remote-code", "--disable-log-requests", "--distributed-executor-backend",
+                         "env HIP_VISIBLE_DEVICES", "env SAFETENSORS_FAST_GPU")  # devices and load speed
+    assert r.unknown == ("env VLLM_USE_V1", "env VLLM_ROCM_USE_AITER", "env VLLM_ROCM_USE_AITER_MHA",
+                         "env VLLM_V1_USE_PREFILL_DECODE_ATTENTION", "env VLLM_USE_TRITON_FLASH_ATTN")
 
 
 def test_recipe_config_yaml():

@@ -27,6 +27,12 @@ ENV_UNMODELLED = {
     "VLLM_ATTENTION_BACKEND": "the attention backend's workspace",
 }
 
+# environment variables that choose devices, credentials, caches, logging or loading speed, none of which changes
+# a GPU's memory (the device list is the user's --gpus)
+ENV_IGNORED = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HF_TOKEN", "HF_HOME",
+                         "HF_HUB_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "SAFETENSORS_FAST_GPU", "NCCL_DEBUG",
+                         "VLLM_LOGGING_LEVEL", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS"})
+
 
 @dataclass(frozen=True, kw_only=True)
 class Flag:
@@ -161,7 +167,10 @@ def read_flags(pairs: list[tuple[str, Any]], env: list[str], engine: Engine, *, 
         else:
             out.unknown.append(name or f"argument {value!r}")
     for var in env:
-        (out.note(var, ENV_UNMODELLED[var]) if var in ENV_UNMODELLED else out.unknown.append(f"env {var}"))
+        if var in ENV_UNMODELLED:
+            out.note(var, ENV_UNMODELLED[var])
+        else:
+            (out.ignored if var in ENV_IGNORED else out.unknown).append(f"env {var}")
     if gpus is not None:
         set_key(out.plan, "hardware.count", gpus)
     return out.imported()
