@@ -260,3 +260,14 @@ def test_written_config_is_deepspeeds_spelling():
                               "offload_param": {"device": "cpu", "pin_memory": True}, "contiguous_gradients": True,
                               "reduce_bucket_size": 777, "sub_group_size": 123_456},
         "tensor_parallel": {"autotp_size": 2}}
+
+
+def test_the_three_batch_keys_give_the_gpu_count():
+    """train_batch_size = micro × accumulation × data-parallel GPUs: all three given say the GPUs."""
+    three = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    imported = read(json.dumps(three))
+    assert imported.plan["hardware"] == {"count": 4}
+    assert imported.plan["workload"] == {"micro_batch_size": 2, "global_batch_size": 32}
+    with pytest.raises(PlanError, match=r"^train_batch_size: 30 is not a multiple of train_micro_batch_size_per_gpu × "
+                                        r"gradient_accumulation_steps \(2 × 4\); DeepSpeed's batch check would fail$"):
+        read(json.dumps(three | {"train_batch_size": 30}))

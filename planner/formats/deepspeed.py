@@ -156,6 +156,19 @@ def _batch(led: Reading, config: dict[str, Any], data: int | None) -> None:
                  "the global batch is micro-batch × accumulation × GPUs: give the micro-batch and the GPU count")
 
 
+def _gpus_of_batch(led: Reading, config: dict[str, Any], tensor: int) -> int | None:
+    """The GPU count the three batch keys imply when all are given (train_batch_size = micro × accumulation ×
+    data-parallel GPUs, the check DeepSpeed makes at start-up), else None."""
+    if not all(k in config and _given(led, k, config[k]) for k in BATCH_KEYS):
+        return None
+    tbs, mb, gas = (as_int(k, config[k], 1) for k in BATCH_KEYS)
+    if tbs % (mb * gas):
+        raise bad("train_batch_size", tbs, f"is not a multiple of train_micro_batch_size_per_gpu × "
+                                           f"gradient_accumulation_steps ({mb} × {gas}); DeepSpeed's batch check "
+                                           f"would fail")
+    return tbs // (mb * gas) * tensor
+
+
 # --- precision ----------------------------------------------------------------------------------------------------
 # precision section keys that change memory with no plan key (runtime/config.py, bf16 and fp16 sections)
 PRECISION_UNMODELLED = {
@@ -363,9 +376,11 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
     config = mapping(text)
     led = Reading(format="deepspeed", plan={"framework": FRAMEWORK})
     tensor = _tensor_parallel(led, config["tensor_parallel"]) if "tensor_parallel" in config else 1
+    if gpus is None:
+        gpus = _gpus_of_batch(led, config, tensor)
+    elif gpus % tensor:
+        raise bad("tensor_parallel.autotp_size", tensor, f"does not divide the GPU count ({gpus})")
     if gpus is not None:
-        if gpus % tensor:
-            raise bad("tensor_parallel.autotp_size", tensor, f"does not divide the GPU count ({gpus})")
         led.plan["hardware"] = {"count": gpus}
     _batch(led, config, gpus // tensor if gpus is not None else None)
     _precision(led, config)
