@@ -99,3 +99,12 @@ def test_shell_words_lines_and_environment():
     with pytest.raises(PlanError) as err:
         shell.words("run --a 'x")
     assert str(err.value) == "config: \"run --a 'x\" is not shell text shlex can split (No closing quotation)"
+
+
+def test_other_keys_are_noted_ignored_or_unknown():
+    r = reading.Reading(format="x")
+    for key in ("overlap_comm", "steps_per_print", "frobnicate"):
+        r.other(key, unmodelled={"overlap_comm": "a second bucket"}, ignored={"steps_per_print"})
+    r.other("flag", unmodelled={}, ignored={"flag"}, name="--flag")
+    assert (r.unmodelled, r.ignored, r.unknown) == (["overlap_comm: a second bucket"], ["steps_per_print", "--flag"],
+                                                    ["frobnicate"])

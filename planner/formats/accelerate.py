@@ -288,12 +288,8 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
             said = [r.source for r in led.read] + led.unmodelled + led.ignored + led.unknown
             if not any(s == key or s.startswith((f"{key}.", f"{key}: ")) for s in said):
                 led.ignored.append(key)  # another distributed_type's options, or fp16 beside mixed_precision
-        elif key in UNMODELLED:
-            led.note(key, UNMODELLED[key])
-        elif key in IGNORED:
-            led.ignored.append(key)
         else:
-            led.unknown.append(key)
+            led.other(key, unmodelled=UNMODELLED, ignored=IGNORED)
     return led.imported()
 
 

@@ -387,14 +387,8 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
     for key, value in config.items():
         if key in SECTIONS:
             SECTIONS[key](led, value)
-        elif key in BATCH_KEYS or key in PRECISION_SECTIONS or key == "tensor_parallel":
-            continue
-        elif key in UNMODELLED:
-            led.note(key, UNMODELLED[key])
-        elif key in IGNORED:
-            led.ignored.append(key)
-        else:
-            led.unknown.append(key)
+        elif key not in BATCH_KEYS and key not in PRECISION_SECTIONS and key != "tensor_parallel":
+            led.other(key, unmodelled=UNMODELLED, ignored=IGNORED)
     return led.imported()
 
 

@@ -354,12 +354,8 @@ def read_args(args: Args, led: Reading) -> Imported:
         elif key in SIMPLE:
             plan_key, convert = SIMPLE[key]
             led.set(name, plan_key, convert(name, value))
-        elif key in UNMODELLED:
-            led.note(name, UNMODELLED[key])
-        elif key in IGNORED:
-            led.ignored.append(name)
         else:
-            led.unknown.append(name)
+            led.other(key, unmodelled=UNMODELLED, ignored=IGNORED, name=name)
     return led.imported()
 
 

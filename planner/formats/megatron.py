@@ -391,12 +391,8 @@ def _position_embedding(args: Args, out: Reading, incomplete: bool) -> None:
 
 def _rest(args: Args, out: Reading) -> None:
     for flag in args:
-        if flag in UNMODELLED:
-            out.unmodelled.append(f"--{flag}: {UNMODELLED[flag]}")
-        elif flag in _HANDLED or flag in IGNORED or flag.startswith(IGNORED_PREFIXES):
-            out.ignored.append(f"--{flag}")
-        else:
-            out.unknown.append(f"--{flag}")
+        known = flag in _HANDLED or flag in IGNORED or flag.startswith(IGNORED_PREFIXES)
+        out.other(flag, unmodelled=UNMODELLED, ignored={flag} if known else set(), name=f"--{flag}")
 
 
 # --- write ---------------------------------------------------------------------------------------------------------

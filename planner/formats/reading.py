@@ -45,6 +45,17 @@ class Reading:
         """A key that changes memory but no plan key says."""
         self.unmodelled.append(f"{key}: {why}")
 
+    def other(self, key: str, *, unmodelled: dict[str, str], ignored: frozenset[str] | set[str],
+              name: str | None = None) -> None:
+        """A key no reader took: noted where it changes memory (`unmodelled`: why), ignored where known to leave
+        it alone, else unknown (listed as `name`, the key by default)."""
+        if key in unmodelled:
+            self.note(name or key, unmodelled[key])
+        elif key in ignored:
+            self.ignored.append(name or key)
+        else:
+            self.unknown.append(name or key)
+
     def model(self, source: str, name: str) -> str | None:
         """The model a config names: its preset (returned), else its name for the caller to resolve."""
         preset = preset_for(name)
