@@ -119,10 +119,12 @@ def parse_vllm_log(text: str) -> VllmLog:
     args = next((_args(m.group(1)) for m in map(_ARGS.search, lines) if m), {})
     command = next((m.group(0) for m in map(_COMMAND.search, lines) if m), "")
     if not any(gib.values()) and not other["kv_tokens"] and not other["gpu_blocks"] and not args:
-        raise PlanError("log", "has none of vLLM's start-up memory lines (\"Model loading took\", \"Available KV cache "
-                               "memory\", \"model weights take\", \"# GPU blocks\", \"GPU KV cache size\") nor its \"non-default args\"")
+        raise PlanError("log", "has none of vLLM's start-up memory lines (\"Model loading took\", \"Available KV "
+                               "cache memory\", \"model weights take\", \"# GPU blocks\", \"GPU KV cache size\") nor "
+                               "its \"non-default args\"")
     as_int = lambda v: int(v.replace(",", "")) if v else None  # noqa: E731
-    return VllmLog(version=other["version"] or "", utilization=float(other["utilization"]) if other["utilization"] else None,
+    utilization = float(other["utilization"]) if other["utilization"] else None
+    return VllmLog(version=other["version"] or "", utilization=utilization,
                    **{f"{name}_bytes": round(float(v) * GiB) if v else None for name, v in gib.items()},
                    gpu_blocks=as_int(other["gpu_blocks"]), kv_tokens=as_int(other["kv_tokens"]),
                    concurrency_tokens=as_int(concurrency.group(1)) if concurrency else None,

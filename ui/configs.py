@@ -47,8 +47,9 @@ def _load(text: str, source: str, plan: Plan) -> None:
     # the config's own GPU count wins (a single-device recipe is 1 GPU); the current plan's fills a config silent
     # on it (torchtitan's "-1 = the rest" then resolves from it)
     imported = read_config(text, format=None if fmt == AUTO else fmt)
+    named = f"; the config names {imported.model_name!r}" if imported.model_name else ""
     kept = [] if "model" in imported.plan else [f"model: kept from the current plan ({plan.model.preset or 'custom'}"
-                                                f"{'; the config names ' + repr(imported.model_name) if imported.model_name else ''})"]
+                                                f"{named})"]
     st.session_state["pending_plan"] = plan_from_config(
         imported, model=None if "model" in imported.plan else model_to_dict(plan.model), gpu=plan.hardware.gpu,
         gpus=plan.hardware.count, name=source)
