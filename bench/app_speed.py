@@ -2,8 +2,9 @@
 
 Drives app.py through streamlit's AppTest (the same script run as a browser session triggers) and times
 Streamlit's own script run (ScriptRunner._run_script), so AppTest's polling is not counted. Only the open tab
-runs: the page as it opens (estimate, verdict, breakdown, charts), and with Cheapest hardware open (the
-recommender, cached per plan).
+runs: the page as it opens (estimate, verdict, breakdown, charts), with Cheapest hardware open (the
+recommender, cached per plan), and with Share and export open (the link, the files, the plan as a framework
+config).
 
     python bench/app_speed.py
 """
@@ -54,7 +55,8 @@ def main() -> None:
     print("| rerun after an input change | median ms | p90 ms |")
     print("|---|---|---|")
     for view, label in (("Breakdown", "the page as it opens (Breakdown)"),
-                        ("Cheapest hardware", "Cheapest hardware open (the recommender runs)")):
+                        ("Cheapest hardware", "Cheapest hardware open (the recommender runs)"),
+                        ("Share and export", "Share and export open (the plan written as its framework's config)")):
         fresh, cached = _reruns(view)
         for name, times in ((f"{label}, new plan", fresh), (f"{label}, plan seen before", cached)):
             times = sorted(times)
