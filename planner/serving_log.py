@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.catalog import Gpu, load_catalog
@@ -31,6 +31,7 @@ from planner.codec import plan_from_dict, plan_from_yaml
 from planner.errors import PlanError
 from planner.formats.base import Imported, set_key
 from planner.formats.vllm import read, read_mapping
+from planner.frameworks import load_frameworks
 from planner.memory import estimate
 from planner.memory.inference import KV_BLOCK_TOKENS, kv_bytes_per_token
 from planner.plan import Plan
@@ -154,7 +155,30 @@ def plan_from_vllm_log(log: VllmLog, catalog: dict[str, Gpu] | None = None) -> I
     gpu = catalog_gpu(log.total_bytes, catalog or load_catalog())
     if gpu:
         set_key(imported.plan, "hardware.gpu", gpu)
-    return imported
+    release, note = _release(log.version)
+    if release:
+        set_key(imported.plan, "framework_release", release)
+    return replace(imported, unmodelled=(*imported.unmodelled, note)) if note else imported
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    """A release's leading numbers ("0.6.4.post1" -> (0, 6, 4)); () for none."""
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(n) for n in match.group(0).split(".")) if match else ()
+
+
+def _release(version: str) -> tuple[str, str]:
+    """(framework_release, a note or ''): the vLLM recipe's latest tagged release at or before the log's version
+    (its settings change only at tagged releases); a version before them all plans as the first, and says so."""
+    wanted = _numbers(version)
+    if not wanted:
+        return "", ""
+    tagged = sorted(load_frameworks()["vllm"].releases, key=_numbers)
+    at_or_before = [r for r in tagged if _numbers(r) <= wanted]
+    if at_or_before:
+        return at_or_before[-1], ""
+    return tagged[0], (f"vLLM {version}: before the recipe's releases (from {tagged[0]}); planned with "
+                       f"{tagged[0]}'s memory accounting")
 
 
 @dataclass(frozen=True, kw_only=True)

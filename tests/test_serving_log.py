@@ -102,3 +102,17 @@ def test_cli(capsys, tmp_path):
     assert "the log's KV memory holds 436,544 tokens" in out
     assert main(["vllm-log", str(LOGS / "v1-club3090-1087.log")]) == 2
     assert capsys.readouterr().err == "error: log: names no model; give a PLAN.yaml to compare with\n"
+
+
+@pytest.mark.parametrize("line, release, note", [
+    ("INFO 08-20 10:00:00 [core.py:71] Initializing a V1 LLM engine (v0.10.1.1) with config: ...", "0.10.1.1", None),
+    ("INFO 07-30 10:00:00 [api_server.py:1] vLLM API server version 0.10.0rc2", "0.10.0", None),
+    ("INFO 11-01 10:00:00 [core.py:71] Initializing a V1 LLM engine (v0.11.2) with config: ...", "0.11.0", None),
+    ("INFO 12-13 19:54:18 llm_engine.py:249] Initializing an LLM engine (v0.6.4.post1) with config: ...", "0.8.0",
+     "vLLM 0.6.4.post1: before the recipe's releases (from 0.8.0); planned with 0.8.0's memory accounting"),
+])
+def test_the_logs_version_is_the_plans_release(line, release, note):
+    log = parse_vllm_log(line + "\nINFO [gpu_model_runner.py:1] Model loading took 14.99 GiB and 3.6 seconds\n")
+    imported = plan_from_vllm_log(log)
+    assert imported.plan["framework_release"] == release
+    assert (note in imported.unmodelled) if note else not imported.unmodelled
