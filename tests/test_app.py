@@ -715,8 +715,8 @@ SERVING_PLAN = {"model": {"preset": "qwen2.5-7b"}, "framework": "vllm", "hardwar
 
 def test_share_tab_writes_the_plan_as_its_frameworks_config():
     at = AppTest.from_function(_tab_page, args=(SERVING_PLAN, "share"), default_timeout=30).run()
-    assert not at.exception and at.selectbox(key="export_format").value == "vllm"
-    assert at.selectbox(key="export_format").options == ["vLLM server command line (vllm serve)",
+    assert not at.exception and at.selectbox(key="export_format_vllm").value == "vllm"
+    assert at.selectbox(key="export_format_vllm").options == ["vLLM server command line (vllm serve)",
                                                         "SGLang server command line (sglang.launch_server)"]
     command = next(c.value for c in at.code if "vllm serve" in c.value)
     assert "--tensor-parallel-size 2" in command and "--gpu-memory-utilization 0.85" in command

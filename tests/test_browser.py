@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -87,6 +88,7 @@ def test_plan_change_and_share_link_in_chromium(server, tmp_path):
         # the widgets fill in after the verdict is drawn; expect() waits for the value
         sync_api.expect(fresh.get_by_role("spinbutton", name="Sequence length")).to_have_value("16384", timeout=30_000)
         _make_it_fit_and_compare(browser, server, tmp_path)
+        _configs_in_and_out(browser, server, tmp_path)
         browser.close()
 
 
@@ -120,3 +122,30 @@ def _make_it_fit_and_compare(browser, server, tmp_path) -> None:
     assert "cmp1=" in page.url
     page.wait_for_timeout(1000)
     _shot(page, tmp_path, "compare.png")
+
+
+def _configs_in_and_out(browser, server, tmp_path) -> None:
+    """Issue 18 in a real browser: the plan downloads as its framework's config file, and a pasted torchtune config
+    becomes the plan."""
+    page = browser.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True).new_page()
+    page.goto(f"{server}?framework=torchtitan")
+    page.get_by_text(VERDICT).first.wait_for(timeout=90_000)
+    page.get_by_role("tab", name="Share and export").click()
+    button = page.get_by_role("button", name=re.compile(r"^Download torchtitan job config"))
+    button.wait_for(timeout=30_000)
+    with page.expect_download() as download:
+        button.click()
+    saved = tmp_path / download.value.suggested_filename
+    download.value.save_as(saved)
+    assert saved.suffix == ".toml" and "[parallelism]" in saved.read_text()
+    config = (Path(__file__).parent / "data" / "configs" / "torchtune" / "llama3_1_8B_lora_single_device.yaml")
+    page.get_by_role("textbox", name="…or paste it").fill(config.read_text())
+    page.get_by_role("button", name="Load the pasted config").click()
+    page.get_by_text(re.compile(r"^Loaded pasted config as torchtune")).first.wait_for(timeout=60_000)
+    page.wait_for_url(re.compile(r"framework=torchtune"), timeout=60_000)
+    assert "task=lora" in page.url
+    page.get_by_role("button", name=re.compile(r"^Download torchtune recipe config")).wait_for(timeout=30_000)
+    page.get_by_role("heading", name="Load a framework config").scroll_into_view_if_needed()
+    page.mouse.wheel(0, 420)
+    page.wait_for_timeout(1000)
+    _shot(page, tmp_path, "configs.png")

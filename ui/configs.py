@@ -27,7 +27,9 @@ def config_export(plan: Plan, stem: str) -> None:
         return
     names = [f.name for f in offered]
     default = next((i for i, f in enumerate(offered) if f.framework == plan.framework), 0)
-    name = st.selectbox("Format", names, index=default, format_func=lambda n: FORMATS[n].label, key="export_format")
+    # one choice per framework, so a plan loaded under another framework offers its own format first
+    name = st.selectbox("Format", names, index=default, format_func=lambda n: FORMATS[n].label,
+                        key=f"export_format_{plan.framework}")
     fmt = FORMATS[name]
     try:
         text, lost = export_config(plan, fmt)
