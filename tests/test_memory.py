@@ -245,9 +245,13 @@ def shardable_plans(draw):
 def test_higher_zero_stage_never_needs_more_per_gpu(d):
     assume(not _few_units(d))  # a model dominated by its embedding table can cost more under ZeRO-3
     z = d["parallelism"]["zero_stage"]
-    lower = estimate(plan_from_dict(d)).device_bytes
-    higher = estimate(plan_from_dict(_with(d, "parallelism", zero_stage=z + 1))).device_bytes
-    assert higher <= lower
+    lower = estimate(plan_from_dict(d))
+    higher = estimate(plan_from_dict(_with(d, "parallelism", zero_stage=z + 1)))
+    assert higher.peak_allocated_bytes <= lower.peak_allocated_bytes
+    # ZeRO-3's gather buffers come and go each layer: the caching allocator's reserve for that churn may grow by
+    # more than a tiny model's sharding saves (317 B on a 16-layer, 256-wide model), never by more than it grows
+    reserve = {e: next(i.bytes for i in e.items if i.name == "allocator_reserve") for e in (lower, higher)}
+    assert higher.device_bytes <= lower.device_bytes + max(0, reserve[higher] - reserve[lower])
 
 
 @settings(max_examples=100, deadline=None)
