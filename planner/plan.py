@@ -88,10 +88,12 @@ class Inference:
     # Serving engine (vLLM): the fraction of GPU memory the engine claims; the KV cache fills what weights and
     # activations leave. None: a plain generate() loop whose cache grows with the tokens.
     gpu_memory_utilization: float | None = field(default=None, metadata=between(0.05, 1.0))
-    # chunked prefill: tokens per forward; default the whole prompt batch
+    # chunked prefill: tokens per forward; default the whole prompt batch (a serving engine: vLLM's
+    # max_num_batched_tokens for the GPU and release, planner/memory/inference.py vllm_batch_defaults)
     prefill_chunk_tokens: int | None = field(default=None, metadata=between(1, MAX_SEQUENCE))
     # a serving engine's cap on running sequences (vLLM --max-num-seqs), which sizes its sampler warm-up;
-    # default vLLM's for the GPU (1024 on 70 GiB or more other than the A100, else 256), at least batch_size
+    # default vLLM's for the GPU and release (1024 on 70 GiB or more other than the A100, else 256), at least
+    # batch_size
     max_num_seqs: int | None = field(default=None, metadata=between(1, MAX_BATCH))
     # what gpu_memory_utilization covers: all (vLLM >= 0.20: weights, KV cache, the profile run's activations,
     # CUDA graphs); all_but_graphs (vLLM 0.9.1-0.19: graphs captured after the KV cache, on top); device (vLLM

@@ -82,7 +82,7 @@ def test_apply_framework_leaves_its_input_alone():
 def test_serving_frameworks():
     plan = plan_from_dict({"framework": "vllm", "model": MODEL, "workload": {"task": "inference"}})
     assert plan.workload.inference.gpu_memory_utilization == 0.92
-    assert plan.workload.inference.prefill_chunk_tokens == 8192
+    assert plan.workload.inference.prefill_chunk_tokens is None  # vLLM's own default, by GPU and release
     plain = plan_from_dict({"framework": "hf_generate", "model": MODEL, "workload": {"task": "inference"}})
     assert plain.workload.inference.gpu_memory_utilization is None
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, TINY
-from planner.memory.inference import kv_bytes_per_token, weight_bytes
+from planner.catalog import load_catalog
+from planner.memory.inference import kv_bytes_per_token, vllm_batch_defaults, weight_bytes
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
 from planner.codec import plan_from_dict
 from planner.errors import PlanError
@@ -185,6 +186,20 @@ def test_vllm_defaults_follow_the_gpu_and_tensor_parallel_adds_its_buffers():
     assert "sampler 64 requests" in formula(_vllm(max_num_seqs=64, gpu_memory_utilization=0.9))
     tp2 = {i.name: i.bytes for i in estimate(plan_from_dict(_vllm(tensor=2))).items}
     assert tp2["custom_all_reduce"] == 2 * 8 * 2**20 and tp2["nccl"] == 512 * 2**20
+
+
+@pytest.mark.parametrize("gpu, release, defaults", [
+    ("h100-sxm-80gb", "", (8192, 1024)),  # 79 GiB: the 70 GiB tier
+    ("a100-sxm-80gb", "", (2048, 256)),  # from 0.9.0 the A100 keeps the small defaults (PR #17885)
+    ("a100-sxm-80gb", "0.8.5", (8192, 1024)),  # 0.8.5 gave it the large ones by memory (PR #17073)
+    ("h100-sxm-80gb", "0.8.0", (8192, 256)),  # 0.8.0: H100 and H200 by name for tokens; 256 sequences
+    ("l4-24gb", "", (2048, 256)),
+    ("b200-180gb", "", (16384, 1024)),  # 160 GiB or more from 0.28.0 (PR #51726)
+    ("b200-180gb", "0.25.0", (8192, 1024)),
+    ("h200-sxm-141gb", "", (8192, 1024)),  # 141 GB is 131 GiB: below the 160 GiB tier
+])
+def test_vllm_batch_defaults_by_gpu_memory_and_release(gpu, release, defaults):
+    assert vllm_batch_defaults(load_catalog()[gpu], release) == defaults
 
 
 def test_vllm_profiles_its_whole_token_budget_whatever_the_requests():

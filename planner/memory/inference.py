@@ -17,6 +17,7 @@ from functools import partial
 
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
+from planner.frameworks import load_frameworks
 from planner.memory.layout import attention_layers, largest_stage_layers, pattern_stage_params, stage_split
 from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
@@ -32,10 +33,18 @@ KV_BLOCK_TOKENS = 16
 # vLLM captures CUDA graphs for decode batch sizes; their pools take ~0.5-1 GiB outside the KV budget
 # (vLLM docs, "CUDA graphs"; varies with model and batch sizes captured).
 CUDA_GRAPH_BYTES = 512 * MiB
-# vLLM's default cap on running sequences (vllm/engine/arg_utils.py get_batch_defaults): 1024 on GPUs of 70 GiB
-# or more other than the A100 (PR #17885 kept the A100 at the smaller defaults), else 256
-VLLM_MAX_NUM_SEQS = {True: 1024, False: 256}
+# vLLM's batch defaults when `vllm serve` is not told (vllm/engine/arg_utils.py _set_default_args_v1, later
+# get_batch_defaults: the OpenAI API server's values), by release and by the GPU's memory as torch reports it (the
+# catalog's usable memory), as (max_num_batched_tokens, max_num_seqs):
+# - from 0.8.0: 8192 tokens on an H100 or H200, by name (PR #12369, 2025-01), else 2048; 256 sequences;
+# - from 0.8.5: 70 GiB or more: 8192 tokens and 1024 sequences (PR #17073, merged 2025-04-23; the threshold as
+#   0.9.0 writes it);
+# - from 0.9.0: the A100 kept at 2048 and 256 (PR #17885, merged 2025-05-09: "Setting large
+#   max_num_batched_tokens for A100 reduces throughput");
+# - from 0.28.0: 160 GiB or more: 16384 tokens (PR #51726: a `device_memory >= 160 * GiB_bytes` tier that v0.28.0's
+#   arg_utils.py has and v0.27.1's has not).
 VLLM_LARGE_GPU_BYTES = 70 * 1024 * MiB
+VLLM_HUGE_GPU_BYTES = 160 * 1024 * MiB
 # Bytes per logit of vLLM's sampler warm-up with top-k and top-p (v1/sample/ops/topk_topp_sampler.py
 # apply_top_k_top_p, the PyTorch sort path): the model-dtype logits (2) the caller still holds, their fp32 copy
 # (4), the sorted values (4) and int64 indices (8), the softmax of the sorted values with its cumulative sum
@@ -47,8 +56,8 @@ SAMPLER_BYTES_PER_LOGIT = 39
 # vLLM custom all-reduce: CustomAllreduce(max_size=8192 * 1024) allocates a meta buffer of max_size + 256 B and
 # an IPC input buffer of max_size on every rank of a tensor-parallel group of 2-8 GPUs on one node
 CUSTOM_ALL_REDUCE_BYTES = 8 * MiB
-# A serving engine prefills at most this many tokens per forward unless told otherwise (vLLM's V1 engine
-# default max_num_batched_tokens for online serving is 8,192).
+# A serving engine other than vLLM prefills at most this many tokens per forward unless told otherwise (SGLang's
+# chunked_prefill_size on large GPUs; its recipe says so)
 SERVING_PREFILL_TOKENS = 8192
 # gpt-fast and torchao round a static cache up to a multiple of 8 tokens (model.py setup_caches, find_multiple)
 STATIC_CACHE_MULTIPLE = 8
@@ -136,7 +145,7 @@ def _attention_peak(plan: Plan, chunk: int, bc: int) -> tuple[int, int]:
     return peak, v_alive
 
 
-def _forward(plan: Plan) -> _Forward:
+def _forward(plan: Plan, gpu: Gpu) -> _Forward:
     """Prefill: one forward over the prompt tokens (or a chunk). Without gradients each intermediate is freed
     when consumed; the largest moment is SwiGLU's silu(gate), up and their product (GeLU: fc and gelu(fc)),
     with the residual, the normed input and the layer output alive; eager attention's fp32 scores compete."""
@@ -148,7 +157,7 @@ def _forward(plan: Plan) -> _Forward:
     if inf.gpu_memory_utilization is not None and inf.fraction_scope != "static":
         # vLLM profiles a forward of its whole token budget (gpu_model_runner profile_run: _dummy_run(
         # max_num_tokens)), whatever the requests: that is what its budget sets aside
-        chunk = inf.prefill_chunk_tokens or SERVING_PREFILL_TOKENS
+        chunk = engine_batched_tokens(plan, gpu)
     mlp_peak = (3 if m.mlp == "swiglu" else 2) * chunk * shapes["up"][1] * bc
     if m.num_experts:  # fused MoE: intermediate caches of the routed tokens (T·k × (2I_e, I_e, h)), router logits
         e_inter = m.moe_intermediate_size // t
@@ -179,14 +188,36 @@ def _windowed(plan: Plan, lead: str, end: str = "") -> str:
     return f"{lead}windowed layers capped at {window:,}{end}" if window else ""
 
 
+def vllm_batch_defaults(gpu: Gpu, release: str = "") -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM chooses for the GPU at the release ('' the latest; a release
+    date or tag of the vLLM recipe): see VLLM_LARGE_GPU_BYTES."""
+    recipe = load_frameworks()["vllm"]
+    released = recipe.release_date(release)
+    since = lambda tag: released is None or released >= recipe.releases[tag]  # noqa: E731
+    if not since("0.8.5"):
+        return (8192 if any(name in gpu.id for name in ("h100", "h200")) else 2048), 256
+    if gpu.usable_bytes >= VLLM_LARGE_GPU_BYTES and not (since("0.9.0") and "a100" in gpu.id):
+        return (16384 if since("0.28.0") and gpu.usable_bytes >= VLLM_HUGE_GPU_BYTES else 8192), 1024
+    return 2048, 256
+
+
+def _vllm_defaults(plan: Plan, gpu: Gpu) -> tuple[int, int]:
+    """vLLM's batch defaults for a serving plan (a plan of another framework is planned as the latest vLLM)."""
+    return vllm_batch_defaults(gpu, plan.framework_release if plan.framework == "vllm" else "")
+
+
+def engine_batched_tokens(plan: Plan, gpu: Gpu) -> int:
+    """The engine's token budget per forward (vLLM max_num_batched_tokens): the plan's, else vLLM's default."""
+    return plan.workload.inference.prefill_chunk_tokens or _vllm_defaults(plan, gpu)[0]
+
+
 def engine_max_num_seqs(plan: Plan, gpu: Gpu) -> int:
-    """The serving engine's cap on running sequences: the plan's, else vLLM's default for the GPU (arg_utils.py
-    get_batch_defaults: 1024 on GPUs of 70 GiB or more other than the A100, else 256), at least the plan's batch."""
+    """The serving engine's cap on running sequences: the plan's, else vLLM's default for the GPU and release,
+    at least the plan's batch."""
     inf = plan.workload.inference
     if inf.max_num_seqs is not None:
         return inf.max_num_seqs
-    large = gpu.usable_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu.id
-    return max(inf.batch_size, VLLM_MAX_NUM_SEQS[large])
+    return max(inf.batch_size, _vllm_defaults(plan, gpu)[1])
 
 
 def _profile_peak(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> Item:
@@ -194,7 +225,7 @@ def _profile_peak(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> Item:
     warmed up on min(max_num_seqs, tokens) requests with top-k and top-p (vLLM _dummy_sampler_run), whose logits
     are gathered to the whole vocabulary on every rank."""
     # the profile run's token budget is the engine's (max_num_batched_tokens), whatever the plan's batch
-    seqs = min(engine_max_num_seqs(plan, gpu), plan.workload.inference.prefill_chunk_tokens or SERVING_PREFILL_TOKENS)
+    seqs = min(engine_max_num_seqs(plan, gpu), engine_batched_tokens(plan, gpu))
     sampler = seqs * plan.model.vocab_size * SAMPLER_BYTES_PER_LOGIT
     forward = fw.prefill + fw.logits
     text = "max(forward of {:,} tokens {:MiB.0}, sampler {:,} requests × {:,} vocab × {} B)"
@@ -247,7 +278,7 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     context and NCCL already made) and holds the weights and the KV pool; activations and graphs are outside it
     (see _engine_items)."""
     m, inf = plan.model, plan.workload.inference
-    b, fw = inf.batch_size, _forward(plan)
+    b, fw = inf.batch_size, _forward(plan, gpu)
     weights, workspace = _weights(plan, detail)
     runtime = runtime_items(plan, detail)
     runtime_bytes = sum(i.bytes for i in runtime)
@@ -402,7 +433,7 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
 
 
 def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
-    fw = _forward(plan)
+    fw = _forward(plan, gpu)
     weights, workspace = _weights(plan, detail)
     prefill, decode = _generation_phases(plan, fw, weights, workspace, detail)
     peak = max((prefill, decode), key=lambda ph: ph.allocated_bytes)
