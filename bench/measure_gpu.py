@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import yaml
 
 from planner.codec import plan_from_dict
-from planner.measure import append_csv, load_runner, normalize, nvidia_smi, predict, versions
+from planner.measure import MEASURED_KEYS, append_csv, load_runner, normalize, nvidia_smi, predict, versions
 
 MEASUREMENTS = ROOT / "bench" / "measurements"
 CHILD_TIMEOUT_S = 300
@@ -51,7 +51,6 @@ COLUMNS = [
     "device", "driver_version", "cuda_version", "torch_version", "transformers_version", "peft_version",
     "bitsandbytes_version", "wall_s", "timestamp",
 ]
-MEASURED_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes")
 
 # --- Models: plan `model` blocks, each with the HF architecture that realizes it (planner.measure.hf_config) ---
 MODELS: dict[str, tuple[str, dict]] = {

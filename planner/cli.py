@@ -43,7 +43,8 @@ from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, formats_to_table,
                             frameworks_to_list, frameworks_to_table, frameworks_to_text, presets_to_list,
                             presets_to_table, recommendation_to_list, recommendation_to_table)
-from planner.formats import FORMATS, export_config, format_named, plan_from_config, read_config
+from planner.formats import (FORMATS, export_config, format_named, plan_from_config, read_config, read_lines,
+                             unused_lines)
 from planner.formats.base import Imported
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
@@ -180,22 +181,15 @@ def _plan_of_config(args: argparse.Namespace) -> tuple[Plan, Imported]:
              {"preset": args.preset} if args.preset is not None else None)
     plan = plan_from_config(imported, model=model, gpu=args.gpu, gpus=args.gpus,
                             name=Path(path).name if path != "-" else "")
-    print(_import_report(imported), file=sys.stderr, end="")
+    print("".join(f"{line}\n" for line in unused_lines(imported)), file=sys.stderr, end="")
     return plan, imported
-
-
-def _import_report(imported: Imported) -> str:
-    """What a config read left unused, one line per key, for standard error ('' when nothing)."""
-    lines = [f"not modelled: {item}" for item in imported.unmodelled]
-    lines += [f"unknown key, not used: {key}" for key in imported.unknown]
-    return "".join(f"{line}\n" for line in lines)
 
 
 def _imported_yaml(args: argparse.Namespace) -> str:
     """`import`: the plan's YAML, headed by what each config key read became."""
     plan, imported = _plan_of_config(args)
     head = [f"# the plan of {args.config} ({imported.format}); the config's keys read:"]
-    head += [f"#   {r.source} -> {r.plan_key}: {r.value}" for r in imported.read]
+    head += [f"#   {line}" for line in read_lines(imported)]
     return "\n".join(head) + "\n" + plan_to_yaml(plan)
 
 

@@ -239,6 +239,13 @@ def _log_plan(log: VllmLog, catalog: dict[str, Gpu]) -> Plan:
     return plan_from_dict(imported.plan)
 
 
+def comparison_rows(cmp: Comparison) -> list[dict[str, str]]:
+    """Each item's log and planner figures and the planner's less the log's, formatted ('—' where absent)."""
+    show = lambda b: format_bytes(b) if b is not None else "—"  # noqa: E731
+    return [{"item": r.item, "vLLM log": show(r.log_bytes), "planner": show(r.plan_bytes),
+             "difference": show(r.difference)} for r in cmp.rows]
+
+
 def calibration_lines(plan: Plan, gpu_name: str, cmp: Comparison, log: VllmLog) -> list[str]:
     """The plan compared, and the KV capacity of the log's KV memory beside the planner's own, in words."""
     lines = [f"plan: {plan.model.preset or plan.name or 'model'} on {gpu_name}, tensor {plan.parallelism.tensor}, "
@@ -258,9 +265,8 @@ def vllm_log_table(text: str, plan_text: str | None, catalog: dict[str, Gpu]) ->
     log = parse_vllm_log(text)
     plan = plan_from_yaml(plan_text) if plan_text is not None else _log_plan(log, catalog)
     cmp = compare(plan, log, catalog)
-    show = lambda b: format_bytes(b) if b is not None else "—"  # noqa: E731
     lines = [f"{'item':<18}{'vLLM log':>14}{'planner':>14}{'difference':>14}"]
-    lines += [f"{r.item:<18}{show(r.log_bytes):>14}{show(r.plan_bytes):>14}{show(r.difference):>14}"
-              for r in cmp.rows]
+    lines += [f"{r['item']:<18}{r['vLLM log']:>14}{r['planner']:>14}{r['difference']:>14}"
+              for r in comparison_rows(cmp)]
     lines += calibration_lines(plan, catalog[plan.hardware.gpu].name, cmp, log)
     return "\n".join(lines) + "\n"

@@ -696,7 +696,7 @@ def test_a_pasted_framework_config_becomes_the_plan_and_says_what_it_left():
     assert (plan.workload.task, plan.parallelism.tensor, plan.workload.inference.gpu_memory_utilization,
             plan.workload.inference.context_tokens, plan.hardware.count) == ("inference", 2, 0.85, 8192, 8)
     assert any(s.value.startswith("Loaded pasted config as vLLM") for s in at.success)
-    assert "unknown key: --some-future-flag" in [w.value for w in at.warning]
+    assert "unknown key, not used: --some-future-flag" in [w.value for w in at.warning]
 
 
 def test_an_unreadable_config_is_an_error_and_the_plan_stays():
@@ -747,3 +747,15 @@ def test_a_vllm_logs_own_plan_loads_from_a_training_plan():
     plan, _ = plan_from_query(dict(at.query_params), DEFAULT)
     assert (plan.model.preset, plan.framework, plan.workload.inference.gpu_memory_utilization, plan.hardware.gpu) == (
         "llama-3.1-8b", "vllm", 0.9, "h100-sxm-80gb")
+
+
+def test_a_vllm_log_whose_plan_is_refused_says_so_under_the_log():
+    log = ("INFO [utils.py:1] non-default args: {'model': 'meta-llama/Llama-3.1-8B', 'tensor_parallel_size': 3}\n"
+           "INFO [gpu_model_runner.py:1] Model loading took 14.99 GiB and 3.6 seconds\n")
+    at = app(view="Share and export")
+    at.text_area(key="vllm_log").input(log).run()
+    at.button(key="load_log_plan").click().run()
+    assert not at.exception
+    assert "The log's plan: hardware.count: 8 is not a multiple of tensor × pipeline × context (3 × 1 × 1)" in [
+        e.value for e in at.error]
+    assert at.query_params["preset"] == "llama-3.1-8b" and "tensor" not in at.query_params  # the plan stays

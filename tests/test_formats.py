@@ -69,3 +69,16 @@ def test_each_stored_config_is_detected_as_its_format_only(name, path):
 @pytest.mark.parametrize("name, text", OWN, ids=[name for name, _ in OWN])
 def test_a_small_config_is_detected_as_its_format_only(name, text):
     assert [fmt.name for fmt in FORMATS.values() if fmt.detect(text)] == [name]
+
+
+def test_plan_from_config_fills_or_replaces_the_model():
+    from planner.formats import plan_from_config, read_config
+
+    named = read_config("vllm serve Qwen/Qwen2.5-7B-Instruct", gpus=1)
+    silent = read_config('{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}', gpus=8)
+    llama = {"preset": "llama-3.1-8b"}
+    assert plan_from_config(named, default_model=llama).model.preset == "qwen2.5-7b"  # the config's own model
+    assert plan_from_config(named, model=llama).model.preset == "llama-3.1-8b"  # replaced
+    assert plan_from_config(silent, default_model=llama).model.preset == "llama-3.1-8b"  # filled
+    with pytest.raises(PlanError, match=r"^model: the deepspeed config names no model; give the model"):
+        plan_from_config(silent)

@@ -9,11 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from planner.errors import PlanError
-from planner.formats import FORMATS, export_config, formats_for, plan_from_config, read_config
+from planner.formats import FORMATS, export_config, formats_for, plan_from_config, read_config, read_lines, unused_lines
 from planner.models import model_to_dict
 from planner.plan import Plan
-from planner.serving_log import VllmLog, calibration_lines, compare, parse_vllm_log, plan_from_vllm_log
-from planner.units import format_bytes
+from planner.formats.base import Imported
+from planner.serving_log import VllmLog, calibration_lines, compare, comparison_rows, parse_vllm_log, plan_from_vllm_log
 
 AUTO = "detect from the text"
 UPLOAD_TYPES = ["toml", "yaml", "yml", "json", "sh", "txt", "log"]
@@ -43,22 +43,25 @@ def config_export(plan: Plan, stem: str) -> None:
     st.code(text, language={".toml": "toml", ".json": "json", ".yaml": "yaml", ".sh": "bash"}.get(fmt.suffix))
 
 
+def _queue(imported: Imported, plan: Plan, name: str) -> None:
+    """Queue the plan a config (or a log) says for the widgets: the current model, GPU and count where it is
+    silent (the config's own count wins: a single-device recipe is 1 GPU; torchtitan's "-1 = the rest" then
+    resolves from the current one)."""
+    st.session_state["pending_plan"] = plan_from_config(
+        imported, default_model=model_to_dict(plan.model), gpu=plan.hardware.gpu, gpus=plan.hardware.count, name=name)
+
+
 def _load(text: str, source: str, plan: Plan) -> None:
-    """Read a config and queue its plan for the widgets; what it says and what it could not use is kept to show."""
+    """Read a config and queue its plan; what it says and what it could not use is kept to show."""
     fmt = st.session_state.get("import_format", AUTO)
-    # the config's own GPU count wins (a single-device recipe is 1 GPU); the current plan's fills a config silent
-    # on it (torchtitan's "-1 = the rest" then resolves from it)
     imported = read_config(text, format=None if fmt == AUTO else fmt)
+    _queue(imported, plan, source)
     named = f"; the config names {imported.model_name!r}" if imported.model_name else ""
     kept = [] if "model" in imported.plan else [f"model: kept from the current plan ({plan.model.preset or 'custom'}"
                                                 f"{named})"]
-    st.session_state["pending_plan"] = plan_from_config(
-        imported, model=None if "model" in imported.plan else model_to_dict(plan.model), gpu=plan.hardware.gpu,
-        gpus=plan.hardware.count, name=source)
     st.session_state["import_report"] = (
         f"Loaded {source} as {FORMATS[imported.format].label}: {len(imported.read)} keys read",
-        [f"{r.source} → {r.plan_key}: {r.value}" for r in imported.read],
-        [*kept, *(f"not modelled: {u}" for u in imported.unmodelled), *(f"unknown key: {k}" for k in imported.unknown)])
+        read_lines(imported), [*kept, *unused_lines(imported)])
 
 
 def config_import(plan: Plan) -> None:
@@ -97,10 +100,10 @@ def _report() -> None:
 
 def _load_log_plan(log: VllmLog, plan: Plan, catalog: dict) -> None:
     """Queue the plan a vLLM log's arguments say (the current model, GPU and count where it is silent)."""
-    imported = plan_from_vllm_log(log, catalog)
-    st.session_state["pending_plan"] = plan_from_config(
-        imported, model=None if "model" in imported.plan else model_to_dict(plan.model),
-        gpu=plan.hardware.gpu, gpus=plan.hardware.count, name="vLLM log")
+    try:
+        _queue(plan_from_vllm_log(log, catalog), plan, "vLLM log")
+    except PlanError as exc:  # a callback's exception would replace the page: shown under the log instead
+        st.session_state["log_plan_error"] = str(exc)
 
 
 def vllm_log(plan: Plan, catalog: dict) -> None:
@@ -111,6 +114,8 @@ def vllm_log(plan: Plan, catalog: dict) -> None:
     if not text.strip():
         return
     serving = plan.workload.inference.gpu_memory_utilization is not None
+    if "log_plan_error" in st.session_state:
+        st.error(f"The log's plan: {st.session_state.pop('log_plan_error')}")
     try:
         log = parse_vllm_log(text)
         st.button("Load the log's plan", key="load_log_plan", on_click=_load_log_plan, args=(log, plan, catalog))
@@ -122,8 +127,7 @@ def vllm_log(plan: Plan, catalog: dict) -> None:
     except PlanError as exc:
         st.error(f"vLLM log: {exc}")
         return
-    show = lambda b: format_bytes(b) if b is not None else "—"  # noqa: E731
-    st.dataframe(pd.DataFrame([{"item": r.item, "vLLM log": show(r.log_bytes), "planner": show(r.plan_bytes),
-                                "planner − log": show(r.difference)} for r in cmp.rows]), hide_index=True)
+    frame = pd.DataFrame(comparison_rows(cmp)).rename(columns={"difference": "planner − log"})
+    st.dataframe(frame, hide_index=True)
     for line in calibration_lines(plan, catalog[plan.hardware.gpu].name, cmp, log):
         st.caption(line[0].upper() + line[1:] + ".")

@@ -48,13 +48,15 @@ def read_config(text: str, *, format: str | None = None, gpus: int | None = None
     return fmt.read(text, gpus=gpus)
 
 
-def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None, gpu: str | None = None,
-                     gpus: int | None = None, name: str = "") -> Plan:
-    """The plan a config read says, with what it leaves open: `model` (a plan's model block; replaces the config's),
-    `gpu` (a catalog id), `gpus` (the count, where the config does not fix it) and a `name` where it has none."""
+def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
+                     default_model: dict[str, Any] | None = None, gpu: str | None = None, gpus: int | None = None,
+                     name: str = "") -> Plan:
+    """The plan a config read says, with what it leaves open: `model` (a plan's model block; replaces the config's)
+    or `default_model` (the model where the config names none), `gpu` (a catalog id), `gpus` (the count, where the
+    config does not fix it) and a `name` where it has none."""
     data = copy.deepcopy(imported.plan)
-    if model is not None:
-        data["model"] = model
+    if model is not None or ("model" not in data and default_model is not None):
+        data["model"] = model if model is not None else default_model
     elif "model" not in data:
         named = f"names {imported.model_name!r}, which is not a preset" if imported.model_name else "names no model"
         raise PlanError("model", f"the {imported.format} config {named}; give the model (a preset or a config.json)")
@@ -66,6 +68,17 @@ def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
     if name:
         data.setdefault("name", name)
     return plan_from_dict(data)
+
+
+def read_lines(imported: Imported) -> list[str]:
+    """Each config key read and the plan key and value it became, a line each."""
+    return [f"{r.source} -> {r.plan_key}: {r.value}" for r in imported.read]
+
+
+def unused_lines(imported: Imported) -> list[str]:
+    """Each config key the plan could not use: those that change memory with no plan key, then the unknown ones."""
+    return ([f"not modelled: {item}" for item in imported.unmodelled] +
+            [f"unknown key, not used: {key}" for key in imported.unknown])
 
 
 def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -83,25 +96,26 @@ def round_trip(plan: Plan, fmt: Format, keys: tuple[str, ...] | None = None) -> 
     """The keys (default `fmt.says`) whose value changes on plan → config → plan, as {key: (planned, read back)};
     the config is read over a plan that keeps only the original's model and GPU, so a key counts as said only if
     the config itself says it."""
-    imported = fmt.read(fmt.write(plan), gpus=plan.hardware.count)
+    return _changed(plan, fmt, fmt.write(plan), fmt.says if keys is None else keys)
+
+
+def _changed(plan: Plan, fmt: Format, text: str, keys: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """The `keys` whose value differs between the plan and its config `text` read back (see round_trip)."""
+    imported = fmt.read(text, gpus=plan.hardware.count)
     planned = plan_to_dict(plan)
     base = {"model": planned["model"], "hardware": {"gpu": plan.hardware.gpu}}
     back = plan_to_dict(plan_from_dict(overlay(base, imported.plan)))
-    return {key: (get_key(planned, key), get_key(back, key)) for key in (fmt.says if keys is None else keys)
+    return {key: (get_key(planned, key), get_key(back, key)) for key in keys
             if get_key(planned, key) != get_key(back, key)}
 
 
 def export_config(plan: Plan, fmt: Format) -> tuple[str, dict[str, tuple[Any, Any]]]:
-    """The plan as `fmt`'s config, and the planned values it cannot carry ({key: (planned, what it runs)}); a
-    format whose framework does not run the plan's task is refused."""
-    if fmt not in formats_for(plan):
+    """The plan as `fmt`'s config, and the keys of `fmt.cannot_say` whose planned value it does not carry ({key:
+    (planned, what the config runs)}); a format whose framework does not run the plan's task is refused."""
+    offered = formats_for(plan)
+    if fmt not in offered:
         kind = "serves models" if fmt.framework in INFERENCE_FRAMEWORKS else "trains models"
-        allowed = ", ".join(f.name for f in formats_for(plan))
+        allowed = ", ".join(f.name for f in offered)
         raise bad("--to", fmt.name, f"{kind}, and the plan's task is {plan.workload.task}; allowed: {allowed}")
-    return fmt.write(plan), lost_on_export(plan, fmt)
-
-
-def lost_on_export(plan: Plan, fmt: Format) -> dict[str, tuple[Any, Any]]:
-    """The keys of `fmt.cannot_say` whose planned value the exported config does not carry: {key: (planned, what
-    the config runs)}."""
-    return round_trip(plan, fmt, tuple(fmt.cannot_say))
+    text = fmt.write(plan)
+    return text, _changed(plan, fmt, text, tuple(fmt.cannot_say))
