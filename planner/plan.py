@@ -338,6 +338,16 @@ def tensor_degrees(m: Model, largest: int = 64) -> list[int]:
             and (not m.num_kv_heads % t or not t % m.num_kv_heads)]
 
 
+def _allowed_tensor(m: Model) -> str:
+    """The tail of a tensor degree's error: the degrees that would split the model (worked out only to raise)."""
+    return f"; allowed: {', '.join(map(str, tensor_degrees(m)))}"
+
+
+def _allowed_experts(m: Model, ranks: int) -> str:
+    """The tail of an expert degree's error: the degrees dividing both the experts and the data × context ranks."""
+    return f"; allowed: {', '.join(map(str, _divisors(math.gcd(m.num_experts, ranks))))}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     model: Model
@@ -395,16 +405,15 @@ class Plan:
         """Each degree divides what it splits: heads, MLP width, experts, layers, tokens."""
         par, m, seq = self.parallelism, self.model, self.workload.sequence_length
         t = par.tensor
-        allowed = f"; allowed: {', '.join(map(str, tensor_degrees(m)))}"
         if m.num_attention_heads % t:
             raise bad("parallelism.tensor", t, f"does not divide model.num_attention_heads ({m.num_attention_heads})"
-                                               + allowed)
+                                               + _allowed_tensor(m))
         if m.num_kv_heads % t and t % m.num_kv_heads:
             raise bad("parallelism.tensor", t, f"and model.num_kv_heads ({m.num_kv_heads}) must divide one another"
-                                               " (fewer KV heads than ranks are replicated)" + allowed)
+                                               " (fewer KV heads than ranks are replicated)" + _allowed_tensor(m))
         if m.intermediate_size % t:
             raise bad("parallelism.tensor", t, f"does not divide model.intermediate_size ({m.intermediate_size})"
-                                               + allowed)
+                                               + _allowed_tensor(m))
         if par.sequence_parallel and t == 1:
             raise bad("parallelism.sequence_parallel", True, "needs parallelism.tensor > 1 (it splits the"
                                                             " tensor-parallel group's activations)")
@@ -413,14 +422,13 @@ class Plan:
                       "needs a mixture-of-experts model (model.num_experts)")
         if par.expert > 1:
             ranks = par.data * par.context
-            allowed = f"; allowed: {', '.join(map(str, _divisors(math.gcd(m.num_experts, ranks))))}"
             if not m.num_experts or m.num_experts % par.expert:
                 raise bad("parallelism.expert", par.expert, f"does not divide model.num_experts ({m.num_experts})"
-                                                            + (allowed if m.num_experts else ""))
+                                                            + (_allowed_experts(m, ranks) if m.num_experts else ""))
             if ranks % par.expert:
                 raise bad("parallelism.expert", par.expert, f"does not divide data × context ({par.data} × "
                                                             f"{par.context}); expert ranks are carved from them"
-                                                            + allowed)
+                                                            + _allowed_experts(m, ranks))
         problem = split_problem(m.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split,
                                 par.pipeline_layers)
         if problem and par.pipeline_layers is not None:
@@ -528,7 +536,8 @@ class Plan:
             raise bad("precision.quant_group_size", prec.quant_group_size, "applies to int4 and nf4 weights only")
         if prec.double_quant and weights != "nf4":
             raise bad("precision.double_quant", True, "applies to nf4 weights only")
-        object.__setattr__(self, "precision", replace(prec, weights=weights))
+        if weights != prec.weights:  # resolved already (a plan's replace): the same precision, not rebuilt
+            object.__setattr__(self, "precision", replace(prec, weights=weights))
 
     @property
     def job_tokens(self) -> int | None:
