@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -265,7 +265,8 @@ class Model:
 
     def pattern_count(self, kinds: str) -> int:
         """Layers whose pattern character is one of `kinds` (no pattern: every layer is attention, `*`)."""
-        return sum(c in kinds for c in self.layer_pattern or "*" * self.num_layers)
+        pattern = self.layer_pattern or "*" * self.num_layers
+        return sum(pattern.count(c) for c in set(kinds))
 
     @property
     def q_width(self) -> int:
@@ -292,6 +293,8 @@ def kv_heads_per_rank(m: Model, tensor: int) -> int:
     return m.num_kv_heads // tensor if m.num_kv_heads % tensor == 0 else 1
 
 
+# keyed by (model, tensor, expert_parallel), all the counts read; a search asks for a few splits thousands of times
+@lru_cache(maxsize=512)
 def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCounts:
     """Parameter counts from the architecture (same conventions as the HF modelling code), per rank of a
     `tensor`-way tensor-parallel split (Megatron: q/k/v/gate/up split by columns, o/down by rows, embedding and

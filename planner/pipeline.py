@@ -15,10 +15,11 @@ the layers of each chunk itself (`parallelism.pipeline_layers`):
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 
 
-@cache
+# keyed by all the split reads; bounded, as a listed split is user input
+@lru_cache(maxsize=256)
 def chunk_split(num_layers: int, chunks: int, split: str = "auto",
                 listed: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """Layers of each model chunk, in order (the plan has checked `split_problem` first)."""

@@ -4,12 +4,14 @@ offloading and autocast's weight casts, and what a checkpointed layer recomputes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from planner.memory.activations import (NVFP4_BYTES, LayerActs, causal_mask_bytes, final_norm_bytes, layer_acts,
                                         sac_op_acts)
 from planner.memory.layout import StageContext
 from planner.memory.result import Item
 from planner.memory.terms import Described, Factor, Product, Size, count, fixed, item
+from planner.memo import Memo, remembered
 
 CASTS_NOTE = "torch.autocast caches 16-bit copies of matmul weights; the graph keeps them until backward"
 
@@ -58,6 +60,17 @@ def _per_layer(ctx: StageContext, acts: LayerActs, kept_input: int, input_bytes:
         return (round(kept_input * share + per_layer * (1 - share)), round(kept_input * share + moe_layer * (1 - share)),
                 f"{share:.3g} of layers checkpointed (T × {input_bytes}h), the others " + formula)
     return per_layer, moe_layer, formula
+
+
+def kept_key(ctx: StageContext) -> tuple:
+    """Everything `kept` reads, the key of what is memoized from it: the stage's cut of the model, the precision,
+    autocast, the techniques that change what a layer saves, and the micro-batch's tokens and their split (not the
+    GPU count, ZeRO or offload)."""
+    plan = ctx.plan
+    tech, wl = plan.techniques, plan.workload
+    return (ctx.layout, ctx.index, plan.precision, ctx.autocast, tech.activation_checkpointing, tech.checkpoint_every,
+            tech.attention, tech.compiled_blocks, tech.moe_capacity_factor, wl.micro_batch_size, wl.sequence_length,
+            plan.parallelism.context, ctx.seq_div)
 
 
 def kept(ctx: StageContext) -> Kept:
@@ -159,3 +172,37 @@ def backward_activations(ctx: StageContext, k: Kept) -> tuple[Item, Item | None,
                  else fixed(0 if offloaded else others, "0 (all freed)"),
                  "This micro-batch's activations are freed", detail)
     return rest, rest_casts, freed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Saved:
+    """The activations of a stage across the step: what one micro-batch keeps, and the items at each moment."""
+
+    kept: Kept
+    forward: Item  # at the end of forward
+    host: int  # bytes offloaded to the host
+    casts: Item | None  # autocast's weight copies at the end of forward
+    casts_bwd: Item | None  # and during backward
+    rest: Item  # at the stage's first layer's backward
+    rest_casts: Item | None
+    freed: Item  # at the embedding's backward
+
+
+_SAVED = Memo(4096)  # _saved by all it reads (see saved)
+
+
+def saved(ctx: StageContext) -> Saved:
+    """The stage's activation items, kept by what they read: what `kept` reads, the micro-batches in flight,
+    activation offload, the pipeline schedule (its note) and detail."""
+    par, tech = ctx.plan.parallelism, ctx.plan.techniques
+    key = kept_key(ctx) + (ctx.in_flight, tech.activation_offload, par.pipeline_schedule, ctx.detail)
+    return remembered(_SAVED, key, partial(_saved, ctx))
+
+
+def _saved(ctx: StageContext) -> Saved:
+    k = kept(ctx)
+    forward, host = activations(ctx, k)
+    casts, casts_bwd = weight_casts(ctx, k)
+    rest, rest_casts, freed = backward_activations(ctx, k)
+    return Saved(kept=k, forward=forward, host=host, casts=casts, casts_bwd=casts_bwd, rest=rest,
+                 rest_casts=rest_casts, freed=freed)

@@ -13,12 +13,13 @@ Conventions (beside the package's):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
 from planner.frameworks import load_frameworks
-from planner.memory.layout import attention_layers, largest_stage_layers, pattern_stage_params, stage_split
+from planner.memory.layout import (Layout, attention_layers, largest_stage_layers, layout, layout_attention_layers,
+                                   pattern_stage_params, stage_split)
 from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
 from planner.memory.runtime import (ALLOCATED_ONCE, CUBLAS_WORKSPACE_BYTES, allocator_reserve, cublas_workspace,
@@ -70,16 +71,22 @@ _MAX_TOKENS = 16_777_216
 def kv_bytes_per_token(plan: Plan) -> int:
     """KV-cache bytes one token of one sequence takes on one GPU (K and V of each of its layers), for layers
     that attend globally; sliding-window layers stop growing at the window (see kv_cache_bytes)."""
-    m, par = plan.model, plan.parallelism
+    return _kv_bytes_per_token(layout(plan), plan.precision.kv_cache)
+
+
+# keyed by (the model's cut, the KV-cache dtype), all it reads: a serving estimate asks at every cache size it tries
+@lru_cache(maxsize=256)
+def _kv_bytes_per_token(lay: Layout, kv_dtype: str) -> int:
+    m = lay.model
     if m.mla:
         # latent attention caches the kv latent and the shared RoPE key, (d_c + d_h^R) per layer (DeepSeek-V2
         # paper §2.1.2), the same on every tensor-parallel rank: vLLM's MLA backends and HF transformers 5
         # (DeepseekV3Attention updates the cache before expand_kv)
         width = m.kv_lora_rank + m.qk_rope_head_dim
     else:  # K and V per KV head on this rank (≥ one head)
-        _, k, v, _ = attention_widths(m, par.tensor)
+        _, k, v, _ = attention_widths(m, lay.tensor)
         width = k + v
-    return attention_layers(plan) * width * nbytes(plan.precision.kv_cache)
+    return layout_attention_layers(lay) * width * nbytes(kv_dtype)
 
 
 def kv_cache_bytes(plan: Plan, tokens: int) -> int:

@@ -3,12 +3,16 @@ holds, the micro-batches a stage keeps in flight, ZeRO sharding, and the per-sta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from types import MappingProxyType
+
 from planner.dtypes import nbytes
 from planner.memory.terms import Sharded, Term
-from planner.models import lora_params_per_layer, param_counts, projection_shapes
+from planner.models import Model, ParamCounts, lora_params_per_layer, param_counts, projection_shapes
 from planner.pipeline import chunk_split
-from planner.plan import Plan
+from planner.plan import Lora, Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +36,48 @@ class StageParams:
     adapters: int  # LoRA parameters on this stage (task lora/qlora), else 0
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Layout:
+    """The model cut over a plan's tensor, expert and pipeline ranks, with its LoRA adapters: everything that
+    depends on nothing else, resolved once per distinct cut (`layout`) and read by the terms instead of being
+    re-derived from the model in each. Compared by identity: the cache hands out one object per cut."""
+
+    model: Model
+    tensor: int
+    expert: int
+    lora: Lora | None  # the adapters of task lora and qlora, else None
+    counts: ParamCounts  # one rank's parameters (tensor × expert split)
+    shapes: Mapping[str, tuple[int, int]]  # (input, output) width of each projection on one tensor rank
+    pipeline: int
+    chunks: tuple[int, ...]  # layers of each of the pipeline × virtual_stages model chunks
+    split: tuple[int, ...]  # layers of each pipeline stage
+    indices: tuple[tuple[int, ...], ...]  # the model's layers (0-based) each stage runs
+    layers: tuple[tuple[int, int], ...]  # (dense, MoE) layers of each stage
+    largest: tuple[int, int]  # (dense, MoE) layers of the stage with the most layer parameters
+    stages: tuple[StageParams, ...] = ()  # the parameters each stage's GPUs hold
+
+
+def layout(plan: Plan) -> Layout:
+    """The plan's model cut over its ranks (one cached object per cut)."""
+    par, wl = plan.parallelism, plan.workload
+    return _layout(plan.model, par.tensor, par.expert, par.pipeline, chunks_of(plan),
+                   wl.lora if wl.task in ("lora", "qlora") else None)
+
+
+# keyed by (model, tensor, expert, pipeline, chunks, adapters), all a cut reads: a search tries a few dozen cuts
+@lru_cache(maxsize=256)
+def _layout(m: Model, tensor: int, expert: int, p: int, chunks: tuple[int, ...], lora: Lora | None) -> Layout:
+    layers = tuple(_stage_layers(m, chunks, p, s) for s in range(p))
+    unsplit = param_counts(m, tensor)  # the experts unsplit: which stage holds the most layer parameters
+    base = Layout(model=m, tensor=tensor, expert=expert, lora=lora, counts=param_counts(m, tensor, expert),
+                  shapes=MappingProxyType(projection_shapes(m, tensor)), pipeline=p, chunks=chunks,
+                  split=tuple(sum(chunks[i::p]) for i in range(p)),
+                  indices=tuple(tuple(i for c in range(s, len(chunks), p)
+                                      for i in range(sum(chunks[:c]), sum(chunks[:c + 1]))) for s in range(p)),
+                  layers=layers, largest=max(layers, key=lambda s: _stage_weight(s, unsplit.layer, unsplit.moe_layer)))
+    return replace(base, stages=tuple(_stage_params(base, s) for s in range(p)))
+
+
 # --- The pipeline layer split (planner/pipeline.py) ---------------------------------------------------------
 def chunks_of(plan: Plan) -> tuple[int, ...]:
     """Layers of each of the plan's pipeline × virtual_stages model chunks, by its split rule or list."""
@@ -43,13 +89,10 @@ def chunks_of(plan: Plan) -> tuple[int, ...]:
 def stage_split(plan: Plan) -> tuple[int, ...]:
     """Layers of each pipeline stage: its chunks i, i + p, i + 2p, … (interleaved schedules give each stage v of
     the model's p × v chunks)."""
-    chunks, p = chunks_of(plan), plan.parallelism.pipeline
-    return tuple(sum(chunks[i::p]) for i in range(p))
+    return layout(plan).split
 
 
-def stage_layers(plan: Plan, stage: int) -> tuple[int, int]:
-    """(dense, MoE) layers of a pipeline stage over its chunks; MoE models put their dense layers first."""
-    m, p, chunks = plan.model, plan.parallelism.pipeline, chunks_of(plan)
+def _stage_layers(m: Model, chunks: tuple[int, ...], p: int, stage: int) -> tuple[int, int]:
     dense_total, dense, total = m.num_layers - m.moe_layers, 0, 0
     for c in range(stage, len(chunks), p):
         start = sum(chunks[:c])
@@ -58,26 +101,38 @@ def stage_layers(plan: Plan, stage: int) -> tuple[int, int]:
     return dense, total - dense
 
 
+def stage_layers(plan: Plan, stage: int) -> tuple[int, int]:
+    """(dense, MoE) layers of a pipeline stage over its chunks; MoE models put their dense layers first."""
+    return layout(plan).layers[stage]
+
+
 def stage_layer_indices(plan: Plan, stage: int) -> tuple[int, ...]:
     """The model's layers (0-based) that pipeline stage `stage` runs, over its chunks."""
-    chunks, p = chunks_of(plan), plan.parallelism.pipeline
-    return tuple(i for c in range(stage, len(chunks), p) for i in range(sum(chunks[:c]), sum(chunks[:c + 1])))
+    return layout(plan).indices[stage]
 
 
 def attention_layers(plan: Plan) -> int:
     """Attention layers (those with a KV cache) of the pipeline stage that has the most."""
-    if not plan.model.layer_pattern:
-        return max(stage_split(plan))
-    return max(sum(plan.model.layer_pattern[i] == "*" for i in stage_layer_indices(plan, s))
-               for s in range(plan.parallelism.pipeline))
+    return layout_attention_layers(layout(plan))
+
+
+def layout_attention_layers(lay: Layout) -> int:
+    """`attention_layers` of a resolved cut."""
+    pattern = lay.model.layer_pattern
+    if not pattern:
+        return max(lay.split)
+    return max(sum(pattern[i] == "*" for i in indices) for indices in lay.indices)
+
+
+def _pattern_params(lay: Layout, stage: int) -> tuple[int, int, int]:
+    counts, layers = lay.counts, lay.indices[stage]
+    return (sum(counts.layer_at(i) for i in layers), sum(counts.layer_norms(i) for i in layers),
+            max(counts.layer_at(i) for i in layers))
 
 
 def pattern_stage_params(plan: Plan, stage: int) -> tuple[int, int, int]:
     """A hybrid model's stage, layer by layer on one rank: (layer parameters, of which norms, largest layer)."""
-    counts = param_counts(plan.model, plan.parallelism.tensor, plan.parallelism.expert)
-    layers = stage_layer_indices(plan, stage)
-    return (sum(counts.layer_at(i) for i in layers), sum(counts.layer_norms(i) for i in layers),
-            max(counts.layer_at(i) for i in layers))
+    return _pattern_params(layout(plan), stage)
 
 
 def _stage_weight(split: tuple[int, int], layer: int, moe_layer: int) -> int:
@@ -86,9 +141,7 @@ def _stage_weight(split: tuple[int, int], layer: int, moe_layer: int) -> int:
 
 def largest_stage_layers(plan: Plan) -> tuple[int, int]:
     """(dense, MoE) layers of the pipeline stage with the most layer parameters."""
-    counts = param_counts(plan.model, plan.parallelism.tensor)
-    splits = [stage_layers(plan, i) for i in range(plan.parallelism.pipeline)]
-    return max(splits, key=lambda s: _stage_weight(s, counts.layer, counts.moe_layer))
+    return layout(plan).largest
 
 
 # --- Parameters held by one GPU -----------------------------------------------------------------------------
@@ -101,10 +154,9 @@ def _gathered_pair(runs: list[tuple[int, bool, int]]) -> tuple[int, int]:
     return max(pairs or [(runs[0][0], runs[0][0] * runs[0][1])])
 
 
-def _rows_and_largest(plan: Plan, dense: int, moe: int) -> tuple[int, int]:
+def _rows_and_largest(lay: Layout, dense: int, moe: int) -> tuple[int, int]:
     """(output rows of the stage's projections, largest projection matrix)."""
-    m, t, ep = plan.model, plan.parallelism.tensor, plan.parallelism.expert
-    shapes = projection_shapes(m, t)
+    m, t, ep, shapes = lay.model, lay.tensor, lay.expert, lay.shapes
     rows = dense * sum(o for _, o in shapes.values())
     largest = max(i * o for i, o in shapes.values())
     if moe:
@@ -116,17 +168,17 @@ def _rows_and_largest(plan: Plan, dense: int, moe: int) -> tuple[int, int]:
     return rows, largest
 
 
-def _adapter_params(plan: Plan, stage: int, dense: int, moe: int) -> int:
+def _adapter_params(lay: Layout, stage: int, dense: int, moe: int) -> int:
     """LoRA parameters of the stage's layers (0 unless the task is lora or qlora). Hybrid models: the targets are
     the attention layers' q, k, v, o and the FFNs' projections; recurrent mixers get no adapter."""
-    if plan.workload.task not in ("lora", "qlora"):
+    if lay.lora is None:
         return 0
-    m, lora, t, ep = plan.model, plan.workload.lora, plan.parallelism.tensor, plan.parallelism.expert
+    m, lora, t, ep = lay.model, lay.lora, lay.tensor, lay.expert
     attn_targets = tuple(x for x in lora.targets if x in ("q", "k", "v", "o"))
     mlp_targets = tuple(x for x in lora.targets if x not in attn_targets)
     attn_layers = dense + moe
     if m.layer_pattern:
-        kinds = [m.layer_pattern[i] for i in stage_layer_indices(plan, stage)]
+        kinds = [m.layer_pattern[i] for i in lay.indices[stage]]
         attn_layers = kinds.count("*")
         dense = kinds.count("-") if m.pattern_style == "one_sublayer" else dense
     adapters = (attn_layers * lora_params_per_layer(m, attn_targets, lora.rank, t)
@@ -139,22 +191,20 @@ def _adapter_params(plan: Plan, stage: int, dense: int, moe: int) -> int:
     return adapters
 
 
-def stage_params(plan: Plan, stage: int) -> StageParams:
-    m, par = plan.model, plan.parallelism
-    p = par.pipeline
-    counts = param_counts(m, par.tensor, par.expert)
+def _stage_params(lay: Layout, stage: int) -> StageParams:
+    m, p, counts = lay.model, lay.pipeline, lay.counts
     table = counts.embedding  # vocab-parallel rows of the embedding (and of the output head)
     last = stage == p - 1
-    dense, moe = stage_layers(plan, stage)
+    dense, moe = lay.layers[stage]
     embedding = table if stage == 0 else 0
     # the output head: its own table when untied; with tied embeddings and pipeline > 1 the last stage keeps a
     # copy of the embedding (Megatron), with pipeline = 1 it is the embedding itself
     head_params = table if last and (not m.tie_embeddings or p > 1) else 0
     layer_units = [(counts.layer, True, dense), (counts.moe_layer, True, moe)]
     if m.layer_pattern:  # hybrid: each layer's own mixer; its mixers' vectors count as linear (a few per mil)
-        layer_params, norms, biggest = pattern_stage_params(plan, stage)
+        layer_params, norms, biggest = _pattern_params(lay, stage)
         linear = layer_params - norms
-        layer_units = [(counts.layer_at(i), True, 1) for i in stage_layer_indices(plan, stage)]
+        layer_units = [(counts.layer_at(i), True, 1) for i in lay.indices[stage]]
     else:
         layer_params, biggest = dense * counts.layer + moe * counts.moe_layer, max(
             counts.layer if dense else 0, counts.moe_layer if moe else 0)
@@ -164,12 +214,12 @@ def stage_params(plan: Plan, stage: int) -> StageParams:
     units = [(u, layer, n) for u, layer, n in [(embedding, False, 1)] + layer_units + [(head_params, False, 1)]
              if u and n]
     pair, pair_layers = _gathered_pair(units)
-    rows, largest = _rows_and_largest(plan, dense, moe)
+    rows, largest = _rows_and_largest(lay, dense, moe)
     return StageParams(total=total, experts=moe * counts.experts, matmul=linear + (table if last else 0),
                        dense_layers=dense, moe_layers=moe, layer=biggest,
                        largest_unit=max(u for u, _, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
                        embedding=embedding, head=table if last else 0, head_own=head_params, linear=linear,
-                       linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(plan, stage, dense, moe))
+                       linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(lay, stage, dense, moe))
 
 
 # --- Micro-batches, routing and the mixed-precision recipe ---------------------------------------------------
@@ -216,6 +266,7 @@ class StageContext:
     first: bool
     last: bool
     layers: int  # layers of this stage
+    layout: Layout  # the model cut over the plan's ranks
     sp: StageParams
     bc: int  # bytes of the activation (compute) dtype
     autocast: bool
@@ -233,14 +284,14 @@ class StageContext:
         return Sharded(term, self.shard, expert_bytes, self.edp, self.shard_note) if on else term
 
 
-def stage_context(plan: Plan, index: int, detail: bool) -> StageContext:
-    m, wl, par = plan.model, plan.workload, plan.parallelism
+def stage_context(plan: Plan, lay: Layout, index: int, detail: bool) -> StageContext:
+    """Stage `index` of `plan`, whose model cut is `lay`."""
+    wl, par = plan.workload, plan.parallelism
     shard = par.data * par.context
     note = f" ÷ {shard} (ZeRO-{par.zero_stage} over data × context)" + (
         f"; experts ÷ {shard // par.expert} (the ranks beside each expert-parallel group)" if par.expert > 1 else "")
     return StageContext(plan=plan, index=index, detail=detail, first=index == 0, last=index == par.pipeline - 1,
-                        layers=stage_split(plan)[index],
-                        sp=stage_params(plan, index),
+                        layers=lay.split[index], layout=lay, sp=lay.stages[index],
                         bc=nbytes(plan.precision.activation_dtype), autocast=autocast(plan),
                         lora=wl.task in ("lora", "qlora"), accum=plan.micro_batches_per_step,
                         in_flight=in_flight(plan, index), tokens=wl.micro_batch_size * wl.sequence_length // par.context,

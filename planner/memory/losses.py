@@ -5,9 +5,11 @@ the end of forward, in the loss's backward and in the output head's backward."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from planner.memory.layout import StageContext
 from planner.memory.terms import Described, Factor, Product, Term, fixed
+from planner.memo import Memo, remembered
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +105,18 @@ def _fused(ctx: StageContext) -> Loss:
                 backward_note="Liger's fused loss made these gradients in forward")
 
 
+_LOSSES = Memo(1024)  # _loss by all it reads (see loss)
+
+
 def loss(ctx: StageContext) -> Loss:
+    """The last stage's loss, kept by what it reads: the tokens, the model's cut (vocabulary, width, adapters), the
+    compute dtype, autocast and the loss settings."""
+    tech = ctx.plan.techniques
+    key = (ctx.layout, ctx.tokens, ctx.bc, ctx.autocast, tech.loss, tech.compiled_loss, tech.loss_chunks)
+    return remembered(_LOSSES, key, partial(_loss, ctx))
+
+
+def _loss(ctx: StageContext) -> Loss:
     tech = ctx.plan.techniques
     if tech.loss == "fused":
         return _fused(ctx)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from planner.dtypes import nbytes
-from planner.memory.layout import StageParams
+from planner.memory.layout import Layout, StageParams
 from planner.memory.terms import Described, Factor, Product, Sum, Term, fixed
-from planner.models import projection_shapes
-from planner.plan import Plan
+from planner.plan import Precision
 
 # 8-bit AdamW (bitsandbytes Optimizer2State.init_state; torchao optim/adam.py _new_buffer): two uint8 states per
 # element with one fp32 scale per block (`precision.optimizer_block_size`). Tensors under 4,096 elements keep
@@ -38,21 +38,21 @@ class Trainable:
         object.__setattr__(self, "largest", max((r * c for r, c, _ in self.matrices), default=self.vectors))
 
 
-def _expert_shapes(plan: Plan, sp: StageParams) -> tuple[dict[str, tuple[int, int]], int]:
+def _expert_shapes(lay: Layout, sp: StageParams) -> tuple[dict[str, tuple[int, int]], int]:
     """(shapes of one expert's projections, experts on this rank) of the stage's MoE layers."""
-    m, par = plan.model, plan.parallelism
+    m = lay.model
     if not sp.moe_layers:
         return {}, 0
-    e, h = m.moe_intermediate_size // par.tensor, m.hidden_size
+    e, h = m.moe_intermediate_size // lay.tensor, m.hidden_size
     shapes = {"gate": (h, e), "up": (h, e), "down": (e, h)} if m.mlp == "swiglu" else {"up": (h, e), "down": (e, h)}
-    return shapes, m.num_experts // par.expert + m.shared_experts
+    return shapes, m.num_experts // lay.expert + m.shared_experts
 
 
-def _lora_trainable(plan: Plan, sp: StageParams) -> Trainable:
-    shapes = projection_shapes(plan.model, plan.parallelism.tensor)
-    expert_shapes, experts_here = _expert_shapes(plan, sp)
-    r, mats = plan.workload.lora.rank, []
-    for t in plan.workload.lora.targets:
+def _lora_trainable(lay: Layout, sp: StageParams) -> Trainable:
+    shapes = lay.shapes
+    expert_shapes, experts_here = _expert_shapes(lay, sp)
+    r, mats = lay.lora.rank, []
+    for t in lay.lora.targets:
         if t in expert_shapes:  # an MLP target: dense layers, and every expert of the MoE layers
             pieces = ((shapes[t], sp.dense_layers), (expert_shapes[t], sp.moe_layers * experts_here))
         else:
@@ -61,13 +61,16 @@ def _lora_trainable(plan: Plan, sp: StageParams) -> Trainable:
     return Trainable(matrices=tuple(mats), vectors=0, embedding_like=0)
 
 
-def trainable(plan: Plan, sp: StageParams) -> Trainable:
-    if plan.workload.task in ("lora", "qlora"):
-        return _lora_trainable(plan, sp)
-    m = plan.model
-    shapes = projection_shapes(m, plan.parallelism.tensor)
+# keyed by (layout, stage): a stage's trainable parameters read only its cut of the model and its adapters, and the
+# layout cache hands out one object per cut
+@lru_cache(maxsize=1024)
+def trainable(lay: Layout, stage: int) -> Trainable:
+    sp = lay.stages[stage]
+    if lay.lora is not None:
+        return _lora_trainable(lay, sp)
+    m, shapes = lay.model, lay.shapes
     layers = sp.dense_layers + sp.moe_layers
-    expert_shapes, experts_here = _expert_shapes(plan, sp)
+    expert_shapes, experts_here = _expert_shapes(lay, sp)
     attention = ("q", "k", "v", "o")
     layer_mats = tuple((o, i, sp.dense_layers if name not in attention else layers)
                        for name, (i, o) in shapes.items() if sp.dense_layers or name in attention)
@@ -95,15 +98,13 @@ def _params(n: int, states: int, each: int, unit: str = "B", suffix: str = "") -
                    suffix)
 
 
-def _adamw(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
-    prec = plan.precision
+def _adamw(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     temp = {"foreach": tr.total * bs, "forloop": tr.largest * bs, "fused": 0}[prec.optimizer_impl]
     return Optimizer(states=_params(tr.total, 2, bs, f"B ({prec.optimizer_state})"), temp=temp,
                      note="AdamW exp_avg and exp_avg_sq; foreach materializes sqrt(exp_avg_sq) for all parameters at the step")
 
 
-def _adamw_8bit(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
-    prec = plan.precision
+def _adamw_8bit(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     paged, torchao = prec.optimizer in PAGED_OPTIMIZERS, prec.optimizer_library == "torchao"
     block = prec.optimizer_block_size
     kept = [(r * c, n) for r, c, n in tr.matrices
@@ -127,24 +128,24 @@ def _adamw_8bit(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
                      ("; paged: outside PyTorch's allocator, evicted to host under pressure" if paged else ""))
 
 
-def _paged_adamw(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
+def _paged_adamw(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     return Optimizer(states=_params(tr.total, 2, 4, suffix=", in CUDA managed memory"), temp=0,
                      note="bitsandbytes paged AdamW: states in unified memory outside PyTorch's allocator, evicted "
                      "to host under pressure")
 
 
-def _adafactor(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
+def _adafactor(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     factored = sum(4 * (r + c) * k for r, c, k in tr.matrices) + 4 * tr.vectors
     return Optimizer(states=Described(factored, "4 B × (rows + columns) per matrix + 4 B per vector element"),
                      temp=2 * tr.largest * 4,
                      note="Adafactor (HF, beta1=None): factored second moment only; the step squares one gradient at a time")
 
 
-def _lion(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
+def _lion(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     return Optimizer(states=_params(tr.total, 1, bs), temp=tr.largest * bs, note="Lion keeps one momentum buffer")
 
 
-def _muon(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
+def _muon(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     hidden = tr.total - tr.vectors - tr.embedding_like
     others = tr.total - hidden
     states = Sum((Product((Factor(hidden, "matrix params"), Factor(1), Factor(bs, "B"))),
@@ -153,19 +154,21 @@ def _muon(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
                      note="Muon momentum for hidden matrices, AdamW for embeddings, head and vectors; Newton-Schulz on bf16 copies")
 
 
-def _sgd_momentum(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
+def _sgd_momentum(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     return Optimizer(states=_params(tr.total, 1, bs), temp=0, note="SGD momentum buffer")
 
 
-def _sgd(plan: Plan, tr: Trainable, bs: int) -> Optimizer:
+def _sgd(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     return Optimizer(states=fixed(0, "0 (sgd keeps no state)"), temp=0, note="Plain SGD keeps no state")
 
 
-OPTIMIZERS: dict[str, Callable[[Plan, Trainable, int], Optimizer]] = {
+OPTIMIZERS: dict[str, Callable[[Precision, Trainable, int], Optimizer]] = {
     "adamw": _adamw, "adamw_8bit": _adamw_8bit, "paged_adamw_8bit": _adamw_8bit, "paged_adamw": _paged_adamw,
     "adafactor": _adafactor, "lion": _lion, "muon": _muon, "sgd_momentum": _sgd_momentum, "sgd": _sgd}
 
 
-def optimizer(plan: Plan, tr: Trainable) -> Optimizer:
-    """The optimizer of `plan` over `tr`, before ZeRO sharding."""
-    return OPTIMIZERS[plan.precision.optimizer](plan, tr, nbytes(plan.precision.optimizer_state))
+# keyed by (layout, stage, precision): the optimizer reads the stage's trainable parameters and the precision only
+@lru_cache(maxsize=1024)
+def optimizer(lay: Layout, stage: int, prec: Precision) -> Optimizer:
+    """The plan's optimizer over a stage's trainable parameters, before ZeRO sharding."""
+    return OPTIMIZERS[prec.optimizer](prec, trainable(lay, stage), nbytes(prec.optimizer_state))

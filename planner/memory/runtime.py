@@ -4,6 +4,8 @@ allocator's reserve."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from planner.dtypes import nbytes
 from planner.memory.result import Item, Phase
 from planner.memory.terms import Factor, Product, Size, fixed, item
@@ -70,21 +72,26 @@ def _symmetric_workspace(plan: Plan, detail: bool) -> Item:
 
 def runtime_items(plan: Plan, detail: bool) -> tuple[Item, ...]:
     """What every rank holds outside PyTorch's allocator, the same on every stage."""
-    groups = _communicators(plan)
+    items = _context_and_nccl(tuple(_communicators(plan)), detail)
+    return items + ((_symmetric_workspace(plan, detail),) if plan.parallelism.async_tp else ())
+
+
+# keyed by (the rank's communicators, detail), all the two items read: a search meets a handful of combinations
+@lru_cache(maxsize=64)
+def _context_and_nccl(groups: tuple[str, ...], detail: bool) -> tuple[Item, Item]:
     nccl = (Product((Factor(len(groups), f"communicator{'s' if len(groups) > 1 else ''} ({', '.join(groups)})"),
                      Factor(Size(NCCL_BYTES_PER_COMMUNICATOR), "MiB.0")))
             if groups else fixed(0, "no communication"))
-    items = (item("cuda_context", "CUDA context", _CONTEXT,
-                  "Driver context, kernels and library handles, outside PyTorch's allocator (CUDA 12, lazy loading)",
-                  detail, "device"),
-             item("nccl", "NCCL buffers", nccl,
-                  "Per-channel FIFOs of each NCCL communicator this rank uses (NVIDIA/nccl#1685, #864)", detail, "device"))
-    return items + ((_symmetric_workspace(plan, detail),) if plan.parallelism.async_tp else ())
+    return (item("cuda_context", "CUDA context", _CONTEXT,
+                 "Driver context, kernels and library handles, outside PyTorch's allocator (CUDA 12, lazy loading)",
+                 detail, "device"),
+            item("nccl", "NCCL buffers", nccl,
+                 "Per-channel FIFOs of each NCCL communicator this rank uses (NVIDIA/nccl#1685, #864)", detail, "device"))
 
 
 def churn_bytes(phase: Phase, once: frozenset[str] = ALLOCATED_ONCE) -> int:
     """The allocated bytes at a moment that were allocated during the step (not once, before it)."""
-    return sum(i.bytes for i in phase.items if i.level == "allocated" and i.name not in once)
+    return sum([i.bytes for i in phase.items if i.level == "allocated" and i.name not in once])
 
 
 def held_bytes(phase: Phase, expandable: bool, once: frozenset[str] = ALLOCATED_ONCE) -> tuple[int, int]:
@@ -117,6 +124,8 @@ def allocator_reserve(label: str, reserve: int, formula: str, note: str, detail:
     return item("allocator_reserve", label, fixed(reserve, formula), note, detail, "reserved")
 
 
+# keyed by (note, detail), all the item reads: one per caller
+@lru_cache(maxsize=16)
 def cublas_workspace(note: str, detail: bool) -> Item:
     """The cuBLAS workspaces, one per handle (`note` says whose handles)."""
     return item("cublas_workspace", "cuBLAS workspaces", _CUBLAS, note, detail)

@@ -4,6 +4,7 @@ weights, optimizer states, gradients, DDP buckets and the cuBLAS workspaces."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
 from planner.memory.layout import StageContext
@@ -11,6 +12,7 @@ from planner.memory.optimizers import PAGED_OPTIMIZERS, Optimizer, Trainable
 from planner.memory.result import Item
 from planner.memory.runtime import cublas_workspace
 from planner.memory.terms import Described, Factor, Product, Size, Sum, fixed, item
+from planner.memo import Memo, remembered
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +151,21 @@ def _reduce_bucket(ctx: StageContext) -> Item | None:
                 "Gradients are copied into this flat bucket before each reduce (contiguous_gradients)", ctx.detail)
 
 
+_STATES = Memo(4096)  # _model_states by all it reads (see model_states)
+
+
 def model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
+    """The stage's model states, kept by what they read: the stage's cut of the model (with `tr`; the expert
+    split too) and the precision (with `opt`, its optimizer), ZeRO, offload, sharding and accumulation (a search
+    asks again for every recomputation and micro-batch it tries)."""
+    plan = ctx.plan
+    par, tech = plan.parallelism, plan.techniques
+    key = (ctx.layout, ctx.index, plan.precision, par.zero_stage, par.flat_params, par.reduce_bucket_elements,
+           tech.offload, tech.optimizer_in_backward, ctx.shard, ctx.accum > 1, ctx.autocast, ctx.detail)
+    return remembered(_STATES, key, partial(_model_states, ctx, tr, opt))
+
+
+def _model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
     if ctx.lora:
         weights, adapters, master, grad_dtype_bytes, stored = _lora_weights(ctx, tr)
     else:

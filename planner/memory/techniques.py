@@ -4,12 +4,16 @@ temporaries and the recompute of checkpointing; and the optimizer step's tempora
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache, partial
+
 from planner.dtypes import QUANTIZED
 from planner.memory.activations import NVFP4_BYTES
-from planner.memory.checkpointing import Kept
+from planner.memory.checkpointing import Kept, kept_key
 from planner.memory.layout import StageContext, routed_slots
 from planner.memory.result import Item
 from planner.memory.terms import Described, Factor, Product, Size, fixed, item
+from planner.memo import Memo, remembered
 from planner.models import projection_shapes
 
 # MXFP8 (OCP microscaling): 8-bit values with one 1-byte e8m0 scale per 32.
@@ -23,15 +27,22 @@ def zero3_gather(ctx: StageContext, stored: float) -> Item | None:
     all-gathered (a frozen base keeps its storage)."""
     if ctx.plan.parallelism.zero_stage != 3:
         return None
-    sp, fp8 = ctx.sp, ctx.plan.precision.fp8_all_gather
-    gathered = round(sp.gathered_pair * stored)
+    sp = ctx.sp
+    return _zero3_gather(sp.gathered_pair, sp.gathered_pair_layers, stored, ctx.plan.precision.fp8_all_gather,
+                         ctx.detail)
+
+
+# keyed by all the item reads (typed: the stored bytes are an integer or a fraction); a search meets each stage's
+# units under several strategies
+@lru_cache(maxsize=1024, typed=True)
+def _zero3_gather(pair: int, pair_layers: int, stored: float, fp8: bool, detail: bool) -> Item:
+    gathered = round(pair * stored)
     if fp8:  # torchao WeightWithDynamicFloat8CastTensor: layers' linears travel as float8, 1 B each
         # (no 16-bit unsharded copy is made); the embedding and the output head stay 16-bit
-        gathered -= round(sp.gathered_pair_layers * (stored - 1))
+        gathered -= round(pair_layers * (stored - 1))
     text = "largest neighbouring units {:,} params × {:.3g} B" + (", of which {:,} layer params as float8 (1 B)" if fp8 else "")
-    return item("zero3_gather", "ZeRO-3 all-gathered layers",
-                Described(gathered, text, (sp.gathered_pair, stored, sp.gathered_pair_layers)),
-                "The unit in use plus the one prefetched, unsharded", ctx.detail)
+    return item("zero3_gather", "ZeRO-3 all-gathered layers", Described(gathered, text, (pair, stored, pair_layers)),
+                "The unit in use plus the one prefetched, unsharded", detail)
 
 
 def fresh_gradients(ctx: StageContext, grad_bytes: int, opt_temp: int, trainable: int, unit: int, counted: bool,
@@ -40,24 +51,34 @@ def fresh_gradients(ctx: StageContext, grad_bytes: int, opt_temp: int, trainable
     produces them in the dtype of the parameters it sees (fp32 under autocast, else the compute dtype). They
     become .grad directly on the first micro-batch without ZeRO-2; otherwise they are a transient (added into
     .grad, or reduce-scattered), plus a cast copy when the gradient dtype differs."""
-    z, offload = ctx.plan.parallelism.zero_stage, ctx.plan.techniques.offload
+    tech = ctx.plan.techniques
     produced = 4 if ctx.autocast else grad_bytes if ctx.lora else ctx.bc
-    if ctx.plan.techniques.optimizer_in_backward:  # one parameter's gradient at a time, and its step's temporaries
+    return _fresh_gradients(produced, grad_bytes, opt_temp, trainable, unit, counted, largest,
+                            ctx.plan.parallelism.zero_stage, tech.offload, tech.optimizer_in_backward, ctx.accum > 1,
+                            ctx.detail)
+
+
+# keyed by all the item reads; a search asks for the same units under many strategies
+@lru_cache(maxsize=4096)
+def _fresh_gradients(produced: int, grad_bytes: int, opt_temp: int, trainable: int, unit: int, counted: bool,
+                     largest: int | None, z: int, offload: str, in_backward: bool, accumulated: bool,
+                     detail: bool) -> Item:
+    if in_backward:  # one parameter's gradient at a time, and its step's temporaries
         one = min(unit, largest or unit)
         step = -(-opt_temp * one // max(1, trainable))
         return item("fresh_gradients", "Fresh gradient (stepped in backward)",
                     Described(one * produced + step, "largest parameter {:,} × {} B + its step temporaries {:,} B",
                               (one, produced, step)),
-                    "The optimizer steps each parameter as soon as its gradient is ready, then frees it", ctx.detail)
+                    "The optimizer steps each parameter as soon as its gradient is ready, then frees it", detail)
     cast = produced != grad_bytes and offload == "none"
-    transient = unit * produced if (cast or z >= 2 or ctx.accum > 1 or offload != "none") else 0
+    transient = unit * produced if (cast or z >= 2 or accumulated or offload != "none") else 0
     transient += unit * grad_bytes if (z >= 2 and cast) else 0
     kept = unit * grad_bytes if (not counted and z < 2 and offload == "none") else 0
     copy = (z >= 2 and cast) or kept
     return item("fresh_gradients", "Fresh gradients",
                 Described(transient + kept, "{:,} params × ({} B as produced" + (" + {} B copy" if copy else "") + ")",
                           (unit, produced, grad_bytes)),
-                "Gradients of the unit being differentiated, before accumulation, reduce-scatter or host copy", ctx.detail)
+                "Gradients of the unit being differentiated, before accumulation, reduce-scatter or host copy", detail)
 
 
 def dequantized_weight(ctx: StageContext) -> Item | None:
@@ -170,29 +191,64 @@ def reduce_scatter_copy(ctx: StageContext, grad_bytes: int, trainable: int) -> I
     elements = ctx.plan.parallelism.reduce_bucket_elements
     if elements is None or ctx.plan.parallelism.zero_stage != 3 or ctx.plan.techniques.offload != "none":
         return None
-    copied = min(elements, trainable)
+    return _reduce_copy(min(elements, trainable), grad_bytes, ctx.detail)
+
+
+# keyed by all the item reads
+@lru_cache(maxsize=256)
+def _reduce_copy(copied: int, grad_bytes: int, detail: bool) -> Item:
     return item("reduce_copy", "DeepSpeed reduce-scatter copy",
                 Product((Factor(copied, "elements (the bucket, or every gradient when fewer)"), Factor(grad_bytes, "B"))),
-                "reduce_scatter_coalesced concatenates the bucket's partitions before reducing them", ctx.detail)
+                "reduce_scatter_coalesced concatenates the bucket's partitions before reducing them", detail)
 
 
 def optimizer_temp(ctx: StageContext, opt_temp: int, grad_bytes: int, trainable: int) -> Item:
     """Buffers the optimizer step allocates besides its states, ZeRO-sharded with them; under DeepSpeed the
     gradients of one sub-group, flattened and cast to fp32 (stage3.py _prepare_fp32_grad_for_sub_group,
     stage_1_and_2.py step: flatten, then .to(float32) when they are not fp32 already; both live at once)."""
-    z, par = ctx.plan.parallelism.zero_stage, ctx.plan.parallelism
-    s_shard = ctx.shard if z >= 1 else 1
-    offloaded = ctx.plan.techniques.offload != "none"
+    par = ctx.plan.parallelism
+    return _optimizer_temp(opt_temp, grad_bytes, trainable, ctx.shard if par.zero_stage >= 1 else 1,
+                           ctx.plan.techniques.offload != "none", par.sub_group_elements, ctx.shard_note, ctx.detail)
+
+
+# keyed by all the item reads; a search meets each stage's optimizer under several layouts
+@lru_cache(maxsize=1024)
+def _optimizer_temp(opt_temp: int, grad_bytes: int, trainable: int, s_shard: int, offloaded: bool,
+                    sub_group: int | None, shard_note: str, detail: bool) -> Item:
     temp = 0 if offloaded else -(-opt_temp // s_shard)
-    group = 0 if offloaded or par.sub_group_elements is None else min(par.sub_group_elements, -(-trainable // s_shard))
+    group = 0 if offloaded or sub_group is None else min(sub_group, -(-trainable // s_shard))
     each = grad_bytes + (4 if grad_bytes != 4 else 0)
     if not temp and not group:
         term = fixed(0, "0 (the step updates in place)")
     elif not group:
-        term = Described(temp, "{} of step temporaries" + (ctx.shard_note if s_shard > 1 else ""), (Size(opt_temp),))
+        term = Described(temp, "{} of step temporaries" + (shard_note if s_shard > 1 else ""), (Size(opt_temp),))
     else:
         text = "sub-group {:,} elements × {} B (flat gradients and their fp32 copy)"
         term = (Described(temp + group * each, "{} of step temporaries + " + text, (Size(temp), group, each)) if temp
                 else Described(group * each, text, (group, each)))
     return item("optimizer_temp", "Optimizer temporaries", term,
-                "Buffers the optimizer step allocates besides its states (see Optimizer states)", ctx.detail)
+                "Buffers the optimizer step allocates besides its states (see Optimizer states)", detail)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transients:
+    """The backward transients of a stage that depend on neither its gradients nor their sharding: the per-matmul
+    copies, and what differentiating one layer adds."""
+
+    dequant: Item | None
+    fp8: Item | None
+    dora: Item | None
+    work: tuple[Item | None, ...]
+
+
+_TRANSIENTS = Memo(4096)  # _transients by all they read (see transients)
+
+
+def transients(ctx: StageContext, k: Kept) -> Transients:
+    """The stage's transients, kept by what they read: what `k` reads (its key) and detail."""
+    return remembered(_TRANSIENTS, kept_key(ctx) + (ctx.detail,), partial(_transients, ctx, k))
+
+
+def _transients(ctx: StageContext, k: Kept) -> Transients:
+    dequant, fp8, dora = dequantized_weight(ctx), fp8_casts(ctx), dora_weight_norm(ctx)
+    return Transients(dequant=dequant, fp8=fp8, dora=dora, work=layer_work(ctx, k, dequant, fp8, dora))

@@ -3,12 +3,12 @@ activations, loss and backward transients, and the estimate of the most loaded s
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 
 from planner.catalog import Gpu
 from planner.dtypes import nbytes
 from planner.memory import checkpointing, techniques
-from planner.memory.layout import StageContext, stage_context, stage_params, stage_split
+from planner.memory.layout import Layout, StageContext, layout, stage_context
 from planner.memory.losses import Loss, loss
 from planner.memory.optimizers import Optimizer, optimizer, trainable
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
@@ -32,49 +32,51 @@ def _last_stage_phases(ctx: StageContext, lo: Loss, held: tuple[Item, ...], cast
 def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[list[Phase], int]:
     """The moments of the step on one stage, and the bytes of activations offloaded to the host."""
     sp, plan = ctx.sp, ctx.plan
-    k = checkpointing.kept(ctx)
-    acts, host = checkpointing.activations(ctx, k)
-    casts, casts_bwd = checkpointing.weight_casts(ctx, k)
-    grads_held = st.grads if ctx.accum > 1 else item("gradients", "Gradients", fixed(0, "0 (not yet produced)"),
-                                                      "First micro-batch of the step: .grad was freed by zero_grad",
-                                                      ctx.detail)
-    held = (*st.static, grads_held, acts)
+    sv = checkpointing.saved(ctx)
+    grads_held = st.grads if ctx.accum > 1 else _first_grads(ctx.detail)
+    held = (*st.static, grads_held, sv.forward)
+    tx = techniques.transients(ctx, sv.kept)
     gather = techniques.zero3_gather(ctx, st.stored)
     copy = techniques.reduce_scatter_copy(ctx, nbytes(plan.precision.gradients), total)  # the bucket's dtype
-    dequant, fp8, dora = techniques.dequantized_weight(ctx), techniques.fp8_casts(ctx), techniques.dora_weight_norm(ctx)
     fresh = partial(techniques.fresh_gradients, ctx, st.grad_dtype_bytes, opt.temp, total)
     lo = loss(ctx) if ctx.last else None
-    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, casts, gather, dequant,
-                    fp8, dora, item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None)]
+    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, sv.casts, gather,
+                    tx.dequant, tx.fp8, tx.dora,
+                    item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None)]
     if lo:
-        phases += _last_stage_phases(ctx, lo, held, casts_bwd, gather, fresh)
-    work = techniques.layer_work(ctx, k, dequant, fp8, dora)
+        phases += _last_stage_phases(ctx, lo, held, sv.casts_bwd, gather, fresh)
     # a frozen layer's only gradients are its adapters' (FSDP1 flat parameters: the whole unit's)
     layer_unit = sp.layer if not ctx.lora else sp.adapters // ctx.layers + (
         flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
     phases.append(phase("backward of the last layer", "the first layer backward reaches: all activations still live",
-                        *held, casts_bwd, gather, copy, *work,
+                        *held, sv.casts_bwd, gather, copy, *tx.work,
                         fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
-    rest, rest_casts, freed = checkpointing.backward_activations(ctx, k)
     phases.append(phase("backward of the first layer", "the last layer backward reaches: gradients nearly all produced",
-                        *st.static, st.grads, rest, rest_casts, gather, copy, *work,
+                        *st.static, st.grads, sv.rest, sv.rest_casts, gather, copy, *tx.work,
                         fresh(layer_unit, counted=True, largest=sp.largest_matrix)))
     if ctx.first and not ctx.lora:  # a frozen embedding has no backward
         tied = plan.model.tie_embeddings and plan.parallelism.pipeline == 1
-        phases.append(phase("embedding backward", "dense gradient of the embedding table", *st.static, st.grads, freed,
-                            gather, copy, fresh(sp.embedding, counted=not tied)))
+        phases.append(phase("embedding backward", "dense gradient of the embedding table", *st.static, st.grads,
+                            sv.freed, gather, copy, fresh(sp.embedding, counted=not tied)))
     if not plan.techniques.optimizer_in_backward:  # optimizer in backward has no separate step
         phases.append(phase("optimizer step", "activations freed; the optimizer updates the weights", *st.static,
                             st.grads, techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total)))
-    return phases, host
+    return phases, sv.host
 
 
-def stage(plan: Plan, index: int, runtime_bytes: int, usable_bytes: int, detail: bool = True) -> Stage:
-    """One stage's phases on a device of `usable_bytes`; `detail=False` skips writing out formulas (for
-    searches that need only bytes)."""
-    ctx = stage_context(plan, index, detail)
-    tr = trainable(plan, ctx.sp)
-    opt = optimizer(plan, tr)
+# keyed by detail, all the item reads
+@lru_cache(maxsize=2)
+def _first_grads(detail: bool) -> Item:
+    """Gradients during the first micro-batch of a step: none yet."""
+    return item("gradients", "Gradients", fixed(0, "0 (not yet produced)"),
+                "First micro-batch of the step: .grad was freed by zero_grad", detail)
+
+
+def stage(plan: Plan, lay: Layout, index: int, runtime_bytes: int, usable_bytes: int, detail: bool = True) -> Stage:
+    """One stage's phases on a device of `usable_bytes` (`lay`: the plan's model cut); `detail=False` skips
+    writing out formulas (for searches that need only bytes)."""
+    ctx = stage_context(plan, lay, index, detail)
+    tr, opt = trainable(lay, index), optimizer(lay, index, plan.precision)
     phases, host = _phases(ctx, model_states(ctx, tr, opt), opt, tr.total)
     peak = max(phases, key=lambda ph: ph.allocated_bytes)
     # the allocator's reserve only grows, so the reserved peak is the largest over the phases
@@ -86,17 +88,18 @@ def stage(plan: Plan, index: int, runtime_bytes: int, usable_bytes: int, detail:
 
 
 def _all_stages(plan: Plan, runtime_bytes: int, usable_bytes: int) -> tuple[Stage, ...]:
-    return tuple(stage(plan, i, runtime_bytes, usable_bytes) for i in range(plan.parallelism.pipeline))
+    lay = layout(plan)
+    return tuple(stage(plan, lay, i, runtime_bytes, usable_bytes) for i in range(plan.parallelism.pipeline))
 
 
-def host_bytes(plan: Plan) -> int:
-    """CPU memory per GPU holding what `techniques.offload` moved off the GPU."""
+def host_bytes(plan: Plan, lay: Layout) -> int:
+    """CPU memory per GPU holding what `techniques.offload` moved off the GPU (`lay`: the plan's model cut)."""
     if plan.techniques.offload == "none":
         return 0
     prec, par = plan.precision, plan.parallelism
-    sp = max((stage_params(plan, i) for i in range(par.pipeline)), key=lambda s: s.total)
-    tr = trainable(plan, sp)
-    states = optimizer(plan, tr).states.bytes
+    index = max(range(par.pipeline), key=lambda i: lay.stages[i].total)
+    sp, tr = lay.stages[index], trainable(lay, index)
+    states = optimizer(lay, index, prec).states.bytes
     # fp32 master (if any) and fp32 gradients the CPU step reads, the optimizer states (+ the parameters)
     host = tr.total * ((4 if prec.master_weights == "fp32" else 0) + 4) + states
     if plan.techniques.offload == "optimizer_and_params":
@@ -110,11 +113,11 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     # A middle stage of as many layers as the first holds a subset of its items, each no larger (no embedding,
     # fewer micro-batches in flight), so the most loaded stage is the first, the last, or, where the split is
     # uneven, the first of the middle stages with the most layers.
-    p = plan.parallelism.pipeline
-    split = stage_split(plan)
+    p, lay = plan.parallelism.pipeline, layout(plan)
+    split = lay.split
     middle = max(range(1, p - 1), key=lambda i: (split[i], -i), default=None)
     indices = [0] + ([p - 1] if p > 1 else []) + ([middle] if middle is not None and split[middle] > split[0] else [])
-    edges = tuple(stage(plan, i, runtime_bytes, gpu.usable_bytes, detail) for i in indices)
+    edges = tuple(stage(plan, lay, i, runtime_bytes, gpu.usable_bytes, detail) for i in indices)
     worst = max(edges, key=lambda s: (s.device_bytes, -s.index))
     reserve = allocator_reserve(
         "Allocator reserve", worst.reserved_bytes - worst.peak_allocated_bytes,
@@ -124,6 +127,6 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     return Estimate(plan=plan, gpu=gpu, items=worst.peak.items + (reserve,) + runtime, phase=worst.peak.name,
                     stage=worst.index, peak_allocated_bytes=worst.peak_allocated_bytes,
                     peak_reserved_bytes=worst.reserved_bytes, device_bytes=worst.device_bytes,
-                    usable_bytes=gpu.usable_bytes, host_bytes=host_bytes(plan) + max(s.host_bytes for s in edges),
+                    usable_bytes=gpu.usable_bytes, host_bytes=host_bytes(plan, lay) + max(s.host_bytes for s in edges),
                     runtime_bytes=runtime_bytes, all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes),
                     cache_flushed=worst.cache_flushed)

@@ -6,7 +6,9 @@ add what checkpointing recomputes.
 
 from __future__ import annotations
 
-from planner.models import GDN_CHUNK, MAMBA_CHUNK, attention_widths, mamba2_widths, param_counts
+from functools import lru_cache
+
+from planner.models import GDN_CHUNK, MAMBA_CHUNK, Model, attention_widths, mamba2_widths, param_counts
 from planner.plan import Plan
 
 
@@ -15,15 +17,19 @@ def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> f
     the output head; Kaplan et al. 2020) and attention, 2 × (q + v widths) × keys per layer (QKᵀ and PV), over the
     keys a query sees: causal halves them where fused kernels skip the masked half (PaLM, Chowdhery et al.
     2022, App. B), sliding windows cap them."""
-    m = plan.model
-    s = sequence_length or plan.workload.sequence_length
-    flash = plan.techniques.attention == "flash"
+    return _forward_flops(plan.model, sequence_length or plan.workload.sequence_length,
+                          plan.techniques.attention == "flash")
+
+
+# keyed by (model, sequence length, fused attention), all the forward FLOPs read; a search asks again per strategy
+@lru_cache(maxsize=1024)
+def _forward_flops(m: Model, s: int, flash: bool) -> float:
     window = min(s, m.sliding_window or s)
     per_query = s / 2 if flash else s  # eager computes the masked half too
     keys = (m.pattern_count("*") - m.sliding_layers) * per_query + m.sliding_layers * (
         min(window, per_query) if flash else s)
     q, _, _, out = attention_widths(m)
-    return 2 * matmul_params(plan) + 2 * (q + out) * keys + recurrent_flops_per_token(plan)
+    return 2 * _matmul_params(m) + 2 * (q + out) * keys + _recurrent_flops(m)
 
 
 def recurrent_flops_per_token(plan: Plan) -> float:
@@ -31,7 +37,10 @@ def recurrent_flops_per_token(plan: Plan) -> float:
     chunked SSD ≈ 2Q(GN + HP) + 4HPN (CB, the intra-chunk product, chunk states and their readout); Gated
     DeltaNet per value head ≈ 6·Dk·Dv + C(6Dk + 4Dv) + 2C²/3 (kkᵀ and qkᵀ, the triangular solve, w and u, the
     intra-chunk output, the state update and readout)."""
-    m = plan.model
+    return _recurrent_flops(plan.model)
+
+
+def _recurrent_flops(m: Model) -> float:
     flops = 0.0
     if m.pattern_count("M"):
         _, inner, groups_n = mamba2_widths(m)
@@ -45,7 +54,12 @@ def recurrent_flops_per_token(plan: Plan) -> float:
 def matmul_params(plan: Plan) -> int:
     """Matmul parameters a token passes through: the layers' projections (active experts only) and the output
     head; norms and the embedding lookup do no matmul."""
-    m = plan.model
+    return _matmul_params(plan.model)
+
+
+# keyed by the model, all the count reads (its layers' norms are summed one by one: worth keeping)
+@lru_cache(maxsize=256)
+def _matmul_params(m: Model) -> int:
     counts = param_counts(m)
     norms = sum(counts.layer_norms(i) for i in range(m.num_layers))
     return counts.active - counts.embedding - counts.lm_head - norms - counts.final_norm + m.vocab_size * m.hidden_size

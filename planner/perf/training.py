@@ -12,17 +12,19 @@ planner/perf/rates.py's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache, partial
 
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, bits, nbytes
-from planner.memory.layout import largest_stage_layers
-from planner.models import attention_widths, lora_params_per_layer, param_counts, projection_shapes
+from planner.memory.layout import Layout, layout
+from planner.memo import Memo, remembered
+from planner.models import attention_widths, lora_params_per_layer
 from planner.perf.flops import model_flops_per_token
 from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, Gemm, gemms_s, keys_per_query, layer_work,
                                matmul_elem)
-from planner.plan import ADAPTER_TASKS, Plan
+from planner.plan import ADAPTER_TASKS, Parallelism, Plan
 
 # Cross-entropy bytes per logit: upcast to fp32 (r2 w4), log-softmax (r4 w4), its gradient (r4 w4) and the
 # downcast of the gradient (r4 w2) = 28 whether or not it runs in chunks; Liger's fused kernel keeps the
@@ -59,33 +61,34 @@ class _Work:
     trainable: float
 
 
-_WORK: dict[tuple, _Work] = {}  # memo: a plan's work, keyed by the sections it depends on
+_WORK = Memo(4096)  # _work_of by the plan parts it reads (see _work)
 
 
 def _work(plan: Plan) -> _Work:
-    key = (plan.model, plan.workload, plan.precision, plan.techniques, plan.parallelism)
-    if key not in _WORK:
-        if len(_WORK) > 20_000:
-            _WORK.clear()
-        _WORK[key] = _work_of(plan)
-    return _WORK[key]
+    """The plan's work, kept by what it reads: the model's cut (with the adapters), the precision, the micro-batch's
+    tokens and their split, and the attention, compile and loss settings (the same for every GPU type, count,
+    ZeRO stage and recomputation a search tries)."""
+    par, tech, wl, lay = plan.parallelism, plan.techniques, plan.workload, layout(plan)
+    key = (lay, plan.precision, tech.attention, tech.compiled_blocks, tech.loss, wl.micro_batch_size,
+           wl.sequence_length, par.context, par.sequence_parallel)
+    return remembered(_WORK, key, partial(_work_of, plan, lay))
 
 
-def _work_of(plan: Plan) -> _Work:
+def _work_of(plan: Plan, lay: Layout) -> _Work:
     m, par, wl = plan.model, plan.parallelism, plan.workload
     tokens = wl.micro_batch_size * wl.sequence_length / par.context
     keys = keys_per_query(plan, wl.sequence_length)
-    dense, moe = largest_stage_layers(plan)
+    dense, moe = lay.largest
     works = [(n, layer_work(plan, tokens, keys, is_moe)) for n, is_moe in ((dense, False), (moe, True)) if n]
     vocab = -(-m.vocab_size // par.tensor)
-    params, trainable = _stage_params(plan, dense, moe)
+    params, trainable = _stage_params(plan, lay, dense, moe)
     return _Work(layer_gemms=tuple((n * c, t, k, o, e) for n, w in works for c, t, k, o, e in w.gemms),
                  other_gemms=((1, tokens, m.hidden_size, vocab, matmul_elem(plan)),
-                              *_adapter_gemms(plan, tokens, dense + moe)),
+                              *_adapter_gemms(plan, lay, tokens, dense + moe)),
                  attention_flops=sum(n * w.attention_flops for n, w in works),
                  elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
                  loss_bytes=tokens * vocab * LOSS_BYTES[plan.techniques.loss],
-                 dequant_bytes=_dequant_bytes(plan, dense + moe), frozen=wl.task in ADAPTER_TASKS,
+                 dequant_bytes=_dequant_bytes(plan, lay, dense + moe), frozen=wl.task in ADAPTER_TASKS,
                  dense_layers=dense, moe_layers=moe, params=params, trainable=trainable)
 
 
@@ -138,30 +141,31 @@ def _recompute_s(plan: Plan, layers_s: float, attention_s: float, elementwise_s:
     return elementwise_s if ckpt == "selective_op" else 0.0
 
 
-def _adapter_gemms(plan: Plan, tokens: float, layers: int) -> tuple[Gemm, ...]:
+def _adapter_gemms(plan: Plan, lay: Layout, tokens: float, layers: int) -> tuple[Gemm, ...]:
     """The LoRA adapters' forward on the stage: two skinny matmuls per target and layer."""
     if plan.workload.task not in ADAPTER_TASKS:
         return ()
-    shapes, rank = projection_shapes(plan.model, plan.parallelism.tensor), plan.workload.lora.rank
+    shapes, rank = lay.shapes, plan.workload.lora.rank
     elem = nbytes(plan.precision.activation_dtype)
     return tuple((layers, tokens, a, b, elem) for t in plan.workload.lora.targets
                  for a, b in ((shapes[t][0], rank), (rank, shapes[t][1])))
 
 
-def _dequant_bytes(plan: Plan, layers: int) -> float:
+def _dequant_bytes(plan: Plan, lay: Layout, layers: int) -> float:
     """Quantized frozen weights (QLoRA's NF4, int4, int8) are dequantized to the compute dtype before each matmul
     (bitsandbytes' dequantize then matmul): read the packed weights, write the 16-bit copy, once per pass."""
     weights = plan.precision.weights
     if plan.workload.task not in ADAPTER_TASKS or weights not in QUANTIZED:
         return 0.0
-    params = sum(k * n for k, n in projection_shapes(plan.model, plan.parallelism.tensor).values())
+    params = sum(k * n for k, n in lay.shapes.values())
     return layers * params * (bits(weights) / 8 + nbytes(plan.precision.activation_dtype))
 
 
 # --- communication ------------------------------------------------------------------------------------------------
-def _groups(plan: Plan) -> dict[str, Group]:
+# keyed by the parallelism section, all the communicators read: a search times each layout on every GPU type
+@lru_cache(maxsize=1024)
+def _groups(par: Parallelism) -> dict[str, Group]:
     """Each parallel dimension's communicator, in the rank order tensor, context, data, pipeline."""
-    par = plan.parallelism
     t, c, d = par.tensor, par.context, par.data
     return {"tensor": Group(size=t, stride=1), "context": Group(size=c, stride=t),
             "data": Group(size=d * c, stride=t), "expert": Group(size=par.expert, stride=t),
@@ -181,7 +185,7 @@ def _exposed(name: str, label: str, comm: tuple[float, float, str], formula: str
 def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe_layers: int) -> list[TimeItem]:
     """Tensor-, context-, expert- and pipeline-parallel communication of the step's `steps` micro-batches."""
     m, par, wl = plan.model, plan.parallelism, plan.workload
-    g = _groups(plan)
+    g = _groups(par)
     tokens = wl.micro_batch_size * wl.sequence_length / par.context
     act = tokens * m.hidden_size * nbytes(plan.precision.activation_dtype)
     passes = 3 if plan.techniques.activation_checkpointing == "full" else 2  # forward, backward (+ recomputation)
@@ -219,10 +223,9 @@ def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe
     return items
 
 
-def _stage_params(plan: Plan, dense: int, moe: int) -> tuple[float, float]:
+def _stage_params(plan: Plan, lay: Layout, dense: int, moe: int) -> tuple[float, float]:
     """(parameters on one GPU of the stage of `dense` and `moe` layers before ZeRO, of which trainable)."""
-    m, par = plan.model, plan.parallelism
-    counts = param_counts(m, par.tensor, par.expert)
+    m, par, counts = plan.model, plan.parallelism, lay.counts
     # the first stage's table, or the last stage's head and final norm
     ends = (counts.embedding + counts.lm_head + counts.final_norm) / (1 if par.pipeline == 1 else 2)
     params = dense * counts.layer + moe * counts.moe_layer + ends
@@ -238,7 +241,7 @@ def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: 
     backward; FSDP's all-gathers with the layer before (prefetch) and its reduce-scatter with backward, all
     but the first unit's gather."""
     par, prec = plan.parallelism, plan.precision
-    group = _groups(plan)["data"]
+    group = _groups(par)["data"]
     if group.size == 1:
         return None
     params, trainable = w.params, w.trainable
