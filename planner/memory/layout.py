@@ -1,5 +1,9 @@
 """Where the model's parameters and a step's tokens land: the pipeline layer split, the parameters one GPU
-holds, the micro-batches a stage keeps in flight, ZeRO sharding, and the per-stage context every term reads."""
+holds, the micro-batches a stage keeps in flight, ZeRO sharding, and the per-stage context every term reads.
+
+What depends only on the model and how it is cut over the tensor, expert and pipeline ranks (parameter counts,
+projection shapes, each stage's layers and parameters) is resolved once per distinct cut into a `Layout`, which
+the memory terms and the time model read instead of re-deriving it from the model."""
 
 from __future__ import annotations
 
