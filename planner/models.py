@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,7 +94,7 @@ class ParamCounts:
     def moe_layer(self) -> int:
         return self.attention + self.experts + self.shared + self.router + self.norms
 
-    @property
+    @cached_property  # a hybrid's layers one by one; the counts are shared (param_counts is cached) and frozen
     def layers(self) -> int:
         if self.pattern:
             return sum(self.layer_at(i) for i in range(self.num_layers))

@@ -18,15 +18,14 @@ from functools import lru_cache, partial
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
 from planner.frameworks import load_frameworks
-from planner.memory.layout import (Layout, attention_layers, largest_stage_layers, layout, layout_attention_layers,
-                                   pattern_stage_params, stage_split)
+from planner.memory.layout import Layout, attention_layers, layout, layout_attention_layers, stage_split
 from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
 from planner.memory.runtime import (ALLOCATED_ONCE, CUBLAS_WORKSPACE_BYTES, allocator_reserve, cublas_workspace,
                                     held_bytes, reserve_formula, runtime_items, within_device)
 from planner.memory.terms import Described, Factor, Product, Size, item
 from planner.models import RECURRENT, attention_widths, param_counts, projection_shapes
-from planner.plan import Plan
+from planner.plan import Plan, Precision
 from planner.units import MiB
 
 # Serving engines round the KV cache to blocks of tokens (vLLM's default block size is 16).
@@ -103,17 +102,22 @@ def weight_bytes(plan: Plan) -> tuple[int, int]:
     """(bytes of the weights on one GPU, their parameter count): projections (and experts) in precision.weights
     with their scales; embeddings, norms and the output head in the compute dtype (quantizers leave them).
     Experts are split across the replica's tensor-parallel ranks."""
-    m, par, prec = plan.model, plan.parallelism, plan.precision
-    counts = param_counts(m, par.tensor)
-    dense, moe = largest_stage_layers(plan)
+    return _weight_bytes(layout(plan), plan.precision)
+
+
+# keyed by (the model's cut, the precision), all the weights read: a serving search asks for each layout on every GPU
+@lru_cache(maxsize=256)
+def _weight_bytes(lay: Layout, prec: Precision) -> tuple[int, int]:
+    m = lay.model
+    counts = param_counts(m, lay.tensor)
+    dense, moe = lay.largest
     linear = dense * (counts.attention + counts.mlp) + moe * (counts.attention + counts.experts + counts.shared
                                                               + counts.router)
     norms = (dense + moe) * counts.norms
     if m.layer_pattern:  # hybrid: layer by layer, the stage with the most layer parameters
-        layer_params, norms, _ = max(pattern_stage_params(plan, s) for s in range(par.pipeline))
+        layer_params, norms, _ = max(lay.patterns)
         linear = layer_params - norms
-    shapes = projection_shapes(m, par.tensor)
-    rows = (dense + moe) * sum(o for _, o in shapes.values())  # per-row scales: close enough for experts too
+    rows = (dense + moe) * sum(o for _, o in lay.shapes.values())  # per-row scales: close enough for experts too
     tables = counts.embedding + counts.lm_head  # whole on one stage; the largest stage is the answer
     others = norms + counts.final_norm + tables
     return (quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,

@@ -58,6 +58,8 @@ class Layout:
     indices: tuple[tuple[int, ...], ...]  # the model's layers (0-based) each stage runs
     layers: tuple[tuple[int, int], ...]  # (dense, MoE) layers of each stage
     largest: tuple[int, int]  # (dense, MoE) layers of the stage with the most layer parameters
+    # hybrid models, each stage layer by layer on one rank: (layer parameters, of which norms, largest layer)
+    patterns: tuple[tuple[int, int, int], ...]
     stages: tuple[StageParams, ...] = ()  # the parameters each stage's GPUs hold
 
 
@@ -73,12 +75,14 @@ def layout(plan: Plan) -> Layout:
 def _layout(m: Model, tensor: int, expert: int, p: int, chunks: tuple[int, ...], lora: Lora | None) -> Layout:
     layers = tuple(_stage_layers(m, chunks, p, s) for s in range(p))
     unsplit = param_counts(m, tensor)  # the experts unsplit: which stage holds the most layer parameters
-    base = Layout(model=m, tensor=tensor, expert=expert, lora=lora, counts=param_counts(m, tensor, expert),
+    counts = param_counts(m, tensor, expert)
+    indices = tuple(tuple(i for c in range(s, len(chunks), p) for i in range(sum(chunks[:c]), sum(chunks[:c + 1])))
+                    for s in range(p))
+    base = Layout(model=m, tensor=tensor, expert=expert, lora=lora, counts=counts,
                   shapes=MappingProxyType(projection_shapes(m, tensor)), pipeline=p, chunks=chunks,
-                  split=tuple(sum(chunks[i::p]) for i in range(p)),
-                  indices=tuple(tuple(i for c in range(s, len(chunks), p)
-                                      for i in range(sum(chunks[:c]), sum(chunks[:c + 1]))) for s in range(p)),
-                  layers=layers, largest=max(layers, key=lambda s: _stage_weight(s, unsplit.layer, unsplit.moe_layer)))
+                  split=tuple(sum(chunks[i::p]) for i in range(p)), indices=indices, layers=layers,
+                  largest=max(layers, key=lambda s: _stage_weight(s, unsplit.layer, unsplit.moe_layer)),
+                  patterns=tuple(_pattern_params(counts, i) for i in indices) if m.layer_pattern else ())
     return replace(base, stages=tuple(_stage_params(base, s) for s in range(p)))
 
 
@@ -128,15 +132,9 @@ def layout_attention_layers(lay: Layout) -> int:
     return max(sum(pattern[i] == "*" for i in indices) for indices in lay.indices)
 
 
-def _pattern_params(lay: Layout, stage: int) -> tuple[int, int, int]:
-    counts, layers = lay.counts, lay.indices[stage]
+def _pattern_params(counts: ParamCounts, layers: tuple[int, ...]) -> tuple[int, int, int]:
     return (sum(counts.layer_at(i) for i in layers), sum(counts.layer_norms(i) for i in layers),
             max(counts.layer_at(i) for i in layers))
-
-
-def pattern_stage_params(plan: Plan, stage: int) -> tuple[int, int, int]:
-    """A hybrid model's stage, layer by layer on one rank: (layer parameters, of which norms, largest layer)."""
-    return _pattern_params(layout(plan), stage)
 
 
 def _stage_weight(split: tuple[int, int], layer: int, moe_layer: int) -> int:
@@ -206,7 +204,7 @@ def _stage_params(lay: Layout, stage: int) -> StageParams:
     head_params = table if last and (not m.tie_embeddings or p > 1) else 0
     layer_units = [(counts.layer, True, dense), (counts.moe_layer, True, moe)]
     if m.layer_pattern:  # hybrid: each layer's own mixer; its mixers' vectors count as linear (a few per mil)
-        layer_params, norms, biggest = _pattern_params(lay, stage)
+        layer_params, norms, biggest = lay.patterns[stage]
         linear = layer_params - norms
         layer_units = [(counts.layer_at(i), True, 1) for i in lay.indices[stage]]
     else:
