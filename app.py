@@ -39,7 +39,7 @@ except PlanError as exc:
     plan, result, time = st.session_state["last_valid"]
     st.warning("Stale: the results below are of the last valid plan, until the error above is fixed.")
 
-tabs.verdict(plan, result, time)
+tabs.verdict(plan, result, time, catalog, catalog_key)
 # only the open tab runs (its search or sweeps are what a rerun would otherwise wait for)
 tab_plan, tab_time, tab_explore, tab_cheapest, tab_compare, tab_share = st.tabs(
     ["Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export"], key="view",

@@ -5,6 +5,7 @@ the parallelism and batch as published, no per-row values. A row the plan format
 with the reason. The prediction is the step-time model's tokens per second per GPU; MFU is shown beside.
 
     python bench/throughput.py          # table, then median and p90 absolute error, by source
+    python bench/throughput.py --write  # and planner/data/time_accuracy.yaml, the figures the recommender states
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import p90  # noqa: E402
 
+import yaml  # noqa: E402
+
+from planner.accuracy import TIME_ACCURACY_PATH  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
@@ -92,6 +96,7 @@ def run() -> tuple[list[dict], list[tuple[str, str]]]:
         measured = float(row["tokens_per_s_per_gpu"])
         peak = peak_flops(gpu, plan.precision.compute)
         rows.append({"row": row["id"], "source": row["source_id"], "model": row["model"], "gpu": row["gpu"],
+                     "vendor": gpu.vendor, "moe": bool(plan.model.num_experts),
                      "gpus": int(row["num_gpus"]), "precision": row["precision"],
                      "sequence_length": int(row["sequence_length"]),
                      "measured": measured, "predicted": step.tokens_per_s_per_gpu,
@@ -122,7 +127,7 @@ def relative_speeds(rows: list[dict]) -> list[dict]:
     return pairs
 
 
-def main() -> None:
+def main() -> list[dict]:
     rows, skipped = run()
     print("| row | source | model | GPU | GPUs | dtype | measured tok/s/GPU | predicted | error | MFU published "
           "| MFU predicted | bound | 40 % MFU error | llm-analysis error |")
@@ -150,7 +155,33 @@ def main() -> None:
     if errors:
         print(f"\n{len(pairs)} GPU pairs: median |error| of the speed ratio {statistics.median(errors):.1%}, "
               f"max {errors[-1]:.1%}")
+    return rows
+
+
+def time_accuracy(rows: list[dict]) -> dict:
+    """What planner/data/time_accuracy.yaml holds: the errors over every row, of the GPU pairs, of MoE rows."""
+    def pct(x: float) -> float:
+        return round(100 * x, 1)
+
+    errors, pairs = [abs(r["error"]) for r in rows], relative_speeds(rows)
+    moe = [r["error"] for r in rows if r["moe"]]
+    return {"rows": len(rows), "median_pct": pct(statistics.median(errors)), "p90_pct": pct(p90(errors)),
+            "signed_pct": pct(statistics.median(r["error"] for r in rows)), "pairs": len(pairs),
+            "pair_median_pct": pct(statistics.median(abs(p["predicted"] / p["measured"] - 1) for p in pairs)),
+            "gpus": sorted({r["gpu"] for r in rows}), "vendors": sorted({r["vendor"] for r in rows}),
+            "moe_rows": len(moe), "moe_median_pct": pct(statistics.median(map(abs, moe))) if moe else None,
+            "moe_signed_pct": pct(statistics.median(moe)) if moe else None}
+
+
+def write_time_accuracy(rows: list[dict]) -> None:
+    header = ("# Written by `python bench/throughput.py --write` from bench/data/throughput.csv: how far the step-time\n"
+              "# model's training tokens/s per GPU has been off (predicted / measured - 1, in percent), over every\n"
+              "# row, on the speed ratio of two GPU types running the same job, and on MoE rows; the GPUs and\n"
+              "# vendors some published run measured. planner/accuracy.py reads it.\n")
+    TIME_ACCURACY_PATH.write_text(header + yaml.safe_dump(time_accuracy(rows), sort_keys=False))
 
 
 if __name__ == "__main__":
-    main()
+    measured = main()
+    if "--write" in sys.argv:
+        write_time_accuracy(measured)

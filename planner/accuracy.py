@@ -58,3 +58,43 @@ def confidence_note(est: Estimate) -> str:
             f"{acc.median_pct:.1f} % (median) and at most {acc.p90_pct:.1f} % in 9 of 10, leaning {lean} "
             f"({acc.signed_pct:+.1f} %): this plan's {format_bytes(est.device_bytes)} is likely "
             f"{format_bytes(low)}–{format_bytes(high)}.")
+
+
+# --- The time model ------------------------------------------------------------------------------------------
+TIME_ACCURACY_PATH = Path(__file__).parent / "data" / "time_accuracy.yaml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeAccuracy:
+    """How far the step-time model has been off against published training throughput (bench/throughput.py
+    over bench/data/throughput.csv; `python bench/throughput.py --write` writes planner/data/time_accuracy.yaml).
+    An error is predicted tokens/s over measured, less one: above 0, the model was too fast."""
+
+    rows: int
+    median_pct: float  # median |error| of tokens/s per GPU
+    p90_pct: float
+    signed_pct: float
+    pairs: int  # runs of one model measured on two GPU types
+    pair_median_pct: float  # median |error| of the predicted speed ratio of the two
+    gpus: tuple[str, ...]  # GPU ids some published run measured
+    vendors: tuple[str, ...]
+    moe_rows: int
+    moe_median_pct: float | None
+    moe_signed_pct: float | None
+
+    @property
+    def moe(self) -> str:
+        if not self.moe_rows:
+            return "checked against no published MoE run"
+        return (f"{self.moe_median_pct:.0f} % off at the median ({self.moe_signed_pct:+.0f} % signed) on "
+                f"{self.moe_rows} published MoE runs")
+
+    def vendor_note(self, vendor: str) -> str:
+        return ("other GPUs of its vendor were checked" if vendor in self.vendors else
+                f"no run on any {vendor} GPU either, so its software stack's efficiency is unmeasured")
+
+
+@cache
+def time_accuracy() -> TimeAccuracy:
+    raw = load_data_file(TIME_ACCURACY_PATH)
+    return TimeAccuracy(**{**raw, "gpus": tuple(raw["gpus"]), "vendors": tuple(raw["vendors"])})

@@ -1,8 +1,10 @@
 """Command line.
 
     vram-planner estimate PLAN.yaml [--format table|json|yaml] [--catalog FILE]
-    vram-planner recommend PLAN.yaml [--top N] [--headroom 0.1] [--rank job|hour] [--mfu 0.4]
-                            [--price GPU=USD ...] [--fix KEY,...] [--catalog FILE] [--format table|json|yaml]
+    vram-planner recommend PLAN.yaml [--deadline 30d] [--max-gpus N] [--price-kind on_demand|reserved|spot]
+                            [--providers CLASS,...] [--gpu-types ID,...] [--rps R --ttft 2s --tpot 50ms]
+                            [--frontier] [--top N] [--headroom 0.1] [--rank job|hour] [--mfu 0.4]
+                            [--price ID=USD ...] [--fix KEY,...] [--host-gib G] [--format table|json|yaml]
     vram-planner limits PLAN.yaml [--headroom 0.1] [--catalog FILE]
     vram-planner models [--format table|json]
     vram-planner frameworks [--format text|markdown|json]
@@ -15,7 +17,8 @@
 
 `python -m planner ...` is the same command (the installed console script `vram-planner` calls `main`).
 
-Each plan command also takes --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
+Each plan command also takes --catalog FILE (instead of the project's gpu_catalog.yaml) and --offerings FILE
+(offerings added to it, e.g. your own cluster), and --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
 the plan's (and the plan file may then be left out: the default plan for that model). Instead of a plan file, a
 plan command takes --from CONFIG: a framework's own config (planner/formats), with --gpus, --gpu and --preset
 for what the config leaves open; `import` prints the plan such a config says, `export` writes a plan as one.
@@ -36,13 +39,13 @@ from typing import get_args
 import yaml
 
 from planner import measure
-from planner.catalog import load_catalog
+from planner.catalog import DEFAULT_HOST_GIB_PER_GPU, Catalog, PriceKind, ProviderClass, load_catalog
 from planner.choices import CHOICES, choices_to_table
 from planner.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, formats_to_table,
                             frameworks_to_list, frameworks_to_table, frameworks_to_text, presets_to_list,
-                            presets_to_table, recommendation_to_list, recommendation_to_table)
+                            frontier_to_table, presets_to_table, recommendation_to_dict, recommendation_to_table)
 from planner.formats import (FORMATS, export_config, format_named, plan_from_config, read_config, read_lines,
                              unused_lines)
 from planner.formats.base import Imported
@@ -52,10 +55,10 @@ from planner.models import approximate_note, model_to_dict, presets
 from planner.perf import plan_time
 from planner.plan import Plan
 from planner.serving_log import vllm_log_table
-from planner.recommend import (DEFAULT_HEADROOM, DEFAULT_HOST_GIB_PER_GPU, SEARCH_KEYS, RankBy, max_batch_size,
+from planner.recommend import (DEFAULT_HEADROOM, MAX_GPUS, SEARCH_KEYS, RankBy, SearchOptions, max_batch_size,
                                max_micro_batch, max_prompt_tokens, max_sequence_length, min_gpus, recommend)
 
-CATALOG_HELP = "GPU catalog YAML to use instead of the built-in planner/data/gpu_catalog.yaml"
+CATALOG_HELP = "GPU catalog YAML to use instead of the project's gpu_catalog.yaml"
 CLI_BUDGET_S = 60.0  # a command line can wait for a big search; the app cannot (ui/tabs.py)
 ESTIMATE_FORMATS = {"table": estimate_to_table, "json": estimate_to_json, "yaml": estimate_to_yaml}
 
@@ -77,22 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     est = command("estimate", "itemized per-GPU memory of a plan")
     est.add_argument("--format", choices=sorted(ESTIMATE_FORMATS), default="table")
 
-    rec = command("recommend", "cheapest GPU type, count and strategy that fit the plan")
-    rec.add_argument("--format", choices=("table", "json", "yaml"), default="table")
-    rec.add_argument("--top", type=int, default=10, help="candidates to show (default 10)")
-    rec.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
-                     help=f"fraction of usable memory kept free (default {DEFAULT_HEADROOM})")
-    rec.add_argument("--rank", choices=get_args(RankBy), default="job", help="rank by cost of the job or per hour")
-    rec.add_argument("--mfu", action="append", default=[], metavar="FRACTION or GPU=FRACTION",
-                     help="override the time model with a model FLOPs utilization, for all GPUs or one (repeatable)")
-    rec.add_argument("--host-gib", type=float, default=DEFAULT_HOST_GIB_PER_GPU,
-                     help=f"host RAM per GPU for offloading, GiB (default {DEFAULT_HOST_GIB_PER_GPU})")
-    rec.add_argument("--price", action="append", default=[], metavar="GPU=USD",
-                     help="your price per GPU-hour for a catalog GPU (repeatable)")
-    rec.add_argument("--fix", default="", metavar="KEY,...",
-                     help=f"plan values the search keeps; any of: {', '.join(SEARCH_KEYS)}")
-    rec.add_argument("--budget", type=float, default=CLI_BUDGET_S, metavar="SECONDS",
-                     help=f"time the search may take, then it answers with the best found (default {CLI_BUDGET_S:g})")
+    _recommend_arguments(command("recommend", "cheapest offering, GPU count and strategy that fit the plan and "
+                                              "finish within the deadline (serving: meet the throughput target "
+                                              "within the latency bounds)"))
 
     lim = command("limits", "what the plan can grow to on its GPU (training: micro-batch and sequence; inference: "
                             "sequences at once and prompt) and the fewest GPUs")
@@ -118,6 +108,43 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _recommend_arguments(rec: argparse.ArgumentParser) -> None:
+    """The recommend command's options: what is asked (deadline, cap, prices, providers, serving target), how
+    it is shown, and the search's knobs."""
+    rec.add_argument("--format", choices=("table", "json", "yaml"), default="table")
+    rec.add_argument("--top", type=int, default=10, help="candidates to show (default 10)")
+    rec.add_argument("--deadline", default="30d", metavar="DURATION",
+                     help="finish within, e.g. 30d, 72h, 2w, or 'none' for the cheapest at any speed (default 30d)")
+    rec.add_argument("--max-gpus", type=int, default=MAX_GPUS, metavar="N", help="the most GPUs to plan")
+    rec.add_argument("--price-kind", choices=get_args(PriceKind), default="on_demand",
+                     help="which of an offering's prices to pay (default on_demand)")
+    rec.add_argument("--providers", default="", metavar="CLASS,...",
+                     help=f"provider classes to search: {', '.join(get_args(ProviderClass))} (default all)")
+    rec.add_argument("--gpu-types", default="", metavar="ID,...", help="GPU types to search (default all)")
+    rec.add_argument("--rps", type=float, metavar="REQUESTS", help="serving: requests per second the fleet must sustain")
+    rec.add_argument("--tokens-per-s", type=float, metavar="TOKENS",
+                     help="serving: generated tokens per second the fleet must sustain")
+    rec.add_argument("--ttft", metavar="DURATION", help="serving: time to first token at most, e.g. 500ms or 2s")
+    rec.add_argument("--tpot", metavar="DURATION", help="serving: time per output token at most, e.g. 50ms")
+    rec.add_argument("--frontier", action="store_true", help="print each GPU type's cost-time frontier too")
+    rec.add_argument("--every-offering", action="store_true",
+                     help="search also the offerings a lower bound proves cannot cost within twice the answer")
+    rec.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
+                     help=f"fraction of usable memory kept free (default {DEFAULT_HEADROOM})")
+    rec.add_argument("--rank", choices=get_args(RankBy), default="job", help="rank by cost of the job or per hour")
+    rec.add_argument("--mfu", action="append", default=[], metavar="FRACTION or GPU=FRACTION",
+                     help="override the time model with a model FLOPs utilization, for all GPUs or one (repeatable)")
+    rec.add_argument("--host-gib", type=float, metavar="GIB",
+                     help="host RAM per GPU for offloading, GiB (default: each offering's, else "
+                          f"{DEFAULT_HOST_GIB_PER_GPU})")
+    rec.add_argument("--price", action="append", default=[], metavar="ID=USD",
+                     help="your price per GPU-hour for a catalog GPU type or offering (repeatable)")
+    rec.add_argument("--fix", default="", metavar="KEY,...",
+                     help=f"plan values the search keeps; any of: {', '.join(SEARCH_KEYS)}")
+    rec.add_argument("--budget", type=float, default=CLI_BUDGET_S, metavar="SECONDS",
+                     help=f"time the search may take, then it answers with the best found (default {CLI_BUDGET_S:g})")
+
+
 def _config_commands(commands: argparse._SubParsersAction) -> None:
     """The commands that read or write a framework's own config or log."""
     commands.add_parser("formats", help="the framework config formats: what each says and cannot say (Markdown)")
@@ -140,6 +167,9 @@ def _plan_options(sub: argparse.ArgumentParser) -> None:
                      help="a Hugging Face config.json (a path, or a Hub repo id with huggingface_hub "
                           "installed) whose architecture replaces the plan's model")
     sub.add_argument("--catalog", help=CATALOG_HELP)
+    sub.add_argument("--offerings", action="append", default=[], metavar="FILE",
+                     help="offerings YAML (schema vram-planner-offerings/v1) added to the catalog, e.g. your own "
+                          "cluster (repeatable)")
     sub.add_argument("--framework", dest="config_format", metavar="FORMAT",
                      help=f"the config's format, when its text does not tell: {', '.join(FORMATS)}")
     sub.add_argument("--gpus", type=int, metavar="N", help="GPUs, for a config that leaves the count open")
@@ -272,28 +302,64 @@ def _run(args: argparse.Namespace) -> str:
     if args.command == "vllm-log":
         return vllm_log_table(_read(args.log), _read(args.plan) if args.plan else None, load_catalog(args.catalog))
     plan = _plan(args)
-    catalog = load_catalog(args.catalog)
+    catalog = load_catalog(args.catalog, args.offerings)
     if args.command == "estimate":
         est = estimate(plan, catalog)
         return ESTIMATE_FORMATS[args.format](est, plan_time(plan, est.gpu))
     if args.command == "recommend":
-        if args.top < 1:
-            raise bad("--top", args.top, "must be at least 1")
-        mfu, mfu_by_gpu = _mfu(args.mfu)
-        rec = recommend(plan, catalog, headroom=args.headroom, mfu=mfu, mfu_by_gpu=mfu_by_gpu,
-                        prices=_per_gpu("--price", args.price, "h100-sxm-80gb=2.10"),
-                        fixed={k for k in args.fix.split(",") if k}, rank_by=args.rank,
-                        host_memory_gib_per_gpu=args.host_gib, budget_s=args.budget)
-        note = approximate_note(plan.model)
-        if args.format == "table":
-            return (f"{note}\n" if note else "") + recommendation_to_table(rec, args.top)
-        if note:  # machine formats stay a list of candidates; the caveat goes to the reader
-            print(note, file=sys.stderr)
-        rows = recommendation_to_list(rec, args.top)
-        return json.dumps(rows, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(rows, sort_keys=False)
+        return _recommend(plan, catalog, args)
     if args.command == "measure":
         return _measure(plan, catalog, args)
     return _limits(plan, catalog, args.headroom)
+
+
+_UNITS_H = {"ms": 1 / 3_600_000, "s": 1 / 3600, "min": 1 / 60, "m": 1 / 60, "h": 1, "d": 24, "w": 168}
+
+
+def duration_hours(option: str, text: str) -> float | None:
+    """A duration with its unit ("30d", "72h", "500ms") in hours; 'none' is no limit."""
+    if text.strip().lower() == "none":
+        return None
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|min|m|h|d|w)\s*", text)
+    if not match or float(match[1]) <= 0:
+        raise bad(option, text, "must be a positive number with a unit: ms, s, min, h, d or w (e.g. 30d), or none")
+    return float(match[1]) * _UNITS_H[match[2]]
+
+
+def _seconds(option: str, text: str | None) -> float | None:
+    hours = None if text is None else duration_hours(option, text)
+    return None if hours is None else hours * 3600
+
+
+def _listed(text: str) -> tuple[str, ...]:
+    return tuple(k.strip() for k in text.split(",") if k.strip())
+
+
+def _search_options(args: argparse.Namespace) -> SearchOptions:
+    """recommend's options from its command line, each checked with the option it came in."""
+    if args.top < 1:
+        raise bad("--top", args.top, "must be at least 1")
+    mfu, mfu_by_gpu = _mfu(args.mfu)
+    return SearchOptions(deadline_hours=duration_hours("--deadline", args.deadline), max_gpus=args.max_gpus,
+                         price_kind=args.price_kind, provider_classes=_listed(args.providers),
+                         gpus=_listed(args.gpu_types), requests_per_s=args.rps,
+                         output_tokens_per_s=args.tokens_per_s, ttft_s=_seconds("--ttft", args.ttft),
+                         tpot_s=_seconds("--tpot", args.tpot), headroom=args.headroom, rank_by=args.rank, mfu=mfu,
+                         mfu_by_gpu=tuple(mfu_by_gpu.items()), host_memory_gib_per_gpu=args.host_gib,
+                         prices=tuple(_per_gpu("--price", args.price, "h100-sxm-80gb=2.10").items()),
+                         fixed=frozenset(_listed(args.fix)), budget_s=args.budget, every_offering=args.every_offering)
+
+
+def _recommend(plan: Plan, catalog: Catalog, args: argparse.Namespace) -> str:
+    rec = recommend(plan, catalog, _search_options(args))
+    note = approximate_note(plan.model)
+    if args.format == "table":
+        frontier = "\ncost-time frontier of each GPU type:\n" + frontier_to_table(rec) if args.frontier else ""
+        return (f"{note}\n" if note else "") + recommendation_to_table(rec, args.top) + frontier
+    if note:  # machine formats stay the recommendation's fields; the caveat goes to the reader
+        print(note, file=sys.stderr)
+    data = recommendation_to_dict(rec, args.top)
+    return json.dumps(data, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(data, sort_keys=False)
 
 
 def _measure(plan: Plan, catalog: dict, args: argparse.Namespace) -> str:
@@ -334,7 +400,7 @@ def _limits(plan: Plan, catalog: dict, headroom: float) -> str:
     fewest = min_gpus(plan, catalog, headroom=headroom)
     return "\n".join([*filter(None, [approximate_note(plan.model)]),
         f"on {plan.hardware.count} × {gpu} with the plan's strategy and {headroom:.0%} headroom:", *grow,
-        f"fewest {gpu}: " + (f"{fewest.count} ({fewest.why.split(': ', 1)[1]})" if fewest else "none fits, up to 1,024"),
+        f"fewest {gpu}: " + (f"{fewest.count} ({fewest.why.split(': ', 1)[1]})" if fewest else "none fits"),
     ]) + "\n"
 
 

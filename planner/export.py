@@ -20,7 +20,7 @@ from planner.models import Preset, approximate_note, presets
 from planner.perf import StepTime
 from planner.plan import Plan, section_keys
 from planner.recommend import Candidate, Recommendation
-from planner.units import format_bytes
+from planner.units import format_bytes, format_hours
 
 
 def time_to_dict(time: StepTime) -> dict[str, Any]:
@@ -51,6 +51,7 @@ def estimate_to_dict(est: Estimate, time: StepTime | None = None) -> dict[str, A
         "reason": est.reason,
         "stage": est.stage,
         "host_bytes": est.host_bytes,
+        "host_limit_bytes": est.host_limit_bytes,
         "serving": None if est.serving is None else {
             "kv_budget_bytes": est.serving.kv_budget_bytes, "kv_bytes_per_token": est.serving.kv_bytes_per_token,
             "max_concurrent_sequences": est.serving.max_concurrent_sequences,
@@ -200,7 +201,8 @@ def estimate_to_table(est: Estimate, time: StepTime | None = None) -> str:
         lines.append(f"{'usable':<21} {format_bytes(est.usable_bytes):>12}  {est.gpu.name} "
                      f"({est.gpu.usable_memory_source})")
     if est.host_bytes:
-        lines.append(f"{'host memory':<21} {format_bytes(est.host_bytes):>12}  per GPU, for what is offloaded")
+        lines.append(f"{'host memory':<21} {format_bytes(est.host_bytes):>12}  per GPU, for what is offloaded, of "
+                     f"{format_bytes(est.host_limit_bytes or 0)} there")
     lines.append("")
     for s in est.stages:
         head = f"stage {s.index} ({s.layers} layers, {s.micro_batches_in_flight:g} in flight)" \
@@ -214,26 +216,53 @@ def estimate_to_table(est: Estimate, time: StepTime | None = None) -> str:
 
 def candidate_to_dict(c: Candidate) -> dict[str, Any]:
     par, tech = c.plan.parallelism, c.plan.techniques
+    o = c.offering
     return {
         "gpu": c.gpu.id,
         "gpu_name": c.gpu.name,
+        "offering": o.id,
+        "provider": o.provider,
+        "instance": o.instance,
+        "network": o.network,
         "count": c.count,
+        "replicas": c.replicas,
+        "paid_gpus": c.paid_gpus,
         "parallelism": {key: getattr(par, key) for key in section_keys("parallelism")},
         "techniques": {"activation_checkpointing": tech.activation_checkpointing, "offload": tech.offload},
         "micro_batch_size": c.plan.workload.micro_batch_size,
         "device_bytes": c.device_bytes,
+        "host_bytes": c.host_bytes,
+        "usd_per_gpu_hour": c.usd_per_gpu_hour,
+        "price": None if c.price is None else {"kind": c.price.kind, "date": c.price.date, "source": c.price.source},
         "usd_per_hour": c.usd_per_hour,
         "job_hours": c.job_hours,
-        "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
         "job_usd": c.job_usd,
+        "meets_deadline": c.meets_deadline,
+        "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+        **({"ttft_s": c.ttft_s, "tpot_s": c.tpot_s} if c.ttft_s is not None else {}),
         "strategy": c.strategy,
         "why": c.why,
     }
 
 
-def recommendation_to_list(rec: Recommendation, top: int | None = None) -> list[dict[str, Any]]:
-    """The JSON form of `recommend`: the candidates, cheapest first."""
-    return [candidate_to_dict(c) for c in rec.candidates[:top]]
+def recommendation_to_dict(rec: Recommendation, top: int | None = None) -> dict[str, Any]:
+    """The JSON form of `recommend`: the question, the recommendation with its caveats and ties, the frontier,
+    every candidate ranked (the first `top`), and the GPU types without one."""
+    o, best = rec.options, rec.best
+    return {
+        "job_tokens": rec.job_tokens,
+        "job_tokens_source": rec.job_tokens_source,
+        "deadline_hours": o.deadline_hours,
+        "price_kind": o.price_kind,
+        "time_basis": rec.time_basis,
+        "tie_band": rec.tie_band,
+        "recommended": None if best is None else {**candidate_to_dict(best), "caveats": rec.caveats(best)},
+        "ties": [candidate_to_dict(c) for c in rec.ties()],
+        "frontier": [candidate_to_dict(c) for c in rec.frontier()],
+        "candidates": [candidate_to_dict(c) for c in rec.candidates[:top]],
+        "rejected": [{"gpu": r.gpu.id, "kind": r.kind, "reason": r.reason} for r in rec.rejected],
+        "cut_after_s": rec.cut_after_s,
+    }
 
 
 def presets_to_list(presets: dict[str, Preset]) -> list[dict[str, Any]]:
@@ -264,30 +293,84 @@ def _money(x: float | None, digits: int = 2) -> str:
     return "no price" if x is None else f"${x:,.{digits}f}"
 
 
+def _question(rec: Recommendation) -> list[str]:
+    """What was asked: the job, the deadline or serving target, the prices, the ranking."""
+    o = rec.options
+    dated = rec.price_dates
+    prices = f"{o.price_kind.replace('_', '-')} prices" + (f" dated {dated[0]} to {dated[1]}" if dated else "")
+    if rec.serving:
+        targets = ([f"{o.requests_per_s:g} requests/s"] if o.requests_per_s else []) + (
+            [f"{o.output_tokens_per_s:,g} output tokens/s"] if o.output_tokens_per_s else [])
+        goal = " and ".join(targets) or "one replica"
+        goal += "".join(
+            [f", TTFT ≤ {o.ttft_s:g} s" if o.ttft_s else "", f", TPOT ≤ {o.tpot_s * 1000:g} ms" if o.tpot_s else ""])
+    else:
+        goal = "no deadline" if o.deadline_hours is None else f"deadline {format_hours(o.deadline_hours)}"
+    return [f"job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.flops_per_token:.3g} FLOPs/token; "
+            f"{rec.time_basis}; {o.headroom:.0%} memory headroom",
+            f"{goal}; {prices}; ranked by {'cost per hour' if rec.ranked_by_hour else 'cost of the job'}"]
+
+
+def _candidate_line(c: Candidate, cents: int) -> str:
+    fleet = f"{c.replicas:,} × {c.count}" if c.replicas > 1 else f"{c.count:,}"
+    return (f"{c.gpu.id:<18} {c.offering.id:<28} {fleet:>9} {c.paid_gpus:>6,}  {c.device_bytes / 2**30:>7.1f}  "
+            f"{_money(c.usd_per_hour):>11}  {format_hours(c.job_hours):>11}  {_money(c.job_usd, cents):>11}  "
+            f"{'yes' if c.meets_deadline else 'no':>4}  {c.strategy}")
+
+
+def _best_lines(rec: Recommendation, best: Candidate, cents: int) -> list[str]:
+    per = " per million tokens" if rec.serving else " for the job"
+    fleet = f"{best.replicas:,} replicas of {best.count}" if best.replicas > 1 else f"{best.count:,}"
+    head = "recommended" if best.meets_deadline else "nothing meets the deadline; fastest found"
+    price = "no price in the catalog" if best.usd_per_gpu_hour is None else (
+        f"${best.usd_per_gpu_hour:,.2f} per GPU-hour" + (f" ({best.price.kind.replace('_', '-')}, {best.price.date}, "
+                                                         f"{best.price.source})" if best.price else " (yours)"))
+    lines = [f"{head}: {fleet} × {best.gpu.name} on {best.offering.provider} {best.offering.instance} "
+             f"({best.offering.id}), {_money(best.usd_per_hour)}/h, {format_hours(best.job_hours)}, "
+             f"{_money(best.job_usd, cents)}{per}",
+             f"  {best.why}", f"  price: {price}"]
+    lines += [f"  caveat: {c}" for c in rec.caveats(best)]
+    ties = rec.ties()
+    if ties:
+        lines.append(f"  as good within the time model's error ({rec.tie_band:.0%}, its median error on the speed "
+                     f"ratio of two GPUs): " + "; ".join(f"{c.count:,} × {c.gpu.name} ({c.offering.id}) "
+                                                        f"{_money(c.job_usd, cents)}" for c in ties))
+    return lines
+
+
 def recommendation_to_table(rec: Recommendation, top: int | None = 10) -> str:
-    cents = 2 if rec.job_tokens_source.startswith("inference") else 0
-    lines = [f"job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.flops_per_token:.3g} FLOPs/token; "
-             f"{rec.time_basis}; {rec.headroom:.0%} memory headroom; ranked by "
-             f"{'cost of the job' if rec.rank_by == 'job' else 'cost per hour'}", ""]
+    cents = 2 if rec.serving else 0
+    lines = _question(rec) + [""]
     if rec.cut_after_s is not None:
-        lines[1:1] = [f"search cut after {rec.cut_after_s:g} s by its time budget: the best found by then "
-                      f"({sum('not searched' in r.reason for r in rec.rejected)} GPU types not searched)"]
-    if not rec.candidates:
+        lines[2:2] = [f"search cut after {rec.cut_after_s:g} s by its time budget: the best found by then "
+                      f"({sum(r.kind == 'unsearched' for r in rec.rejected)} GPU types not searched)"]
+    if rec.best is None:
         lines.append("no GPU in the catalog fits this plan")
     else:
-        best = rec.candidates[0]
-        lines.append(f"cheapest: {best.count} × {best.gpu.name}, {_money(best.usd_per_hour)}/h, "
-                     f"{best.job_hours:,.1f} h, {_money(best.job_usd, cents)} for the job")
-        lines.append("")
-        lines.append(f"{'#':>3}  {'GPU':<20} {'count':>5}  {'GiB/GPU':>8}  {'$/hour':>10}  {'hours':>9}  {'job $':>10}  strategy")
-        for i, c in enumerate(rec.candidates[:top], 1):
-            lines.append(f"{i:>3}  {c.gpu.id:<20} {c.count:>5}  {c.device_bytes / 2**30:>8.1f}  "
-                         f"{_money(c.usd_per_hour):>10}  {c.job_hours:>9,.1f}  {_money(c.job_usd, cents):>10}  "
-                         f"{c.strategy}")
+        lines += _best_lines(rec, rec.best, cents) + [""]
+        lines.append(f"{'#':>3}  {'GPU':<18} {'offering':<28} {'GPUs':>9} {'paid':>6}  {'GiB/GPU':>7}  {'$/hour':>11}  "
+                     f"{'time' if not rec.serving else '1M tokens':>11}  {'$ job' if not rec.serving else '$ per M':>11}  "
+                     f"{'ok':>4}  strategy")
+        lines += [f"{i:>3}  {_candidate_line(c, cents)}" for i, c in enumerate(rec.candidates[:top], 1)]
         if top is not None and len(rec.candidates) > top:
             lines.append(f"     … {len(rec.candidates) - top} more (--top N)")
-    if rec.rejected:
-        lines += ["", "does not fit:"] + [f"  {r.reason}" for r in rec.rejected]
+    for kind, head in (("unfit", "no candidate:"), ("outranked", "cannot win (a lower bound proves it; "
+                                                                   "--every-offering searches them):"),
+                       ("unsearched", "not searched (budget):")):
+        lines += ["", head] + [f"  {r.reason}" for r in rec.rejected if r.kind == kind] if any(
+            r.kind == kind for r in rec.rejected) else []
+    return "\n".join(lines) + "\n"
+
+
+def frontier_to_table(rec: Recommendation) -> str:
+    """Each GPU type's cost-time frontier: the cheapest configuration at each job time it can reach."""
+    cents = 2 if rec.serving else 0
+    lines = [f"{'GPU':<18} {'offering':<28} {'GPUs':>9} {'time':>11}  {'$':>11}  strategy"]
+    for best in rec.per_type():
+        for c in rec.frontier(best.gpu.id):
+            fleet = f"{c.replicas:,} × {c.count}" if c.replicas > 1 else f"{c.count:,}"
+            lines.append(f"{c.gpu.id:<18} {c.offering.id:<28} {fleet:>9} {format_hours(c.job_hours):>11}  "
+                         f"{_money(c.job_usd, cents):>11}  {c.strategy}")
     return "\n".join(lines) + "\n"
 
 

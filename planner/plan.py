@@ -318,9 +318,14 @@ class Parallelism:
 
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
-    gpu: str = field(default="h100-sxm-80gb", metadata=text(100))  # an id from planner/data/gpu_catalog.yaml
+    gpu: str = field(default="h100-sxm-80gb", metadata=text(100))  # an id from gpu_catalog.yaml
     # default: data × tensor × pipeline × context
     count: int | None = field(default=None, metadata=between(1, MAX_GPUS))
+    # an offering of the GPU in gpu_catalog.yaml (instance shape, network, host RAM, price); none: the GPU's
+    # usual server and network, the default host RAM, no price
+    offering: str | None = field(default=None, metadata=text(100))
+    # host RAM per GPU for offloaded states, GiB; default: the offering's, else 128
+    host_memory_gib_per_gpu: float | None = field(default=None, metadata=between(0, 1_000_000))
 
     def __post_init__(self) -> None:
         check_fields(self, "hardware")

@@ -1,74 +1,153 @@
-"""The cheapest hardware for a plan: GPU type × count × strategy, searched for configurations that fit.
+"""The cheapest hardware for a plan: offering × GPU count × strategy, against a deadline.
 
-How the search is organised (and why it is fast):
-- Per-GPU memory (`device_bytes`) does not depend on which GPU it runs on, so each (strategy, count) is
-  estimated once, on the largest GPU type, and compared with every GPU type's usable memory (memoized). A plan
-  that fits only by the allocator releasing its cache every step is never advised.
-- For each GPU type the fewest GPUs that can fit is the first count on the ladder (1, 2, 4, 8, then whole
-  nodes up to 1,024) at which the most memory-saving strategy fits; memory falls as sharding grows.
-- At each count, strategies are tried from the fastest to the slowest (no recomputation before full
-  recomputation, no offload before offload, no pipeline bubble before one); within equal time the one with
-  the fewest changes to the user's plan wins: a higher ZeRO stage first, then a smaller micro-batch (the
-  global batch is kept), then context parallelism, then tensor parallelism within a node.
-- Cost per hour = GPUs × price. Job cost = hours × GPUs × price, with hours from planner/perf.py.
+What is searched:
+- Offerings, not bare GPUs (gpu_catalog.yaml): a GPU type in an instance shape, with the network between
+  instances, the largest cluster sold that way and its prices. A plan on more GPUs than one instance needs an
+  offering with a network; offloaded states need the instance's host RAM; whole instances are paid for.
+- For each offering, the GPU counts a cluster of it can have (whole instances, doubling, up to the offering's
+  largest cluster and `max_gpus`), from the fewest that fit upward, with the fastest strategy at each count
+  (planner/strategies.py). At one count the fastest is also the cheapest, so these points make the offering's
+  cost-time frontier. The ladder stops where more GPUs no longer shorten the job, or, once the deadline is met,
+  where the GPU-hours pass twice the fewest found (every larger count costs over twice as much).
+- The recommendation is the cheapest candidate that finishes within the deadline (30 days unless told), or,
+  where none does, the fastest found. Serving plans are sized to a throughput target at latency bounds instead:
+  the largest batch each layout can take within the bounds, and as many replicas as the target needs.
+- Job cost = hours × GPUs paid × price of the chosen kind (on-demand, reserved, spot), each price dated and
+  sourced; hours from the step-time model (planner/perf/), or a user's MFU.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Collection
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal, get_args
 
-from planner.catalog import Gpu, load_catalog
+from planner.accuracy import time_accuracy
+from planner.catalog import (Catalog, Gpu, Offering, Price, PriceKind, ProviderClass, generic_offering, load_catalog,
+                             offering_view, plan_gpu)
 from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
-from planner.perf import compute_floor_hours, flops_per_token, job_time, throughput, unsupported_compute
+from planner.perf import compute_floor_hours, flops_per_token, unsupported_compute
 from planner.perf.rates import rates
-from planner.pipeline import split_problem
 from planner.plan import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
-from planner.units import format_bytes
+from planner.strategies import Found, Limits, OutOfTime, StrategySearch
+from planner.units import format_bytes, format_hours, from_gib
 from planner.validate import check_choice
 
 DEFAULT_HEADROOM = 0.10  # memory kept free for what no model predicts (fragmentation spikes, library buffers)
-# Host RAM a GPU's share of its machine can give offloaded states: cloud GPU instances come with ~100-250 GB
-# of RAM per GPU (8-GPU nodes with 1-2 TB); adjustable per call.
-DEFAULT_HOST_GIB_PER_GPU = 128
 DEFAULT_JOB_TOKENS = 10**9  # without workload.steps or train_tokens, costs are per billion training tokens
-MAX_COUNT = 1024
-# The count ladder of a GPU type stops where scaling efficiency (the fewest GPU-hours found over this count's)
-# falls below one half: every larger count costs over twice as much for the same job.
+DEFAULT_DEADLINE_HOURS = 30 * 24.0  # "finish within 30 days": a month is what a training run is planned around
+MAX_GPUS = 1_048_576  # the most GPUs a search may plan (the plan's own limit)
+# The count ladder of an offering stops, once the deadline is met, where scaling efficiency (the fewest GPU-hours
+# found over this count's) falls below one half: every larger count costs over twice as much for the same job;
+# or at the first count that runs the job in under an hour: bringing up a multi-node job (scheduling, image and
+# checkpoint loading, NCCL set-up) takes minutes, so more GPUs beyond it buy a person nothing.
 MIN_SCALING_EFFICIENCY = 0.5
-# At one count at most this many strategy classes (recomputation × offload × pipeline depth) are timed, fastest
-# compute first: a bound on the search's work where communication dominates and no class can be ruled out.
-MAX_TIMED_CLASSES = 8
-# A layout whose step spends more than this share beyond its compute and memory work (exposed communication,
-# bubble) has its wider tensor-parallel layouts timed too.
-COMMUNICATION_SHARE = 0.10
-COUNT_LADDER = tuple(2**i for i in range(11))  # 1, 2, 4, 8 GPUs, then 2 ... 128 eight-GPU nodes
+MIN_USEFUL_JOB_HOURS = 1.0
+# An offering whose least possible cost (the plan's FLOPs at its GPU's achievable matmul rate, which no strategy
+# beats) is over this many times the best candidate within the deadline is not searched: it cannot be the
+# answer nor a tie, and is listed with that least cost (every_offering searches it anyway).
+OUTRANKED_RATIO = 2.0
+SERVING_TOKENS = 10**6  # serving costs are per million generated tokens
 
-SEARCH_KEYS = ("gpu", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
+SEARCH_KEYS = ("gpu", "offering", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
                "offload", "micro_batch_size")
 RankBy = Literal["job", "hour"]
-# recomputation and offload from the least memory saved to the most (the search's "most saving" is the last)
-CHECKPOINTING_BY_SAVING = ("none", "selective", "every_k", "selective_op", "full")
-OFFLOADS_BY_SAVING = ("none", "optimizer", "optimizer_and_params")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """What the recommender is asked: the deadline, the GPU cap, which prices, what it may change, and for
+    serving the throughput target and latency bounds. Every field is checked where it is set."""
+
+    deadline_hours: float | None = DEFAULT_DEADLINE_HOURS  # None: no deadline, the cheapest at any speed
+    max_gpus: int = MAX_GPUS
+    price_kind: PriceKind = "on_demand"
+    # your prices, USD per GPU-hour, by GPU id (every offering of it) or offering id
+    prices: tuple[tuple[str, float], ...] = ()
+    headroom: float = DEFAULT_HEADROOM
+    host_memory_gib_per_gpu: float | None = None  # replaces every offering's host RAM
+    mfu: float | None = None  # job time at this model FLOPs utilization instead of the time model
+    mfu_by_gpu: tuple[tuple[str, float], ...] = ()
+    fixed: frozenset[str] = frozenset()  # plan keys the search keeps (SEARCH_KEYS)
+    rank_by: RankBy = "job"
+    gpus: tuple[str, ...] = ()  # GPU types searched; () every one
+    provider_classes: tuple[ProviderClass, ...] = ()  # () every class
+    requests_per_s: float | None = None  # serving: the throughput the fleet must sustain, in requests
+    output_tokens_per_s: float | None = None  # or in generated tokens (both: the fleet meets each)
+    ttft_s: float | None = None  # serving: time to first token at most
+    tpot_s: float | None = None  # serving: time per output token at most
+    budget_s: float | None = None  # stop after this many seconds with what was found, saying so
+    every_offering: bool = False  # also search offerings a lower bound proves cannot win (OUTRANKED_RATIO)
+
+    def __post_init__(self) -> None:
+        _check_positive("deadline_hours", self.deadline_hours, 1e7)
+        _check_positive("requests_per_s", self.requests_per_s, 1e9)
+        _check_positive("output_tokens_per_s", self.output_tokens_per_s, 1e12)
+        _check_positive("ttft_s", self.ttft_s, 86_400)
+        _check_positive("tpot_s", self.tpot_s, 86_400)
+        _check_positive("budget_s", self.budget_s, 86_400)
+        if isinstance(self.max_gpus, bool) or not isinstance(self.max_gpus, int) or not 1 <= self.max_gpus <= MAX_GPUS:
+            raise bad("max_gpus", self.max_gpus, f"must be an integer from 1 to {MAX_GPUS:,}")
+        if not 0 <= self.headroom < 1:
+            raise bad("headroom", self.headroom, "must be a fraction from 0 to below 1 (e.g. 0.1 for 10 %)")
+        if self.host_memory_gib_per_gpu is not None and not 0 <= self.host_memory_gib_per_gpu <= 1_000_000:
+            raise bad("host_memory_gib_per_gpu", self.host_memory_gib_per_gpu, "must be from 0 to 1,000,000 GiB")
+        for key, value in (("mfu", self.mfu), *((f"mfu.{g}", v) for g, v in self.mfu_by_gpu)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 < value <= 1):
+                raise bad(key, value, "must be a fraction above 0 and at most 1 (e.g. 0.4)")
+        for key, price in self.prices:
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 < price <= 10_000:
+                raise bad(f"prices.{key}", price, "must be a positive price in USD per GPU-hour (at most 10,000)")
+        check_choice("rank_by", self.rank_by, get_args(RankBy))
+        check_choice("price_kind", self.price_kind, get_args(PriceKind))
+        for c in self.provider_classes:
+            check_choice("provider_classes", c, get_args(ProviderClass))
+        for key in self.fixed:
+            if key not in SEARCH_KEYS:
+                raise bad("fixed", key, f"is not a searchable key; searchable: {', '.join(SEARCH_KEYS)}")
+
+    @property
+    def serving_target(self) -> bool:
+        return any(x is not None for x in (self.requests_per_s, self.output_tokens_per_s, self.ttft_s, self.tpot_s))
+
+    @property
+    def fleet_target(self) -> bool:
+        """A throughput the serving fleet is sized to."""
+        return self.requests_per_s is not None or self.output_tokens_per_s is not None
+
+
+def _check_positive(key: str, value: float | None, most: float) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= most):
+        raise bad(key, value, f"must be a number above 0 and at most {most:,g}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Candidate:
-    gpu: Gpu
-    count: int
-    plan: Plan  # the whole plan, ready to adopt
+    offering: Offering
+    gpu: Gpu  # the GPU as the offering shapes it (instance, links, network)
+    count: int  # GPUs of one replica (serving) or of the job
+    plan: Plan  # the whole plan, ready to adopt (hardware.offering set)
     device_bytes: int
-    usd_per_hour: float | None  # None when the catalog has no price for this GPU
-    job_hours: float
+    host_bytes: int
+    price: Price | None  # the catalog's price applied, with its date and source (None: the user's, or none)
+    usd_per_gpu_hour: float | None  # None when neither the catalog nor the user gives a price
+    usd_per_hour: float | None  # every GPU paid for: whole instances, every replica
+    job_hours: float  # training: the job; serving: generating a million tokens with the fleet
     job_usd: float | None
     tokens_per_s_per_gpu: float  # training tokens, or generated tokens when serving
     strategy: str  # short: "ZeRO-3, TP 2 + SP, full recomputation, micro-batch 1"
     why: str
-    catalog: dict[str, Gpu] = field(repr=False, compare=False)
+    meets_deadline: bool  # training within the deadline (serving: the target and bounds are met)
+    paid_gpus: int  # whole instances of every replica
+    replicas: int = 1
+    ttft_s: float | None = None  # serving
+    tpot_s: float | None = None
+    catalog: Mapping[str, Gpu] = field(repr=False, compare=False)
 
     @cached_property
     def estimate(self) -> Estimate:
@@ -76,507 +155,191 @@ class Candidate:
         return estimate(self.plan, self.catalog)
 
 
+RejectionKind = Literal["unfit", "outranked", "unsearched"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Rejection:
+    """A GPU type without a candidate: none of its offerings fits the plan ("unfit"), none could cost less than
+    twice the recommendation or finish in time where it does ("outranked": proven by a lower bound, not searched),
+    or the search's time budget ran out before it ("unsearched")."""
+
     gpu: Gpu
     reason: str
+    kind: RejectionKind = "unfit"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Recommendation:
-    candidates: tuple[Candidate, ...]  # ranked, cheapest first, deterministic on ties
-    rejected: tuple[Rejection, ...]
+    candidates: tuple[Candidate, ...]  # ranked: within the deadline cheapest first, then the rest fastest first
+    rejected: tuple[Rejection, ...]  # GPU types with no candidate, and why
+    options: SearchOptions
     job_tokens: int
     job_tokens_source: str
     flops_per_token: float  # of the base plan, without recomputation
-    headroom: float
-    mfu: float | None  # an override of the time model: job time is model FLOPs at this fraction of the peak
-    rank_by: RankBy
+    tie_band: float  # candidates within this fraction of the best's cost are ties (the time model's error)
+    price_dates: tuple[str, str] | None  # the oldest and newest date of the catalog's prices
     cut_after_s: float | None = None  # the time budget ran out: the best answers found by then
 
     @property
     def best(self) -> Candidate | None:
+        """The recommendation: the cheapest within the deadline, else the fastest found."""
         return self.candidates[0] if self.candidates else None
 
     @property
+    def serving(self) -> bool:
+        return self.job_tokens_source.startswith("serving")
+
+    @property
+    def ranked_by_hour(self) -> bool:
+        """Ranked by cost per hour: asked so, or a serving fleet sized to a throughput target."""
+        return _by_hour(self.options, self.serving)
+
+    @property
     def time_basis(self) -> str:
-        if self.mfu is None:
+        if self.options.mfu is None:
             return "job time from the step-time model (each GPU's measured matmul rate, HBM and links)"
-        return f"job time at {self.mfu:.0%} model FLOPs utilization of each GPU's dense peak (override)"
+        return f"job time at {self.options.mfu:.0%} model FLOPs utilization of each GPU's dense peak (override)"
+
+    def per_type(self) -> list[Candidate]:
+        """The best candidate of each GPU type, in rank order."""
+        best: dict[str, Candidate] = {}
+        for c in self.candidates:
+            best.setdefault(c.gpu.id, c)
+        return list(best.values())
+
+    def ties(self) -> list[Candidate]:
+        """Other GPU types' best candidates whose cost is within the time model's error of the best's: the
+        model cannot tell them apart."""
+        best = self.best
+        if best is None or best.job_usd is None:
+            return []
+        metric = _metric(self.options, self.serving)
+        return [c for c in self.per_type()[1:] if c.meets_deadline == best.meets_deadline and metric(c) is not None
+                and metric(c) <= metric(best) * (1 + self.tie_band)]
+
+    def frontier(self, gpu_id: str | None = None) -> list[Candidate]:
+        """The cost-time frontier (of one GPU type, or of all): the priced candidates no other is both as fast
+        and as cheap as, fastest first."""
+        pool = sorted((c for c in self.candidates if c.job_usd is not None and (gpu_id is None or c.gpu.id == gpu_id)),
+                      key=lambda c: (c.job_hours, c.job_usd))
+        out: list[Candidate] = []
+        for c in pool:
+            if not out or c.job_usd < out[-1].job_usd:
+                out.append(c)
+        return out
+
+    def caveats(self, c: Candidate) -> list[str]:
+        """Where the time model is least sure of this candidate (measured against published runs)."""
+        return time_caveats(c.plan, c.gpu)
+
+
+def _by_hour(options: SearchOptions, serving: bool) -> bool:
+    """Ranked by cost per hour: asked so, or a serving fleet sized to a throughput target (else by the job's)."""
+    return options.rank_by == "hour" or (serving and options.fleet_target)
+
+
+def _metric(options: SearchOptions, serving: bool):
+    """The cost a candidate is ranked by."""
+    return (lambda c: c.usd_per_hour) if _by_hour(options, serving) else (lambda c: c.job_usd)
+
+
+def time_caveats(plan: Plan, gpu: Gpu) -> list[str]:
+    """The time model's known weak spots for this plan on this GPU, each with the measured error behind it."""
+    acc = time_accuracy()
+    out = []
+    if gpu.id not in acc.gpus:
+        out.append(f"no published throughput of {gpu.name} checks the time model (only its datasheet and measured "
+                   f"matmul rate): {acc.vendor_note(gpu.vendor)}")
+    if plan.model.num_experts and plan.workload.task != "inference":
+        out.append(f"MoE training: the time model has been {acc.moe}")
+    r = rates(gpu, plan.precision.compute)
+    if plan.precision.compute == "fp8" and gpu.fp8_matmul_efficiency is None and r is not None:
+        out.append(f"no measured fp8 matmul rate for {gpu.name}: {r.matmul_efficiency:.0%} of its fp8 peak assumed")
+    return out
 
 
 # --- The search ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Strategy:
-    zero: int
-    tensor: int
-    pipeline: int
-    context: int
-    ckpt: str
-    offload: str
-    micro_batch: int
-    expert: int = 1
+def _price(offering: Offering, options: SearchOptions) -> tuple[Price | None, float | None]:
+    """(the catalog's price of the asked kind, the USD per GPU-hour applied: the user's where given)."""
+    mine = dict(options.prices)
+    listed = offering.price(options.price_kind)
+    own = mine.get(offering.id, mine.get(offering.gpu))
+    return (None, own) if own is not None else (listed, None if listed is None else listed.usd_per_gpu_hour)
 
 
-def _allows(plan: Plan, **sections) -> bool:
-    """Whether the plan's other settings admit these sections (e.g. optimizer in backward admits no ZeRO)."""
-    try:
-        replace(plan, **sections)
-    except PlanError:
-        return False
-    return True
+def _counts(offering: Offering, plan: Plan, options: SearchOptions) -> tuple[int, ...]:
+    """GPU counts of this offering: part of one instance (paid whole: for a plan that cannot use all of it), then
+    whole instances, doubling, up to its largest cluster and the cap; with 'count' fixed the plan's own alone."""
+    if "count" in options.fixed:
+        return (plan.hardware.count,)
+    g, top = offering.gpus_per_instance, min(offering.max_gpus or options.max_gpus, options.max_gpus)
+    return tuple(n for n in [1 << k for k in range(g.bit_length()) if 1 << k < g] + [g << k for k in range(21)]
+                 if n <= top)
 
 
-class _OutOfTime(Exception):
-    """The search's time budget ran out while it was estimating a layout; `found` holds the candidates of the GPU
-    type being searched that were complete by then."""
-
-    def __init__(self, found: list[Candidate] | None = None) -> None:
-        super().__init__()
-        self.found = found or []
-
-
-class _Search:
-    def __init__(self, plan: Plan, catalog: dict[str, Gpu], fixed: frozenset[str],
-                 deadline: float = float("inf")) -> None:
-        self.plan, self.catalog, self.fixed, self.deadline = plan, catalog, fixed, deadline
-        self.memo: dict[tuple[_Strategy, int], Estimate | None] = {}
-        # estimates are made on the largest GPU: the allocator's reserve is capped only where a plan overflows it
-        self.largest = max(catalog.values(), key=lambda g: g.usable_bytes)
-        m, wl, tech, par = plan.model, plan.workload, plan.techniques, plan.parallelism
-        self.global_batch = wl.global_batch_size
-
-        def options(key: str, current, choices, order=None):
-            """The values searched for a key: the plan's own value among them, in memory-saving order."""
-            return (current,) if key in fixed else tuple(sorted({*choices, current}, key=order))
-
-        # ZeRO stages and offloads the plan's own settings allow (optimizer in backward: stage 0, no offload)
-        self.zeros = options("zero_stage", par.zero_stage, [z for z in (0, 1, 2, 3) if _allows(
-            plan, parallelism=replace(par, zero_stage=z))])
-        self.pipelines = options("pipeline", par.pipeline, [p for p in (1, 2, 4, 8, 16) if m.num_layers // p >= 2 and (
-            split_problem(m.num_layers, p * (par.virtual_stages if par.pipeline > 1 else 1), par.pipeline_split,
-                          None) is None)])
-        self.contexts = options("context", par.context,
-                                [c for c in (1, 2, 4, 8) if wl.sequence_length % c == 0 and wl.sequence_length // c >= 1024]
-                                or [1])
-        self.ckpts = options("activation_checkpointing", tech.activation_checkpointing,
-                             ("none", "selective", "full") if tech.attention == "eager" else ("none", "full"),
-                             CHECKPOINTING_BY_SAVING.index)
-        self.offloads = options("offload", tech.offload, [o for o in OFFLOADS_BY_SAVING
-                                                          if _allows(plan, techniques=replace(tech, offload=o),
-                                                                     parallelism=replace(par, zero_stage=3 if o ==
-                                                                     "optimizer_and_params" else par.zero_stage))],
-                                OFFLOADS_BY_SAVING.index)
-        mbs, mb = [], wl.micro_batch_size
-        while mb >= 1:
-            mbs.append(mb)
-            mb = mb // 2 if mb % 2 == 0 else 0
-        self.micro_batches = options("micro_batch_size", wl.micro_batch_size, mbs + ([1] if mbs[-1] != 1 else []),
-                                     lambda n: -n)  # largest first
-        self.experts = options("expert", par.expert, [e for e in (1, 2, 4, 8, 16, 32, 64) if m.num_experts
-                                                      and m.num_experts % e == 0] or [1])
-
-    def tensors(self, gpu: Gpu) -> tuple[int, ...]:
-        """Tensor-parallel degrees within a node that split the heads, and the plan's own on its own GPU."""
-        m, own = self.plan.model, self.plan.parallelism.tensor
-        if "tensor" in self.fixed:
-            return (own,)
-        within = {t for t in (1, 2, 4, 8) if t <= gpu.gpus_per_node and m.num_attention_heads % t == 0
-                  and m.intermediate_size % t == 0 and (m.num_kv_heads % t == 0 or t % m.num_kv_heads == 0)}
-        return tuple(sorted(within | ({own} if gpu.id == self.plan.hardware.gpu else set())))
-
-    def plan_for(self, s: _Strategy, gpu: Gpu, count: int) -> Plan | None:
-        """The plan with this strategy on `count` GPUs, or None when the strategy cannot be laid out."""
-        base = self.plan
-        model_parallel = s.tensor * s.pipeline * s.context
-        if count % model_parallel:
-            return None
-        data = count // model_parallel
-        if self.global_batch % (s.micro_batch * data):
-            return None
-        try:
-            return replace(
-                base,
-                workload=replace(base.workload, micro_batch_size=s.micro_batch),
-                # float8 all-gathers exist only where FSDP gathers (ZeRO-3 layouts)
-                precision=replace(base.precision, fp8_all_gather=base.precision.fp8_all_gather and s.zero == 3),
-                techniques=replace(base.techniques, activation_checkpointing=s.ckpt, offload=s.offload),
-                parallelism=self.parallelism_for(s, data),
-                hardware=Hardware(gpu=gpu.id, count=count),
-            )
-        except PlanError:
-            return None
-
-    def parallelism_for(self, s: _Strategy, data: int) -> Parallelism:
-        """The strategy's degrees over the plan's own settings: its pipeline schedule and virtual stages where the
-        strategy pipelines, async TP where it keeps sequence parallelism; micro-batches per step follow the batch."""
-        par, tokens_per_rank = self.plan.parallelism, self.plan.workload.sequence_length // s.context
-        sequence_parallel = s.tensor > 1 and tokens_per_rank % s.tensor == 0
-        pipelined = s.pipeline > 1 and par.pipeline > 1
-        return replace(par, data=data, zero_stage=s.zero, tensor=s.tensor, pipeline=s.pipeline, context=s.context,
-                       expert=s.expert, sequence_parallel=sequence_parallel, pipeline_microbatches=None,
-                       pipeline_schedule=par.pipeline_schedule if pipelined else "1f1b",
-                       virtual_stages=par.virtual_stages if pipelined else 1,
-                       pipeline_layers=par.pipeline_layers if s.pipeline == par.pipeline else None,
-                       async_tp=par.async_tp and sequence_parallel)
-
-    def evaluate(self, s: _Strategy, gpu: Gpu, count: int) -> Estimate | None:
-        """Estimate of the strategy, memoized across GPU types: memory does not depend on the GPU, so the
-        estimate names the catalog's largest (see `for_gpu`). Only near a device's capacity does it: there the
-        allocator releases its cache, which `_Limits.fits` never counts on, and the largest GPU caps nothing a
-        smaller one could hold."""
-        key = (s, count)
-        if key not in self.memo:
-            if time.perf_counter() > self.deadline:
-                raise _OutOfTime
-            plan = self.plan_for(s, gpu, count)
-            self.memo[key] = None if plan is None else estimate(
-                replace(plan, hardware=replace(plan.hardware, gpu=self.largest.id)), self.catalog, detail=False)
-        return self.memo[key]
-
-    def most_saving(self, gpu: Gpu, count: int, ckpt: str, offload: str, pipeline: int) -> Estimate | None:
-        """The least-memory layout of a time class on `count` GPUs: the highest ZeRO stage, the smallest
-        micro-batch, and the most tensor × context parallelism that can be laid out on `count` GPUs."""
-        zero = 3 if offload == "optimizer_and_params" else max(self.zeros)
-        splits = sorted(((t, c) for t in self.tensors(gpu) for c in self.contexts if t * c * pipeline <= count),
-                        key=lambda tc: (-tc[0] * tc[1], -tc[0]))
-        for t, c in splits:
-            for e in sorted(self.experts, reverse=True):  # the most expert parallelism the ranks allow
-                est = self.evaluate(_Strategy(zero, t, pipeline, c, ckpt, offload, min(self.micro_batches), e),
-                                    gpu, count)
-                if est is not None:
-                    return est
-        return None
-
-    def time_classes(self) -> list[tuple[float, str, str, int]]:
-        """(lower bound of the time factor, recomputation, offload, pipeline), fastest first. The factor is
-        job time over that of the same FLOPs without recomputation, bubble or offload."""
-        base = flops_per_token(replace(self.plan, techniques=replace(self.plan.techniques,
-                                                                        activation_checkpointing="none")))
-        classes = []
-        for ckpt in self.ckpts:
-            fpt = flops_per_token(replace(self.plan, techniques=replace(self.plan.techniques,
-                                                                           activation_checkpointing=ckpt)))
-            for offload in self.offloads:
-                if offload == "optimizer_and_params" and 3 not in self.zeros:
-                    continue
-                for p in self.pipelines:
-                    bubble = 1 + (p - 1) / self.global_batch  # at most global-batch micro-batches per step
-                    classes.append((fpt / base * bubble, ckpt, offload, p))
-        return sorted(classes, key=lambda c: (c[0], self.offloads.index(c[2]), c[3]))
-
-    def simplest(self, gpu: Gpu, count: int, limits: _Limits, ckpt: str, offload: str,
-                 pipeline: int, tensors: tuple[int, ...] | None = None) -> Estimate | None:
-        """The first strategy of one time class that fits, fewest changes first: ZeRO stage, then expert
-        parallelism, then micro-batch, then context, then tensor parallelism (of `tensors`, default every
-        degree). A layout whose highest ZeRO stage does not fit is skipped whole: lower stages hold more."""
-        zeros = [z for z in self.zeros if offload != "optimizer_and_params" or z == 3]
-        for t in tensors or self.tensors(gpu):
-            for c in self.contexts:
-                if t * pipeline * c > count:
-                    continue
-                if count == t * pipeline and "zero_stage" not in self.fixed:  # data × context = 1: nothing to shard
-                    zeros = [3] if offload == "optimizer_and_params" else [0]
-                for mb in self.micro_batches:
-                    for e in self.experts:
-                        top = self.evaluate(_Strategy(zeros[-1], t, pipeline, c, ckpt, offload, mb, e), gpu, count)
-                        if top is None or not limits.fits(top):
-                            continue
-                        for z in zeros[:-1]:
-                            est = self.evaluate(_Strategy(z, t, pipeline, c, ckpt, offload, mb, e), gpu, count)
-                            if est is not None and limits.fits(est):
-                                return est
-                        return top
-        return None
-
-
-def _for_gpu(est: Estimate, gpu: Gpu) -> Estimate:
-    """The same estimate on another GPU type."""
-    if est.gpu.id == gpu.id:
-        return est
-    hw = Hardware(gpu=gpu.id, count=est.plan.hardware.count)
-    return replace(est, plan=replace(est.plan, hardware=hw), gpu=gpu, usable_bytes=gpu.usable_bytes)
+def _limits(gpu: Gpu, offering: Offering, options: SearchOptions) -> Limits:
+    host = offering.host_bytes() if options.host_memory_gib_per_gpu is None else from_gib(
+        options.host_memory_gib_per_gpu)
+    return Limits(int(gpu.usable_bytes * (1 - options.headroom)), host)
 
 
 @dataclass(frozen=True)
-class _Limits:
-    """What one GPU may use: device memory less the headroom, and host RAM for offloaded states."""
-    device: int
-    host: int
-
-    def fits(self, est: Estimate) -> bool:
-        """Within the limits without the allocator releasing its cache every step (a slow fit, never advised)."""
-        return est.device_bytes <= self.device and est.host_bytes <= self.host and not est.cache_flushed
+class _Job:
+    """What every offering's search shares: the plan's strategies, the job's tokens, the options."""
+    search: StrategySearch
+    tokens: int
+    options: SearchOptions
 
 
-def _check_arguments(plan: Plan, catalog: dict[str, Gpu], *, headroom: float, mfu: float | None, mfu_by_gpu: dict,
-                     prices: dict, fixed: Collection[str], max_count: int, rank_by: str, host_gib: float,
-                     budget_s: float | None) -> None:
-    """recommend()'s arguments, each checked with the field it came in."""
-    if budget_s is not None and not 0 < budget_s <= 86_400:
-        raise bad("budget_s", budget_s, "must be a number of seconds above 0 and at most 86,400")
-    if not 0 <= host_gib <= 1_000_000:
-        raise bad("host_memory_gib_per_gpu", host_gib, "must be from 0 to 1,000,000 GiB")
-    if not 1 <= max_count <= MAX_COUNT:
-        raise bad("max_count", max_count, f"must be from 1 to {MAX_COUNT:,}")
-    if not 0 <= headroom < 1:
-        raise bad("headroom", headroom, "must be a fraction from 0 to below 1 (e.g. 0.1 for 10 %)")
-    for key, value in (("mfu", mfu), *((f"mfu.{g}", v) for g, v in mfu_by_gpu.items())):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise bad(key, value, "must be a fraction above 0 and at most 1 (e.g. 0.4)")
-    for gpu_id in mfu_by_gpu:
-        if gpu_id not in catalog:
-            raise bad("mfu", gpu_id, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-    check_choice("rank_by", rank_by, get_args(RankBy))
-    for key in fixed:
-        if key not in SEARCH_KEYS:
-            raise bad("fixed", key, f"is not a searchable key; searchable: {', '.join(SEARCH_KEYS)}")
-    for gpu_id, price in prices.items():
-        if gpu_id not in catalog:
-            raise bad("prices", gpu_id, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-        if not price > 0:
-            raise bad(f"prices.{gpu_id}", price, "must be a positive price in USD per GPU-hour")
-    if "gpu" in fixed and plan.hardware.gpu not in catalog:
-        raise bad("hardware.gpu", plan.hardware.gpu, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-
-
-def recommend(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
-              mfu: float | None = None, prices: dict[str, float] | None = None,
-              fixed: frozenset[str] | set[str] = frozenset(), max_count: int = MAX_COUNT,
-              rank_by: RankBy = "job", host_memory_gib_per_gpu: float = DEFAULT_HOST_GIB_PER_GPU,
-              mfu_by_gpu: dict[str, float] | None = None, budget_s: float | None = None) -> Recommendation:
-    """Every feasible (GPU type, count) with its fastest strategy, ranked cheapest first.
-
-    Job time comes from the step-time model (planner/perf/); `mfu` (all GPUs) and `mfu_by_gpu` (per GPU id)
-    override it with model FLOPs at that fraction of the dense peak. `prices` override the catalog's. With
-    `budget_s` the search stops when that many seconds are spent and returns what it found, saying so."""
-    start = time.perf_counter()
-    catalog = catalog if catalog is not None else load_catalog()
-    mfu_by_gpu, prices, fixed = dict(mfu_by_gpu or {}), dict(prices or {}), frozenset(fixed)
-    _check_arguments(plan, catalog, headroom=headroom, mfu=mfu, mfu_by_gpu=mfu_by_gpu, prices=prices, fixed=fixed,
-                     max_count=max_count, rank_by=rank_by, host_gib=host_memory_gib_per_gpu, budget_s=budget_s)
-    host = int(host_memory_gib_per_gpu * 2**30)
-
-    tokens = plan.job_tokens
-    source = ("workload.train_tokens" if plan.workload.train_tokens else
-              "workload.steps × global batch × sequence length") if tokens else \
-        f"default {DEFAULT_JOB_TOKENS:,} tokens: costs are per billion training tokens"
-    tokens = tokens or DEFAULT_JOB_TOKENS
-
-    gpus = [catalog[plan.hardware.gpu]] if "gpu" in fixed else list(catalog.values())
-    own = {plan.hardware.count} if plan.hardware.count <= max_count else set()  # the plan's count is a candidate
-    counts = (plan.hardware.count,) if "count" in fixed else tuple(sorted(
-        {n for n in COUNT_LADDER if n <= max_count} | own))
-    inference = plan.workload.task == "inference"
-    if inference:
-        tokens, source = 10**6, "inference: costs per million generated tokens"
-    search = _Search(plan, catalog, fixed, start + budget_s if budget_s is not None else float("inf"))
-    candidates: list[Candidate] = []
-    rejected: list[Rejection] = []
-    cut = False
-    for gpu in gpus:
-        if cut:
-            rejected.append(Rejection(gpu=gpu, reason=f"{gpu.name}: not searched (the {budget_s:g} s budget ran out)"))
-            continue
-        args = (search, gpu, counts, headroom, host, tokens, mfu_by_gpu.get(gpu.id, mfu),
-                prices.get(gpu.id, gpu.price_usd_per_hour))
-        try:
-            found, reason = _search_inference(*args) if inference else _search_gpu(*args)
-        except _OutOfTime as out:
-            found, reason, cut = out.found, f"{gpu.name}: search cut by the budget", True
-        candidates.extend(found)
-        if not found:
-            rejected.append(Rejection(gpu=gpu, reason=reason))
-
-    def rank(c: Candidate):
-        money = (c.job_usd, c.usd_per_hour) if rank_by == "job" else (c.usd_per_hour, c.job_usd)
-        return (c.usd_per_hour is None, *(x or 0.0 for x in money), c.gpu.id, c.count)
-
-    return Recommendation(candidates=tuple(sorted(candidates, key=rank)), rejected=tuple(rejected),
-                          job_tokens=tokens, job_tokens_source=source,
-                          flops_per_token=flops_per_token(replace(plan, techniques=replace(
-                              plan.techniques, activation_checkpointing="none"))) / (3 if inference else 1),
-                          headroom=headroom, mfu=mfu, rank_by=rank_by,
-                          cut_after_s=round(time.perf_counter() - start, 2) if cut else None)
-
-
-def _search_gpu(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int, tokens: int,
-                mfu: float | None, price: float | None) -> tuple[list[Candidate], str]:
-    plan = search.plan
-    if why := unsupported_compute(plan, gpu):
-        return [], why
-    limits = _Limits(int(gpu.usable_bytes * (1 - headroom)), host)
-    allowed = (f"{format_bytes(limits.device)} allowed ({format_bytes(gpu.usable_bytes)} usable less {headroom:.0%}"
-               f" headroom) and {format_bytes(host)} of host memory per GPU")
-
-    classes = search.time_classes()
-
-    # the fewest GPUs: the first count where a class with the most recomputation fits; every offload level is
-    # tried, as deeper offloading saves device memory but needs more host memory. (Not a bisection: the global
-    # batch caps data parallelism, so the largest counts may have no layout at all.)
-    saving = [(ckpt, off, p) for _, ckpt, off, p in classes if ckpt == search.ckpts[-1]]
-    first, closest = None, None
-    for n in counts:
-        for ckpt, off, p in saving:
-            est = search.most_saving(gpu, n, ckpt, off, p)
-            if est is None:
-                continue
-            if limits.fits(est):
-                first = n
-                break
-            closest = est if closest is None or est.device_bytes < closest.device_bytes else closest
-        if first is not None:
-            break
+def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candidate], str]:
+    """The fastest strategy at each count of the offering's ladder, from the fewest GPUs that fit upward."""
+    search, options = job.search, job.options
+    limits = _limits(gpu, offering, options)
+    mfu = dict(options.mfu_by_gpu).get(gpu.id, options.mfu)
+    counts = tuple(n for n in _counts(offering, search.plan, options) if offering.refuses(n) is None)
+    if not counts:
+        return [], offering.refuses(_counts(offering, search.plan, options)[0]) or f"{offering.id}: no count"
+    first, closest = search.first_fit(gpu, counts, limits)
     if first is None:
-        if closest is None:
-            return [], f"{gpu.name}: no layout of the plan on {counts[-1]} GPU(s) or fewer"
-        return [], (f"{gpu.name} ×{closest.plan.hardware.count}: needs {format_bytes(closest.device_bytes)} per GPU "
-                    f"even with the most memory-saving strategy, {allowed}")
-
-    # beyond one GPU per sequence no gain, but the plan's own count is always tried
-    last = max(first, min(counts[-1], plan.workload.global_batch_size),
-               plan.hardware.count if plan.hardware.count in counts else 0)
-    found: list[Candidate] = []
-    stopped = False  # more GPUs no longer shorten the job, or the GPU-hours ran past twice the fewest
-    try:
-        for n in (c for c in counts if first <= c <= last):
-            own = n == plan.hardware.count  # the plan's own count is always tried
-            if stopped and not own:
-                continue
-            best = _best_at(search, gpu, n, limits, classes, tokens, mfu, price, first)
-            if best and found and not own and (
-                    best[0].job_hours >= min(c.job_hours for c in found)
-                    or n * best[0].job_hours > min(c.count * c.job_hours for c in found) / MIN_SCALING_EFFICIENCY):
-                stopped = True
-                continue
-            found.extend(best)
-    except _OutOfTime:
-        raise _OutOfTime(found) from None
-    return found, ""
-
-
-def _best_at(search: _Search, gpu: Gpu, n: int, limits: _Limits, classes: list, tokens: int, mfu: float | None,
-             price: float | None, first: int) -> list[Candidate]:
-    """The fastest strategy that fits on `n` GPUs, as a one-candidate list ([] if none fits)."""
-    plan = search.plan
-    ckpt_rank = {c: i for i, c in enumerate(search.ckpts)}  # later = recomputes more = less memory
-    offload_rank = {o: i for i, o in enumerate(search.offloads)}  # later = offloads more = less memory
-    best: tuple[float, Candidate] | None = None
-    failed: list[tuple[int, int, int]] = []  # classes whose most memory-saving layout did not fit
-    # A lower bound of a class's hours: its factor (recomputation, least bubble) × the FLOPs at the achievable
-    # matmul rate. (Not a found layout's own work: another layout's matmul shapes and elementwise traffic differ.)
-    unit = compute_floor_hours(plan, gpu, tokens, n, mfu)
-    pcie = {o: compute_floor_hours(plan, gpu, tokens, n, mfu, o) - unit for o in search.offloads}
-    timed = 0
-    deepest: dict[tuple[str, str], float] = {}  # per recomputation × offload: hours at the last pipeline depth
-    for bound, ckpt, offload, p in classes:
-        if best is not None and (bound * unit >= best[0] or timed >= MAX_TIMED_CLASSES):
-            break
-        if best is not None and (bound * unit + pcie[offload] >= best[0]
-                                 or offload != "none" and best[1].plan.techniques.offload == "none"):
-            continue  # its PCIe transfers alone make it slower; offload is for plans that do not fit without
-        if deepest.get((ckpt, offload)) == float("inf"):
-            continue  # a shallower pipeline of this kind was faster than a deeper one: deeper only adds bubble
-        rank = (ckpt_rank[ckpt], offload_rank[offload])
-        if any(fp == p and fc >= rank[0] and fo >= rank[1] for fc, fo, fp in failed):
-            continue  # a class that saves at least as much memory already failed
-        extreme = search.most_saving(gpu, n, ckpt, offload, p)
-        if extreme is None or not limits.fits(extreme):
-            failed.append((*rank, p))
+        return [], _no_fit(gpu, offering, limits, closest, counts[-1])
+    found: list[tuple[int, Found]] = []
+    for n in (c for c in counts if c >= first):
+        best = search.best_at(gpu, n, limits, job.tokens, mfu)
+        if best is None:
             continue
-        timed += 1
-        fastest = float("inf")
-        for est, hours in _layouts(search, gpu, n, limits, (ckpt, offload, p), tokens, mfu):
-            fastest = min(fastest, hours)
-            if best is None or hours < best[0]:
-                best = (hours, _candidate(_for_gpu(est, gpu), gpu, n, (hours, tokens), price, limits.device, first,
-                                          search.catalog))
-        previous = deepest.get((ckpt, offload))
-        deepest[(ckpt, offload)] = float("inf") if previous is not None and fastest > previous else fastest
-    return [] if best is None else [best[1]]
+        if found and _past_useful(found, n, best, options.deadline_hours):
+            break
+        found.append((n, best))
+        if best.hours < MIN_USEFUL_JOB_HOURS and (options.deadline_hours or 0) >= MIN_USEFUL_JOB_HOURS:
+            break
+    if not found:
+        return [], f"{gpu.name} ({offering.id}): no strategy fits from {first:,} GPUs up"
+    return [_candidate(job, offering, gpu, n, f, first) for n, f in found], ""
 
 
-def _layouts(search: _Search, gpu: Gpu, n: int, limits: _Limits, cls: tuple[str, str, int], tokens: int,
-             mfu: float | None) -> list[tuple[Estimate, float]]:
-    """The simplest layout of a class that fits, and, where its step spends more than COMMUNICATION_SHARE beyond
-    its work (exposed communication, bubble), the simplest layout at the widest tensor-parallel degree inside an
-    NVLink-class fast domain: tensor parallelism there divides the bytes each rank gathers and reduces across it."""
-    est = search.simplest(gpu, n, limits, *cls)
-    if est is None:
-        return []
-    # the estimate may name another GPU type (memory is shared across types); the time reads only `gpu`
-    hours, work = job_time(est.plan, gpu, tokens, mfu)
-    found = [(est, hours)]
-    # only over NVLink-class links: over PCIe, tensor parallelism's per-layer all-reduces cost more than the
-    # gradient traffic they save
-    r = rates(gpu, search.plan.precision.compute)
-    domain = r.fast_domain_gpus if r.link_kind == "link" else 1
-    widest = max((t for t in search.tensors(gpu) if t <= domain), default=1)
-    if mfu is None and hours > work * (1 + COMMUNICATION_SHARE) and widest > est.plan.parallelism.tensor:
-        wider = search.simplest(gpu, n, limits, *cls, tensors=(widest,))
-        if wider is not None:
-            found.append((wider, job_time(wider.plan, gpu, tokens, mfu)[0]))
-    return found
+def _past_useful(found: list[tuple[int, Found]], n: int, best: Found, deadline: float | None) -> bool:
+    """Whether the ladder stops at count `n`: more GPUs no longer shorten the job, or the deadline is met and
+    the GPU-hours run past twice the fewest found."""
+    fastest = min(f.hours for _, f in found)
+    if best.hours >= fastest:
+        return True
+    met = deadline is None or fastest <= deadline
+    return met and n * best.hours > min(c * f.hours for c, f in found) / MIN_SCALING_EFFICIENCY
 
 
-def _search_inference(search: _Search, gpu: Gpu, counts: tuple[int, ...], headroom: float, host: int,
-                      tokens: int, mfu: float | None, price: float | None) -> tuple[list[Candidate], str]:
-    """Replicas of the model: tensor parallelism within a node, pipeline parallelism across nodes. More
-    replicas multiply throughput at the same cost per token, so one replica of each layout is a candidate."""
-    plan = search.plan
-    if why := unsupported_compute(plan, gpu):
-        return [], why
-    limits = _Limits(int(gpu.usable_bytes * (1 - headroom)), host)
-    fixed_t = (plan.parallelism.tensor,) if "tensor" in search.fixed else search.tensors(gpu)
-    fixed_p = (plan.parallelism.pipeline,) if "pipeline" in search.fixed else search.pipelines
-    found, closest = [], None
-    for p in fixed_p:
-        if found:
-            break  # pipeline stages add latency and buy nothing once a layout within a node fits
-        for t in fixed_t:
-            n = t * p
-            if n not in counts and "count" not in search.fixed:
-                continue
-            try:
-                own = plan.parallelism  # its split rule, and its list of layers at its own depth
-                layers = own.pipeline_layers if p == own.pipeline and own.virtual_stages == 1 else None
-                candidate_plan = replace(plan, parallelism=Parallelism(data=1, tensor=t, pipeline=p,
-                                                                       pipeline_split=own.pipeline_split,
-                                                                       pipeline_layers=layers),
-                                         hardware=Hardware(gpu=gpu.id, count=n))
-            except PlanError:
-                continue
-            est = estimate(candidate_plan, search.catalog, detail=False)
-            budget = est.usable_bytes if est.serving is not None else limits.device  # an engine sets its own
-            if est.device_bytes > budget:
-                closest = est if closest is None or est.device_bytes < closest.device_bytes else closest
-                continue
-            speed = throughput(candidate_plan, gpu)
-            hours = tokens / (speed.output_tokens_per_second_per_gpu * n) / 3600
-            usd = None if price is None else price * n
-            layout = (f"TP {t}" + (f" × PP {p}" if p > 1 else "") if n > 1 else "one GPU") + \
-                f", {plan.precision.weights} weights"
-            why = (f"{n} × {gpu.name}, {layout}: {format_bytes(est.device_bytes)} per GPU; decode "
-                   f"{speed.decode_tokens_per_second:,.0f} tok/s, prefill {speed.prefill_tokens_per_second:,.0f} "
-                   f"tok/s per replica")
-            found.append(Candidate(gpu=gpu, count=n, plan=candidate_plan, device_bytes=est.device_bytes,
-                                   usd_per_hour=usd, job_hours=hours, job_usd=None if usd is None else usd * hours,
-                                   tokens_per_s_per_gpu=speed.output_tokens_per_second_per_gpu,
-                                   strategy=layout, why=why, catalog=search.catalog))
-    if found:
-        return found, ""
+def _no_fit(gpu: Gpu, offering: Offering, limits: Limits, closest: Estimate | None, most: int) -> str:
+    allowed = (f"{format_bytes(limits.device)} allowed ({format_bytes(gpu.usable_bytes)} usable less the headroom) "
+               f"and {format_bytes(limits.host)} of host RAM per GPU")
     if closest is None:
-        return [], f"{gpu.name}: no tensor × pipeline layout of the model fits the GPU counts searched"
-    return [], (f"{gpu.name} ×{closest.plan.hardware.count}: needs {format_bytes(closest.device_bytes)} per GPU, "
-                f"{format_bytes(limits.device)} allowed")
+        return f"{gpu.name} ({offering.id}): no layout of the plan on {most:,} GPU(s) or fewer"
+    return (f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count:,}: needs {format_bytes(closest.device_bytes)} "
+            f"per GPU and {format_bytes(closest.host_bytes)} of host RAM even with the most memory-saving strategy, "
+            f"{allowed}")
 
 
-def _candidate(est: Estimate, gpu: Gpu, n: int, job: tuple[float, int], price: float | None, limit: int, first: int,
-               catalog: dict[str, Gpu]) -> Candidate:
-    hours, tokens = job
-    par, tech, wl = est.plan.parallelism, est.plan.techniques, est.plan.workload
+def _strategy_text(plan: Plan) -> str:
+    par, tech, wl = plan.parallelism, plan.techniques, plan.workload
     parts = [f"ZeRO-{par.zero_stage}" if par.zero_stage else ("DDP" if par.data > 1 else "one replica")]
     parts += [f"TP {par.tensor}" + (" + SP" if par.sequence_parallel else "")] if par.tensor > 1 else []
     parts += [f"PP {par.pipeline}"] if par.pipeline > 1 else []
@@ -584,23 +347,320 @@ def _candidate(est: Estimate, gpu: Gpu, n: int, job: tuple[float, int], price: f
     parts += [f"EP {par.expert}"] if par.expert > 1 else []
     parts += [f"{tech.activation_checkpointing} recomputation"] if tech.activation_checkpointing != "none" else []
     parts += [f"offload {tech.offload.replace('_', ' ')}"] if tech.offload != "none" else []
-    parts += [f"micro-batch {wl.micro_batch_size}"]
-    lead = f"fewest {gpu.name} that fit" if n == first else f"{n} × {gpu.name}"
-    strategy = ", ".join(parts)
-    why = (f"{lead}: {strategy}; {format_bytes(est.device_bytes)} per GPU of {format_bytes(limit)} allowed"
-           f"; fastest strategy at this count")
-    usd_per_hour = None if price is None else price * n
-    return Candidate(gpu=gpu, count=n, plan=est.plan, device_bytes=est.device_bytes, usd_per_hour=usd_per_hour,
-                     job_hours=hours, job_usd=None if usd_per_hour is None else hours * usd_per_hour,
-                     tokens_per_s_per_gpu=tokens / (hours * 3600) / n,
-                     strategy=strategy, why=why, catalog=catalog)
+    return ", ".join(parts + [f"micro-batch {wl.micro_batch_size}"])
+
+
+def _hardware(plan: Plan, offering: Offering, count: int, catalog: Catalog) -> Hardware:
+    """`count` GPUs of the offering (none named where it is a GPU's usual server, which the catalog does not
+    list; the user's own host RAM figure kept)."""
+    listed = offering.id if offering.id in catalog.offerings else None
+    return Hardware(gpu=offering.gpu, count=count, offering=listed,
+                    host_memory_gib_per_gpu=plan.hardware.host_memory_gib_per_gpu)
+
+
+def _candidate(job: _Job, offering: Offering, gpu: Gpu, n: int, found: Found, first: int) -> Candidate:
+    est, hours = found.estimate, found.hours
+    price, usd = _price(offering, job.options)
+    paid = offering.paid_gpus(n)
+    per_hour = None if usd is None else usd * paid
+    deadline = job.options.deadline_hours
+    strategy = _strategy_text(est.plan)
+    lead = f"fewest {gpu.name} that fit" if n == first else f"{n:,} × {gpu.name}"
+    why = (f"{lead} ({offering.provider}, {offering.instance}): {strategy}; {format_bytes(est.device_bytes)} per GPU"
+           f"; fastest strategy at this count; {format_hours(hours)}")
+    return Candidate(offering=offering, gpu=gpu, count=n, plan=replace(est.plan, hardware=_hardware(est.plan, offering, n, job.search.catalog)),
+                     device_bytes=est.device_bytes, host_bytes=est.host_bytes, price=price, usd_per_gpu_hour=usd,
+                     usd_per_hour=per_hour, job_hours=hours, job_usd=None if per_hour is None else hours * per_hour,
+                     tokens_per_s_per_gpu=job.tokens / (hours * 3600) / n, strategy=strategy, why=why,
+                     meets_deadline=deadline is None or hours <= deadline, paid_gpus=paid, catalog=job.search.catalog)
+
+
+# --- Serving ------------------------------------------------------------------------------------------------
+def _serving_plans(job: _Job, offering: Offering, gpu: Gpu) -> list[Plan]:
+    """One replica of each layout the offering can hold: tensor parallelism within an instance, pipeline
+    stages across instances (where it has a network); deeper pipelines only while no shallower one fits."""
+    search, plan, fixed = job.search, job.search.plan, job.options.fixed
+    tensors = (plan.parallelism.tensor,) if "tensor" in fixed else search.tensors(gpu)
+    pipelines = (plan.parallelism.pipeline,) if "pipeline" in fixed else search.pipelines
+    own = plan.parallelism
+    out = []
+    for p in pipelines:
+        for t in tensors:
+            n = t * p
+            if ("count" in fixed and n != plan.hardware.count) or offering.refuses(n) or n > job.options.max_gpus:
+                continue
+            layers = own.pipeline_layers if p == own.pipeline and own.virtual_stages == 1 else None
+            try:
+                out.append(replace(plan, parallelism=Parallelism(
+                    data=1, tensor=t, pipeline=p, pipeline_split=own.pipeline_split, pipeline_layers=layers),
+                    hardware=_hardware(plan, offering, n, search.catalog)))
+            except PlanError:
+                continue
+    return out
+
+
+def _serves(est: Estimate, limits: Limits) -> bool:
+    """An inference estimate fits: within the engine's own budget when it serves, else within the allowance."""
+    return est.device_bytes <= (est.usable_bytes if est.serving is not None else limits.device)
+
+
+def _with_batch(plan: Plan, batch: int) -> Plan:
+    return replace(plan, workload=replace(plan.workload, inference=replace(plan.workload.inference, batch_size=batch)))
+
+
+def _capacity(job: _Job, plan: Plan, est: Estimate, limits: Limits) -> int:
+    """The most sequences one replica holds at once: the engine's KV capacity, else the largest batch that fits
+    (0: not even one)."""
+    if est.serving is not None:
+        return est.serving.max_concurrent_sequences
+    return _largest(lambda b: _serves(job.search.served(_with_batch(plan, b)), limits), 1,
+                    MAX_BATCH) or 0
+
+
+def _within_bounds(job: _Job, plan: Plan, gpu: Gpu, capacity: int) -> int | None:
+    """The largest batch up to `capacity` whose time to first token and per output token stay within the bounds
+    (both grow with the batch); None: even one sequence misses a bound."""
+    options = job.options
+
+    def within(b: int) -> bool:
+        lat = job.search.latency(_with_batch(plan, b), gpu)
+        return (options.ttft_s is None or lat.ttft_s <= options.ttft_s) and (
+            options.tpot_s is None or lat.tpot_s <= options.tpot_s)
+
+    return _largest(within, 1, capacity)
+
+
+def _serve_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candidate], str]:
+    """Replicas of the model on the offering: one candidate per layout that fits; with a target or bounds, at the
+    largest batch within the bounds and its memory, with as many replicas as the target needs."""
+    limits = _limits(gpu, offering, job.options)
+    found: list[Candidate] = []
+    closest, why = None, f"{gpu.name} ({offering.id}): no tensor × pipeline layout of the model on it"
+    for plan in _serving_plans(job, offering, gpu):
+        if found and plan.parallelism.pipeline > found[-1].plan.parallelism.pipeline:
+            break  # pipeline stages add latency and buy nothing once a shallower layout fits
+        est = job.search.served(plan)
+        capacity = _capacity(job, plan, est, limits) if job.options.serving_target else int(_serves(est, limits))
+        if not capacity:
+            closest = est if closest is None or est.device_bytes < closest.device_bytes else closest
+            continue
+        batch = _within_bounds(job, plan, gpu, capacity) if job.options.serving_target else \
+            plan.workload.inference.batch_size
+        if batch is None:
+            lat = job.search.latency(_with_batch(plan, 1), gpu)
+            why = (f"{gpu.name} ({offering.id}) ×{plan.hardware.count}: one sequence alone takes TTFT "
+                   f"{lat.ttft_s:.3g} s and TPOT {lat.tpot_s * 1000:.3g} ms, over the bounds")
+            continue
+        chosen = _with_batch(plan, batch)
+        found.append(_serving_candidate(job, offering, gpu, chosen, job.search.served(chosen)))
+    if found or closest is None:
+        return found, "" if found else why
+    return [], (f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count}: needs "
+                f"{format_bytes(closest.device_bytes)} per GPU, {format_bytes(limits.device)} allowed")
+
+
+def _serving_paid(offering: Offering, n: int, replicas: int) -> int:
+    """GPUs paid for `replicas` replicas of `n` GPUs: as many replicas to an instance as it holds (they need no
+    network between them), whole instances each; a replica wider than an instance rents its own."""
+    g = offering.gpus_per_instance
+    if n > g:
+        return replicas * offering.paid_gpus(n)
+    return -(-replicas // (g // n)) * g
+
+
+def _serving_candidate(job: _Job, offering: Offering, gpu: Gpu, plan: Plan, est: Estimate) -> Candidate:
+    lat, n, par = job.search.latency(plan, gpu), plan.hardware.count, plan.parallelism
+    o = job.options
+    replicas = max(1, math.ceil((o.requests_per_s or 0) / lat.requests_per_s),
+                   math.ceil((o.output_tokens_per_s or 0) / lat.output_tokens_per_s))
+    paid = _serving_paid(offering, n, replicas)
+    price, usd = _price(offering, job.options)
+    per_hour = None if usd is None else usd * paid
+    tokens_per_s = replicas * lat.output_tokens_per_s
+    hours = SERVING_TOKENS / tokens_per_s / 3600
+    batch = plan.workload.inference.batch_size
+    layout = (f"TP {par.tensor}" + (f" × PP {par.pipeline}" if par.pipeline > 1 else "") if n > 1 else "one GPU")
+    strategy = f"{layout}, {plan.precision.weights} weights, batch {batch:,}"
+    why = (f"{replicas:,} × {n} × {gpu.name} ({offering.provider}, {offering.instance}), {strategy}: "
+           f"{format_bytes(est.device_bytes)} per GPU; TTFT {lat.ttft_s:.3g} s, TPOT {lat.tpot_s * 1000:.3g} ms, "
+           f"{lat.requests_per_s:,.3g} requests/s and {lat.output_tokens_per_s:,.0f} output tokens/s per replica")
+    return Candidate(offering=offering, gpu=gpu, count=n, plan=plan, device_bytes=est.device_bytes,
+                     host_bytes=est.host_bytes, price=price, usd_per_gpu_hour=usd, usd_per_hour=per_hour,
+                     job_hours=hours, job_usd=None if per_hour is None else per_hour * hours,
+                     tokens_per_s_per_gpu=tokens_per_s / (replicas * n), strategy=strategy, why=why,
+                     meets_deadline=True, paid_gpus=paid, replicas=replicas, ttft_s=lat.ttft_s, tpot_s=lat.tpot_s,
+                     catalog=job.search.catalog)
+
+
+# --- The whole catalog ----------------------------------------------------------------------------------------
+def _check(plan: Plan, catalog: Catalog, options: SearchOptions) -> None:
+    """The options' ids, each against the catalog, with the field it came in."""
+    known = ", ".join(catalog)
+    for key, gpu_id in [*(("prices", k) for k, _ in options.prices), *(("mfu", k) for k, _ in options.mfu_by_gpu),
+                        *(("gpus", k) for k in options.gpus)]:
+        if gpu_id not in catalog and not (key == "prices" and gpu_id in catalog.offerings):
+            raise bad(key, gpu_id, f"is not a GPU (or, for a price, an offering) of the catalog; GPUs: {known}")
+    if {"gpu", "offering"} & options.fixed:
+        plan_gpu(catalog, plan.hardware.gpu, plan.hardware.offering, plan.hardware.count)
+    if "count" in options.fixed and plan.hardware.count > options.max_gpus:
+        raise bad("max_gpus", options.max_gpus, f"is below the plan's own count ({plan.hardware.count:,}), which "
+                                                f"'count' keeps")
+
+
+def _offerings(catalog: Catalog, gpu_id: str, plan: Plan, options: SearchOptions) -> list[Offering]:
+    """The offerings of a GPU type searched: the plan's own where 'offering' is kept; else those of the asked
+    provider classes, or, for a type the catalog offers no way to rent, its usual server unpriced."""
+    own = plan.hardware.offering
+    if "offering" in options.fixed:
+        return [catalog.offerings[own] if own else generic_offering(catalog[gpu_id])]
+    listed = catalog.offerings_of(gpu_id)
+    if not listed:
+        return [generic_offering(catalog[gpu_id])]
+    return [o for o in listed if not options.provider_classes or o.provider_class in options.provider_classes]
+
+
+def _job_tokens(plan: Plan) -> tuple[int, str]:
+    if plan.workload.task == "inference":
+        return SERVING_TOKENS, "serving: costs per million generated tokens"
+    if plan.job_tokens:
+        return plan.job_tokens, ("workload.train_tokens" if plan.workload.train_tokens else
+                                 "workload.steps × global batch × sequence length")
+    return DEFAULT_JOB_TOKENS, f"default {DEFAULT_JOB_TOKENS:,} tokens: costs are per billion training tokens"
+
+
+@dataclass(frozen=True)
+class _Least:
+    """What no strategy on an offering beats: the plan's FLOPs at its GPU's achievable matmul rate, whole
+    instances paid."""
+    meets: bool  # some count could finish within the deadline
+    usd: float  # the least the job (or an hour of it, ranked per hour) could cost there
+    hours: float  # the least time, on its largest cluster
+    most: int  # GPUs of that cluster
+
+
+def _least(job: _Job, offering: Offering, gpu: Gpu) -> _Least | None:
+    """The offering's least cost and time (None: no price, or serving: searched whatever the best)."""
+    usd = _price(offering, job.options)[1]
+    counts = [n for n in _counts(offering, job.search.plan, job.options) if offering.refuses(n) is None]
+    if usd is None or not counts or job.search.plan.workload.task == "inference":
+        return None
+    mfu, deadline = dict(job.options.mfu_by_gpu).get(gpu.id, job.options.mfu), job.options.deadline_hours
+    floors = [(n, compute_floor_hours(job.search.plan, gpu, job.tokens, n, mfu)) for n in counts]
+    meets = [(n, h) for n, h in floors if deadline is None or h <= deadline]
+    per_hour = job.options.rank_by == "hour"
+    return _Least(meets=bool(meets), usd=min(usd * offering.paid_gpus(n) * (1 if per_hour else h)
+                                             for n, h in meets or floors), hours=floors[-1][1], most=counts[-1])
+
+
+def _outranked(least: _Least | None, best: Candidate | None, options: SearchOptions) -> str:
+    """Why an offering cannot beat the best candidate found, or "" (it must be searched)."""
+    if least is None or best is None or not best.meets_deadline or options.every_offering:
+        return ""
+    best_cost = best.usd_per_hour if options.rank_by == "hour" else best.job_usd
+    if not least.meets:
+        return (f"cannot finish within the deadline: even its largest cluster ({least.most:,} GPUs) at its full "
+                f"matmul rate takes {format_hours(least.hours)}")
+    if best_cost is not None and least.usd > OUTRANKED_RATIO * best_cost:
+        per = "an hour" if options.rank_by == "hour" else "for the job"
+        return (f"at least ${least.usd:,.2f} {per} at its full matmul rate, over {OUTRANKED_RATIO:g} × the "
+                f"recommendation's ${best_cost:,.2f}")
+    return ""
+
+
+def _searched_offerings(job: _Job, gpu_ids: list[str]) -> list[tuple[str, Offering, Gpu, _Least | None]]:
+    """Every offering to search with its GPU's view and least cost, likeliest winners first; a GPU type without
+    tensor cores for the plan's dtype is left out (`_unsupported` says why)."""
+    catalog, options = job.search.catalog, job.options
+    rows = []
+    for gpu_id in gpu_ids:
+        if unsupported_compute(job.search.plan, catalog[gpu_id]):
+            continue
+        for offering in _offerings(catalog, gpu_id, job.search.plan, options):
+            gpu = offering_view(catalog[gpu_id], offering)
+            rows.append((gpu_id, offering, gpu, _least(job, offering, gpu)))
+    return sorted(rows, key=lambda r: (1, False, 0.0) if r[3] is None else (0, not r[3].meets, r[3].usd))
+
+
+def _search_all(job: _Job, gpu_ids: list[str]) -> tuple[list[Candidate], dict[str, list[tuple[RejectionKind, str]]]]:
+    """Every offering's candidates, and per GPU type the reasons its offerings gave none."""
+    rank = _rank_key(job.options, job.search.plan.workload.task == "inference")
+    found: list[Candidate] = []
+    reasons: dict[str, list[tuple[RejectionKind, str]]] = {g: [] for g in gpu_ids}
+    best: Candidate | None = None
+    for gpu_id, offering, gpu, least in _searched_offerings(job, gpu_ids):
+        if time.perf_counter() > job.search.stop_at:
+            reasons[gpu_id].append(("unsearched", f"the {job.options.budget_s:g} s budget ran out"))
+            continue
+        if why := _outranked(least, best, job.options):
+            reasons[gpu_id].append(("outranked", f"{gpu.name} ({offering.id}): {why}"))
+            continue
+        try:
+            more, why = (_serve_offering if job.search.plan.workload.task == "inference" else _train_offering)(
+                job, offering, gpu)
+        except OutOfTime:
+            reasons[gpu_id].append(("unsearched", f"the {job.options.budget_s:g} s budget ran out"))
+            continue
+        found += more
+        reasons[gpu_id] += [("unfit", why)] if why else []
+        best = min([c for c in [best, *more] if c is not None], key=rank, default=None)
+    return found, reasons
+
+
+def _rejection(job: _Job, gpu_id: str, reasons: list[tuple[RejectionKind, str]]) -> Rejection:
+    """A GPU type's one line: no tensor cores, else an offering's misfit (the one naming the memory first), else
+    why it could not win, else the budget."""
+    gpu = job.search.catalog[gpu_id]
+    if why := unsupported_compute(job.search.plan, gpu):
+        return Rejection(gpu=gpu, reason=why)
+    for kind in ("unfit", "outranked", "unsearched"):
+        lines = [r for k, r in reasons if k == kind]
+        if lines and kind == "unsearched":
+            return Rejection(gpu=gpu, kind=kind, reason=f"{gpu.name}: not searched ({lines[0]})")
+        if lines:
+            return Rejection(gpu=gpu, kind=kind, reason=min(lines, key=lambda r: ("needs" not in r, len(r))))
+    return Rejection(gpu=gpu, reason=f"{gpu.name}: no offering of the provider classes asked")
+
+
+def recommend(plan: Plan, catalog: Mapping[str, Gpu] | None = None,
+              options: SearchOptions = SearchOptions()) -> Recommendation:
+    """Every offering's cost-time frontier for the plan, ranked: within the deadline the cheapest first (the
+    recommendation), then the rest fastest first; each GPU type without a candidate says why."""
+    start = time.perf_counter()
+    catalog = load_catalog() if catalog is None else catalog if isinstance(catalog, Catalog) else Catalog(catalog)
+    _check(plan, catalog, options)
+    tokens, source = _job_tokens(plan)
+    stop_at = start + options.budget_s if options.budget_s is not None else float("inf")
+    job = _Job(StrategySearch(plan, catalog, options.fixed, stop_at), tokens, options)
+    gpu_ids = [plan.hardware.gpu] if {"gpu", "offering"} & options.fixed else list(options.gpus or catalog)
+    candidates, reasons = _search_all(job, gpu_ids)
+    typed = {c.gpu.id for c in candidates}
+    rejected = [_rejection(job, g, reasons[g]) for g in gpu_ids if g not in typed]
+    ranked = sorted(candidates, key=_rank_key(options, plan.workload.task == "inference"))
+    base = replace(plan, techniques=replace(plan.techniques, activation_checkpointing="none"))
+    cut = any(r.kind == "unsearched" for r in rejected)
+    return Recommendation(candidates=tuple(ranked), rejected=tuple(rejected), options=options, job_tokens=tokens,
+                          job_tokens_source=source,
+                          flops_per_token=flops_per_token(base) / (3 if plan.workload.task == "inference" else 1),
+                          tie_band=time_accuracy().pair_median_pct / 100, price_dates=catalog.price_dates(),
+                          cut_after_s=round(time.perf_counter() - start, 2) if cut else None)
+
+
+def _rank_key(options: SearchOptions, serving: bool):
+    metric = _metric(options, serving)
+
+    def key(c: Candidate) -> tuple:
+        money = metric(c)
+        order = (money if money is not None else 0.0, c.job_hours) if c.meets_deadline else (c.job_hours, 0.0)
+        return (not c.meets_deadline, money is None, *order, c.gpu.id, c.offering.id, c.count)
+    return key
 
 
 # --- Inverse questions ---------------------------------------------------------------------------------------
-def _plan_limits(plan: Plan, catalog: dict[str, Gpu], headroom: float, host_gib: float) -> _Limits:
-    if plan.hardware.gpu not in catalog:
-        raise bad("hardware.gpu", plan.hardware.gpu, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-    return _Limits(int(catalog[plan.hardware.gpu].usable_bytes * (1 - headroom)), int(host_gib * 2**30))
+def _plan_limits(plan: Plan, catalog: Mapping[str, Gpu], headroom: float) -> Limits:
+    """The plan's own GPU less the headroom, and its host RAM (the plan's figure, else its offering's)."""
+    gpu, host = plan_gpu(catalog, plan.hardware.gpu, plan.hardware.offering, plan.hardware.count)
+    own = plan.hardware.host_memory_gib_per_gpu
+    return Limits(int(gpu.usable_bytes * (1 - headroom)), host if own is None else from_gib(own))
 
 
 def _largest(fits, step: int, high: int) -> int | None:
@@ -617,13 +677,12 @@ def _largest(fits, step: int, high: int) -> int | None:
     return lo * step
 
 
-def max_micro_batch(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
-                    host_memory_gib_per_gpu: float = DEFAULT_HOST_GIB_PER_GPU) -> int | None:
+def max_micro_batch(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
+                    headroom: float = DEFAULT_HEADROOM) -> int | None:
     """The largest micro-batch that fits the plan's GPU and strategy (gradient accumulation steps kept)."""
     catalog = catalog if catalog is not None else load_catalog()
-    limits = _plan_limits(plan, catalog, headroom, host_memory_gib_per_gpu)
-    accum = plan.micro_batches_per_step
-    data = plan.parallelism.data
+    limits = _plan_limits(plan, catalog, headroom)
+    accum, data = plan.micro_batches_per_step, plan.parallelism.data
 
     def fits(mb: int) -> bool:
         wl = replace(plan.workload, micro_batch_size=mb, global_batch_size=mb * data * accum)
@@ -632,11 +691,11 @@ def max_micro_batch(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headro
     return _largest(fits, 1, 1_048_576)
 
 
-def max_sequence_length(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
-                        host_memory_gib_per_gpu: float = DEFAULT_HOST_GIB_PER_GPU) -> int | None:
+def max_sequence_length(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
+                        headroom: float = DEFAULT_HEADROOM) -> int | None:
     """The longest sequence that fits the plan's GPU and strategy, in steps the parallelism can split."""
     catalog = catalog if catalog is not None else load_catalog()
-    limits, par = _plan_limits(plan, catalog, headroom, host_memory_gib_per_gpu), plan.parallelism
+    limits, par = _plan_limits(plan, catalog, headroom), plan.parallelism
     step = par.context * (par.tensor if par.sequence_parallel else 1)
 
     def fits(s: int) -> bool:
@@ -646,15 +705,11 @@ def max_sequence_length(plan: Plan, catalog: dict[str, Gpu] | None = None, *, he
     return _largest(fits, step, 16_777_216)
 
 
-def _serves(est: Estimate, limits: _Limits) -> bool:
-    """An inference estimate fits: within the engine's own budget when it serves, else within the allowance."""
-    return est.device_bytes <= (est.usable_bytes if est.serving is not None else limits.device)
-
-
-def _inference_limit(plan: Plan, catalog: dict[str, Gpu] | None, headroom: float, key: str, high: int) -> int | None:
+def _inference_limit(plan: Plan, catalog: Mapping[str, Gpu] | None, headroom: float, key: str,
+                     high: int) -> int | None:
     """The largest value of an inference key (workload.inference.`key`) that fits the plan's GPUs."""
     catalog = catalog if catalog is not None else load_catalog()
-    limits, inf = _plan_limits(plan, catalog, headroom, 0), plan.workload.inference
+    limits, inf = _plan_limits(plan, catalog, headroom), plan.workload.inference
 
     def fits(n: int) -> bool:
         p = replace(plan, workload=replace(plan.workload, inference=replace(inf, **{key: n})))
@@ -663,23 +718,23 @@ def _inference_limit(plan: Plan, catalog: dict[str, Gpu] | None, headroom: float
     return _largest(fits, 1, high)
 
 
-def max_batch_size(plan: Plan, catalog: dict[str, Gpu] | None = None, *,
+def max_batch_size(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
                    headroom: float = DEFAULT_HEADROOM) -> int | None:
     """Inference: the most sequences of the plan's prompt and output length generated together that fit."""
     return _inference_limit(plan, catalog, headroom, "batch_size", MAX_BATCH)
 
 
-def max_prompt_tokens(plan: Plan, catalog: dict[str, Gpu] | None = None, *,
+def max_prompt_tokens(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
                       headroom: float = DEFAULT_HEADROOM) -> int | None:
     """Inference: the longest prompt that fits with the plan's batch and output tokens."""
     return _inference_limit(plan, catalog, headroom, "prompt_tokens",
                             MAX_SEQUENCE - plan.workload.inference.output_tokens)
 
 
-def min_gpus(plan: Plan, catalog: dict[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
-             host_memory_gib_per_gpu: float = DEFAULT_HOST_GIB_PER_GPU,
+def min_gpus(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
              fixed: frozenset[str] | set[str] = frozenset()) -> Candidate | None:
-    """The fewest GPUs of the plan's GPU type that fit, with the fastest strategy at that count."""
-    rec = recommend(plan, catalog, headroom=headroom, host_memory_gib_per_gpu=host_memory_gib_per_gpu,
-                    fixed=frozenset(fixed) | {"gpu"})
+    """The fewest GPUs of the plan's GPU type, on its offering (its usual server where it names none), that fit,
+    with the fastest strategy at that count."""
+    rec = recommend(plan, catalog, SearchOptions(headroom=headroom, deadline_hours=None,
+                                                 fixed=frozenset(fixed) | {"gpu", "offering"}))
     return min(rec.candidates, key=lambda c: c.count, default=None)

@@ -44,3 +44,10 @@ def from_gb(gb: float) -> int:
 def counted(n: int, noun: str) -> str:
     """A count and its noun, singular for one: "1 sequence", "2,048 sequences"."""
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def format_hours(hours: float) -> str:
+    """A wall-clock time in a person's unit: "45 min", "12.3 h", "28.4 days"."""
+    if hours < 1:
+        return f"{hours * 60:,.0f} min"
+    return f"{hours:,.1f} h" if hours < 48 else f"{hours / 24:,.1f} days"

@@ -28,7 +28,8 @@ from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
 from planner.perf import StepTime, flops_per_token, job_hours, plan_time, throughput  # noqa: E402
-from planner.recommend import max_micro_batch, max_sequence_length, min_gpus, recommend  # noqa: E402
+from planner.recommend import (SearchOptions, max_micro_batch, max_sequence_length, min_gpus,  # noqa: E402
+                               recommend)
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
@@ -128,6 +129,14 @@ SEARCHED: dict[str, dict[str, Any]] = {
                                            "inference": {"batch_size": 32, "gpu_memory_utilization": 0.9}}},
     "qwen3-8b-generate": {"model": {"preset": "qwen3-8b"},
                           "workload": {"task": "inference", "inference": {"batch_size": 8}}},
+    "llama-3.1-8b-pretrain-1t-tokens": {"model": {"preset": "llama-3.1-8b"},
+                                        "workload": {"sequence_length": 8192, "global_batch_size": 512,
+                                                     "train_tokens": 10**12}},
+}
+# The recommender's options of the plans above that are not asked with the defaults (a 30-day deadline)
+SEARCH_OPTIONS: dict[str, SearchOptions] = {
+    "llama-3.1-8b-pretrain-1t-tokens": SearchOptions(deadline_hours=14 * 24),
+    "llama-3.1-70b-serving": SearchOptions(requests_per_s=20, ttft_s=2.0, tpot_s=0.05),
 }
 
 
@@ -158,8 +167,11 @@ def searched() -> dict[str, Any]:
     for name, data in SEARCHED.items():
         plan = plan_from_dict(data)
         est = estimate(plan)
+        rec = recommend(plan, options=SEARCH_OPTIONS.get(name, SearchOptions()))
         entry: dict[str, Any] = {"flops_per_token": flops_per_token(plan),
-                                 "recommend": [candidate_to_dict(c) for c in recommend(plan).candidates[:5]],
+                                 "recommend": [candidate_to_dict(c) for c in rec.candidates[:5]],
+                                 "frontier": [candidate_to_dict(c) for c in rec.frontier()],
+                                 "ties": [c.offering.id for c in rec.ties()],
                                  "max_micro_batch": max_micro_batch(plan)}
         fewest = min_gpus(plan)
         entry["min_gpus"] = None if fewest is None else candidate_to_dict(fewest)

@@ -89,6 +89,7 @@ def test_plan_change_and_share_link_in_chromium(server, tmp_path):
         sync_api.expect(fresh.get_by_role("spinbutton", name="Sequence length")).to_have_value("16384", timeout=30_000)
         _make_it_fit_and_compare(browser, server, tmp_path)
         _configs_in_and_out(browser, server, tmp_path)
+        _cheapest_within_a_deadline(browser, server, tmp_path)
         browser.close()
 
 
@@ -149,3 +150,29 @@ def _configs_in_and_out(browser, server, tmp_path) -> None:
     page.mouse.wheel(0, 420)
     page.wait_for_timeout(1000)
     _shot(page, tmp_path, "configs.png")
+
+
+def _cheapest_within_a_deadline(browser, server, tmp_path) -> None:
+    """Issue 26 in a real browser: a trillion-token pre-training run gets a recommendation within its deadline from
+    the whole catalog, the cost-time frontier draws at a readable size, and a shorter deadline changes the
+    answer."""
+    page = browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
+    page.goto(f"{server}?train_tokens=1000000000000&global_batch_size=512")
+    page.get_by_text(VERDICT).first.wait_for(timeout=90_000)
+    page.get_by_role("tab", name="Cheapest hardware").click()
+    answer = page.get_by_text(re.compile(r"^Recommended: ")).first
+    answer.wait_for(timeout=120_000)
+    first = answer.inner_text()
+    panel = page.get_by_role("tabpanel").filter(has_text="cost-time frontier")
+    charts = panel.locator(".vega-embed")
+    charts.nth(1).locator("canvas, svg").first.wait_for(timeout=30_000)
+    assert charts.nth(1).bounding_box()["height"] >= 300  # the frontier: one line per GPU type, days by dollars
+    assert page.get_by_text(re.compile(r"not searched")).count() == 0
+    charts.nth(1).scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    _shot(page, tmp_path, "cheapest.png")
+    box = page.get_by_role("spinbutton", name="Finish within, days (0: no deadline)")
+    box.fill("3")
+    box.press("Enter")
+    page.wait_for_function("t => !document.body.innerText.includes(t)", arg=first, timeout=120_000)
+    assert page.get_by_text(re.compile(r"^Recommended: ")).first.inner_text() != first

@@ -6,7 +6,9 @@ from planner.memory import estimate
 from planner.codec import plan_from_dict
 from planner.recommend import recommend
 from planner.perf import step_time
-from ui.charts import ITEM_COLORS, breakdown_chart, timeline_chart, count_chart, recommendation_chart, sweep_chart, time_chart
+from planner.recommend import SearchOptions
+from ui.charts import (ITEM_COLORS, breakdown_chart, frontier_chart, recommendation_chart, sweep_chart, time_chart,
+                       timeline_chart)
 
 CATALOG = load_catalog()
 PLAN = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 2048}})
@@ -71,7 +73,7 @@ def test_recommendation_chart_has_one_bar_per_priced_gpu_type():
     rec = recommend(PLAN, CATALOG)
     rows = _rows(recommendation_chart(rec).to_dict())
     assert len(rows) == len({c.gpu.id for c in rec.candidates if c.usd_per_hour is not None})
-    assert rows[0]["GPU"] == rec.best.gpu.name
+    assert rows[0]["GPU"] == rec.best.gpu.name and rows[0]["within"] == "within the deadline"
 
 
 def test_the_cost_chart_names_what_it_counts_and_labels_every_bar():
@@ -84,13 +86,21 @@ def test_the_cost_chart_names_what_it_counts_and_labels_every_bar():
     assert first["label"] == f"{first['GPUs']} GPU{'s' * (first['GPUs'] > 1)} · ${first['$ per M tokens']:,.2f}"
 
 
-def test_count_chart_has_a_line_per_cheapest_gpu_type_over_its_counts():
-    rec = recommend(PLAN, CATALOG)
-    rows = _rows(count_chart(rec, types=3).to_dict())
-    cheapest = list(dict.fromkeys(c.gpu.name for c in rec.candidates if c.job_usd is not None))[:3]
-    assert sorted({r["GPU"] for r in rows}) == sorted(cheapest)
-    best = [r for r in rows if r["GPU"] == rec.best.gpu.name]
-    assert len(best) == sum(c.gpu.id == rec.best.gpu.id for c in rec.candidates)
+def test_frontier_chart_has_each_cheapest_types_frontier_and_the_deadline():
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"global_batch_size": 256,
+                                                                             "train_tokens": 10**12}})
+    rec = recommend(plan, CATALOG, SearchOptions(deadline_hours=14 * 24))
+    rows = _rows(frontier_chart(rec, types=3).to_dict())
+    points = [r for r in rows if r["kind"] == "point"]
+    cheapest = [c.gpu.name for c in rec.per_type() if c.job_usd is not None][:3]
+    assert list(dict.fromkeys(r["GPU"] for r in points)) == cheapest
+    for name in cheapest:  # each type's points are its frontier: faster costs more
+        mine = [r for r in points if r["GPU"] == name]
+        assert [r["days"] for r in mine] == sorted(r["days"] for r in mine)
+        assert [r["$ per job"] for r in mine] == sorted((r["$ per job"] for r in mine), reverse=True)
+    assert [r["days"] for r in rows if r["kind"] == "deadline"] == [14]
+    none = recommend(plan, CATALOG, SearchOptions(deadline_hours=None))
+    assert not [r for r in _rows(frontier_chart(none).to_dict()) if r["kind"] == "deadline"]
 
 
 def test_time_chart_shows_the_critical_path_and_the_hidden_communication():

@@ -52,17 +52,67 @@ def test_bad_arguments_exit_2():
 def test_recommend_json_contract():
     out = run("recommend", EXAMPLE, "--format", "json", "--top", "3", "--price", "h100-sxm-80gb=1.5")
     assert out.returncode == 0, out.stderr
-    rows = json.loads(out.stdout)
-    assert len(rows) == 3
+    data = json.loads(out.stdout)
+    assert {"recommended", "ties", "frontier", "candidates", "rejected", "deadline_hours", "price_kind"} <= set(data)
+    rows = data["candidates"]
+    assert len(rows) == 3 and data["recommended"] == {**rows[0], "caveats": data["recommended"]["caveats"]}
     for row in rows:
-        assert {"gpu", "count", "parallelism", "device_bytes", "usd_per_hour", "job_hours", "job_usd"} <= set(row)
+        assert {"gpu", "offering", "count", "paid_gpus", "parallelism", "device_bytes", "usd_per_hour", "job_hours",
+                "job_usd", "meets_deadline", "price"} <= set(row)
     assert [r["job_usd"] for r in rows] == sorted(r["job_usd"] for r in rows)
+    h100 = [r for r in data["candidates"] if r["gpu"] == "h100-sxm-80gb"]
+    assert all(r["usd_per_gpu_hour"] == 1.5 and r["price"] is None for r in h100)  # yours: no catalog source
 
 
 def test_recommend_table_and_fixed_gpu():
     out = run("recommend", EXAMPLE, "--fix", "gpu", "--top", "2", "--rank", "hour")
-    assert out.returncode == 0 and "cheapest: " in out.stdout and "NVIDIA H100 SXM 80GB" in out.stdout
-    assert "ranked by cost per hour" in out.stdout
+    assert out.returncode == 0 and "recommended: " in out.stdout and "NVIDIA H100 SXM 80GB" in out.stdout
+    assert "ranked by cost per hour" in out.stdout and "deadline 30.0 days; on-demand prices dated " in out.stdout
+
+
+def test_recommend_deadline_gpu_cap_and_frontier(tmp_path):
+    plan = tmp_path / "pretrain.yaml"
+    plan.write_text("model: {preset: llama-3.1-8b}\nworkload: {sequence_length: 4096, global_batch_size: 512, "
+                    "train_tokens: 1000000000000}\n")
+    out = run("recommend", str(plan), "--deadline", "14d", "--frontier", "--top", "3")
+    assert out.returncode == 0, out.stderr
+    assert "deadline 14.0 days" in out.stdout and "recommended: " in out.stdout
+    assert "cost-time frontier of each GPU type:" in out.stdout
+    data = json.loads(run("recommend", str(plan), "--deadline", "14d", "--format", "json").stdout)
+    assert data["recommended"]["meets_deadline"] and data["recommended"]["job_hours"] <= 14 * 24
+    none = json.loads(run("recommend", str(plan), "--deadline", "none", "--format", "json").stdout)
+    assert none["deadline_hours"] is None and none["recommended"]["job_usd"] <= data["recommended"]["job_usd"]
+    capped = run("recommend", str(plan), "--deadline", "1d", "--max-gpus", "8")
+    assert "nothing meets the deadline; fastest found: 8 × " in capped.stdout
+
+
+def test_recommend_with_your_own_offering(tmp_path):
+    ours = tmp_path / "ours.yaml"
+    ours.write_text("schema: vram-planner-offerings/v1\nofferings:\n- {id: our-cluster, gpu: h100-sxm-80gb, "
+                    "provider: us, provider_class: own, instance: 8x node, gpus_per_instance: 8, instance_link: "
+                    "fabric, host_memory_gib_per_gpu: 256, cpu_cores_per_gpu: 16, network: infiniband, "
+                    "network_gbit_per_s_per_gpu: 400, max_gpus: 512, spec_source: our wiki, prices: [{kind: "
+                    "on_demand, usd_per_gpu_hour: 0.5, date: '2026-11-01', source: our finance team}]}\n")
+    out = run("recommend", EXAMPLE, "--offerings", str(ours), "--providers", "own", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    best = json.loads(out.stdout)["recommended"]
+    assert (best["offering"], best["usd_per_gpu_hour"], best["price"]["source"]) == ("our-cluster", 0.5,
+                                                                                      "our finance team")
+    estimated = run("estimate", "-", "--offerings", str(ours), stdin="model: {preset: llama-3.2-1b}\n"
+                    "hardware: {gpu: h100-sxm-80gb, count: 8, offering: our-cluster}\n")
+    assert estimated.returncode == 0, estimated.stderr
+
+
+def test_recommend_serving_target_and_latency_bounds(tmp_path):
+    plan = tmp_path / "serve.yaml"
+    plan.write_text("model: {preset: llama-3.1-8b}\nworkload: {task: inference, inference: {batch_size: 8, "
+                    "gpu_memory_utilization: 0.9}}\n")
+    out = run("recommend", str(plan), "--rps", "10", "--ttft", "2s", "--tpot", "50ms", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    best = json.loads(out.stdout)["recommended"]
+    assert best["ttft_s"] <= 2 and best["tpot_s"] <= 0.05 and best["replicas"] >= 1
+    table = run("recommend", str(plan), "--rps", "10", "--ttft", "2s", "--tpot", "50ms").stdout
+    assert "10 requests/s, TTFT ≤ 2 s, TPOT ≤ 50 ms" in table and "ranked by cost per hour" in table
 
 
 def test_recommend_user_errors():
@@ -71,6 +121,11 @@ def test_recommend_user_errors():
     assert bad_price.stderr == "error: --price: 'h100' must look like GPU=NUMBER, e.g. h100-sxm-80gb=2.10\n"
     assert run("recommend", EXAMPLE, "--top", "0").stderr == "error: --top: 0 must be at least 1\n"
     assert run("recommend", EXAMPLE, "--mfu", "2").stderr.startswith("error: mfu: 2.0 must be a fraction")
+    assert run("recommend", EXAMPLE, "--deadline", "soon").stderr == (
+        "error: --deadline: 'soon' must be a positive number with a unit: ms, s, min, h, d or w (e.g. 30d), or none\n")
+    assert run("recommend", EXAMPLE, "--providers", "cheap").stderr.startswith(
+        "error: provider_classes: 'cheap' is not one of: hyperscaler, neocloud")
+    assert run("estimate", EXAMPLE, "--offerings", "nope.yaml").stderr.startswith("error: --offerings: cannot read")
 
 
 def test_limits():
@@ -114,7 +169,7 @@ def test_a_parameter_count_plan_is_marked_approximate_in_every_format():
     assert run("limits", "-", stdin=plan).stdout.startswith(note)
     assert run("recommend", "-", "--top", "1", stdin=plan).stdout.startswith(note)
     machine = run("recommend", "-", "--top", "1", "--format", "json", stdin=plan)
-    assert json.loads(machine.stdout)[0]["count"] >= 1 and machine.stderr.startswith(note)
+    assert json.loads(machine.stdout)["candidates"][0]["count"] >= 1 and machine.stderr.startswith(note)
 
 
 def test_hf_config_by_hub_repo_id_is_optional_and_offline_testable(monkeypatch, tmp_path, capsys):
@@ -168,7 +223,7 @@ def test_recommend_budget_cuts_the_search_and_the_table_says_so(tmp_path):
                      "workload: {micro_batch_size: 8192, global_batch_size: 8192}\ntechniques: {attention: eager}\n")
     out = run("recommend", str(heavy), "--budget", "0.3")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[1].startswith("search cut after ")
+    assert out.stdout.splitlines()[2].startswith("search cut after ") and "not searched (budget):" in out.stdout
 
 
 def test_limits_of_an_inference_plan_speak_of_sequences_and_prompts(tmp_path):
@@ -215,7 +270,7 @@ def test_a_config_without_a_model_takes_preset_gpu_and_count_from_options():
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)["plan"]
     assert (plan["framework"], plan["model"]["preset"], plan["hardware"], plan["parallelism"]["zero_stage"]) == (
-        "deepspeed", "llama-3.1-8b", {"gpu": "a100-sxm-80gb", "count": 4}, 3)
+        "deepspeed", "llama-3.1-8b", {"gpu": "a100-sxm-80gb", "count": 4, "offering": None, "host_memory_gib_per_gpu": None}, 3)
 
 
 def test_from_and_a_plan_file_are_one_or_the_other():

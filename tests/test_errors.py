@@ -36,7 +36,7 @@ def test_plan_errors_name_the_field_and_value(data, field, value):
 
 def test_catalog_errors_name_the_entry_field():
     with pytest.raises(PlanError) as err:
-        parse_catalog("schema: vram-planner-catalog/v1\ngpus:\n  - 3\n")
+        parse_catalog("schema: vram-planner-catalog/v2\ngpus:\n  - 3\nofferings: []\n")
     assert (err.value.field, err.value.rule) == ("gpu_catalog gpus[0]", "must be a mapping of GPU fields")
 
 

@@ -81,7 +81,7 @@ def test_inference_recommendation_ranks_by_cost_per_million_tokens():
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "inference", "inference": {
         "batch_size": 16, "prompt_tokens": 512, "output_tokens": 256}}})
     rec = recommend(plan)
-    assert rec.job_tokens == 10**6 and rec.job_tokens_source.startswith("inference")
+    assert rec.job_tokens == 10**6 and rec.job_tokens_source.startswith("serving")
     priced = [c.job_usd for c in rec.candidates if c.job_usd is not None]
     assert priced == sorted(priced) and all(c.plan.parallelism.pipeline == 1 for c in rec.candidates)
     assert rec.best.device_bytes <= rec.best.gpu.usable_bytes * 0.9

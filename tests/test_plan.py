@@ -20,7 +20,8 @@ def test_defaults_resolve_and_are_written_out():
                               "optimizer_library": None, "optimizer_block_size": None, "fp32_embedding_states": False,
                               "weights": "bf16", "quant_group_size": None, "double_quant": False, "kv_cache": "bf16",
                               "fp8_recipe": None, "fp8_all_gather": False}
-    assert d["parallelism"]["data"] == 1 and d["hardware"] == {"gpu": "h100-sxm-80gb", "count": 1}
+    assert d["parallelism"]["data"] == 1 and d["hardware"] == {"gpu": "h100-sxm-80gb", "count": 1, "offering": None,
+                                                             "host_memory_gib_per_gpu": None}
 
 
 def test_pure_low_precision_defaults_follow_compute_dtype():

@@ -6,7 +6,6 @@ top-level data frame; a call copies the template shallowly and attaches that run
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import cache
 
 import altair as alt
@@ -16,7 +15,7 @@ from planner.explore import Point
 from planner.memory import Estimate, Stage
 from planner.perf import StepTime
 from planner.recommend import Recommendation
-from planner.units import counted, to_unit
+from planner.units import counted, format_hours, to_unit
 
 LEVEL_LABEL = {"allocated": "live tensors", "reserved": "allocator reserve", "device": "outside PyTorch"}
 # One colour per item, whatever the plan, so a colour means the same thing in every chart: weights in blues,
@@ -141,34 +140,39 @@ def sweep_chart(points: list[Point], axis: str, current: int, capacities: dict[s
 
 @cache
 def _recommendation_template(measure: str) -> alt.LayerChart:
-    base = alt.Chart().encode(y=alt.Y("GPU:N", sort="x", title=None, axis=alt.Axis(labelLimit=400)))
+    base = alt.Chart().encode(y=alt.Y("GPU:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)))  # rank order
     bar = base.mark_bar().encode(x=alt.X(f"{measure}:Q", title=measure),
-                                 tooltip=["GPU:N", "GPUs:Q", f"{measure}:Q", "$ per GPU-hour:Q", "hours:Q"])
+                                 color=alt.Color("within:N", title=None, legend=alt.Legend(orient="bottom"),
+                                                 scale=alt.Scale(domain=["within the deadline", "too slow"],
+                                                                 range=["#1f77b4", "#c7c7c7"])),
+                                 tooltip=["GPU:N", "offering:N", "GPUs:Q", f"{measure}:Q", "$ per GPU-hour:Q",
+                                          "time:N"])
     value = base.mark_text(align="left", dx=4).encode(x=f"{measure}:Q", text="label:N")
     return alt.layer(bar, value)
 
 
 def _cost_measure(rec: Recommendation) -> str:
     """What the cost axis counts: the job's dollars, or per million generated tokens when serving (or per hour)."""
-    if rec.rank_by != "job":
+    if rec.ranked_by_hour:
         return "$ per hour"
-    serving = rec.best is not None and rec.best.plan.workload.task == "inference"
-    return "$ per M tokens" if serving else "$ per job"
+    return "$ per M tokens" if rec.serving else "$ per job"
+
+
+def _cost(rec: Recommendation, c) -> float:
+    return round(c.usd_per_hour if rec.ranked_by_hour else c.job_usd, 2)
 
 
 def recommendation_chart(rec: Recommendation) -> alt.LayerChart:
-    """The cheapest candidate of each GPU type: cost of the job (or per hour), cheapest first, each bar labelled
-    with its GPU count and value."""
-    measure, best = _cost_measure(rec), {}
-    for c in rec.candidates:
-        if c.usd_per_hour is None or c.gpu.id in best:
-            continue
-        cost = round(c.job_usd, 2) if rec.rank_by == "job" else round(c.usd_per_hour * c.count, 2)
-        best[c.gpu.id] = {"GPU": c.gpu.name, "GPUs": c.count, measure: cost,
-                          "$ per GPU-hour": round(c.usd_per_hour, 2), "hours": round(c.job_hours, 2),
-                          "label": f"{counted(c.count, 'GPU')} · ${cost:,.2f}"}
-    chart = _with_data(_recommendation_template(measure), pd.DataFrame(list(best.values())))
-    return chart.properties(height=max(120, 24 * len(best)))
+    """The best candidate of each priced GPU type (the cheapest within the deadline, else its fastest), cheapest
+    first, each bar labelled with its GPU count and value, and coloured by whether it meets the deadline."""
+    measure = _cost_measure(rec)
+    rows = [{"GPU": c.gpu.name, "offering": c.offering.id, "GPUs": c.count * c.replicas, measure: _cost(rec, c),
+             "$ per GPU-hour": round(c.usd_per_gpu_hour, 2), "time": format_hours(c.job_hours),
+             "within": "within the deadline" if c.meets_deadline else "too slow",
+             "label": f"{counted(c.count * c.replicas, 'GPU')} · ${_cost(rec, c):,.2f}"}
+            for c in rec.per_type() if c.usd_per_hour is not None]
+    chart = _with_data(_recommendation_template(measure), pd.DataFrame(rows))
+    return chart.properties(height=max(120, 24 * len(rows)))
 
 
 @cache
@@ -192,20 +196,33 @@ def time_chart(time: StepTime) -> alt.Chart:
 
 
 @cache
-def _count_template(measure: str, cost: str) -> alt.Chart:
-    return alt.Chart().mark_line(point=True).encode(
-        x=alt.X("GPUs:Q", scale=alt.Scale(type="log", base=2)),
-        y=alt.Y(f"{measure}:Q", scale=alt.Scale(type="log"), title=measure),
-        color=alt.Color("GPU:N", legend=alt.Legend(title=None, orient="bottom", columns=2, labelLimit=400)),
-        tooltip=["GPU:N", "GPUs:Q", f"{cost}:Q", "hours:Q", "strategy:N"],
-    )
+def _frontier_template(cost: str, deadline: bool) -> alt.LayerChart:
+    line = alt.Chart().mark_line(point=True).encode(
+        x=alt.X("days:Q", scale=alt.Scale(type="log"), title="job time, days"),
+        y=alt.Y(f"{cost}:Q", scale=alt.Scale(zero=False), title=cost),
+        color=alt.Color("GPU:N", legend=alt.Legend(title=None, orient="bottom", columns=3, labelLimit=400)),
+        tooltip=["GPU:N", "offering:N", "GPUs:Q", "time:N", f"{cost}:Q", "strategy:N"],
+    ).transform_filter(alt.datum.kind == "point")
+    labels = line.mark_text(align="left", dx=6, dy=-8, fontSize=11).encode(text="label:N").transform_filter(
+        alt.datum.label != "")
+    if not deadline:
+        return alt.layer(line, labels)
+    rule = alt.Chart().mark_rule(strokeDash=[4, 4], color="#d62728").encode(x="days:Q").transform_filter(
+        alt.datum.kind == "deadline")
+    return alt.layer(line, labels, rule)
 
 
-def count_chart(rec: Recommendation, types: int = 6) -> alt.Chart:
-    """Cost and time against the GPU count, for the best strategy at each count of the cheapest GPU types."""
-    cost = _cost_measure(replace(rec, rank_by="job"))
-    order = list(dict.fromkeys(c.gpu.id for c in rec.candidates if c.job_usd is not None))[:types]
-    rows = [{"GPU": c.gpu.name, "GPUs": c.count, cost: round(c.job_usd, 2), "hours": round(c.job_hours, 3),
-             "strategy": c.strategy} for c in rec.candidates if c.gpu.id in order]
-    measure = cost if rec.rank_by == "job" else "hours"
-    return _with_data(_count_template(measure, cost), pd.DataFrame(rows)).properties(height=300)
+def frontier_chart(rec: Recommendation, types: int = 6) -> alt.LayerChart:
+    """The cost-time frontier of the cheapest GPU types: for each, the cheapest configuration at each job time it
+    can reach (a point per GPU count), its best (the recommendation's rule: cheapest within the deadline)
+    labelled with its GPU count, and the deadline as a dashed line."""
+    cost = "$ per job"
+    best = [b for b in rec.per_type() if b.job_usd is not None][:types]
+    rows = [{"kind": "point", "GPU": c.gpu.name, "offering": c.offering.id, "GPUs": c.count,
+             "days": round(c.job_hours / 24, 4), "time": format_hours(c.job_hours), cost: round(c.job_usd, 2),
+             "strategy": c.strategy, "label": counted(c.count, "GPU") if c == b else ""}
+            for b in best for c in rec.frontier(b.gpu.id)]
+    deadline = rec.options.deadline_hours
+    if deadline is not None:
+        rows.append({"kind": "deadline", "days": deadline / 24})
+    return _with_data(_frontier_template(cost, deadline is not None), pd.DataFrame(rows)).properties(height=340)

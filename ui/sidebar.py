@@ -4,10 +4,13 @@ a task or model offers from the plan module's tables; every plan input is drawn 
 from __future__ import annotations
 
 import hashlib
+import re
+from datetime import date
+from functools import partial
 
 import streamlit as st
 
-from planner.catalog import parse_catalog
+from planner.catalog import DEFAULT_HOST_GIB_PER_GPU, Catalog, check_offering, parse_catalog
 from planner.choices import CHOICES
 from planner.codec import plan_from_dict
 from planner.dtypes import DEFAULT_GROUP_SIZE
@@ -103,23 +106,79 @@ def plan_inputs() -> None:
         st.error(f"Framework: {st.session_state['framework_error']}")
 
 
-def catalog_inputs() -> tuple[dict, str]:
-    """The GPU catalog (the project's, or an uploaded one) and a key naming it for caches."""
+def catalog_inputs() -> tuple[Catalog, str]:
+    """The GPU catalog (the project's, or an uploaded one) with the offerings you added, and a key naming it for
+    caches."""
     catalog, catalog_key = project_catalog(), "project"
     with st.expander("GPU catalog and prices"):
-        upload = st.file_uploader("Your own catalog (same format as planner/data/gpu_catalog.yaml)", type=["yaml", "yml"],
+        upload = st.file_uploader("Your own catalog (same format as gpu_catalog.yaml)", type=["yaml", "yml"],
                                   key="catalog_upload")
         if upload is not None:
             try:
                 text = upload.getvalue().decode("utf-8", errors="replace")
                 catalog = parse_catalog(text)
                 catalog_key = hashlib.sha256(text.encode()).hexdigest()
-                st.caption(f"Using your catalog: {len(catalog)} GPUs.")
+                st.caption(f"Using your catalog: {len(catalog)} GPUs, {len(catalog.offerings)} offerings.")
             except PlanError as exc:
                 st.error(str(exc))
+        dates = catalog.price_dates()
+        st.caption(f"{len(catalog.offerings)} offerings; prices dated {dates[0]} to {dates[1]}" if dates else
+                   "No prices in this catalog.")
+        _own_offering_form(catalog)
+    own = st.session_state.get("own_offerings", [])
+    if own:
+        catalog = catalog.with_offerings(own)
+        catalog_key += "+" + hashlib.sha256(repr(own).encode()).hexdigest()
     if st.session_state["gpu"] not in catalog:
         st.session_state["gpu"] = next(iter(catalog))
     return catalog, catalog_key
+
+
+def _own_offering_form(catalog: Catalog) -> None:
+    """Your own cluster or quote as an offering ("512 × H100, 8 per node, 400 Gb/s per GPU, $2.10/h")."""
+    with st.form("own_offering", border=False):
+        st.write("Add your own offering")
+        gpu = st.selectbox("GPU", list(catalog), format_func=lambda k: catalog[k].name, key="own_gpu")
+        name = st.text_input("Name", "our cluster", max_chars=60, key="own_name")
+        c1, c2 = st.columns(2)
+        per_node = c1.number_input("GPUs per node", 1, 1024, 8, key="own_per_node")
+        most = c2.number_input("Most GPUs", 1, 1_048_576, 512, key="own_max")
+        network = c1.number_input("Network per GPU, Gb/s (0: none)", 0.0, 100_000.0, 400.0, key="own_network")
+        host = c2.number_input("Host RAM per GPU, GiB (0: unknown)", 0.0, 1_000_000.0, 0.0, key="own_host")
+        usd = st.number_input("Price, USD per GPU-hour", 0.0, 10_000.0, 2.10, key="own_price")
+        if st.form_submit_button("Add offering"):
+            _add_own_offering(gpu, name, int(per_node), int(most), network, host, usd)
+    if st.session_state.get("own_offering_error"):
+        st.error(st.session_state["own_offering_error"])
+    for n, o in enumerate(st.session_state.get("own_offerings", [])):
+        st.button(f"Remove {o.provider} ({o.max_gpus:,} × {catalog[o.gpu].name})", key=f"own_remove_{n}",
+                  on_click=_remove_own_offering, args=(n,))
+
+
+def _add_own_offering(gpu: str, name: str, per_node: int, most: int, network: float, host: float,
+                      usd: float) -> None:
+    """The form's offering, checked as a catalog entry is; an error shows under the form."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "own"
+    entry = {"id": f"own-{slug}", "gpu": gpu, "provider": name or "own", "provider_class": "own",
+             "instance": f"{per_node}-GPU node", "gpus_per_instance": per_node, "instance_link": "fabric",
+             "host_memory_gib_per_gpu": host or None, "cpu_cores_per_gpu": None,
+             "network": "infiniband" if network else "none", "network_gbit_per_s_per_gpu": network or None,
+             "max_gpus": most if network else per_node, "spec_source": "entered in the app",
+             "prices": [{"kind": "on_demand", "usd_per_gpu_hour": usd, "date": date.today().isoformat(),
+                         "source": "entered in the app"}] if usd else []}
+    try:
+        offering = check_offering("your offering", entry)
+    except PlanError as exc:
+        st.session_state["own_offering_error"] = str(exc)
+        return
+    st.session_state["own_offering_error"] = ""
+    kept = [o for o in st.session_state.get("own_offerings", []) if o.id != offering.id]
+    st.session_state["own_offerings"] = [*kept, offering]
+
+
+def _remove_own_offering(n: int) -> None:
+    own = list(st.session_state.get("own_offerings", []))
+    st.session_state["own_offerings"] = own[:n] + own[n + 1:]
 
 
 def _hf_import() -> None:
@@ -376,7 +435,31 @@ def _zero() -> None:
               help="use_orig_params=True with one unit per block: the frozen base gets gradients too")
 
 
-def parallelism_inputs(catalog: dict) -> None:
+def _offering_label(catalog: Catalog, key: str) -> str:
+    if not key:
+        return "the GPU's usual server (no price)"
+    o = catalog.offerings[key]
+    price = o.price("on_demand") or (o.prices[0] if o.prices else None)
+    return f"{o.provider}: {o.instance}" + (f" (${price.usd_per_gpu_hour:,.2f}/GPU-h)" if price else "")
+
+
+def _offering(catalog: Catalog) -> None:
+    """How the GPUs are rented (the instance shape, network, host RAM and price), host RAM, and your price."""
+    ids = [o.id for o in catalog.offerings_of(st.session_state["gpu"])]
+    if st.session_state.get("offering") not in ["", *ids]:
+        st.session_state["offering"] = ""
+    drawn(st.selectbox, "Offering", ["", *ids], key="offering", format_func=partial(_offering_label, catalog),
+          help="An instance type from the catalog: its GPUs per instance, network and host RAM shape the plan's "
+               "time and offload; its price the cost")
+    drawn(st.number_input, "Host RAM per GPU, GiB (0: the offering's)", 0.0, 1_000_000.0, step=16.0,
+          key="host_memory_gib_per_gpu",
+          help=f"What offloaded states may use; without an offering {DEFAULT_HOST_GIB_PER_GPU} GiB")
+    st.number_input("Your price, USD per GPU-hour (0: the catalog's)", 0.0, 1000.0, key="price",
+                    help="Applied to this offering (or, without one, every offering of this GPU type) when the "
+                         "Cheapest hardware tab searches")
+
+
+def parallelism_inputs(catalog: Catalog) -> None:
     """The GPU, the parallel degrees and their options, and your price."""
     with st.expander("Parallelism and hardware", expanded=True):
         drawn(st.selectbox, "GPU", list(catalog), key="gpu", format_func=lambda k: catalog[k].name)
@@ -392,9 +475,7 @@ def parallelism_inputs(catalog: dict) -> None:
         drawn(st.number_input, "Context parallel", 1, 1024, key="context")
         drawn(st.number_input, "Expert parallel", 1, 4096, key="expert", help="MoE experts over data-parallel GPUs")
         st.caption(f"Data parallel: {_data_degree()} (GPUs ÷ tensor × pipeline × context)")
-        listed = catalog[st.session_state["gpu"]].price_usd_per_hour
-        st.number_input("Your price, USD per GPU-hour (0: the catalog's)", 0.0, 1000.0, key="price",
-                        help=f"Catalog: {'no price' if listed is None else f'${listed:.2f}'}")
+        _offering(catalog)
 
 
 def sidebar(models: dict[str, Preset]) -> tuple[dict, str]:

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl
 
 import streamlit as st
 
-from planner.catalog import load_catalog
+from planner.catalog import Catalog, load_catalog
 from planner.choices import CHOICES
 from planner.codec import (integers, leaf_text, plan_from_dict, plan_from_query, plan_to_dict, plan_to_query,
                            takes_integers)
@@ -56,7 +56,7 @@ WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global
                       "qk_norm": False, **dict.fromkeys(MLA_INTS, 0), "moe_capacity_factor": 0.0, "steps": 0,
                       "quant_group_size": 0, "prefill_chunk_tokens": 0, "pipeline_layers": "",
                       "max_num_seqs": 0, "reduce_bucket_elements": 0, "optimizer_block_size": 0,
-                      "sub_group_elements": 0, "layer_pattern": "",
+                      "sub_group_elements": 0, "layer_pattern": "", "offering": "", "host_memory_gib_per_gpu": 0.0,
                       **dict.fromkeys(("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "linear_num_key_heads",
                                        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"), 0),
                       # the model's defaults stand for themselves
@@ -204,7 +204,7 @@ def show_error_at(exc: PlanError) -> bool:
 
 
 @st.cache_resource
-def project_catalog() -> dict:
+def project_catalog() -> Catalog:
     return load_catalog()
 
 

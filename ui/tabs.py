@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import replace
 from typing import get_args
 from urllib.parse import urlencode
 
@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from planner.accuracy import confidence_note
-from planner.catalog import Gpu
+from planner.catalog import Catalog, PriceKind, ProviderClass
 from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.explore import Fix, current_value, idle_settings, make_it_fit, room, savings, sweep, sweep_keys
@@ -21,56 +21,80 @@ from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.models import approximate_note
 from planner.perf import StepTime, plan_time, unsupported_compute
 from planner.plan import Plan
-from planner.recommend import DEFAULT_HEADROOM, MAX_COUNT, SEARCH_KEYS, Candidate, RankBy, Recommendation, recommend
-from planner.units import counted, format_bytes, to_unit
+from planner.recommend import (DEFAULT_HEADROOM, MAX_GPUS, SEARCH_KEYS, Candidate, RankBy, Recommendation,
+                               SearchOptions, recommend)
+from planner.units import counted, format_bytes, format_hours, to_unit
 from ui.configs import config_export, config_import, vllm_log
-from ui.charts import breakdown_chart, count_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
+from ui.charts import breakdown_chart, frontier_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
 
 RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
+PRICE_LABELS = {"on_demand": "on-demand", "reserved": "reserved", "spot": "spot"}
 
 
-# A hosted page must answer: the search stops here and shows what it found (the CLI allows 60 s)
-APP_SEARCH_BUDGET_S = 0.8
+# A hosted page must answer, and every session shares the server's CPU: past this, the search stops and the
+# page names the GPU types it did not search (the whole catalog takes about a second; the CLI allows 60 s)
+APP_SEARCH_BUDGET_S = 10.0
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _recommend(plan: Plan, _catalog: dict, catalog_key: str, price: float, headroom: float, rank_by: str,
-               search: tuple = ((), (), 0.0, MAX_COUNT)):
-    """The recommender over the GPU types `search` keeps, with its fixed keys, MFU (0: the time model) and most
-    GPUs; remembered per plan and options."""
-    gpus, fixed, mfu, max_count = search
-    kept = {k: g for k, g in _catalog.items() if not gpus or k in gpus}
-    prices = {plan.hardware.gpu: price} if price > 0 and plan.hardware.gpu in kept else {}
-    return recommend(plan, kept, prices=prices, headroom=headroom, rank_by=rank_by, budget_s=APP_SEARCH_BUDGET_S,
-                     fixed=frozenset(fixed), mfu=mfu or None, max_count=max_count)
+def _recommend(plan: Plan, _catalog: Catalog, catalog_key: str, options: SearchOptions) -> Recommendation:
+    """The recommender, remembered per plan, catalog and options."""
+    return recommend(plan, _catalog, options)
 
 
-def recommendation(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recommendation:
-    """The recommender with the options the Cheapest hardware tab last set (the Explore tab's capacity lines)."""
+def search_options(plan: Plan, price: float) -> SearchOptions:
+    """The options the Cheapest hardware tab last set (defaults before it is opened), with your price for the
+    plan's offering (or GPU type): one set for every view, so they all show one recommendation."""
     s = st.session_state
-    return _recommend(plan, catalog, catalog_key, price, s.get("headroom", DEFAULT_HEADROOM), s.get("rank_by", "job"),
-                      s.get("search_options", ((), (), 0.0, MAX_COUNT)))
+    mine = ((plan.hardware.offering or plan.hardware.gpu, price),) if price > 0 else ()
+    return replace(s.get("search_options", SearchOptions(budget_s=APP_SEARCH_BUDGET_S)), prices=mine)
 
 
-def _search_options(catalog: dict) -> tuple:
-    """The CLI's recommend options: GPU types (by vendor), keys kept as the plan has them, an MFU, most GPUs."""
+def recommendation(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Recommendation:
+    """The recommender with the options the Cheapest hardware tab last set (the Explore tab's capacity lines)."""
+    return _recommend(plan, catalog, catalog_key, search_options(plan, price))
+
+
+def _objective(plan: Plan) -> dict:
+    """The tab's question: the deadline, or for serving the throughput target and latency bounds."""
+    c1, c2, c3 = st.columns(3)
+    if plan.workload.task != "inference":
+        days = c1.number_input("Finish within, days (0: no deadline)", 0.0, 100_000.0, 30.0, 1.0, key="deadline_days",
+                               help="The recommendation is the cheapest configuration that trains the job's tokens "
+                                    "within this")
+        return {"deadline_hours": days * 24 if days else None}
+    rps = c1.number_input("Requests per second (0: one replica)", 0.0, 1e6, 0.0, key="target_rps",
+                          help="The fleet is sized to sustain this many requests of the plan's prompt and output")
+    tokens = c1.number_input("or output tokens per second (0: none)", 0.0, 1e9, 0.0, key="target_tokens")
+    ttft = c2.number_input("Time to first token at most, s (0: any)", 0.0, 3600.0, 0.0, key="target_ttft")
+    tpot = c3.number_input("Time per output token at most, ms (0: any)", 0.0, 60_000.0, 0.0, key="target_tpot")
+    return {"requests_per_s": rps or None, "output_tokens_per_s": tokens or None, "ttft_s": ttft or None,
+            "tpot_s": tpot / 1000 or None}
+
+
+def _search_inputs(plan: Plan, catalog: Catalog) -> dict:
+    """The CLI's recommend options: GPU types (by vendor), provider classes, keys kept, an MFU, most GPUs."""
     with st.expander("Search options"):
         vendors = sorted({g.vendor for g in catalog.values()})
         chosen = st.multiselect("Vendors", vendors, default=vendors, key="search_vendors")
         types = [k for k, g in catalog.items() if g.vendor in chosen]
         gpus = st.multiselect("GPU types (none: every type of those vendors)", types, key="search_gpus",
                               format_func=lambda k: catalog[k].name)
+        classes = st.multiselect("Providers (none: all)", get_args(ProviderClass), key="search_providers",
+                                 help="hyperscaler: AWS, GCP, Azure, OCI; neocloud: GPU clouds; marketplace: hosts "
+                                      "renting their machines; own: offerings you added")
         fixed = st.multiselect("Keep as the plan has them", SEARCH_KEYS, key="search_fixed",
                                help="As the CLI's --fix: the search does not change these")
         c1, c2 = st.columns(2)
         mfu = c1.number_input("MFU (0: the time model)", 0.0, 1.0, 0.0, 0.05, key="search_mfu",
                               help="As --mfu: job time is model FLOPs at this fraction of the dense peak")
-        most = c2.number_input("Most GPUs", 1, MAX_COUNT, MAX_COUNT, key="search_max_count")
-    return tuple(gpus or types), tuple(fixed), float(mfu), int(most)
+        most = c2.number_input("Most GPUs", 1, MAX_GPUS, 100_000, key="search_max_gpus")
+    return {"gpus": tuple(gpus or types) if len(types) < len(catalog) or gpus else (),
+            "provider_classes": tuple(classes), "fixed": frozenset(fixed), "mfu": mfu or None, "max_gpus": int(most)}
 
 
-def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
+def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalog, catalog_key: str) -> None:
     """The plan's name, size, task and GPUs, its approximation warning, whether it fits, and how fast it runs."""
     st.header(plan.name or plan_title(plan, result.gpu.name))
     st.caption(f"{plan.model.params.total / 1e9:.2f} B parameters"
@@ -80,9 +104,9 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
         st.warning(note)
     (st.success if result.fits else st.error)(result.reason)
     st.caption(confidence_note(result))
-    for line in idle_settings(plan, {result.gpu.id: result.gpu}):
+    for line in idle_settings(plan, catalog):
         st.info(line)
-    _fit_or_room(plan, result)
+    _fit_or_room(plan, result, catalog, catalog_key)
     if time is None:
         st.error(f"{unsupported_compute(plan, result.gpu)}: the plan cannot run as written (no time estimate).")
         return
@@ -94,17 +118,16 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None) -> None:
     cols[3].metric("bound by", time.bound)
 
 
-@lru_cache(maxsize=64)
-def _fixes_and_room(plan: Plan, gpu: Gpu, fits: bool) -> tuple[list[Fix], str | None]:
+@st.cache_data(max_entries=64, show_spinner=False)
+def _fixes_and_room(plan: Plan, _catalog: Catalog, catalog_key: str, fits: bool) -> tuple[list[Fix], str | None]:
     """make_it_fit or room for a plan (remembered: the room's searches run a few dozen estimates)."""
-    catalog = {gpu.id: gpu}
-    return ([], room(plan, catalog)) if fits else (make_it_fit(plan, catalog), None)
+    return ([], room(plan, _catalog)) if fits else (make_it_fit(plan, _catalog), None)
 
 
-def _fit_or_room(plan: Plan, result: Estimate) -> None:
+def _fit_or_room(plan: Plan, result: Estimate, catalog: Catalog, catalog_key: str) -> None:
     """When the plan does not fit: the single changes that make it fit, least slowdown first, each one click
     away. When it fits: what the free memory buys."""
-    fixes, buys = _fixes_and_room(plan, result.gpu, result.fits)
+    fixes, buys = _fixes_and_room(plan, catalog, catalog_key, result.fits)
     if buys:
         st.caption(buys)
     if result.fits:
@@ -164,58 +187,110 @@ def breakdown(plan: Plan, result: Estimate) -> None:
                                 "peak": "●" if ph is s.peak else ""} for s in result.stages for ph in s.phases]),
                  hide_index=True, width="stretch")
     if result.host_bytes:
-        st.info(f"Offloading needs {format_bytes(result.host_bytes)} of host memory per GPU.")
+        (st.error if result.host_short else st.info)(
+            f"Offloading needs {format_bytes(result.host_bytes)} of host RAM per GPU, of "
+            f"{format_bytes(result.host_limit_bytes or 0)} there (the plan's host RAM per GPU, else its offering's).")
     if plan.framework != "generic":
         _framework_settings(plan)
 
 
 def _candidates_frame(candidates: list[Candidate], serving: bool) -> pd.DataFrame:
-    """Candidates in a person's units: GiB, dollars, hours (serving: per million generated tokens)."""
-    per = " per M tokens" if serving else ""
-    return pd.DataFrame([{"GPU": c.gpu.name, "GPUs": c.count, "strategy": c.strategy,
-                          "GiB per GPU": round(to_unit(c.device_bytes), 1),
-                          "$ per GPU-hour": c.usd_per_hour, f"hours{per or ' (job)'}": round(c.job_hours, 3),
-                          f"${per or ' (job)'}": None if c.job_usd is None else round(c.job_usd, 2),
-                          "why": c.why} for c in candidates])
+    """Candidates in a person's units: GiB, dollars, hours or days (serving: per million generated tokens)."""
+    per = " per M tokens" if serving else " (job)"
+    return pd.DataFrame([{"GPU": c.gpu.name, "offering": f"{c.offering.provider}: {c.offering.instance}",
+                          "GPUs": c.count if c.replicas == 1 else f"{c.replicas} × {c.count}",
+                          "strategy": c.strategy, "GiB per GPU": round(to_unit(c.device_bytes), 1),
+                          "$ per GPU-hour": None if c.usd_per_gpu_hour is None else round(c.usd_per_gpu_hour, 2),
+                          "$ per hour": None if c.usd_per_hour is None else round(c.usd_per_hour, 2),
+                          f"time{per}": format_hours(c.job_hours),
+                          f"${per}": None if c.job_usd is None else round(c.job_usd, 2),
+                          "within": "yes" if c.meets_deadline else "no", "why": c.why} for c in candidates])
 
 
-def cheapest(plan: Plan, catalog: dict, catalog_key: str, price: float) -> Recommendation:
-    """The recommender's candidates, a chart, buttons adopting the best five, and the GPUs that do not fit."""
-    c1, c2 = st.columns(2)
-    rank_by = c1.radio("Rank by", get_args(RankBy), horizontal=True, key="rank_by",
-                       format_func=RANK_LABELS.get)
-    headroom = c2.slider("Memory headroom", 0.0, 0.5, DEFAULT_HEADROOM, 0.01, key="headroom",
+def _headline(rec: Recommendation) -> None:
+    """The recommendation in one sentence, its price's date and source, the time model's caveats, the ties."""
+    best = rec.best
+    per = "per million tokens" if rec.serving else "for the job"
+    fleet = f"{best.replicas} replicas of {best.count}" if best.replicas > 1 else f"{best.count:,}"
+    money = "no price" if best.job_usd is None else f"${best.job_usd:,.2f} {per}"
+    text = (f"{fleet} × {best.gpu.name} on {best.offering.provider} ({best.offering.instance}): {best.strategy}; "
+            f"{format_hours(best.job_hours)}, {money}")
+    if best.meets_deadline:
+        st.success(f"**Recommended:** {text}")
+    else:
+        st.warning(f"**Nothing meets the deadline; the fastest found:** {text}")
+    if best.price is not None:
+        st.caption(f"Price ${best.price.usd_per_gpu_hour:,.2f} per GPU-hour, {PRICE_LABELS[best.price.kind]}, "
+                   f"dated {best.price.date} ([source]({best.price.source}))"
+                   + (f"; paid for {best.paid_gpus:,} GPUs (whole instances)" if best.paid_gpus > best.count else ""))
+    for caveat in rec.caveats(best):
+        st.caption(f"⚠ The time model's weak spot: {caveat}.")
+    ties = rec.ties()
+    if ties:
+        st.info(f"As good within the time model's error ({rec.tie_band:.0%}, its median error on the speed ratio of "
+                f"two GPUs): " + "; ".join(f"{c.count:,} × {c.gpu.name} ({c.offering.provider}) "
+                                           f"${c.job_usd:,.2f}" for c in ties))
+
+
+def cheapest(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Recommendation:
+    """The recommendation, the frontier, the best of each GPU type, buttons adopting candidates, and the GPU types
+    without a candidate (unsearched ones named apart)."""
+    asked = _objective(plan)
+    c1, c2, c3 = st.columns(3)
+    rank_by = c1.radio("Rank by", get_args(RankBy), horizontal=True, key="rank_by", format_func=RANK_LABELS.get)
+    kind = c2.radio("Prices", get_args(PriceKind), horizontal=True, key="price_kind", format_func=PRICE_LABELS.get)
+    headroom = c3.slider("Memory headroom", 0.0, 0.5, DEFAULT_HEADROOM, 0.01, key="headroom",
                          help="Fraction of usable memory kept free")
-    st.session_state["search_options"] = _search_options(catalog)
-    rec = _recommend(plan, catalog, catalog_key, price, headroom, rank_by, st.session_state["search_options"])
+    st.session_state["search_options"] = SearchOptions(rank_by=rank_by, price_kind=kind, headroom=headroom,
+                                                       budget_s=APP_SEARCH_BUDGET_S, **asked,
+                                                       **_search_inputs(plan, catalog))
+    rec = recommendation(plan, catalog, catalog_key, price)
     st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.time_basis}; "
-               f"{rec.headroom:.0%} of memory kept free.")
+               f"{rec.options.headroom:.0%} of memory kept free; "
+               + (f"prices dated {rec.price_dates[0]} to {rec.price_dates[1]}." if rec.price_dates else "no prices."))
     if rec.cut_after_s is not None:
-        st.warning(f"The search stopped after {rec.cut_after_s:g} s: these are the best answers found by then. "
-                   "`python -m planner recommend` searches the whole catalog.")
+        st.warning(f"The search stopped after {rec.cut_after_s:g} s: the GPU types listed as not searched below "
+                   "were not tried. `vram-planner recommend` searches the whole catalog.")
     if rec.best is None:
         st.warning("No GPU in the catalog fits this workload, even with every memory-saving technique.")
     else:
-        st.altair_chart(recommendation_chart(rec), width="stretch")
-        st.caption("How many GPUs: the job's cost against the count, for the best strategy at each count")
-        st.altair_chart(count_chart(rec), width="stretch")
-        best: dict[str, Candidate] = {}
-        for c in rec.candidates:  # the best of each GPU type, in rank order
-            best.setdefault(c.gpu.id, c)
-        serving = plan.workload.task == "inference"
-        st.dataframe(_candidates_frame(list(best.values()), serving), hide_index=True,
-                     width="stretch", column_config={"why": st.column_config.TextColumn(width="large")})
-        with st.expander(f"All {len(rec.candidates)} candidates"):
-            st.dataframe(_candidates_frame(rec.candidates, serving), hide_index=True, width="stretch")
-        st.write("Adopt a candidate as the current plan:")
-        for n, c in enumerate(rec.candidates[:5]):
-            st.button(f"{c.count} × {c.gpu.name}: {c.strategy}", key=f"adopt_{n}", on_click=load_into_widgets,
-                      args=(c.plan,))
-    if rec.rejected:
-        with st.expander(f"{len(rec.rejected)} GPU types do not fit"):
-            for r in rec.rejected:
-                st.write(r.reason)
+        _recommendation_body(plan, rec)
+    _rejected(rec)
     return rec
+
+
+def _recommendation_body(plan: Plan, rec: Recommendation) -> None:
+    _headline(rec)
+    serving = plan.workload.task == "inference"
+    bars = recommendation_chart(rec)
+    st.altair_chart(bars, width="stretch", height=bars.height)
+    if not serving:
+        st.caption("The cost-time frontier: each GPU type's cheapest configuration at each job time it can reach, "
+                   "one point per GPU count (hover for it); each type's best labelled, the deadline dashed")
+        frontier = frontier_chart(rec)
+        st.altair_chart(frontier, width="stretch", height=frontier.height)
+    st.dataframe(_candidates_frame(rec.per_type(), serving), hide_index=True, width="stretch",
+                 column_config={"why": st.column_config.TextColumn(width="large")})
+    with st.expander(f"All {len(rec.candidates)} candidates"):
+        st.dataframe(_candidates_frame(list(rec.candidates), serving), hide_index=True, width="stretch")
+    st.write("Adopt a candidate as the current plan:")
+    for n, c in enumerate(rec.candidates[:5]):
+        st.button(f"{c.count} × {c.gpu.name} ({c.offering.provider}): {c.strategy}", key=f"adopt_{n}",
+                  on_click=load_into_widgets, args=(c.plan,))
+
+
+REJECTION_HEADS = {"unfit": "GPU types have no candidate",
+                   "outranked": "GPU types cannot win (their least possible cost, proven, is over twice the answer's)",
+                   "unsearched": "GPU types not searched (the time budget ran out)"}
+
+
+def _rejected(rec: Recommendation) -> None:
+    for kind, head in REJECTION_HEADS.items():
+        rows = [r for r in rec.rejected if r.kind == kind]
+        if rows:
+            with st.expander(f"{len(rows)} {head}"):
+                for r in rows:
+                    st.write(r.reason)
 
 
 def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation) -> None:

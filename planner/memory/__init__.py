@@ -39,29 +39,32 @@ Where each part lives (one module per topic):
 
 from __future__ import annotations
 
-from planner.catalog import Gpu, load_catalog
-from planner.errors import bad
+from collections.abc import Mapping
+from dataclasses import replace
+
+from planner.catalog import Gpu, load_catalog, plan_gpu
 from planner.memory.inference import inference_estimate, kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from planner.memory.result import TOTALS_MEANING, Estimate, Item, Level, Phase, Serving, Stage
 from planner.memory.runtime import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, LEAST_FRACTION,
                                     NCCL_BYTES_PER_COMMUNICATOR, RESERVE_FRACTION)
-from planner.memory.training import training_estimate
+from planner.memory.training import states_floor, training_estimate
 from planner.plan import Plan
+from planner.units import from_gib
 
 __all__ = ["CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "LEAST_FRACTION", "NCCL_BYTES_PER_COMMUNICATOR",
            "RESERVE_FRACTION",
-           "TOTALS_MEANING", "Estimate", "Item", "Level", "Phase", "Serving", "Stage", "estimate",
+           "TOTALS_MEANING", "Estimate", "Item", "Level", "Phase", "Serving", "Stage", "estimate", "states_floor",
            "kv_bytes_per_token", "kv_cache_bytes", "weight_bytes"]
 
 
-def estimate(plan: Plan, catalog: dict[str, Gpu] | None = None, *, detail: bool = True) -> Estimate:
+def estimate(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, detail: bool = True) -> Estimate:
     """Itemized per-GPU memory of one training step (or of inference) of `plan` and whether it fits its GPU.
 
     `detail=False` leaves the items' formulas empty: the same bytes, several times faster, for searches."""
     catalog = catalog if catalog is not None else load_catalog()
-    if plan.hardware.gpu not in catalog:
-        raise bad("hardware.gpu", plan.hardware.gpu, f"is not in the GPU catalog; known: {', '.join(catalog)}")
-    gpu = catalog[plan.hardware.gpu]
+    hw = plan.hardware
+    gpu, offered_host = plan_gpu(catalog, hw.gpu, hw.offering, hw.count)
+    host = offered_host if hw.host_memory_gib_per_gpu is None else from_gib(hw.host_memory_gib_per_gpu)
     if plan.workload.task == "inference":
         return inference_estimate(plan, gpu, detail)
-    return training_estimate(plan, gpu, detail)
+    return replace(training_estimate(plan, gpu, detail), host_limit_bytes=host)

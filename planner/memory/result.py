@@ -107,6 +107,9 @@ class Estimate:
     all_stages: Callable[[], tuple[Stage, ...]] = field(compare=False, repr=False)  # computes `stages`
     serving: Serving | None = None  # inference with a serving engine: its KV-cache capacity
     cache_flushed: bool = False  # fits only because the allocator releases its cache near capacity (slower)
+    # host RAM one GPU's share of its machine gives offloaded states (hardware.host_memory_gib_per_gpu, else the
+    # offering's, else the default); None: not a limit (inference)
+    host_limit_bytes: int | None = None
 
     @cached_property
     def stages(self) -> tuple[Stage, ...]:
@@ -115,7 +118,12 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.device_bytes <= self.usable_bytes
+        return self.device_bytes <= self.usable_bytes and not self.host_short
+
+    @property
+    def host_short(self) -> bool:
+        """Offloaded states need more host RAM than the GPU's share of its machine."""
+        return self.host_limit_bytes is not None and self.host_bytes > self.host_limit_bytes
 
     @property
     def headroom_bytes(self) -> int:
@@ -139,4 +147,9 @@ class Estimate:
                     f"cudaFree/cudaMalloc calls in every step slow it down")
         if self.fits:
             return f"fits on {gpu}: needs {need} per GPU of {have} usable ({format_bytes(self.headroom_bytes)} free)"
-        return f"does not fit on {gpu}: needs {need} per GPU, {have} usable (short by {format_bytes(-self.headroom_bytes)})"
+        short = [f"needs {need} per GPU, {have} usable (short by {format_bytes(-self.headroom_bytes)})"
+                 ] if self.headroom_bytes < 0 else []
+        short += [f"offloaded states need {format_bytes(self.host_bytes)} of host RAM per GPU, "
+                  f"{format_bytes(self.host_limit_bytes or 0)} there (hardware.host_memory_gib_per_gpu, else the "
+                  f"offering's)"] if self.host_short else []
+        return f"does not fit on {gpu}: " + "; and ".join(short)

@@ -130,3 +130,14 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
                     usable_bytes=gpu.usable_bytes, host_bytes=host_bytes(plan, lay) + max(s.host_bytes for s in edges),
                     runtime_bytes=runtime_bytes, all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes),
                     cache_flushed=worst.cache_flushed)
+
+
+def states_floor(plan: Plan) -> int:
+    """A lower bound of the plan's device bytes, a fraction of an estimate's work: the model states its first
+    stage holds at every moment of the step (`States.static`: weights, master weights, optimizer states,
+    buckets, workspaces) and the runtime outside PyTorch. Every moment holds them, and the device total is at
+    least the largest moment plus the runtime, so a search skips a layout whose floor exceeds a GPU."""
+    lay = layout(plan)
+    ctx = stage_context(plan, lay, 0, False)
+    tr, opt = trainable(lay, 0), optimizer(lay, 0, plan.precision)
+    return sum(i.bytes for i in model_states(ctx, tr, opt).static) + sum(i.bytes for i in runtime_items(plan, False))

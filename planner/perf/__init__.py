@@ -19,11 +19,11 @@ from planner.catalog import Gpu
 from planner.perf.flops import flops_per_token, forward_flops_per_token, model_flops_per_token
 from planner.perf.rates import rates
 from planner.perf.result import StepTime, TimeItem
-from planner.perf.serving import Throughput, serving_time, throughput
-from planner.perf.training import step_time
+from planner.perf.serving import Latency, Throughput, latency, serving_time, throughput
+from planner.perf.training import elementwise_floor_hours, step_time
 from planner.plan import ADAPTER_TASKS, Plan
 
-__all__ = ["StepTime", "Throughput", "TimeItem", "compute_floor_hours", "flops_per_token", "forward_flops_per_token", "job_hours", "job_time",
+__all__ = ["Latency", "StepTime", "Throughput", "elementwise_floor_hours", "latency", "TimeItem", "compute_floor_hours", "flops_per_token", "forward_flops_per_token", "job_hours", "job_time",
            "model_flops_per_token", "peak_flops", "plan_time", "serving_time", "step_time", "throughput",
            "unsupported_compute"]
 

@@ -89,17 +89,47 @@ def serving_items(plan: Plan, r: Rates) -> list[TimeItem]:
                       formula=f"{inf.output_tokens} steps × {par.pipeline} stage(s) × max({read.text}, {flops.text})",
                       note=f"each step is bound by its {bound}")]
     if par.tensor > 1:
-        layers = sum(largest_stage_layers(plan)) * par.pipeline
-        act = inf.batch_size * plan.model.hidden_size * nbytes(plan.precision.activation_dtype)
-        group = Group(size=par.tensor, stride=1)
-        one = collective_s("all_reduce", act, group, r)
-        prompt_one = collective_s("all_reduce", act * inf.prompt_tokens, group, r)
+        layers, one, prompt_one = _tensor_parallel_s(plan, r)
         seconds = layers * 2 * (inf.output_tokens * one + prompt_one)
         items.append(TimeItem(name="tensor_parallel", label="Tensor-parallel all-reduces", kind="communication",
-                              seconds=seconds, hidden_s=0.0, over=group.where(r),
+                              seconds=seconds, hidden_s=0.0, over=Group(size=par.tensor, stride=1).where(r),
                               formula=f"{layers} layers × 2 × ({inf.output_tokens} steps × {one:.3g} s + prefill "
                                       f"{prompt_one:.3g} s)", note="exposed; latency-bound at decode"))
     return items
+
+
+def _tensor_parallel_s(plan: Plan, r: Rates) -> tuple[int, float, float]:
+    """(layers of the replica, one decode step's all-reduce, the prompts' all-reduce): two per layer each."""
+    par, inf = plan.parallelism, plan.workload.inference
+    layers = sum(largest_stage_layers(plan)) * par.pipeline
+    act = inf.batch_size * plan.model.hidden_size * nbytes(plan.precision.activation_dtype)
+    group = Group(size=par.tensor, stride=1)
+    return layers, collective_s("all_reduce", act, group, r), collective_s("all_reduce", act * inf.prompt_tokens,
+                                                                           group, r)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Latency:
+    """What one request of a batch waits, on one replica. The batch is static: its prompts are prefilled
+    together, then decoded together, so the time to first token is the whole batch's prefill (a continuous-
+    batching engine at full load interleaves prefills with decodes and lands near the same figure)."""
+
+    ttft_s: float  # time to first token: the batch's prefill
+    tpot_s: float  # time per output token: one decode step of the batch
+    requests_per_s: float  # batches of batch_size requests, one after another
+    output_tokens_per_s: float
+
+
+def latency(plan: Plan, gpu: Gpu) -> Latency:
+    """Time to first token, time per output token and throughput of one replica, from its serving items."""
+    r = rates(gpu, plan.precision.compute)
+    items = {i.name: i.seconds for i in serving_items(plan, r)}
+    inf = plan.workload.inference
+    layers, one, prompt_one = _tensor_parallel_s(plan, r) if plan.parallelism.tensor > 1 else (0, 0.0, 0.0)
+    total = sum(items.values())
+    return Latency(ttft_s=items["prefill"] + items["prefill_elementwise"] + layers * 2 * prompt_one,
+                   tpot_s=items["decode"] / inf.output_tokens + layers * 2 * one,
+                   requests_per_s=inf.batch_size / total, output_tokens_per_s=inf.batch_size * inf.output_tokens / total)
 
 
 def serving_time(plan: Plan, gpu: Gpu) -> StepTime | None:

@@ -11,7 +11,7 @@ planner/perf/rates.py's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
 from planner.catalog import Gpu
@@ -24,6 +24,7 @@ from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, Gemm, gemms_s, keys_per_query, layer_work,
                                matmul_elem)
+from planner.errors import PlanError
 from planner.plan import ADAPTER_TASKS, Parallelism, Plan
 
 # Cross-entropy bytes per logit: upcast to fp32 (r2 w4), log-softmax (r4 w4), its gradient (r4 w4) and the
@@ -353,3 +354,30 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     peak, note = mfu_reference(gpu, r)
     return step_of(items, tokens=wl.global_batch_size * wl.sequence_length, gpus=plan.hardware.count,
                    model_flops_per_token=model_flops_per_token(plan), peak_flops=peak, efficiency_note=note)
+
+
+def elementwise_floor_hours(plan: Plan, gpu: Gpu, tokens: int, count: int) -> float:
+    """A lower bound of the job's elementwise hours on `count` GPUs, for any strategy: every layer's norms,
+    activations and residual adds forward and backward, and the loss, over the job's tokens, computed for the
+    whole model on one rank (tensor, context and sequence parallelism split this traffic or replicate it,
+    never shrink its sum), shared by the GPUs at the achievable HBM bandwidth. 0 where the plan's model cannot
+    be laid out on one rank."""
+    whole = _on_one_rank(plan)
+    if whole is None:
+        return 0.0
+    m, s = plan.model, plan.workload.sequence_length
+    keys = keys_per_query(whole, s)
+    layers = ((m.num_layers - m.moe_layers, False), (m.moe_layers, True))
+    per_sequence = sum(n * layer_work(whole, s, keys, moe).elementwise_bytes for n, moe in layers if n)
+    per_token = per_sequence / s * (1 + BACKWARD_ELEMENTWISE) + m.vocab_size * LOSS_BYTES[plan.techniques.loss]
+    return tokens * per_token / (count * rates(gpu, plan.precision.compute).hbm_bytes) / 3600
+
+
+@lru_cache(maxsize=256)
+def _on_one_rank(plan: Plan) -> Plan | None:
+    """The plan on one GPU with no parallelism (None: a setting of it needs parallelism)."""
+    try:
+        return replace(plan, parallelism=Parallelism(data=1), hardware=replace(plan.hardware, count=1, offering=None),
+                       precision=replace(plan.precision, fp8_all_gather=False))
+    except PlanError:
+        return None
