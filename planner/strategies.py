@@ -289,9 +289,9 @@ class StrategySearch:
         if key not in self._saving:
             splits = sorted(((t, c) for t in tensors for c in self.contexts if t * c * pipeline <= count),
                             key=lambda tc: (-tc[0] * tc[1], -tc[0]))
-            layouts = (Strategy(self._zeros(count, t * pipeline, offload)[-1], t, pipeline, c, ckpt, offload,
-                                min(self.micro_batches), e)
-                       for t, c in splits for e in sorted(self.experts, reverse=True))  # the most experts first
+            layouts = (Strategy(self._zeros(count, t * pipeline, offload)[-1], t, pipeline, c, ckpt, offload, mb, e)
+                       for t, c in splits for mb in reversed(self.micro_batches)  # the smallest micro-batch and
+                       for e in sorted(self.experts, reverse=True))  # the most experts the plan admits
             self._saving[key] = next((s for s in layouts if self._plan(s, count) is not None), None)
         return self._saving[key]
 
@@ -307,26 +307,29 @@ class StrategySearch:
         """The first strategy of one time class that fits, fewest changes first: ZeRO stage, then expert
         parallelism, then micro-batch, then context, then tensor parallelism (of `tensors` and `experts`, default
         every degree). Memory falls as context, expert parallelism and ZeRO stage grow and as the micro-batch
-        shrinks, so each is found by bisection over the values the layout allows, the others at their most
+        shrinks, so each is found by bisection over the values the plan admits, the others at their most
         saving: the same strategy as trying them in order, with a handful of estimates."""
         for t in tensors or self.tensors(gpu):
             zeros = self._zeros(count, t * pipeline, offload)
 
-            def fits(c: int, mb: int | None = None, e: int | None = None, z: int | None = None) -> bool:
-                data = count // (t * pipeline * c)
-                mbs = [m for m in self.micro_batches if self.global_batch % (m * data) == 0]
-                es = [x for x in experts or self.experts if data * c % x == 0]  # experts over data × context
-                return bool(mbs and es) and self.fits(Strategy(zeros[-1] if z is None else z, t, pipeline, c, ckpt,
-                                                               offload, mbs[-1] if mb is None else mb,
-                                                               es[-1] if e is None else e), count, limits)
+            def layout(c: int, mb: int | None = None, e: int | None = None, z: int | None = None) -> Strategy | None:
+                """The layout with these settings, each one not given at its most saving value the plan admits."""
+                mbs = [mb] if mb is not None else reversed(self.micro_batches)  # the smallest first
+                es = [e] if e is not None else sorted(experts or self.experts, reverse=True)  # the most first
+                z = zeros[-1] if z is None else z
+                return next((x for m in mbs for x in (Strategy(z, t, pipeline, c, ckpt, offload, m, n) for n in es)
+                             if self._plan(x, count) is not None), None)
 
-            c = _first([c for c in self.contexts if count % (t * pipeline * c) == 0], fits)
+            def fits(*settings: int) -> bool:
+                layout_ = layout(*settings)
+                return layout_ is not None and self.fits(layout_, count, limits)
+
+            c = _first([c for c in self.contexts if layout(c) is not None], fits)
             if c is None:
                 continue
-            data = count // (t * pipeline * c)
-            mb = _first([m for m in self.micro_batches if self.global_batch % (m * data) == 0], partial(fits, c))
-            e = _first([x for x in experts or self.experts if data * c % x == 0], partial(fits, c, mb))
-            z = _first(zeros, partial(fits, c, mb, e))
+            mb = _first([m for m in self.micro_batches if layout(c, m) is not None], partial(fits, c))
+            e = _first([x for x in experts or self.experts if layout(c, mb, x) is not None], partial(fits, c, mb))
+            z = _first([z for z in zeros if layout(c, mb, e, z) is not None], partial(fits, c, mb, e))
             return Strategy(z, t, pipeline, c, ckpt, offload, mb, e)
         return None
 

@@ -388,15 +388,16 @@ def fitting_plans(draw):
     backward, frameworks) on a count that need not be on the ladder."""
     preset = draw(st.sampled_from(["llama-3.2-1b", "qwen2.5-0.5b", "smollm2-1.7b", "qwen3-30b-a3b"]))
     tensor, pipeline, data = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 3]))
+    mb = draw(st.sampled_from([1, 2, 6, 23]))
     d = {"model": {"preset": preset}, "framework": draw(st.sampled_from(["generic", "torchtune", "torchtitan"])),
          "workload": {"task": draw(st.sampled_from(["pretrain", "finetune", "lora"])),
-                      "sequence_length": draw(st.sampled_from([1024, 4096])), "micro_batch_size": 1},
+                      "sequence_length": draw(st.sampled_from([512, 1024, 4096])), "micro_batch_size": mb},
          "techniques": {"activation_checkpointing": draw(st.sampled_from(["none", "selective_op", "every_k", "full"]))},
          "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data,
                          "zero_stage": draw(st.sampled_from([0, 1, 3]))}}
     if pipeline > 1:
         d["parallelism"].update(pipeline_schedule="interleaved_1f1b", virtual_stages=2)
-        d["workload"]["global_batch_size"] = 4 * data
+        d["workload"]["global_batch_size"] = 4 * data * mb
     if tensor > 1 and draw(st.booleans()):
         d["parallelism"].update(sequence_parallel=True, async_tp=True)
         d["techniques"]["compile"] = True
@@ -412,6 +413,8 @@ def fitting_plans(draw):
 @settings(max_examples=80, deadline=None)
 @given(fitting_plans())
 def test_a_plan_that_fits_as_given_is_found_at_its_own_count(plan):
+    """Whatever its micro-batch and flags (issue 27: with the optimizer in backward a micro-batch of 46 once
+    found no layout, since the search tried micro-batch 1, which accumulates)."""
     catalog = catalog_of(H100)
     est = estimate(plan, catalog, detail=False)
     assume(est.fits and est.device_bytes <= int(est.usable_bytes * 0.9))
@@ -431,6 +434,17 @@ def test_plans_the_search_once_lost_keep_their_settings(data):
                                                                network="none")]))
     assert [c.count for c in rec.candidates][:1] == [1]
     assert all(c.plan.techniques.optimizer_in_backward and c.plan.parallelism.zero_stage == 0 for c in rec.candidates)
+
+
+def test_the_optimizer_in_backward_is_searched_at_the_micro_batch_it_admits():
+    """Issue 27: stepping the optimizer in backward forbids accumulation, so micro-batch 1 (the search's most
+    saving) has no layout of a global batch of 8 on one GPU; the search took that for "no layout at all"."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 1024,
+                                                                             "micro_batch_size": 8},
+                           "techniques": {"optimizer_in_backward": True}})
+    assert estimate(plan, CATALOG).fits
+    rec = recommend(plan, CATALOG.subset(["h100-sxm-80gb"]), SearchOptions(fixed=frozenset({"count"})))
+    assert rec.best.count == 1 and rec.best.plan.workload.micro_batch_size == 8
 
 
 def test_candidates_keep_the_plan_s_pipeline_schedule_and_async_tp():
