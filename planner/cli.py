@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     lim = command("limits", "what the plan can grow to on its GPU (training: micro-batch and sequence; inference: "
                             "sequences at once and prompt) and the fewest GPUs")
     lim.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM)
+    lim.add_argument("--budget", type=float, default=CLI_BUDGET_S, metavar="SECONDS",
+                     help=f"time the fewest-GPUs search may take (default {CLI_BUDGET_S:g})")
 
     mea = command("measure", "run the plan on this machine's CUDA GPU (its model with random weights; the measure "
                              "extra) and print the memory measured next to the prediction")
@@ -310,7 +312,7 @@ def _run(args: argparse.Namespace) -> str:
         return _recommend(plan, catalog, args)
     if args.command == "measure":
         return _measure(plan, catalog, args)
-    return _limits(plan, catalog, args.headroom)
+    return _limits(plan, catalog, args.headroom, args.budget)
 
 
 _UNITS_H = {"ms": 1 / 3_600_000, "s": 1 / 3600, "min": 1 / 60, "m": 1 / 60, "h": 1, "d": 24, "w": 168}
@@ -382,7 +384,7 @@ def _measure(plan: Plan, catalog: dict, args: argparse.Namespace) -> str:
     return out
 
 
-def _limits(plan: Plan, catalog: dict, headroom: float) -> str:
+def _limits(plan: Plan, catalog: dict, headroom: float, budget_s: float) -> str:
     """The `limits` command's answer: what the plan's task can grow to on its GPUs, and the fewest GPUs."""
     gpu = catalog[plan.hardware.gpu].name
     if plan.workload.task == "inference":
@@ -397,10 +399,12 @@ def _limits(plan: Plan, catalog: dict, headroom: float) -> str:
                                                                                         headroom=headroom)
         grow = [f"  largest micro-batch: {mb if mb else 'none fits'}",
                 f"  longest sequence:    {f'{seq:,} tokens' if seq else 'none fits'}"]
-    fewest = min_gpus(plan, catalog, headroom=headroom)
+    fewest, cut = min_gpus(plan, catalog, headroom=headroom, budget_s=budget_s)
+    none = f"none found within the {budget_s:g} s budget (--budget)" if cut else "none fits"
     return "\n".join([*filter(None, [approximate_note(plan.model)]),
         f"on {plan.hardware.count} × {gpu} with the plan's strategy and {headroom:.0%} headroom:", *grow,
-        f"fewest {gpu}: " + (f"{fewest.count} ({fewest.why.split(': ', 1)[1]})" if fewest else "none fits"),
+        f"fewest {gpu}: " + (f"{fewest.count} ({fewest.why.split(': ', 1)[1]})" if fewest else none)
+        + (" (the search was cut by its budget: fewer may fit)" if fewest and cut else ""),
     ]) + "\n"
 
 

@@ -732,9 +732,10 @@ def max_prompt_tokens(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
 
 
 def min_gpus(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
-             fixed: frozenset[str] | set[str] = frozenset()) -> Candidate | None:
-    """The fewest GPUs of the plan's GPU type, on its offering (its usual server where it names none), that fit,
-    with the fastest strategy at that count."""
-    rec = recommend(plan, catalog, SearchOptions(headroom=headroom, deadline_hours=None,
+             fixed: frozenset[str] | set[str] = frozenset(), budget_s: float | None = None) -> tuple[Candidate | None,
+                                                                                                   bool]:
+    """(the fewest GPUs of the plan's GPU type, on its offering (its usual server where it names none), that fit,
+    with the fastest strategy at that count; whether `budget_s` cut the search: fewer might fit)."""
+    rec = recommend(plan, catalog, SearchOptions(headroom=headroom, deadline_hours=None, budget_s=budget_s,
                                                  fixed=frozenset(fixed) | {"gpu", "offering"}))
-    return min(rec.candidates, key=lambda c: c.count, default=None)
+    return min(rec.candidates, key=lambda c: c.count, default=None), rec.cut_after_s is not None

@@ -173,7 +173,7 @@ def searched() -> dict[str, Any]:
                                  "frontier": [candidate_to_dict(c) for c in rec.frontier()],
                                  "ties": [c.offering.id for c in rec.ties()],
                                  "max_micro_batch": max_micro_batch(plan)}
-        fewest = min_gpus(plan)
+        fewest, _ = min_gpus(plan)
         entry["min_gpus"] = None if fewest is None else candidate_to_dict(fewest)
         if plan.workload.task == "inference":
             entry["throughput"] = throughput(plan, est.gpu).__dict__

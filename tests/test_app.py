@@ -13,7 +13,7 @@ from planner.choices import CHOICES
 from planner.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError
 from planner.plan import FROZEN_WEIGHTS
-from ui.state import PATHS, plan_dict
+from ui.state import PASTE_MAX_CHARS, PATHS, plan_dict
 
 APP = str(ROOT / "app.py")
 CATALOG = load_catalog()
@@ -808,3 +808,14 @@ def test_a_vllm_log_whose_plan_is_refused_says_so_under_the_log():
     assert "The log's plan: hardware.count: 8 is not a multiple of tensor × pipeline × context (3 × 1 × 1)" in [
         e.value for e in at.error]
     assert at.query_params["preset"] == "llama-3.1-8b" and "tensor" not in at.query_params  # the plan stays
+
+
+def test_no_paste_box_holds_more_than_the_readers_cap():
+    """Issue 27: a paste longer than the readers' cap (1 MiB) is stopped by the browser, and a client that sends
+    one anyway has it cut to the cap before any reader sees it: the session keeps no more."""
+    at = app(view="Share and export")
+    assert at.text_area(key="config_text").input("7" * (PASTE_MAX_CHARS + 1)).value == ""  # the browser's limit
+    at.session_state["config_text"] = "7" * (PASTE_MAX_CHARS + 1)  # a client without it
+    at.run()
+    assert not at.exception and len(at.session_state["config_text"]) == PASTE_MAX_CHARS
+    assert all(t.max_chars == PASTE_MAX_CHARS for t in at.text_area)

@@ -4,9 +4,12 @@ plans (items add up, exposed ≤ communication, more bandwidth never slower, mor
 import dataclasses
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from planner.catalog import load_catalog
 from planner.codec import plan_from_dict
+from planner.errors import PlanError
 from planner.perf import plan_time, step_time
 from planner.perf.rates import (DEFAULT_MATMUL_EFFICIENCY, HOP_LATENCY_S, LATENCY_BASE_S, NETWORK_EFFICIENCY, Group,
                                  collective_s, rates)
@@ -196,3 +199,26 @@ def test_moe_layers_move_their_tokens_to_the_experts_and_back():
     activation = (moe.elementwise_bytes - dense.elementwise_bytes) - 4 * 3 * 4096
     # the rest of the difference is the SwiGLU of the top-2 experts against the dense MLP's
     assert activation == pytest.approx(10 * (m.moe_intermediate_size * m.experts_per_token - m.intermediate_size))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from(["llama-3.2-1b", "llama-3.1-8b", "qwen3-30b-a3b", "gemma-2-9b", "deepseek-v2-lite",
+                        "nemotron-h-8b"]),
+       st.sampled_from(["pretrain", "finetune", "lora", "qlora", "inference"]),
+       st.sampled_from(["h100-sxm-80gb", "b200-180gb", "a100-sxm-80gb", "rtx-5090-32gb", "rtx-4090-24gb",
+                        "mi300x-192gb", "l40s-48gb"]),
+       st.sampled_from(["bf16", "fp8"]), st.sampled_from([512, 4096]), st.sampled_from([1, 8]), st.booleans())
+def test_no_step_runs_above_its_peak(preset, task, gpu, compute, sequence, micro_batch, compiled):
+    """Issue 27: MFU counts the FLOPs the step runs (a frozen base computes no weight gradient: LoRA once read
+    111 %) against the peak of the dtype its matmuls run in (an fp8 step against bf16's passed 100 %), so it
+    stays at most 1 for every plan."""
+    try:
+        plan = plan_from_dict({"model": {"preset": preset}, "hardware": {"gpu": gpu},
+                               "workload": {"task": task, "sequence_length": sequence, "micro_batch_size": micro_batch,
+                                            "inference": {"batch_size": micro_batch}},
+                               "precision": {"compute": compute}, "techniques": {"compile": compiled}})
+    except PlanError:
+        assume(False)
+    time = plan_time(plan, CATALOG[gpu])
+    assume(time is not None)
+    assert 0 < time.mfu <= 1

@@ -312,7 +312,7 @@ def test_a_bigger_model_never_needs_fewer_gpus(gpu, layers, extra):
         plan = plan_from_dict({"model": {"preset": "llama-3.1-8b", "num_layers": n_layers},
                                "workload": {"sequence_length": 2048, "global_batch_size": 256},
                                "hardware": {"gpu": gpu}})
-        c = min_gpus(plan, CATALOG)
+        c, _ = min_gpus(plan, CATALOG)
         return float("inf") if c is None else c.count
 
     assert fewest(layers + 4 * extra) >= fewest(layers)
@@ -321,7 +321,8 @@ def test_a_bigger_model_never_needs_fewer_gpus(gpu, layers, extra):
 def test_fewest_gpus_matches_a_manual_search():
     plan = plan_from_dict({"model": {"preset": "llama-3.1-70b"}, "workload": {"sequence_length": 2048,
                                                                               "global_batch_size": 64}})
-    best = min_gpus(plan, CATALOG)
+    best, cut = min_gpus(plan, CATALOG)
+    assert not cut
     limit = int(CATALOG["h100-sxm-80gb"].usable_bytes * 0.9)
     assert best.count == 16 and best.device_bytes <= limit and best.plan.hardware.count == best.count
     assert best.plan.hardware.offering is None  # the plan names none: the GPU's usual server

@@ -14,6 +14,7 @@ from planner.models import model_to_dict
 from planner.plan import Plan
 from planner.formats.base import Imported
 from planner.serving_log import VllmLog, calibration_lines, compare, comparison_rows, parse_vllm_log, plan_from_vllm_log
+from ui.state import PASTE_MAX_CHARS
 
 AUTO = "detect from the text"
 UPLOAD_TYPES = ["toml", "yaml", "yml", "json", "sh", "txt", "log"]
@@ -72,7 +73,7 @@ def config_import(plan: Plan) -> None:
     upload = st.file_uploader("A torchtitan TOML, torchtune / Axolotl / accelerate / TrainingArguments YAML, "
                               "DeepSpeed JSON, or a Megatron / vLLM / SGLang command line", type=UPLOAD_TYPES,
                               key="config_upload")
-    st.text_area("…or paste it", key="config_text", height=160)
+    st.text_area("…or paste it", key="config_text", height=160, max_chars=PASTE_MAX_CHARS)
     pasted = st.button("Load the pasted config", key="load_config")
     try:
         if upload is not None and st.session_state.get("config_upload_seen") != upload.file_id:
@@ -110,7 +111,7 @@ def vllm_log(plan: Plan, catalog: dict) -> None:
     """vLLM's start-up figures beside the planner's for the serving plan, and the KV capacity they calibrate."""
     st.subheader("Beside vLLM's start-up log")
     text = st.text_area("Paste what vLLM printed while starting (model loading, KV cache memory, graph capture, "
-                        "non-default args)", key="vllm_log", height=160)
+                        "non-default args)", key="vllm_log", height=160, max_chars=PASTE_MAX_CHARS)
     if not text.strip():
         return
     serving = plan.workload.inference.gpu_memory_utilization is not None

@@ -20,8 +20,8 @@ from planner.hf_config import model_from_hf_config
 from planner.models import Preset, model_to_dict
 from planner.plan import (ADAPTER_TASKS, EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH,
                           MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Precision, default_weights)
-from ui.state import (ARCH_INTS, CUSTOM, HYBRID_INTS, MLA_INTS, MOE_INTS, PARAMS, current_plan_dict, drawn,
-                      load_into_widgets, project_catalog)
+from ui.state import (ARCH_INTS, CUSTOM, HYBRID_INTS, MLA_INTS, MOE_INTS, PARAMS, PASTE_MAX_CHARS, current_plan_dict,
+                      drawn, load_into_widgets, project_catalog)
 
 
 def _on_preset() -> None:
@@ -183,7 +183,7 @@ def _remove_own_offering(n: int) -> None:
 
 def _hf_import() -> None:
     with st.popover("Import a Hugging Face config.json", width="stretch"):
-        st.text_area("Paste config.json", key="hf_text", height=320, width=640,  # wider than the sidebar
+        st.text_area("Paste config.json", key="hf_text", height=320, width=640, max_chars=PASTE_MAX_CHARS,
                      placeholder='{"model_type": "llama", ...}')
         st.file_uploader("…or upload it", type=["json"], key="hf_file")
         st.button("Import architecture", key="hf_import", on_click=_on_hf_import,

@@ -22,6 +22,7 @@ from planner.choices import CHOICES
 from planner.codec import (integers, leaf_text, plan_from_dict, plan_from_query, plan_to_dict, plan_to_query,
                            takes_integers)
 from planner.errors import PlanError
+from planner.loader import CONFIG
 from planner.models import MODEL_KEYS
 from planner.plan import Inference, Lora, Plan, section_keys
 
@@ -163,6 +164,11 @@ def current_plan_dict() -> dict[str, Any]:
     """The plan dict of the widgets as the last run drew them, with the hidden values the plan accepts."""
     state = st.session_state
     return with_hidden(state, state.get("shown", ()), state.get("plan_keys", ()))
+
+
+# The most text a paste box holds: the readers' own cap (planner/loader.py). The browser stops typing and pasting
+# there, and Streamlit cuts a longer value from any client to it, so no reader is handed more.
+PASTE_MAX_CHARS = CONFIG.max_bytes
 
 
 # share-link parameters holding the plans pinned for comparison, each a whole plan's own link query

@@ -26,6 +26,7 @@ from planner.recommend import (DEFAULT_HEADROOM, MAX_GPUS, SEARCH_KEYS, Candidat
 from planner.units import counted, format_bytes, format_hours, to_unit
 from ui.configs import config_export, config_import, vllm_log
 from ui.charts import breakdown_chart, frontier_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
+from ui import worker
 from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
 
 RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
@@ -35,12 +36,18 @@ PRICE_LABELS = {"on_demand": "on-demand", "reserved": "reserved", "spot": "spot"
 # A hosted page must answer, and every session shares the server's CPU: past this, the search stops and the
 # page names the GPU types it did not search (the whole catalog takes about a second; the CLI allows 60 s)
 APP_SEARCH_BUDGET_S = 10.0
+# beyond the budget, for the worker to start, finish the estimate under way and send its answer back
+WORKER_GRACE_S = 10.0
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _recommend(plan: Plan, _catalog: Catalog, catalog_key: str, options: SearchOptions) -> Recommendation:
-    """The recommender, remembered per plan, catalog and options."""
-    return recommend(plan, _catalog, options)
+def _recommend(plan: Plan, _catalog: Catalog, catalog_key: str, options: SearchOptions) -> Recommendation | str:
+    """The recommender in a worker process (ui/worker.py), remembered per plan, catalog and options; what the
+    page says instead where the worker ran past its limits."""
+    try:
+        return worker.run(recommend, plan, _catalog, options, wait_s=(options.budget_s or 0) + WORKER_GRACE_S)
+    except worker.WorkerFailed as exc:
+        return f"No recommendation: {exc}."
 
 
 def search_options(plan: Plan, price: float) -> SearchOptions:
@@ -51,8 +58,9 @@ def search_options(plan: Plan, price: float) -> SearchOptions:
     return replace(s.get("search_options", SearchOptions(budget_s=APP_SEARCH_BUDGET_S)), prices=mine)
 
 
-def recommendation(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Recommendation:
-    """The recommender with the options the Cheapest hardware tab last set (the Explore tab's capacity lines)."""
+def recommendation(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Recommendation | str:
+    """The recommender with the options the Cheapest hardware tab last set (the Explore tab's capacity lines);
+    a sentence where its worker failed."""
     return _recommend(plan, catalog, catalog_key, search_options(plan, price))
 
 
@@ -114,7 +122,7 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalo
     cols = st.columns(4)
     cols[0].metric("seconds per batch" if serving else "seconds per step", f"{time.step_time_s:,.3g}")
     cols[1].metric("generated tokens/s per GPU" if serving else "tokens/s per GPU", f"{time.tokens_per_s_per_gpu:,.0f}")
-    cols[2].metric("MFU", f"{time.mfu:.1%}", help="model FLOPs per second over the dense bf16 peak")
+    cols[2].metric("MFU", f"{time.mfu:.1%}", help="model FLOPs per second over the dense peak of the dtype the matmuls run in")
     cols[3].metric("bound by", time.bound)
 
 
@@ -232,9 +240,9 @@ def _headline(rec: Recommendation) -> None:
                                            f"${c.job_usd:,.2f}" for c in ties))
 
 
-def cheapest(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Recommendation:
+def cheapest(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Recommendation | str:
     """The recommendation, the frontier, the best of each GPU type, buttons adopting candidates, and the GPU types
-    without a candidate (unsearched ones named apart)."""
+    without a candidate (unsearched ones named apart); what went wrong where the search's worker failed."""
     asked = _objective(plan)
     c1, c2, c3 = st.columns(3)
     rank_by = c1.radio("Rank by", get_args(RankBy), horizontal=True, key="rank_by", format_func=RANK_LABELS.get)
@@ -245,6 +253,9 @@ def cheapest(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Re
                                                        budget_s=APP_SEARCH_BUDGET_S, **asked,
                                                        **_search_inputs(plan, catalog))
     rec = recommendation(plan, catalog, catalog_key, price)
+    if isinstance(rec, str):
+        st.error(rec)
+        return rec
     st.caption(f"Job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.time_basis}; "
                f"{rec.options.headroom:.0%} of memory kept free; "
                + (f"prices dated {rec.price_dates[0]} to {rec.price_dates[1]}." if rec.price_dates else "no prices."))
@@ -293,10 +304,11 @@ def _rejected(rec: Recommendation) -> None:
                     st.write(r.reason)
 
 
-def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation) -> None:
-    """Memory against each sweep axis with capacity lines, and what each technique saves."""
+def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation | str) -> None:
+    """Memory against each sweep axis with capacity lines (the recommendation's GPU too, where there is one), and
+    what each technique saves."""
     capacities = {result.gpu.name: result.usable_bytes}
-    if rec.best is not None and rec.best.gpu.id != result.gpu.id:
+    if not isinstance(rec, str) and rec.best is not None and rec.best.gpu.id != result.gpu.id:
         capacities[f"{rec.best.gpu.name} (recommended)"] = rec.best.gpu.usable_bytes
     for key, col in zip(sweep_keys(plan), st.columns(2)):
         with col:

@@ -1,7 +1,8 @@
 """FLOPs: per token of training (forward, backward, recomputation) and of a forward pass.
 
-Model FLOPs (what MFU counts) are forward + backward, 3 × forward, without recomputation; the FLOPs a step runs
-add what checkpointing recomputes.
+Model FLOPs (what MFU counts) are forward + backward without recomputation: 3 × forward, less the weight
+gradients a frozen base skips (LoRA, QLoRA: 2 × its matmul parameters); the FLOPs a step runs add what
+checkpointing recomputes.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.models import GDN_CHUNK, MAMBA_CHUNK, Model, attention_widths, mamba2_widths, param_counts
-from planner.plan import Plan
+from planner.plan import ADAPTER_TASKS, Plan
 
 
 def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> float:
@@ -76,9 +77,13 @@ def flops_per_token(plan: Plan) -> float:
     share = (layers // plan.techniques.checkpoint_every) / layers  # the layers every_k checkpoints
     recompute = (forward if ckpt == "full" else forward * share if ckpt == "every_k" else
                  attention if (ckpt == "selective" and plan.techniques.attention == "eager") else 0)
-    return 3 * forward + recompute
+    return model_flops_per_token(plan) + recompute
 
 
 def model_flops_per_token(plan: Plan) -> float:
-    """Forward + backward FLOPs per token without recomputation (3 × forward): the numerator of MFU."""
-    return 3 * forward_flops_per_token(plan)
+    """Forward + backward FLOPs per token without recomputation, the numerator of MFU: 3 × forward (a backward
+    is an input gradient and a weight gradient, each the forward's matmuls), less 2 × the matmul parameters
+    where the base is frozen (LoRA, QLoRA: no weight gradient; its adapters' own are a few per mil, counted in
+    the forward only)."""
+    frozen = 2 * matmul_params(plan) if plan.workload.task in ADAPTER_TASKS else 0
+    return 3 * forward_flops_per_token(plan) - frozen

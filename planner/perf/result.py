@@ -56,7 +56,7 @@ class StepTime:
     gpus: int
     tokens_per_s_per_gpu: float
     model_flops_per_s_per_gpu: float
-    mfu: float  # model FLOPs per second per GPU over the dense bf16 (else the compute dtype's) peak
+    mfu: float  # model FLOPs per second per GPU over the compute dtype's dense peak (rates.mfu_reference)
     bound: str  # compute, memory bandwidth, communication, pipeline bubble or host transfers
     efficiency_note: str  # the matmul rate taken, and its source
 

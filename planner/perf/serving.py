@@ -138,7 +138,7 @@ def serving_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     if r is None:
         return None
     inf, par = plan.workload.inference, plan.parallelism
-    peak, note = mfu_reference(gpu, r)
+    peak, note = mfu_reference(r)
     flops_per_token = forward_flops_per_token(plan, inf.context_tokens) * inf.context_tokens / inf.output_tokens
     return step_of(serving_items(plan, r), tokens=inf.batch_size * inf.output_tokens, gpus=par.tensor * par.pipeline,
                    model_flops_per_token=flops_per_token, peak_flops=peak, efficiency_note=note)

@@ -351,7 +351,7 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
              _offload_item(plan, r, w, steps)]
     items += [i for i in extra if i is not None]
     wl = plan.workload
-    peak, note = mfu_reference(gpu, r)
+    peak, note = mfu_reference(r)
     return step_of(items, tokens=wl.global_batch_size * wl.sequence_length, gpus=plan.hardware.count,
                    model_flops_per_token=model_flops_per_token(plan), peak_flops=peak, efficiency_note=note)
 

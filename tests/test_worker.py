@@ -1,0 +1,46 @@
+"""The app's worker processes: an answer comes back; a task past its CPU time or its memory ceiling fails with a
+sentence, not a dead server; the pool recovers from a worker that died."""
+
+import os
+import signal
+
+import pytest
+
+from ui import worker
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _hoard() -> bytearray:
+    return bytearray(worker.TASK_MEMORY_BYTES + (1 << 30))
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_an_answer_comes_back_from_a_worker_process():
+    assert worker.run(os.getpid, wait_s=60) != os.getpid()
+    assert worker.run(divmod, 7, 2, wait_s=60) == (3, 1)
+
+
+def test_a_task_past_its_cpu_time_is_stopped_and_the_worker_serves_on():
+    with pytest.raises(worker.WorkerFailed) as err:
+        worker.run(_spin, wait_s=60, cpu_s=0.5)
+    assert str(err.value) == "the search used 0.5 s of CPU and was stopped"
+    assert worker.run(divmod, 9, 4, wait_s=60) == (2, 1)
+
+
+def test_a_task_past_its_memory_ceiling_fails_in_the_worker_not_the_server():
+    with pytest.raises(worker.WorkerFailed) as err:
+        worker.run(_hoard, wait_s=60)
+    assert str(err.value) == "the search needed over 1,024 MiB and was stopped"
+
+
+def test_a_dead_worker_is_replaced():
+    with pytest.raises(worker.WorkerFailed, match="^the search's worker process died$"):
+        worker.run(_die, wait_s=60)
+    assert worker.run(divmod, 5, 5, wait_s=60) == (1, 0)
