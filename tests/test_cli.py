@@ -304,3 +304,13 @@ def test_formats_prints_the_readme_table():
     out = run("formats")
     assert out.returncode == 0 and out.stdout == formats_to_table()
     assert formats_to_table() in (ROOT / "README.md").read_text()
+
+
+def test_limits_answer_within_their_budget(tmp_path):
+    """Issue 27: the fewest-GPUs search of `limits` had no budget; cut, it says so instead of "none fits"."""
+    heavy = tmp_path / "heavy.yaml"
+    heavy.write_text("model: {preset: qwen3-235b-a22b, num_layers: 128, num_experts: 256}\n"
+                     "workload: {micro_batch_size: 8192, global_batch_size: 8192}\ntechniques: {attention: eager}\n")
+    out = run("limits", str(heavy), "--budget", "0.01")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "fewest NVIDIA H100 SXM 80GB: none found within the 0.01 s budget (--budget)"
