@@ -518,7 +518,8 @@ CANNOT_SAY = {
     "parallelism.virtual_stages": "more than 2 per rank: pipeline_parallel_layers_per_stage sets them from the "
                                   "layer count",
     "parallelism.pipeline_split": "even or auto: torchtitan's split gives the first and last stage one layer less",
-    "parallelism.pipeline_layers": "module_fqns_per_model_part names modules, not layer counts",
+    "parallelism.pipeline_layers": "module_fqns_per_model_part names modules, not layer counts; torchtitan's own "
+                                   "split gives the first and last stage one layer less",
 }
 # when a plan's value is one the written config cannot run (its comment then says so)
 UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
