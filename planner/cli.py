@@ -226,7 +226,8 @@ def _imported_yaml(args: argparse.Namespace) -> str:
 
 
 def _export(args: argparse.Namespace) -> str:
-    """`export`: the plan as a framework config; the planned values it cannot carry go to standard error."""
+    """`export`: the plan as a framework config; each planned value it does not carry goes to standard error, with
+    why and what the config runs instead."""
     fmt = format_named(args.to)
     text, lost = export_config(plan_from_yaml(_read(args.plan)), fmt)
     for key, (planned, runs) in lost.items():

@@ -143,9 +143,16 @@ def formats_to_table() -> str:
              "|---|---|---|---|"]
     for f in FORMATS.values():
         says = ", ".join(f"`{key}`" for key in f.says)
-        cannot = "; ".join(f"`{key}` ({why})" for key, why in f.cannot_say.items()) or "—"
-        lines.append(f"| `{f.name}` ({f.label}) | `{f.framework}` | {says} | {cannot} |")
+        lines.append(f"| `{f.name}` ({f.label}) | `{f.framework}` | {says} | {_cannot_say(f.cannot_say)} |")
     return "\n".join(lines) + "\n"
+
+
+def _cannot_say(reasons: dict[str, str]) -> str:
+    """A format's cannot_say for the table: the keys that share a reason together, in order, then the reason."""
+    keys: dict[str, list[str]] = {}
+    for key, why in reasons.items():
+        keys.setdefault(why, []).append(f"`{key}`")
+    return "; ".join(f"{', '.join(names)} ({why})" for why, names in keys.items()) or "—"
 
 
 _TASK_WORDS = {"pretrain": "pre-training", "finetune": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA"}

@@ -2,7 +2,9 @@
 
 Each format is one module of this package with one `FORMAT` (planner/formats/base.py says what a format
 holds); FORMATS lists them. A config read becomes a partial plan dict that `overlay` lays over a base plan (the
-default plan, or a plan file the user gives), so a config that does not name the model still plans.
+default plan, or a plan file the user gives), so a config that does not name the model still plans. An export
+reads its own config back and names every key the plan's memory and time read (in_effect) that the config does not
+carry, with what it runs instead (export_config).
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import copy
 from typing import Any
 
 from planner.codec import plan_from_dict, plan_to_dict
+from planner.dtypes import DEFAULT_GROUP_SIZE
 from planner.errors import PlanError, bad
 from planner.formats import accelerate, axolotl, deepspeed, hf_trainer, megatron, sglang, torchtitan, torchtune, vllm
 from planner.formats.base import Format, Imported, get_key
-from planner.plan import INFERENCE_FRAMEWORKS, Plan
+from planner.models import MODEL_KEYS
+from planner.pipeline import chunk_split
+from planner.plan import EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, Plan
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
     torchtitan.FORMAT, torchtune.FORMAT, axolotl.FORMAT, deepspeed.FORMAT, hf_trainer.FORMAT, accelerate.FORMAT,
@@ -92,30 +97,105 @@ def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def round_trip(plan: Plan, fmt: Format, keys: tuple[str, ...] | None = None) -> dict[str, tuple[Any, Any]]:
-    """The keys (default `fmt.says`) whose value changes on plan → config → plan, as {key: (planned, read back)};
-    the config is read over a plan that keeps only the original's model and GPU, so a key counts as said only if
-    the config itself says it."""
-    return _changed(plan, fmt, fmt.write(plan), fmt.says if keys is None else keys)
+# the hardware a config does not say: the GPU and how it is bought are the planner's, kept on reading back
+KEPT_HARDWARE = ("gpu", "offering", "host_memory_gib_per_gpu")
+# keys that follow others and are compared as what they make: the layers of each pipeline chunk as cut
+# (parallelism.pipeline_layers) and the micro-batches per step (the global batch ÷ micro-batch × data)
+DERIVED = ("parallelism.pipeline_split", "parallelism.pipeline_microbatches")
+# keys that tune another key and are read only while it uses them: key → (that key, the values that use it);
+# what training alone reads is unread by a serving plan
+TUNES: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "techniques.loss_chunks": ("techniques.loss", ("chunked",)),
+    "techniques.checkpoint_every": ("techniques.activation_checkpointing", ("every_k",)),
+    "techniques.compile_scope": ("techniques.compile", (True,)),
+    "precision.fp8_recipe": ("precision.compute", ("fp8",)),
+    "precision.fp8_all_gather": ("precision.compute", ("fp8",)),
+    **{f"precision.{key}": ("precision.optimizer", EIGHT_BIT_OPTIMIZERS)
+       for key in ("optimizer_library", "optimizer_block_size", "fp32_embedding_states")},
+    "precision.weights": ("workload.task", tuple(FROZEN_WEIGHTS)),
+    "precision.quant_group_size": ("precision.weights", tuple(DEFAULT_GROUP_SIZE)),
+    "precision.double_quant": ("precision.weights", ("nf4",)),
+    "precision.kv_cache": ("workload.task", ("inference",)),
+    "precision.optimizer_impl": ("precision.optimizer", ("adamw",)),
+    **{key: ("workload.task", TRAINING_TASKS) for key in (
+        "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size", "workload.steps",
+        "workload.train_tokens", "precision.master_weights", "precision.gradients", "precision.optimizer",
+        "precision.optimizer_state", "techniques.activation_checkpointing",
+        "techniques.offload", "techniques.moe_capacity_factor", "techniques.optimizer_in_backward",
+        "techniques.loss", "techniques.activation_offload", "parallelism.zero_stage", "parallelism.flat_params",
+        "parallelism.reduce_bucket_elements", "parallelism.sub_group_elements")},
+}
 
 
-def _changed(plan: Plan, fmt: Format, text: str, keys: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
-    """The `keys` whose value differs between the plan and its config `text` read back (see round_trip)."""
+def in_effect(plan: Plan, own: bool) -> dict[str, Any]:
+    """The plan's keys its memory and time read, flat ({"parallelism.data": 8, ...}): the model's architecture,
+    each section's keys (those of TUNES only while what they tune uses them), the pipeline's layers as cut, and,
+    where `own` (a plan of the config's own framework), the framework and its release."""
+    data, par = plan_to_dict(plan), plan.parallelism
+    flat = {f"model.{key}": getattr(plan.model, key) for key in MODEL_KEYS if key != "preset"}
+    for section in SECTIONS:
+        flat.update(_leaves(data[section], f"{section}."))
+    flat["parallelism.pipeline_layers"] = list(chunk_split(plan.model.num_layers, par.pipeline * par.virtual_stages,
+                                                           par.pipeline_split, par.pipeline_layers))
+    if own:
+        flat.update(framework=plan.framework, framework_release=plan.framework_release)
+    return {key: value for key, value in flat.items() if key not in DERIVED and _read(flat, key)}
+
+
+def _leaves(section: dict[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in section.items():
+        out.update(_leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def _read(flat: dict[str, Any], key: str) -> bool:
+    """Whether the plan reads `key`: it tunes nothing (TUNES), or what it tunes is read and uses it."""
+    if key not in TUNES:
+        return True
+    tuned, values = TUNES[key]
+    return flat[tuned] in values and _read(flat, tuned)
+
+
+def read_back(plan: Plan, fmt: Format, text: str) -> Plan:
+    """The plan `fmt`'s config `text` says, read for the plan's GPU count over what a config does not say: the
+    plan's GPU (KEPT_HARDWARE) and, where the config names none, its model."""
     imported = fmt.read(text, gpus=plan.hardware.count)
     planned = plan_to_dict(plan)
-    base = {"model": planned["model"], "hardware": {"gpu": plan.hardware.gpu}}
-    back = plan_to_dict(plan_from_dict(overlay(base, imported.plan)))
-    return {key: (get_key(planned, key), get_key(back, key)) for key in keys
+    data = overlay({"hardware": {key: planned["hardware"][key] for key in KEPT_HARDWARE}}, imported.plan)
+    data.setdefault("model", planned["model"])
+    return plan_from_dict(data)
+
+
+def round_trip(plan: Plan, fmt: Format, keys: tuple[str, ...] | None = None) -> dict[str, tuple[Any, Any]]:
+    """The keys (default `fmt.says`) whose value changes on plan → config → plan, as {key: (planned, read back)};
+    the config is read over a plan that keeps only the original's model and GPU (read_back), so a key counts as
+    said only if the config itself says it."""
+    planned, back = plan_to_dict(plan), plan_to_dict(read_back(plan, fmt, fmt.write(plan)))
+    return {key: (get_key(planned, key), get_key(back, key)) for key in (fmt.says if keys is None else keys)
             if get_key(planned, key) != get_key(back, key)}
 
 
+def changes(plan: Plan, fmt: Format, text: str) -> dict[str, tuple[Any, Any]]:
+    """Every key the plan's memory or time reads (in_effect) whose value its config `text` does not carry, as
+    {key: (planned, what the config runs)}: the config read back (read_back) and compared key by key. A key that
+    only tunes another is compared where both plans use it (the other is named where it changes)."""
+    own = plan.framework == fmt.framework
+    planned, back = in_effect(plan, own), in_effect(read_back(plan, fmt, text), own)
+    return {key: (value, back[key]) for key, value in planned.items() if key in back and back[key] != value}
+
+
 def export_config(plan: Plan, fmt: Format) -> tuple[str, dict[str, tuple[Any, Any]]]:
-    """The plan as `fmt`'s config, and the keys of `fmt.cannot_say` whose planned value it does not carry ({key:
-    (planned, what the config runs)}); a format whose framework does not run the plan's task is refused."""
+    """The plan as `fmt`'s config, and every key whose planned value it does not carry ({key: (planned, what the
+    config runs)}; each is a key of `fmt.cannot_say`, which says why); a format whose framework does not run the
+    plan's task is refused."""
     offered = formats_for(plan)
     if fmt not in offered:
         kind = "serves models" if fmt.framework in INFERENCE_FRAMEWORKS else "trains models"
         allowed = ", ".join(f.name for f in offered)
         raise bad("--to", fmt.name, f"{kind}, and the plan's task is {plan.workload.task}; allowed: {allowed}")
     text = fmt.write(plan)
-    return text, _changed(plan, fmt, text, tuple(fmt.cannot_say))
+    try:
+        return text, changes(plan, fmt, text)
+    except PlanError as exc:  # the config runs a plan this planner refuses (a cut it cannot make, ...)
+        raise bad("--to", fmt.name, f"writes a config whose plan does not hold: {exc}") from None

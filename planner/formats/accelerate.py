@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported
+from planner.formats.base import RELEASE_WHY, Format, Imported
 from planner.formats.reading import Reading, as_bool, as_int, as_mapping, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -331,6 +331,20 @@ def detect(text: str) -> bool:
     return bool({"distributed_type", "compute_environment"} & set(quiet_mapping(text)))
 
 
+# what the accelerate config leaves to the training script it launches (TrainingArguments, the hf_trainer format)
+SCRIPT_WHY = "the training script's (its TrainingArguments: export the plan --to hf_trainer)"
+SCRIPT_KEYS = (
+    "workload.task", "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size",
+    "workload.steps", "workload.train_tokens", "workload.lora.rank", "workload.lora.alpha", "workload.lora.targets",
+    "workload.lora.dropout", "workload.lora.variant", "precision.master_weights", "precision.optimizer",
+    "precision.optimizer_state", "precision.optimizer_impl", "precision.optimizer_library",
+    "precision.optimizer_block_size", "precision.fp32_embedding_states", "precision.weights",
+    "precision.quant_group_size", "precision.double_quant", "techniques.attention", "techniques.loss",
+    "techniques.loss_chunks", "techniques.compile_scope", "techniques.checkpoint_every",
+    "techniques.activation_offload", "techniques.optimizer_in_backward", "techniques.moe_capacity_factor")
+NO_PIPELINE = "accelerate has no pipeline parallelism outside its Megatron-LM plugin"
+DEEPSPEED_BUCKETS = ("the DeepSpeed plugin runs DeepSpeed's own buckets unless deepspeed_config_file names a JSON "
+                     "(export it --to deepspeed); FSDP has none")
 FORMAT = Format(
     name="accelerate", label="accelerate config (YAML)", framework=FRAMEWORK, suffix=".yaml", detect=detect,
     read=read, write=write,
@@ -342,7 +356,20 @@ FORMAT = Format(
                                                "DeepSpeed the training script turns it on",
         "parallelism.flat_params": "they change only a LoRA plan's memory, and the task is the script's: "
                                    "fsdp_use_orig_params under FSDP1 is noted",
-        "workload": "the batch, sequence length and task are the training script's arguments",
-        "precision.optimizer": "the training script's (TrainingArguments optim)",
-        "parallelism.pipeline": "accelerate has no pipeline parallelism outside its Megatron-LM plugin",
+        **dict.fromkeys(SCRIPT_KEYS, SCRIPT_WHY),
+        "precision.gradients": "the script's dtype sets them (fp32 beside fp32 parameters), or DeepSpeed's ZeRO "
+                               "under its plugin (bf16)",
+        **dict.fromkeys(("precision.fp8_recipe", "precision.fp8_all_gather"),
+                        "mixed_precision fp8's recipe is fp8_config's, which is not read: read back as tensorwise, "
+                        "16-bit all-gathers"),
+        "framework": "FSDP has no optimizer-only sharding (ZeRO-1) or offload: the DeepSpeed plugin runs them",
+        "framework_release": RELEASE_WHY,
+        **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"), DEEPSPEED_BUCKETS),
+        **dict.fromkeys(("parallelism.pipeline", "parallelism.pipeline_layers", "parallelism.pipeline_schedule",
+                         "parallelism.virtual_stages"), NO_PIPELINE),
+        "parallelism.data": "every GPU outside the tensor and context groups is a data-parallel rank",
+        "parallelism.expert": "accelerate has no expert parallelism outside its Megatron-LM plugin",
+        **dict.fromkeys(("parallelism.sequence_parallel", "parallelism.async_tp"),
+                        "parallelism_config's tensor parallelism is the model's tp_plan: no option for it"),
+        "techniques.expandable_segments": "an environment variable, not the accelerate config's",
     })

@@ -14,10 +14,9 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported
+from planner.formats.base import RELEASE_WHY, Format, Imported, checkpoint
 from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, mapping,
                                      quiet_mapping)
-from planner.models import presets
 from planner.plan import Plan
 
 # lora_target_modules names -> plan targets (HF module names of the Llama-style models)
@@ -345,15 +344,16 @@ def _write_sharding(plan: Plan, cfg: dict[str, Any]) -> None:
 def write(plan: Plan) -> str:
     """The Axolotl config that runs the plan (launch it with `axolotl train config.yaml` on the plan's GPUs)."""
     wl, tech = plan.workload, plan.techniques
-    if not plan.model.preset:
-        raise bad("model.preset", None, "is needed: an Axolotl config names its base_model")
+    if not checkpoint(plan):
+        raise bad("model.preset", plan.model.preset, "is needed, with its own architecture: an Axolotl config names "
+                                                     "its base_model checkpoint")
     if tech.activation_checkpointing not in ("none", "full"):
         raise bad("techniques.activation_checkpointing", tech.activation_checkpointing,
                   "cannot be said: gradient_checkpointing wraps every layer or none")
     if tech.loss == "chunked":
         raise bad("techniques.loss", "chunked", "cannot be said: Axolotl's losses are HF's (full) or fused "
                                                 "(Liger, Cut Cross Entropy)")
-    cfg: dict[str, Any] = {"base_model": presets()[plan.model.preset].hf_id}
+    cfg: dict[str, Any] = {"base_model": checkpoint(plan)}
     _write_lora(plan, cfg)
     cfg.update(datasets=[{"path": "tatsu-lab/alpaca", "type": "alpaca"}], output_dir="./outputs/out",
                sequence_len=wl.sequence_length, sample_packing=True, pad_to_sequence_len=True,
@@ -394,7 +394,19 @@ FORMAT = Format(
         "parallelism.tensor": "tensor_parallel_size is DeepSpeed AutoTP, not the plan's Megatron-style split",
         "parallelism.pipeline": "no pipeline parallelism",
         "parallelism.expert": "no expert parallelism",
-        "parallelism.reduce_bucket_elements": "inside the DeepSpeed JSON the config points to",
+        **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+                        "inside the DeepSpeed JSON the config points to (ZeRO-1/2); FSDP has none"),
+        "parallelism.flat_params": "FSDP1's use_orig_params is not read back: the config is written for FSDP2",
+        "precision.fp32_embedding_states": "no option: the Trainer's 32-bit nn.Embedding states with a bitsandbytes "
+                                           "8-bit optimizer (the axolotl recipe's)",
+        "precision.fp8_recipe": "fp8: true is torchao's tensorwise recipe",
+        "precision.optimizer_block_size": "the 8-bit optimizer's block size is not an option",
+        "techniques.expandable_segments": "Axolotl sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True itself when "
+                                          "it is unset",
+        "techniques.optimizer_in_backward": "the Trainer steps after backward",
+        "techniques.moe_capacity_factor": "Transformers' MoE layers are dropless",
+        "workload.task": "pretrain reads back as finetune (the same memory)",
+        "framework_release": RELEASE_WHY,
         "workload.train_tokens": "a job's length is num_epochs (of a dataset) or max_steps: give workload.steps",
     },
 )

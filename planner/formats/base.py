@@ -54,7 +54,27 @@ class Format:
     read: Callable[..., Imported]  # read(text, *, gpus=None) -> Imported
     write: Callable[[Plan], str]  # the config that runs the plan as planned
     says: tuple[str, ...]  # dotted plan keys the format writes and reads back exactly
-    cannot_say: dict[str, str] = field(default_factory=dict)  # memory-relevant plan keys it has no way to say: why
+    # every plan key an export may change (export_config names each, with what the config runs): why
+    cannot_say: dict[str, str] = field(default_factory=dict)
+
+
+# why a config's framework_release reads back as the latest: no config names the release it runs under
+RELEASE_WHY = "a config does not name its framework's release: read back as the latest"
+
+
+def checkpoint(plan: Plan) -> str | None:
+    """The Hugging Face repo a config names for the plan's model: its preset's, where the model has that preset's
+    architecture exactly (a preset with other layers has no checkpoint to name)."""
+    preset = plan.model.preset
+    return presets()[preset].hf_id if preset and plan.model == presets()[preset].model else None
+
+
+def accumulation(plan: Plan, data: int) -> int:
+    """The gradient accumulation steps of a config that runs `data` data-parallel ranks (more than the plan's
+    where it cannot say the plan's other degrees): those that keep the plan's global batch, else the plan's own."""
+    wl = plan.workload
+    steps, left = divmod(wl.global_batch_size, wl.micro_batch_size * data)
+    return steps if steps and not left else plan.micro_batches_per_step
 
 
 def set_key(plan: dict[str, Any], dotted: str, value: Any) -> None:

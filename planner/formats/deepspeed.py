@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported, KeyRead
+from planner.formats.base import RELEASE_WHY, Format, Imported, KeyRead, accumulation
 from planner.formats.reading import Reading, as_bool, as_int, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -410,9 +410,11 @@ def _zero_section(plan: Plan) -> dict[str, Any]:
 
 def write(plan: Plan) -> str:
     wl, pr, par = plan.workload, plan.precision, plan.parallelism
-    config: dict[str, Any] = {
-        "train_batch_size": wl.global_batch_size, "train_micro_batch_size_per_gpu": wl.micro_batch_size,
-        "gradient_accumulation_steps": wl.global_batch_size // (wl.micro_batch_size * par.data)}
+    data = plan.hardware.count // par.tensor  # every GPU outside the AutoTP groups is a data-parallel rank
+    steps = accumulation(plan, data)
+    config: dict[str, Any] = {"train_batch_size": wl.micro_batch_size * steps * data,
+                              "train_micro_batch_size_per_gpu": wl.micro_batch_size,
+                              "gradient_accumulation_steps": steps}
     if pr.compute in ("bf16", "fp16"):
         config[pr.compute] = {"enabled": True}
     config["data_types"] = {"grad_accum_dtype": pr.gradients}
@@ -435,6 +437,15 @@ def detect(text: str) -> bool:
         & set(data))
 
 
+# what a DeepSpeed config leaves to the training script (its model, data and loop)
+SCRIPT_KEYS = (
+    "workload.task", "workload.sequence_length", "workload.steps", "workload.train_tokens", "workload.lora.rank",
+    "workload.lora.alpha", "workload.lora.targets", "workload.lora.dropout", "workload.lora.variant",
+    "precision.weights", "precision.quant_group_size", "precision.double_quant", "precision.optimizer_library",
+    "precision.optimizer_block_size", "precision.fp32_embedding_states", "techniques.attention", "techniques.loss",
+    "techniques.loss_chunks", "techniques.compile", "techniques.compile_scope", "techniques.checkpoint_every",
+    "techniques.activation_offload", "techniques.optimizer_in_backward", "techniques.moe_capacity_factor",
+    "techniques.expandable_segments")
 FORMAT = Format(
     name="deepspeed", label="DeepSpeed config (JSON)", framework=FRAMEWORK, suffix=".json", detect=detect,
     read=read, write=write,
@@ -453,4 +464,20 @@ FORMAT = Format(
         "techniques.activation_checkpointing": CHECKPOINT_WHY.replace("tunes", "the config's section tunes"),
         "parallelism.pipeline": "DeepSpeed's pipeline engine is configured in code (PipelineModule), not here",
         "parallelism.sub_group_elements": "at ZeRO stage 1/2 DeepSpeed steps each group's whole partition",
+        "parallelism.reduce_bucket_elements": "none (no bucket, as under FSDP): DeepSpeed ZeRO always fills one "
+                                              "(reduce_bucket_size, default 5e8)",
+        **dict.fromkeys(SCRIPT_KEYS, "the training script's: DeepSpeed's config holds the engine's settings only"),
+        **dict.fromkeys(("precision.fp8_recipe", "precision.fp8_all_gather"),
+                        "fp8 comes from Transformer Engine in the model's code"),
+        **dict.fromkeys(("parallelism.pipeline_layers", "parallelism.pipeline_schedule", "parallelism.virtual_stages"),
+                        "DeepSpeed's pipeline engine is configured in code (PipelineModule), not here"),
+        "parallelism.context": "Ulysses sequence parallelism is set up in code, not here",
+        "parallelism.expert": "MoE expert parallelism is set up in the model's code (deepspeed.moe), not here",
+        **dict.fromkeys(("parallelism.sequence_parallel", "parallelism.async_tp"),
+                        "AutoTP (tensor_parallel.autotp_size) shards the linear layers only"),
+        "parallelism.data": "every GPU outside the AutoTP groups is a data-parallel rank",
+        "parallelism.flat_params": "FSDP's: DeepSpeed's ZeRO-3 partitions each parameter",
+        "framework_release": RELEASE_WHY,
+        "workload.global_batch_size": "train_batch_size = micro-batch × accumulation × data-parallel GPUs: the "
+                                      "accumulation keeps the planned batch where their micro-batches divide it",
     })

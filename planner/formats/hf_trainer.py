@@ -18,10 +18,9 @@ import yaml
 
 from planner.errors import PlanError, bad
 from planner.formats import accelerate
-from planner.formats.base import Format, Imported, KeyRead
+from planner.formats.base import RELEASE_WHY, Format, Imported, KeyRead, accumulation, checkpoint
 from planner.formats.reading import Reading, as_bool, as_int, as_number, choice, quiet_mapping
 from planner.formats.shell import environment, words
-from planner.models import presets
 from planner.plan import Plan
 
 FRAMEWORK = "hf_trainer"
@@ -463,8 +462,8 @@ def read(text: str, *, gpus: int | None = None) -> Imported:
 def _write_model(plan: Plan, out: dict[str, Any]) -> None:
     """The model, the task's adapters and quantization (TRL ModelConfig), and the load dtype."""
     pr, wl = plan.precision, plan.workload
-    if plan.model.preset:
-        out["model_name_or_path"] = presets()[plan.model.preset].hf_id
+    if checkpoint(plan):
+        out["model_name_or_path"] = checkpoint(plan)
     if wl.task in ("lora", "qlora"):
         lora = wl.lora
         out.update({"use_peft": True, "lora_r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
@@ -488,7 +487,7 @@ def write(plan: Plan) -> str:
     _write_model(plan, out)
     out.update({"bf16": pr.compute == "bf16", "fp16": pr.compute == "fp16",
                 "per_device_train_batch_size": wl.micro_batch_size,
-                "gradient_accumulation_steps": wl.global_batch_size // (wl.micro_batch_size * par.data),
+                "gradient_accumulation_steps": accumulation(plan, plan.hardware.count),  # every GPU a data rank
                 "max_length": wl.sequence_length, "max_steps": wl.steps or -1,
                 "gradient_checkpointing": tech.activation_checkpointing != "none",
                 "attn_implementation": "eager" if tech.attention == "eager" else "flash_attention_2"})
@@ -522,6 +521,7 @@ def detect(text: str) -> bool:
     return any(f"--{key}" in text for key in TRAINING_KEYS) and (".py" in text or "trl " in text)
 
 
+NO_TENSOR = "the Trainer's data-parallel arguments have no tensor parallelism"
 FORMAT = Format(
     name="hf_trainer", label="Hugging Face TrainingArguments / TRL recipe (YAML or command line)", framework=FRAMEWORK,
     suffix=".yaml", detect=detect, read=read, write=write,
@@ -544,5 +544,31 @@ FORMAT = Format(
         "techniques.optimizer_in_backward": "the Trainer steps after backward",
         "techniques.expandable_segments": "an environment variable: only a command line says it",
         "parallelism.zero_stage": "1: FSDP has no optimizer-only sharding; DeepSpeed's stage is in its own config",
-        "parallelism.tensor": "the Trainer's data-parallel arguments have no tensor parallelism",
+        "parallelism.tensor": NO_TENSOR,
+        "parallelism.sequence_parallel": NO_TENSOR,
+        "parallelism.async_tp": NO_TENSOR,
+        "parallelism.context": "the Trainer's data-parallel arguments have no context parallelism",
+        "parallelism.expert": "the Trainer's data-parallel arguments have no expert parallelism",
+        **dict.fromkeys(("parallelism.pipeline", "parallelism.pipeline_layers", "parallelism.pipeline_schedule",
+                         "parallelism.virtual_stages"), "the Trainer has no pipeline parallelism"),
+        "parallelism.data": "the Trainer runs every GPU as a data-parallel rank",
+        "workload.global_batch_size": "per-device batch × accumulation × GPUs: the accumulation keeps the planned "
+                                     "batch where the GPUs' micro-batches divide it",
+        **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+                        "DeepSpeed's: in the JSON the deepspeed argument names (export it --to deepspeed); FSDP has "
+                        "none"),
+        "techniques.offload": "FSDP's offload moves the parameters with the optimizer; optimizer-only offload is "
+                              "DeepSpeed's, in its JSON",
+        "framework": "the fsdp argument runs accelerate's FSDP plugin (accelerate_fsdp), the deepspeed argument "
+                     "DeepSpeed (deepspeed)",
+        "framework_release": RELEASE_WHY,
+        **dict.fromkeys(("precision.gradients", "precision.optimizer_state"),
+                        "no argument: they follow the parameters' dtype (dtype; fp32 without one)"),
+        "precision.weights": "bitsandbytes loads nf4 (load_in_4bit) or int8 (load_in_8bit); LoRA's frozen base "
+                             "loads in bf16, fp16 or fp32 (dtype)",
+        "precision.fp32_embedding_states": "no argument: the Trainer's 32-bit nn.Embedding states with a "
+                                           "bitsandbytes 8-bit optimizer (the hf_trainer recipe's)",
+        "techniques.compile_scope": "torch_compile compiles the model with its loss",
+        "techniques.moe_capacity_factor": "Transformers' MoE layers are dropless",
+        "parallelism.flat_params": "FSDP1's (fsdp_config use_orig_params); a DeepSpeed plan's JSON has none",
     })

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported, set_key
+from planner.formats.base import RELEASE_WHY, Format, Imported, set_key
 from planner.formats.reading import Reading, as_int, as_number, choice
 from planner.formats.shell import lines, words
 from planner.plan import Plan
@@ -413,7 +413,19 @@ CANNOT_SAY = {
     "techniques.expandable_segments": "an environment variable, not an argument",
     "parallelism.pipeline_schedule": "gpipe and zero_bubble: Megatron runs 1F1B, interleaved with virtual stages",
     "parallelism.pipeline_layers": "other than first and last stages around an even middle, or with virtual stages",
-    "parallelism.pipeline_split": "auto: Megatron splits evenly unless --account-for-* count the embedding and loss",
+    "model.vocab_size": "Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by × tensor ranks",
+    **dict.fromkeys(("model.sliding_window", "model.global_attention_every"),
+                    "sliding-window layers are not written: every layer attends to the whole sequence"),
+    "precision.optimizer_impl": "Megatron's Adam is Apex/Transformer Engine's fused one",
+    **dict.fromkeys(("precision.optimizer_library", "precision.optimizer_block_size",
+                     "precision.fp32_embedding_states"), "Megatron has no 8-bit optimizer"),
+    "parallelism.flat_params": "FSDP1's: Megatron's FSDP shards each parameter",
+    "precision.gradients": "other than bf16 (--grad-reduce-in-bf16) and fp32 (main_grads)",
+    "parallelism.async_tp": "Megatron overlaps tensor-parallel communication with --tp-comm-overlap (Transformer "
+                            "Engine userbuffers), which is not modelled",
+    **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+                    "DeepSpeed's: Megatron's distributed optimizer has its own buckets"),
+    "framework_release": RELEASE_WHY,
 }
 UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
     ("workload.task", lambda p: p.workload.task not in ("pretrain", "finetune")),
@@ -431,7 +443,6 @@ UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
     ("parallelism.pipeline_schedule", lambda p: p.parallelism.pipeline_schedule in ("gpipe", "zero_bubble")),
     ("parallelism.pipeline_layers", lambda p: p.parallelism.pipeline_layers is not None
      and _ends(p.parallelism.pipeline_layers) is None),
-    ("parallelism.pipeline_split", lambda p: p.parallelism.pipeline > 1 and p.parallelism.pipeline_split == "auto"),
 )
 WRITE_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 WRITE_FP8 = {"tensorwise": "tensorwise", "mxfp8": "mxfp8", "rowwise": "blockwise", "nvfp4": "mxfp8"}
@@ -447,6 +458,12 @@ def _ends(layers: tuple[int, ...]) -> tuple[int, int] | None:
 
 def _model_flags(plan: Plan) -> list[str]:
     m = plan.model
+    if m.layer_pattern:
+        raise bad("model.layer_pattern", m.layer_pattern, "cannot be said: pretrain_gpt.py builds attention layers "
+                                                          "(a hybrid is pretrain_mamba.py's)")
+    if m.mla and not m.qk_rope_head_dim:
+        raise bad("model.qk_rope_head_dim", 0, "cannot be said: Megatron's latent attention has a rotary part "
+                                               "(--qk-pos-emb-head-dim of at least 1)")
     flags = [f"--num-layers {m.num_layers}", f"--hidden-size {m.hidden_size}",
              f"--ffn-hidden-size {m.intermediate_size}", f"--num-attention-heads {m.num_attention_heads}",
              f"--kv-channels {m.head_dim}", "--position-embedding-type rope",
@@ -506,7 +523,8 @@ def _parallel_flags(plan: Plan) -> list[str]:
         flags += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {WRITE_SHARDING[par.zero_stage]}"]
     if par.virtual_stages > 1:
         flags.append(f"--num-virtual-stages-per-pipeline-rank {par.virtual_stages}")
-    if par.pipeline_split == "weighted" and par.pipeline_layers is None:
+    uneven = plan.model.num_layers % (par.pipeline * par.virtual_stages)
+    if par.pipeline_layers is None and (par.pipeline_split == "weighted" or par.pipeline_split == "auto" and uneven):
         flags += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     ends = _ends(par.pipeline_layers) if par.pipeline_layers is not None else None
     if ends:

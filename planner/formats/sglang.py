@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported
+from planner.formats.base import RELEASE_WHY, Format, Imported
 from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
                                      write_command)
 from planner.formats.reading import as_int
@@ -130,7 +130,7 @@ def write(plan: Plan) -> str:
         ("--context-length", inf.context_tokens), ("--mem-fraction-static", inf.gpu_memory_utilization),
         ("--max-running-requests", inf.max_num_seqs), ("--chunked-prefill-size", inf.prefill_chunk_tokens),
         ("--tp-size", par.tensor if par.tensor > 1 else None), ("--pp-size", par.pipeline if par.pipeline > 1 else None),
-        ("--dp-size", par.data if par.data > 1 else None), ("--disable-cuda-graph", True if not inf.cuda_graphs else None)]
+        ("--dp-size", par.data * par.context if par.data * par.context > 1 else None), ("--disable-cuda-graph", True if not inf.cuda_graphs else None)]
     return write_command(f"python -m sglang.launch_server --model-path {model_arg(plan)}",
                          [(f, v) for f, v in args if v is not None])
 
@@ -140,6 +140,23 @@ SAYS = ("model.preset", "workload.task", "workload.inference.gpu_memory_utilizat
         "workload.inference.cuda_graphs", "precision.compute", "precision.weights", "precision.kv_cache",
         "parallelism.tensor", "parallelism.pipeline", "parallelism.data")
 CANNOT_SAY = {
+    "parallelism.context": "no context parallelism: its GPUs serve as data-parallel replicas",
+    "parallelism.data": "its context-parallel GPUs serve as data-parallel replicas",
+    **dict.fromkeys(("parallelism.pipeline_schedule", "parallelism.virtual_stages"),
+                    "a server's pipeline runs one stage per rank"),
+    "parallelism.pipeline_layers": "the server cuts the layers over its pipeline ranks itself",
+    "techniques.expandable_segments": "an environment variable, not an argument",
+    "workload.inference.gpu_memory_utilization": "none (a generate() loop): a server always claims its fraction "
+                                                 "of the GPU",
+    **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
+                     "workload.inference.expand_kv"), "a generate() loop's: a server pages its KV cache"),
+    "parallelism.async_tp": "a training technique",
+    "workload.inference.prefill_chunk_tokens": "none (the whole prompt batch): SGLang chunks prefill by default "
+                                               "(--chunked-prefill-size)",
+    "framework_release": RELEASE_WHY,
+    "techniques.attention": "SGLang's attention is always fused (FlashInfer, FlashAttention, Triton)",
+    "techniques.compile": "--enable-torch-compile is not modelled",
+    "parallelism.sequence_parallel": "no sequence parallelism",
     "workload.inference.batch_size": "a server takes the requests that arrive; --max-running-requests caps them",
     "workload.inference.prompt_tokens": "one length, --context-length (prompt + output); read back as the prompt "
                                         "with 256 output tokens",

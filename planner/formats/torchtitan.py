@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported, get_key, preset_for, set_key
+from planner.formats.base import RELEASE_WHY, Format, Imported, get_key, preset_for, set_key
 from planner.formats.reading import Reading, as_bool, as_int, choice
 from planner.formats.shell import environment, words
 from planner.models import Model, presets
@@ -501,15 +501,25 @@ CANNOT_SAY = {
     "techniques.loss": "chunked or fused: torchtitan's cross-entropy takes the whole fp32 logits",
     "techniques.activation_offload": "JobConfig has no activation offloading",
     "techniques.offload": "optimizer alone: training.enable_cpu_offload moves parameters, gradients and optimizer "
-                          "states",
+                          "states, and only under FSDP (more than one data × context rank)",
+    "techniques.optimizer_in_backward": "under FSDP (context parallelism shards with it): the plan models the "
+                                        "early step without ZeRO, so it is not written",
     "techniques.moe_capacity_factor": "torchtitan's MoE is dropless",
     "techniques.expandable_segments": "run_train.sh sets PYTORCH_ALLOC_CONF, not the job config",
-    "parallelism.zero_stage": "1 and 2 (FSDP shards everything, DDP nothing), and 3 on one data × context rank",
+    "parallelism.zero_stage": "1 and 2 (FSDP shards everything, DDP nothing), 3 on one data × context rank, and 0 "
+                              "with context parallelism (FSDP shards over data × context)",
+    "precision.master_weights": "none with fp32 compute: training.dtype float32 keeps fp32 parameters, the master",
+    "precision.fp8_all_gather": "with MXFP8 (quantize.linear.mx gathers 16-bit weights) or without FSDP",
+    "parallelism.flat_params": "FSDP2 shards each parameter: no flat parameters",
+    **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+                    "DeepSpeed's: FSDP2 has no such buckets"),
+    "framework_release": RELEASE_WHY,
     "parallelism.sequence_parallel": "off with tensor parallelism: torchtitan always shards the norms' activations",
     "parallelism.virtual_stages": "more than 2 per rank: pipeline_parallel_layers_per_stage sets them from the "
                                   "layer count",
     "parallelism.pipeline_split": "even or auto: torchtitan's split gives the first and last stage one layer less",
-    "parallelism.pipeline_layers": "module_fqns_per_model_part names modules, not layer counts",
+    "parallelism.pipeline_layers": "module_fqns_per_model_part names modules, not layer counts; torchtitan's own "
+                                   "split gives the first and last stage one layer less",
 }
 # when a plan's value is one the written config cannot run (its comment then says so)
 UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
@@ -522,7 +532,9 @@ UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
     ("techniques.attention", lambda p: p.techniques.attention == "eager"),
     ("techniques.loss", lambda p: p.techniques.loss != "full"),
     ("techniques.activation_offload", lambda p: p.techniques.activation_offload),
-    ("techniques.offload", lambda p: p.techniques.offload == "optimizer"),
+    ("techniques.offload", lambda p: p.techniques.offload == "optimizer" or p.techniques.offload != "none" and
+     not _fsdp(p)),
+    ("techniques.optimizer_in_backward", lambda p: p.techniques.optimizer_in_backward and _fsdp(p)),
     ("techniques.moe_capacity_factor", lambda p: p.techniques.moe_capacity_factor is not None),
     ("parallelism.zero_stage", lambda p: p.parallelism.zero_stage in (1, 2)
      or (p.parallelism.zero_stage == 3 and p.parallelism.data * p.parallelism.context == 1)),
@@ -563,12 +575,19 @@ def _write_training(plan: Plan) -> dict[str, Any]:
     training = {"local_batch_size": local, "global_batch_size": wl.global_batch_size,
                 "seq_len": wl.sequence_length, "mixed_precision_param": WRITE_PARAM[prec.compute],
                 "dtype": "bfloat16" if prec.master_weights == "none" and prec.compute != "fp32" else "float32",
-                "enable_cpu_offload": plan.techniques.offload == "optimizer_and_params"}
+                "enable_cpu_offload": plan.techniques.offload == "optimizer_and_params" and _fsdp(plan)}
     if training["dtype"] == "float32":
         training["mixed_precision_reduce"] = "float32"
     if wl.steps is not None:
         training["steps"] = wl.steps
     return training
+
+
+def _fsdp(plan: Plan) -> bool:
+    """Whether the config runs FSDP: torchtitan shards over the data-parallel shard × context mesh when it has more
+    than one rank (distributed/parallel_dims.py fsdp_enabled), and offloads (enable_cpu_offload) only under it."""
+    par = plan.parallelism
+    return (par.data if par.zero_stage else 1) * par.context > 1
 
 
 def _write_parallelism(plan: Plan) -> dict[str, Any]:
@@ -608,7 +627,7 @@ def write(plan: Plan) -> str:
         checkpoint["selective_ac_option"] = str(tech.checkpoint_every) if every_k else "op"
     sections = {"model": model,
                 "optimizer": {"name": "AdamW", "implementation": WRITE_IMPL[plan.precision.optimizer_impl],
-                              "early_step_in_backward": tech.optimizer_in_backward},
+                              "early_step_in_backward": tech.optimizer_in_backward and not _fsdp(plan)},
                 "training": _write_training(plan), "parallelism": _write_parallelism(plan),
                 "compile": {"enable": tech.compile, "components": WRITE_COMPILE[tech.compile_scope]},
                 "activation_checkpoint": checkpoint, **quantize}

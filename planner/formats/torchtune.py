@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats.base import Format, Imported
+from planner.formats.base import RELEASE_WHY, Format, Imported, checkpoint
 from planner.formats.reading import Reading, as_bool, as_int, as_number, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -416,6 +416,8 @@ def _builder(plan: Plan) -> tuple[str, str]:
     if not names:
         raise bad("model.preset", preset, f"has no torchtune model builder; allowed: "
                                           f"{', '.join(sorted(set(BUILDERS.values())))}")
+    if not checkpoint(plan):
+        raise bad("model.preset", preset, "has other layers here: a torchtune builder builds the preset's own")
     family = next(f for f in sorted(_FAMILIES, key=len, reverse=True) if names[0].startswith(f))
     prefix = {"lora": "lora_", "qlora": "qlora_"}.get(plan.workload.task, "")
     return f"torchtune.models.{family}.{prefix}{names[0]}{_WRITE_SUFFIX.get(preset, '')}", family
@@ -516,5 +518,14 @@ FORMAT = Format(
         "parallelism.pipeline": "the recipes have no pipeline parallelism",
         "parallelism.expert": "the recipes have no expert parallelism",
         "workload.train_tokens": "a job's length is epochs × max_steps_per_epoch: give workload.steps",
+        "workload.task": "pretrain reads back as finetune (the same memory)",
+        **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+                        "DeepSpeed's: FSDP2 has no such buckets"),
+        "parallelism.sequence_parallel": "off with tensor parallelism: the recipes' TP plans run the norms "
+                                         "sequence-parallel",
+        "techniques.expandable_segments": "off: torchtune sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                                          "itself when it is unset",
+        "framework_release": RELEASE_WHY,
+        "parallelism.flat_params": "FSDP2 shards each parameter: no flat parameters",
     },
 )

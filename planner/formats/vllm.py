@@ -20,11 +20,10 @@ from typing import Any
 
 
 from planner.errors import bad
-from planner.formats.base import Format, Imported, KeyRead, set_key
+from planner.formats.base import RELEASE_WHY, Format, Imported, KeyRead, checkpoint, set_key
 from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
                                      write_command)
 from planner.formats.reading import as_int, quiet_mapping
-from planner.models import presets
 from planner.plan import Inference, Plan, default_weights
 
 # the plan's default output tokens (Inference.output_tokens), taken as a request's output when a length is read
@@ -214,9 +213,9 @@ def _kv_flag(plan: Plan) -> str | None:
 
 
 def model_arg(plan: Plan) -> str:
-    """The model a command names: the preset's Hugging Face repo, else the plan's name, else a placeholder."""
-    preset = plan.model.preset
-    return presets()[preset].hf_id if preset else (plan.name or "MODEL_PATH")
+    """The model a command names: the preset's Hugging Face repo (base.checkpoint), else the plan's name, else a
+    placeholder."""
+    return checkpoint(plan) or plan.name or "MODEL_PATH"
 
 
 def write(plan: Plan) -> str:
@@ -229,7 +228,7 @@ def write(plan: Plan) -> str:
             ("--max-num-batched-tokens", inf.prefill_chunk_tokens),
             ("--tensor-parallel-size", par.tensor if par.tensor > 1 else None),
             ("--pipeline-parallel-size", par.pipeline if par.pipeline > 1 else None),
-            ("--data-parallel-size", par.data if par.data > 1 else None),
+            ("--data-parallel-size", par.data * par.context if par.data * par.context > 1 else None),
             ("--enforce-eager", True if not inf.cuda_graphs else None),
             ("--enable-prefix-caching" if inf.prefix_caching else "--no-enable-prefix-caching", True)]
     return write_command(f"vllm serve {model_arg(plan)}", [(f, v) for f, v in args if v is not None])
@@ -240,6 +239,20 @@ SAYS = ("model.preset", "workload.task", "workload.inference.gpu_memory_utilizat
         "workload.inference.cuda_graphs", "workload.inference.prefix_caching", "precision.compute",
         "precision.weights", "precision.kv_cache", "parallelism.tensor", "parallelism.pipeline", "parallelism.data")
 CANNOT_SAY = {
+    "parallelism.context": "no context parallelism: its GPUs serve as data-parallel replicas",
+    "parallelism.data": "its context-parallel GPUs serve as data-parallel replicas",
+    **dict.fromkeys(("parallelism.pipeline_schedule", "parallelism.virtual_stages"),
+                    "a server's pipeline runs one stage per rank"),
+    "parallelism.pipeline_layers": "the server cuts the layers over its pipeline ranks itself",
+    "techniques.expandable_segments": "an environment variable, not an argument",
+    "workload.inference.gpu_memory_utilization": "none (a generate() loop): a server always claims its fraction "
+                                                 "of the GPU",
+    **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
+                     "workload.inference.expand_kv"), "a generate() loop's: a server pages its KV cache"),
+    "parallelism.async_tp": "a training technique",
+    "framework_release": RELEASE_WHY,
+    "parallelism.sequence_parallel": "no sequence parallelism",
+    "techniques.compile": "vLLM's own compilation (-O, --compilation-config) is not read back",
     "workload.inference.batch_size": "a server takes the requests that arrive; --max-num-seqs caps them",
     "workload.inference.prompt_tokens": "one length, --max-model-len (prompt + output); read back as the prompt "
                                         "with 256 output tokens",
