@@ -41,9 +41,10 @@ PLAN = Kind(what="plan", noun="a plan", max_bytes=256 * 1024, prefix="")
 CATALOG = Kind(what="gpu_catalog", noun="a catalog", max_bytes=1024 * 1024, prefix="gpu_catalog ")
 HF_CONFIG = Kind(what="hf_config", noun="a config.json", max_bytes=1024 * 1024, prefix="hf_config ",
                  size_hint=" (a config.json is a few KB)")
-# a framework's config (planner/formats: a torchtune YAML, a DeepSpeed JSON, ...) is a few KB; the cap only stops
-# a huge paste early
-CONFIG = Kind(what="config", noun="a framework config", max_bytes=1024 * 1024, prefix="config ")
+# a framework's config (planner/formats: a torchtune YAML, a DeepSpeed JSON, a Megatron script, ...) is a few KB
+# (the longest of tests/data/configs: 11 KB); every reader's time is linear in it, and the cap bounds it (a
+# framework config is parsed as YAML, TOML and shell text to detect its format)
+CONFIG = Kind(what="config", noun="a framework config", max_bytes=256 * 1024, prefix="config ")
 # a vLLM start-up log is a few hundred lines; a paste that runs on into the request log stays under a few MB
 LOG = Kind(what="log", noun="a vLLM log", max_bytes=4 * 1024 * 1024, prefix="log ")
 
@@ -254,10 +255,11 @@ def load_json(text: str, kind: Kind = HF_CONFIG) -> Any:
         raise PlanError(kind.what, f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-# A run of dotted TOML key parts (bare, "basic" with its escapes, 'literal'): tomllib takes time quadratic in a
-# key's parts, so the longest run in the text (a key's parts, or more) is bounded before tomllib sees it
+# A run of more than MAX_DEPTH dotted TOML key parts (bare, "basic" with its escapes, 'literal'), anywhere in the
+# text: tomllib takes time quadratic in a key's parts. A run starts only where no part goes on, so each is tried
+# once, and no part gives back what it took
 _PART = r"""(?:[\w-]++|"(?:[^"\\\n]++|\\.)*+"|'[^'\n]*+')"""
-_DOTTED = re.compile(rf"{_PART}(?:[ \t]*+\.[ \t]*+{_PART})*+")
+_DEEP_KEY = re.compile(rf"""(?<![\w"'.-])(?:{_PART}[ \t]*+\.[ \t]*+){{{MAX_DEPTH}}}""")
 
 
 def parse_toml(text: str, kind: Kind = CONFIG) -> dict[str, Any] | None:
@@ -265,7 +267,7 @@ def parse_toml(text: str, kind: Kind = CONFIG) -> dict[str, Any] | None:
     beyond the size cap, MAX_DEPTH levels (tables, arrays, dotted keys) or MAX_INT_DIGITS digits is refused."""
     check_size(text, kind)
     _check_brackets(text, kind)
-    if max((run.group().count(".") for run in _DOTTED.finditer(text)), default=0) >= MAX_DEPTH:
+    if _DEEP_KEY.search(text):
         raise _too_deep(kind)
     try:
         data = tomllib.loads(text)

@@ -64,6 +64,9 @@ OTHER_PATTERNS = {
 }
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _ARGS = re.compile(r"non-default args: (\{.*)")  # to the line's end, where the dict must close
+# the longest "non-default args" dict read: vLLM's run to a few KB (config objects' reprs included), and CPython's
+# parser takes some 250 bytes of heap a character of one
+MAX_ARGS = 64 * 1024
 # a figure as vLLM prints it: GiB and fractions with 2 to 4 decimals, counts with or without thousands' commas
 # (a longer one is no figure: 400 digits overflow a float, 5,000 are more than Python reads)
 _DECIMAL = re.compile(r"-?\d{1,15}(?:\.\d{1,15})?")
@@ -106,6 +109,9 @@ def _first(text: str, patterns: tuple[str, ...]) -> str | None:
 def _args(line: str) -> dict[str, Any]:
     """The dict of a "non-default args" line (one line: no line breaks); a value that is not a literal (a config
     object) kept as its text."""
+    if len(line) > MAX_ARGS:
+        raise PlanError("non-default args", f"{len(line):,} characters is longer than the {MAX_ARGS:,}-character "
+                                            "limit (vLLM's are a few KB)")
     try:
         node = ast.parse(line, mode="eval").body
     except (SyntaxError, RecursionError, MemoryError):  # CPython's parser: MemoryError for `- - - … 1` too deep

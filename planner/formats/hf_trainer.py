@@ -519,10 +519,10 @@ def detect(text: str | Document) -> bool:
     """A YAML/JSON mapping with TrainingArguments' own keys (not torchtune's `_component_`, axolotl's or accelerate's),
     or a command line that passes them to a script."""
     doc = document(text)
-    data, text = quiet_mapping(doc), doc.text
+    data = quiet_mapping(doc)
     if data:
-        return bool(TRAINING_KEYS & set(data)) and not OTHER_KEYS & set(data) and "_component_" not in text
-    return any(f"--{key}" in text for key in TRAINING_KEYS) and (".py" in text or "trl " in text)
+        return bool(TRAINING_KEYS & set(data)) and not OTHER_KEYS & set(data) and "_component_" not in doc.text
+    return any(f"--{key}" in doc.text for key in TRAINING_KEYS) and (".py" in doc.text or "trl " in doc.text)
 
 
 FORMAT = Format(
