@@ -1,7 +1,10 @@
-"""Fuzz the planner's inputs: generated plans, malformed YAML, tampered share links, and structurally mutated plans
+"""Fuzz the planner's inputs: generated plans, malformed YAML, tampered share links, structurally mutated plans
 and config.json files (one node replaced by a value of another shape: containers, nesting, huge and special
-numbers, long text), each under a time limit and, for the structural ones, a memory limit (the peak of Python's
-heap while the input is handled, by tracemalloc).
+numbers, long text), and hostile shapes of text (long runs of one character, doubling expansions, deep nesting,
+every integer notation) sent to every reader of a stranger's text, each under a time limit and, for the
+structural and hostile ones, a memory limit (the peak of Python's heap while the input is handled, by
+tracemalloc). The hostile shapes are measured at growing sizes: a table gives each shape's largest CPU time and
+heap growth per input, and how its time grows with its size (a reader quadratic in its input is a bug).
 
 Plans are drawn across the whole plan space (every task, precision, optimizer, technique, parallelism and
 model kind, in and out of range). A valid plan must estimate without raising, with integer non-negative
@@ -10,7 +13,7 @@ up; an invalid one may raise only the planner's own
 `PlanError`. Malformed YAML (mutated, truncated, wrong types, alias bombs, deep nesting, duplicated keys,
 oversized) may only raise `PlanError`; a tampered link never raises. Anything else is a bug and is printed.
 
-    python bench/fuzz.py [--plans 10000] [--inputs 2000] [--seed 0]
+    python bench/fuzz.py [--plans 10000] [--inputs 2000] [--seed 0] [--hostile-sizes 1000,62500,1000000]
 """
 
 from __future__ import annotations
@@ -24,19 +27,22 @@ import resource
 import time
 import traceback
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.catalog import load_catalog  # noqa: E402
+from planner.catalog import load_catalog, parse_catalog  # noqa: E402
 from planner.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
+from planner.formats import plan_from_config, read_config  # noqa: E402
 from planner.hf_config import model_from_hf_config  # noqa: E402
 from planner.loader import load_yaml  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.models import presets  # noqa: E402
 from planner.perf import StepTime, plan_time  # noqa: E402
 from planner.recommend import recommend  # noqa: E402
+from planner.serving_log import vllm_log_table  # noqa: E402
 
 PRESETS = sorted(presets())
 GPUS = frozenset(load_catalog())
@@ -354,14 +360,152 @@ def _structural(rng: random.Random, valid_plans: list[dict], inputs: int, seed: 
     return worst
 
 
+# --- hostile shapes (issue 27) ----------------------------------------------------------------------------------------
+# Text built to a size: long runs of one character, doubling expansions, deep nesting, every integer notation in
+# YAML, TOML and a command line. Each goes to every reader of a stranger's text (READERS), which must answer or
+# refuse with PlanError within SLOW_S and HOSTILE_MEMORY_BYTES, its time growing about linearly with the size.
+def _indented(n: int) -> str:
+    """Block mappings nested by indentation alone (no bracket shows it): depth²/2 characters."""
+    return "".join(f"{' ' * i}k:\n" for i in range(int(math.sqrt(2 * n))))
+
+
+def _alias_bomb(n: int) -> str:
+    """Each line's list holds the previous one twice: 2^lines values once expanded."""
+    return "a0: &a0 [x, x]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]\n" for i in range(1, max(2, n // 24)))
+
+
+# an integer of n digits in each notation (YAML 1.1 reads 0777 as octal and 1:30 in base 60, TOML 0o777)
+NOTATIONS: dict[str, Callable[[int], str]] = {
+    "decimal": lambda n: "1" * n, "hex": lambda n: "0x" + "f" * n, "octal 0": lambda n: "0" + "7" * n,
+    "octal 0o": lambda n: "0o" + "7" * n, "binary": lambda n: "0b" + "1" * n,
+    "underscores": lambda n: "1_" * (n // 2) + "1", "base 60": lambda n: "1:" * (n // 2) + "1"}
+# where an integer goes: a plan's field, a torchtitan TOML's, a command line's flag
+HOLDERS: dict[str, Callable[[str], str]] = {
+    "YAML": lambda number: f"model: {{preset: gpt2}}\nworkload: {{micro_batch_size: {number}}}\n",
+    "TOML": lambda number: f'[model]\nflavor = "8B"\n[training]\nseq_len = {number}\n',
+    "command line": lambda number: f"vllm serve m --max-num-seqs {number}\n"}
+SHAPES: dict[str, Callable[[int], str]] = {
+    "run of digits": lambda n: "1" * n, "run of dots": lambda n: "." * n, "run of {": lambda n: "{" * n,
+    "run of [": lambda n: "[" * n, "run of $": lambda n: "$" * n, "run of ${a:-": lambda n: "${a:-" * (n // 5),
+    "run of quotes": lambda n: "'\"" * (n // 2), "run of backslashes": lambda n: "\\" * n,
+    "run of '- '": lambda n: "- " * (n // 2), "run of #": lambda n: "#" * n, "run of []": lambda n: "[]" * (n // 2),
+    "run of newlines": lambda n: "\n" * n,
+    "log figures' digits": lambda n: f"Model loading took {'1' * n} GiB\nGPU KV cache size: {'1' * n} tokens\n",
+    "log args: {": lambda n: "non-default args: {" * (n // 19),
+    "log args: unary chain": lambda n: "non-default args: {'a': " + "-" * n + "1}",
+    "log args: not literals": lambda n: "non-default args: {" + ", ".join(
+        f"'k{i}': f(x)" for i in range(n // 14)) + "}",
+    "one word": lambda n: "vllm serve " + "a" * n, "many words": lambda n: "vllm serve m " + "a " * (n // 2),
+    "many flags": lambda n: "--num-layers 2 " + "--a " * (n // 4), "flag values": lambda n: "--a " + "x " * (n // 2),
+    "doubling A=$A$A": lambda n: "A=x\n" + "A=$A$A\n" * n.bit_length() + "--seq-length $A --num-layers 2\n",
+    "aliases of a long text": lambda n: "model: &a " + "x" * (n // 2) + "\nmax_num_seqs: [" + "*a, " * (n // 8) + "]\n",
+    "alias bomb": _alias_bomb,
+    "flow nesting": lambda n: "a: " + "[" * (n // 2) + "]" * (n // 2),
+    "flow mappings": lambda n: "a: " + "{b: " * (n // 4) + "1" + "}" * (n // 4), "block nesting": _indented,
+    "flow values": lambda n: "[" + "1, " * (n // 3) + "1]",
+    "block keys": lambda n: "".join(f"k{i}: {i}\n" for i in range(n // 10)),
+    "TOML dotted key": lambda n: "a" + ".a" * (n // 2) + " = 1\n",
+    "TOML inline tables": lambda n: "x = " + "{a = " * (n // 6) + "1" + "}" * (n // 6),
+    "JSON nesting": lambda n: '{"a": ' + "[" * (n // 2) + "]" * (n // 2) + "}",
+    "JSON integer": lambda n: '{"hidden_size": ' + "1" * n + "}",
+    **{f"integer: {name} in {holder}": (lambda n, number=number, put=put: put(number(n)))
+       for name, number in NOTATIONS.items() for holder, put in HOLDERS.items()},
+}
+GPU_CATALOG = load_catalog()  # what a log is compared against
+READERS: dict[str, Callable[[str], object]] = {
+    "plan": lambda text: estimate(plan_from_yaml(text)),
+    "catalog": parse_catalog,
+    "config.json": model_from_hf_config,
+    "framework config": lambda text: plan_from_config(read_config(text), default_model={"preset": "gpt2"}),
+    "vLLM log": lambda text: vllm_log_table(text, None, GPU_CATALOG),
+}
+# characters: up to a framework config's cap (256 KiB), then a catalog's and a config.json's (1 MiB)
+HOSTILE_SIZES = (1_000, 16_000, 250_000, 1_000_000)
+HOSTILE_MEMORY_BYTES = 256 * 2**20  # issue 27: every hostile input is handled in under 256 MiB
+# a reader whose CPU time grows faster than size^SUPERLINEAR from one size to the next is a bug (linear: 1,
+# quadratic: 2), once its time at the larger is above GROWTH_FLOOR_S (below it, timer noise decides the ratio)
+SUPERLINEAR, GROWTH_FLOOR_S = 1.5, 0.05
+
+
+def _measured(reader: Callable[[str], object], text: str) -> tuple[str, float, int]:
+    """(outcome, CPU seconds, heap growth in bytes) of one reading: timed untraced, then traced for its memory."""
+    start = time.process_time()
+    outcome = _outcome(reader, text)
+    cpu = time.process_time() - start
+    tracemalloc.start()
+    try:
+        _outcome(reader, text)
+        return outcome, cpu, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _outcome(reader: Callable[[str], object], text: str) -> str:
+    try:
+        reader(text)
+    except PlanError:
+        return "refused"
+    return "accepted"
+
+
+def hostile(sizes: tuple[int, ...] = HOSTILE_SIZES) -> dict:
+    """Every shape at every size through every reader: {"rows": {shape: (inputs, refused, max CPU s, max heap
+    bytes, fastest growth of a reader's time or None)}, "bugs": [...]}."""
+    rows, bugs = {}, []
+    for shape, build in SHAPES.items():
+        cpu = {name: {} for name in READERS}
+        refused = heap = 0
+        for size in sizes:
+            text = build(size)
+            for name, reader in READERS.items():
+                where = f"{shape} ({size:,} characters) read as a {name}"
+                try:
+                    outcome, cpu[name][size], grown = _measured(reader, text)
+                except Exception:  # noqa: BLE001 - anything but PlanError is what the fuzzer is for
+                    bugs.append(f"{where}\n{traceback.format_exc(limit=3)}")
+                    continue
+                refused, heap = refused + (outcome == "refused"), max(heap, grown)
+                if cpu[name][size] > SLOW_S:
+                    bugs.append(f"{where}: {cpu[name][size]:.2f} s of CPU (limit {SLOW_S:g} s)")
+                if grown > HOSTILE_MEMORY_BYTES:
+                    bugs.append(f"{where}: {grown / 2**20:,.0f} MiB (limit {HOSTILE_MEMORY_BYTES / 2**20:,.0f} MiB)")
+        growth = max((g for seconds in cpu.values() for g in _growth(seconds)), default=None)
+        if growth is not None and growth > SUPERLINEAR:
+            bugs.append(f"{shape}: a reader's CPU time grows as size^{growth:.1f}")
+        rows[shape] = (len(sizes) * len(READERS), refused,
+                       max((t for seconds in cpu.values() for t in seconds.values()), default=0.0), heap, growth)
+    return {"rows": rows, "bugs": bugs}
+
+
+def _growth(seconds: dict[int, float]) -> list[float]:
+    """The exponents of a reader's CPU time in size from each size to the next (where the larger is above
+    GROWTH_FLOOR_S)."""
+    sizes = sorted(seconds)
+    return [math.log(seconds[large] / max(seconds[small], 1e-4)) / math.log(large / small)
+            for small, large in zip(sizes, sizes[1:]) if seconds[large] >= GROWTH_FLOOR_S]
+
+
+def hostile_table(rows: dict) -> str:
+    """The shapes' table: inputs, refused, the largest CPU time and heap growth of one input, the time's growth."""
+    lines = [f"{'shape':<36}{'inputs':>7}{'refused':>8}{'max CPU s':>10}{'max MiB':>9}{'growth':>8}"]
+    for shape, (inputs, refused, cpu, heap, growth) in rows.items():
+        grows = f"n^{growth:.1f}" if growth is not None else "-"
+        lines.append(f"{shape:<36}{inputs:>7}{refused:>8}{cpu:>10.3f}{heap / 2**20:>9.1f}{grows:>8}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plans", type=int, default=10_000)
     parser.add_argument("--inputs", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hostile-sizes", default=",".join(map(str, HOSTILE_SIZES)),
+                        help="sizes (characters) of each hostile shape, comma-separated")
     args = parser.parse_args()
     start = time.perf_counter()
     result = run(args.plans, args.inputs, args.seed)
+    shapes = hostile(tuple(int(size) for size in args.hostile_sizes.split(",")))
+    result["bugs"] += shapes["bugs"]
     c = result["counts"]
     print(f"{args.plans:,} generated plans: {c['ok']:,} valid and checked, {c['invalid']:,} refused with PlanError")
     print(f"{args.inputs:,} malformed YAML / link inputs: {c['rejected']:,} refused with PlanError, "
@@ -369,6 +513,8 @@ def main() -> None:
     print(f"{args.inputs:,} structurally mutated plans and config.json files: {c['structural rejected']:,} refused "
           f"with PlanError, {c['structural accepted']:,} accepted; each under {SLOW_S:g} s, the largest heap growth "
           f"of one {result['structural_peak_bytes'] / 2**20:,.1f} MiB (limit {MEMORY_LIMIT_BYTES / 2**20:,.0f} MiB)")
+    print(f"{len(SHAPES)} hostile shapes at {args.hostile_sizes} characters, each read as {', '.join(READERS)}:")
+    print(hostile_table(shapes["rows"]))
     peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"peak resident memory of the whole run: {peak_rss_mib:,.0f} MiB")
     print(f"bugs: {len(result['bugs'])}   ({time.perf_counter() - start:.0f} s, seed {args.seed})")

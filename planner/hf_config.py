@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from planner.errors import PlanError, bad
+from planner.errors import PlanError, bad, short
 from planner.loader import HF_CONFIG, load_json
 from planner.models import Model
 
@@ -60,7 +60,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     family = str(config.get("model_type", ""))
     gated = family in GATED or (family not in PLAIN and _llama_like(config))
     if family not in GATED and family not in PLAIN and not gated:
-        raise PlanError("hf_config", f"model_type {family or None!r} is not a known family and its keys do not "
+        raise PlanError("hf_config", f"model_type {short(family or None)} is not a known family and its keys do not "
                         f"describe a Llama-like decoder (rms_norm_eps and hidden_act silu); known families: "
                         f"{', '.join(sorted(GATED + PLAIN))}")
 
@@ -73,7 +73,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
         else:
             out[field] = config[key]
     if missing:
-        raise PlanError("hf_config", f"missing {'; '.join(missing)} (model_type {family or None!r})")
+        raise PlanError("hf_config", f"missing {'; '.join(missing)} (model_type {short(family or None)})")
     h, heads = out["hidden_size"], out["num_attention_heads"]
     out["num_kv_heads"] = _first(config, "num_key_value_heads", "num_kv_heads", "n_head_kv",
                                  default=1 if config.get("multi_query") else heads)

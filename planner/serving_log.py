@@ -28,10 +28,11 @@ from typing import Any
 
 from planner.catalog import Gpu, load_catalog
 from planner.codec import plan_from_dict, plan_from_yaml
-from planner.errors import PlanError
+from planner.errors import PlanError, bad, short
 from planner.formats.base import Imported, set_key
 from planner.formats.vllm import read, read_mapping
 from planner.frameworks import load_frameworks
+from planner.loader import LOG, check_size
 from planner.memory import estimate
 from planner.memory.inference import KV_BLOCK_TOKENS, kv_bytes_per_token
 from planner.plan import Plan
@@ -41,7 +42,9 @@ from planner.units import GiB, counted, format_bytes
 GPU_MATCH = 0.01
 # worker lines of ranks other than 0 (V0 "(VllmWorkerProcess pid=...)" names no rank: kept)
 _OTHER_RANK = re.compile(r"^\((?:VllmWorker rank=|VllmWorker TP|Worker_TP|Worker_PP\d+_TP)([1-9]\d*)\b")
-_NUM = r"(-?[\d.]+)"
+# a figure: a run of digits and dots taken whole where it starts (a search that tried every position of a run,
+# each taking the rest of it, is quadratic in the run's length)
+_NUM = r"(?<![\d.])(-?[\d.]++)"
 # figure → its messages, the most precise first (vLLM prints GiB with 2 decimals, the weights' own line with 4)
 GIB_PATTERNS = {
     "weights": (rf"(?:Model loading|Loading model weights) took {_NUM} ?Gi?B", rf"model weights take\s*{_NUM}\s*GiB",
@@ -57,10 +60,20 @@ OTHER_PATTERNS = {
     "utilization": (rf"gpu_memory_utilization\s*\(?{_NUM}", rf"Desired GPU memory utilization is \({_NUM}"),
     "gpu_blocks": (r"# (?:GPU|CUDA|cuda) blocks: (\d+)", r"num_gpu_blocks is: (\d+)"),
     "kv_tokens": (r"GPU KV cache size: ([\d,]+) tokens",),
-    "version": (r"vLLM API server version (\S+)", r"LLM engine \(v([^)]+)\)"),
+    "version": (r"vLLM API server version (\S+)", r"LLM engine \(v([^)\s]++)\)"),
 }
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-_ARGS = re.compile(r"non-default args: (\{.*\})\s*$")
+_ARGS = re.compile(r"non-default args: (\{.*)")  # to the line's end, where the dict must close
+# the longest "non-default args" dict read: vLLM's run to a few KB (config objects' reprs included), and CPython's
+# parser takes some 250 bytes of heap a character of one
+MAX_ARGS = 64 * 1024
+# a figure as vLLM prints it: GiB and fractions with 2 to 4 decimals, counts with or without thousands' commas
+# (a longer one is no figure: 400 digits overflow a float, 5,000 are more than Python reads)
+_DECIMAL = re.compile(r"-?\d{1,15}(?:\.\d{1,15})?")
+_COUNT = re.compile(r"\d{1,15}|\d{1,3}(?:,\d{3}){1,4}")
+# a release's leading numbers ("0.6.4.post1"): vLLM's have 1 to 3 digits each, one of more than 9 is no version
+_RELEASE = re.compile(r"\d++(?:\.\d++)*+")
+_RELEASE_DIGITS = 9
 # a `vllm serve` command pasted with its log (older releases print no "non-default args")
 _COMMAND = re.compile(r"\bvllm serve\s.*$")
 
@@ -94,42 +107,67 @@ def _first(text: str, patterns: tuple[str, ...]) -> str | None:
 
 
 def _args(line: str) -> dict[str, Any]:
-    """The dict of a "non-default args" line; a value that is not a literal (a config object) kept as its text."""
+    """The dict of a "non-default args" line (one line: no line breaks); a value that is not a literal (a config
+    object) kept as its text."""
+    if len(line) > MAX_ARGS:
+        raise PlanError("non-default args", f"{len(line):,} characters is longer than the {MAX_ARGS:,}-character "
+                                            "limit (vLLM's are a few KB)")
     try:
         node = ast.parse(line, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):  # CPython's parser: MemoryError for `- - - … 1` too deep
         raise PlanError("non-default args", f"cannot be read as a Python dict: {line[:80]}") from None
     if not isinstance(node, ast.Dict):
         raise PlanError("non-default args", f"is not a dict: {line[:80]}")
+    source = line.encode()  # the AST's columns count bytes of UTF-8
     out = {}
     for key, value in zip(node.keys, node.values):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            raise bad("non-default args", _source(source, key) if key else f"**{_source(source, value)}",
+                      "is not an argument's name")
         try:
-            out[ast.literal_eval(key)] = ast.literal_eval(value)
-        except ValueError:
-            out[ast.literal_eval(key)] = ast.get_source_segment(line, value)
+            out[key.value] = ast.literal_eval(value)
+        except (ValueError, TypeError):  # not a literal, or a literal dict or set of lists
+            out[key.value] = _source(source, value)
     return out
+
+
+def _source(line: bytes, node: ast.expr) -> str:
+    """A node's text in its one-line source (ast.get_source_segment splits the whole source again each time)."""
+    return line[node.col_offset:node.end_col_offset].decode()
+
+
+def _figure(name: str, text: str | None, form: re.Pattern[str]) -> str | None:
+    """A figure's text where the log prints it (else None), if it is one vLLM prints in that form."""
+    if text is not None and not form.fullmatch(text):
+        raise bad("log", text, f"is not a figure vLLM prints ({name.replace('_', ' ')})")
+    return text
 
 
 def parse_vllm_log(text: str) -> VllmLog:
     """The start-up figures of a pasted vLLM log (rank 0's where ranks are named)."""
+    check_size(text, LOG)
     lines = [line for line in text.splitlines() if not _OTHER_RANK.match(line.strip())]
     kept = "\n".join(lines)
-    gib = {name: _first(kept, patterns) for name, patterns in GIB_PATTERNS.items()}
+    gib = {name: _figure(name, _first(kept, patterns), _DECIMAL) for name, patterns in GIB_PATTERNS.items()}
     other = {name: _first(kept, patterns) for name, patterns in OTHER_PATTERNS.items()}
-    concurrency = _CONCURRENCY.search(kept)
-    args = next((_args(m.group(1)) for m in map(_ARGS.search, lines) if m), {})
+    counts = {name: _figure(name, other[name], _COUNT) for name in ("gpu_blocks", "kv_tokens")}
+    found = _CONCURRENCY.search(kept)
+    concurrency = (_figure("concurrency", found.group(1), _COUNT), _figure("concurrency", found.group(2), _DECIMAL)) \
+        if found else (None, None)
+    args = next((_args(m.group(1).rstrip()) for m in map(_ARGS.search, lines)
+                 if m and m.group(1).rstrip().endswith("}")), {})
     command = next((m.group(0) for m in map(_COMMAND.search, lines) if m), "")
-    if not any(gib.values()) and not other["kv_tokens"] and not other["gpu_blocks"] and not args:
+    if not any(gib.values()) and not any(counts.values()) and not args:
         raise PlanError("log", "has none of vLLM's start-up memory lines (\"Model loading took\", \"Available KV "
                                "cache memory\", \"model weights take\", \"# GPU blocks\", \"GPU KV cache size\") nor "
                                "its \"non-default args\"")
     as_int = lambda v: int(v.replace(",", "")) if v else None  # noqa: E731
-    utilization = float(other["utilization"]) if other["utilization"] else None
-    return VllmLog(version=other["version"] or "", utilization=utilization,
+    utilization = _figure("utilization", other["utilization"], _DECIMAL)
+    return VllmLog(version=other["version"] or "", utilization=float(utilization) if utilization else None,
                    **{f"{name}_bytes": round(float(v) * GiB) if v else None for name, v in gib.items()},
-                   gpu_blocks=as_int(other["gpu_blocks"]), kv_tokens=as_int(other["kv_tokens"]),
-                   concurrency_tokens=as_int(concurrency.group(1)) if concurrency else None,
-                   max_concurrency=float(concurrency.group(2)) if concurrency else None, args=args, command=command)
+                   gpu_blocks=as_int(counts["gpu_blocks"]), kv_tokens=as_int(counts["kv_tokens"]),
+                   concurrency_tokens=as_int(concurrency[0]),
+                   max_concurrency=float(concurrency[1]) if concurrency[1] else None, args=args, command=command)
 
 
 def catalog_gpu(total_bytes: int | None, catalog: dict[str, Gpu]) -> str | None:
@@ -163,8 +201,11 @@ def plan_from_vllm_log(log: VllmLog, catalog: dict[str, Gpu] | None = None) -> I
 
 def _numbers(version: str) -> tuple[int, ...]:
     """A release's leading numbers ("0.6.4.post1" -> (0, 6, 4)); () for none."""
-    match = re.match(r"\d+(?:\.\d+)*", version)
-    return tuple(int(n) for n in match.group(0).split(".")) if match else ()
+    match = _RELEASE.match(version)
+    numbers = match.group(0).split(".") if match else []
+    if any(len(number) > _RELEASE_DIGITS for number in numbers):
+        raise bad("log", version, "is not a vLLM version")
+    return tuple(int(n) for n in numbers)
 
 
 def _release(version: str) -> tuple[str, str]:
@@ -234,7 +275,7 @@ def _log_plan(log: VllmLog, catalog: dict[str, Gpu]) -> Plan:
     """The plan the log's arguments say (on the default plan's other keys)."""
     imported = plan_from_vllm_log(log, catalog)
     if "model" not in imported.plan:
-        named = f"names {imported.model_name!r}, not a preset" if imported.model_name else "names no model"
+        named = f"names {short(imported.model_name)}, not a preset" if imported.model_name else "names no model"
         raise PlanError("log", f"{named}; give a PLAN.yaml to compare with")
     return plan_from_dict(imported.plan)
 

@@ -174,3 +174,12 @@ def test_a_duplicated_key_in_an_entry_is_refused_not_the_last_one_kept():
         parse_catalog(doubled)
     line = doubled.splitlines().index("  usable_memory_gib: 10") + 1
     assert str(err.value) == f"gpu_catalog gpus[0].usable_memory_gib: duplicated key (line {line})"
+
+
+def test_a_hexadecimal_figure_past_30_digits_is_the_catalogs_error():
+    """An uploaded catalog's figure in any integer notation: one PlanError (the page shows it), not a traceback
+    from writing a 4,800-digit number into the error."""
+    shipped = CATALOG_PATH.read_text()
+    with pytest.raises(PlanError) as err:
+        parse_catalog(shipped.replace("memory_gb: 80\n", "memory_gb: 0x" + "f" * 4000 + "\n", 1))
+    assert str(err.value) == "gpu_catalog: holds an integer of more than 30 digits; that is not a catalog"

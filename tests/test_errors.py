@@ -4,7 +4,7 @@ import pytest
 
 from planner.catalog import parse_catalog
 from planner.codec import plan_from_dict
-from planner.errors import NO_VALUE, PlanError, bad, unknown_key
+from planner.errors import NO_VALUE, PlanError, bad, short, unknown_key
 
 
 def test_bad_value_reads_as_one_line_and_keeps_its_parts():
@@ -46,3 +46,10 @@ def test_a_huge_value_reads_cut_to_one_short_line():
     assert len(text) < 120 and text.endswith("yyy' is too long") and "..." in text
     assert str(bad("x", ["q", "k", "v", "o", "gate", "up", "down"], "r")) == \
         "x: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] r"  # ordinary values read in full
+
+
+def test_an_integer_too_wide_to_write_reads_as_its_width():
+    """An integer from a hexadecimal literal of 4,000 digits: its decimal text is more than Python writes."""
+    assert str(bad("x", int("f" * 4000, 16), "is bad")) == "x: <an integer of 16,000 bits> is bad"
+    assert str(bad("x", [10**40], "is bad")) == "x: [100000000000000000...0000000000000000000] is bad"
+    assert short("y" * 10**6).endswith("yyy'") and len(short("y" * 10**6)) < 100

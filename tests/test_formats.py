@@ -1,11 +1,12 @@
 """planner/formats: the shared reader helpers and the registry."""
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
-from planner.errors import PlanError
-from planner.formats import FORMATS, detect, format_named, overlay
+from planner.errors import OverLimit, PlanError
+from planner.formats import FORMATS, detect, format_named, megatron, overlay, read_config, reading, torchtitan
 from planner.formats.base import get_key, preset_for, set_key
 
 
@@ -82,3 +83,43 @@ def test_plan_from_config_fills_or_replaces_the_model():
     assert plan_from_config(silent, default_model=llama).model.preset == "llama-3.1-8b"  # filled
     with pytest.raises(PlanError, match=r"^model: the deepspeed config names no model; give the model"):
         plan_from_config(silent)
+
+
+# --- issue 27: one parse of each kind per document, and what a parse refuses is the answer --------------------------
+def _counting(monkeypatch, module, name):
+    calls = []
+    original = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    return calls
+
+
+@pytest.mark.parametrize("name, path", STORED, ids=[f"{n}/{p.name}" for n, p in STORED])
+def test_detecting_and_reading_a_config_parses_it_once(monkeypatch, name, path):
+    """The six YAML detectors, torchtitan's and Megatron's each used to parse the text again (and read once more)."""
+    yaml_loads = _counting(monkeypatch, reading, "load_yaml")
+    toml_loads = _counting(monkeypatch, torchtitan, "parse_toml")
+    scripts = _counting(monkeypatch, megatron, "parse")
+    with contextlib.suppress(PlanError):  # a config that needs the GPU count given: its reading is not the point
+        read_config(path.read_text())
+    assert len(yaml_loads) <= 1 and len(toml_loads) == 1 and len(scripts) <= 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{" * 2000, "config: nested too deeply to be a framework config"),
+    ("model: &a " + "x" * 100_000 + "\nmax_num_seqs: [" + ", ".join(["*a"] * 3_000) + "]\n",
+     "config: expands to more than 262,144 characters of text through its aliases; that is not a framework config"),
+    ("A=x\n" + "A=$A$A\n" * 20 + "--num-layers 2 --seq-length $A\n",
+     "config: substitutes shell variables more than 10,000 times or into more than 262,144 characters; that is "
+     "not a script"),
+    ("x" * (2 * 1024 * 1024), "config: 2,097,152 bytes is larger than the 262,144-byte limit"),
+])
+def test_a_document_over_a_limit_is_refused_for_it_not_as_no_config(text, message):
+    with pytest.raises(OverLimit) as err:
+        detect(text)
+    assert str(err.value) == message
+
+
+def test_a_name_too_long_for_a_repo_is_no_preset():
+    """The variant suffixes' regex is quadratic in a name's length: a 100 kB name is not tried."""
+    assert preset_for("Llama-3.1-8B" + "-1234" * 20_000 + "x") is None
+    assert preset_for("x" * 255) is None and preset_for("a/" * 300_000 + "Llama-3.1-8B") == "llama-3.1-8b"

@@ -226,3 +226,11 @@ def test_hostile_values_raise_plan_errors_only(fmt, names):
                 reader(header + yaml.safe_dump(cfg), gpus=3)
             except PlanError:
                 pass
+
+
+def test_a_deepspeed_file_name_is_read_in_linear_time():
+    """`zero0` 20,000 times and no `.json` at the end: the regex scanned the rest of the name from each (15 s)."""
+    text = (DATA / "fft-8b.yaml").read_text()
+    imported = read(text + "deepspeed: " + "zero0" * 20_000 + ".jsonx\n")
+    assert "parallelism" not in imported.plan
+    assert read(text + "deepspeed: ./configs/my_zero2-offload.json\n").plan["parallelism"] == {"zero_stage": 2}

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from planner.codec import plan_from_dict
-from planner.errors import PlanError
+from planner.errors import OverLimit, PlanError
 from planner.formats import overlay, round_trip
 from planner.formats import megatron as mg
 
@@ -168,3 +168,27 @@ def test_write_names_what_it_cannot_say():
     assert (f"# not said: techniques.activation_checkpointing "
             f"({mg.CANNOT_SAY['techniques.activation_checkpointing']})") in written
     assert "    --use-distributed-optimizer \\\n" in written
+
+
+# --- issue 27: linear in the script, whatever its variables ---------------------------------------------------------
+def test_a_default_that_never_closes_is_scanned_once():
+    """`${a:-` 16,000 times with no closing brace: the regex scanned to the line's end from each (80 kB: 29 s)."""
+    assert mg.parse("--x " + "${a:-" * 16_000) == {"x": "${a:-" * 16_000}
+    assert mg.parse("--x ${a:-b}" + "${a:-" * 16_000) == {"x": "b" + "${a:-" * 16_000}
+    assert mg.parse("A=1\nB=${A}2$A\n--seq-length ${B} --y ${C:-3} --z $C")["seq-length"] == "121"
+
+
+@pytest.mark.parametrize("script", [
+    "A=x\n" + "A=$A$A\n" * 20 + "--seq-length $A\n",  # doubles each line: a megabyte by line 20 (43 s)
+    "--x " + "$a " * 10_001,  # more substitutions than a script makes
+])
+def test_variables_expand_within_a_budget(script):
+    with pytest.raises(OverLimit) as error:
+        mg.parse(script)
+    assert error.value.field == "config" and error.value.rule.startswith("substitutes shell variables more than")
+
+
+def test_a_flags_values_are_found_without_copying_the_line():
+    """Each of 200,000 flags used to copy the rest of its line to look for its values."""
+    assert mg.parse("--a " * 200_000) == {"a": True}
+    assert mg.parse("--a 1 2 --b 3 pretrain_gpt.py 4") == {"a": ["1", "2"], "b": "3"}

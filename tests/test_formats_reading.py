@@ -108,3 +108,11 @@ def test_other_keys_are_noted_ignored_or_unknown():
     r.other("flag", unmodelled={}, ignored={"flag"}, name="--flag")
     assert (r.unmodelled, r.ignored, r.unknown) == (["overlap_comm: a second bucket"], ["steps_per_print", "--flag"],
                                                     ["frobnicate"])
+
+
+@pytest.mark.parametrize("value", [10**40, "1" * 5000, 1e300, -(10**31)])
+def test_an_integer_past_30_digits_is_no_integer(value):
+    """One check for every notation (planner/loader.py int_fits): 10^40 is no count whatever spelt it."""
+    with pytest.raises(PlanError) as err:
+        reading.as_int("k", value, -(10**40))
+    assert err.value.rule.startswith("must be an integer ≥")

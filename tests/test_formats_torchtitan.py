@@ -233,3 +233,32 @@ def test_write_names_what_it_cannot_say():
     assert f"# not said: parallelism.zero_stage ({tt.CANNOT_SAY['parallelism.zero_stage']})" in written
     assert f"# not said: techniques.loss ({tt.CANNOT_SAY['techniques.loss']})" in written
     assert round_trip(plan, tt.FORMAT) == {"parallelism.zero_stage": (1, 3)}
+
+
+# --- issue 27: a value of another type, or TOML beyond the loader's bounds: the config's error --------------------
+TOML = '[model]\nname = "llama3"\nflavor = "8B"\n'
+
+
+@pytest.mark.parametrize("extra, field, rule", [
+    ('[model]\nname = ["llama3"]\n', "model.name", "must be text"),
+    (TOML + "converters = 5\n", "model.converters", "must be a list of text"),
+    (TOML + "converters = true\n", "model.converters", "must be a list of text"),
+    (TOML + "converters = 1979-05-27\n", "model.converters", "must be a list of text"),
+    (TOML + '[compile]\ncomponents = [["model"]]\n', "compile.components", "must name model, loss or both"),
+    (TOML + "[training]\nseq_len = 0x" + "f" * 4000 + "\n", "config",
+     "holds an integer of more than 30 digits; that is not a framework config"),
+    (TOML + "[training]\nseq_len = " + "1" * 5000 + "\n", "config",
+     "holds an integer of more than 30 digits; that is not a framework config"),
+    (TOML + "a" + ".a" * 5000 + " = 1\n", "config", "nested too deeply to be a framework config"),
+    (TOML + "x = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n", "config", "nested too deeply to be a framework config"),
+])
+def test_values_of_another_type_and_hostile_toml_are_errors(extra, field, rule):
+    with pytest.raises(PlanError) as err:
+        tt.read(extra)
+    assert (err.value.field, err.value.rule) == (field, rule)
+
+
+def test_detection_of_hostile_toml_says_no_without_recursing():
+    """5,000 dotted levels or 3,000 nested tables raised RecursionError in detection too."""
+    assert not tt.detect(TOML + "a" + ".a" * 5000 + " = 1\n")
+    assert not tt.detect(TOML + "x = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n")

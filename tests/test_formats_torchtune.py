@@ -231,3 +231,12 @@ def test_optimizers_and_notes():
     assert imported.unknown == ("frobnicate",)
     sgd = read(text.replace("torchao.optim.AdamW8bit\n  block_size: 2048", "torch.optim.SGD\n  momentum: 0.9"))
     assert sgd.plan["precision"] == {"compute": "bf16", "optimizer": "sgd_momentum", "optimizer_impl": "foreach"}
+
+
+def test_a_header_line_of_many_flags_is_read_in_linear_time():
+    """The header's regex read `--a=1` two ways: a line of 26 such flags and no recipe took 2^26 steps to fail."""
+    text = (DATA / "llama3_1_8B_lora.yaml").read_text()
+    imported = read("# tune run " + "--a=1 " * 26 + "x\n" + text.replace("tune run", "tune  ran"))
+    assert imported.plan["hardware"] == {"count": 1}  # no recipe named: a single-device one
+    header = text.replace("tune run --nproc_per_node 2", "tune run --nnodes=1 --nproc_per_node 4")
+    assert read(header).plan["hardware"] == {"count": 4}

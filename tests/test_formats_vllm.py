@@ -6,8 +6,8 @@ import pytest
 
 from planner.codec import plan_from_dict
 from planner.errors import PlanError
-from planner.formats import FORMATS, detect, round_trip
-from planner.formats.vllm import FORMAT, read
+from planner.formats import FORMATS, detect, plan_from_config, round_trip
+from planner.formats.vllm import FORMAT, read, read_mapping
 
 DATA = Path(__file__).parent / "data" / "configs" / "vllm"
 
@@ -84,3 +84,22 @@ def test_write_refuses_int8_weights():
                            "precision": {"weights": "int8"}})
     with pytest.raises(PlanError, match=r"^precision.weights: 'int8' has no vLLM --quantization"):
         FORMAT.write(plan)
+
+
+# --- issue 27 ---------------------------------------------------------------------------------------------------------
+def test_a_mapping_value_is_never_written_out_whole():
+    """A --config value that is a list of a long text aliased 30,000 times was str()-ed: 21 GB (300 MB here). A
+    list or mapping now becomes its flag's text as an error quotes it, cut to a line."""
+    with pytest.raises(PlanError) as err:
+        read_mapping({"max_num_seqs": ["x" * 100_000] * 3_000})
+    assert err.value.field == "--max-num-seqs" and len(str(err.value)) < 300
+    assert read_mapping({"max_num_seqs": 8, "tensor_parallel_size": "2"}).plan["parallelism"] == {"tensor": 2}
+
+
+def test_a_250_kb_word_is_read_in_one_pass():
+    """shlex split it a character at a time, three times over (900 kB: 45 s); the model name is quoted cut."""
+    imported = read("vllm serve " + "a" * 250_000)
+    assert imported.model_name == "a" * 250_000
+    with pytest.raises(PlanError) as err:
+        plan_from_config(imported)
+    assert err.value.field == "model" and len(str(err.value)) < 300

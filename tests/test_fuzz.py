@@ -1,5 +1,5 @@
-"""A slice of bench/fuzz.py in CI: generated plans, malformed YAML, tampered links and structural mutations give
-answers or PlanError."""
+"""A slice of bench/fuzz.py in CI: generated plans, malformed YAML, tampered links, structural mutations and
+hostile shapes of text give answers or PlanError."""
 
 import sys
 
@@ -25,3 +25,12 @@ def test_a_mutation_replaces_one_node_with_another_shape():
     changed = [fuzz.mutate(rng, doc) for _ in range(20)]
     assert doc == {"model": {"preset": "gpt2"}, "workload": {"sequence_length": 128}}  # the original is kept
     assert all(c != doc for c in changed)
+
+
+def test_hostile_shapes_slice_finds_no_bugs():
+    """Every shape once, at 2 kB, through every reader (the sizes where time would grow quadratically are the
+    bench's: python bench/fuzz.py)."""
+    result = fuzz.hostile(sizes=(2048,))
+    assert result["bugs"] == []
+    assert set(result["rows"]) == set(fuzz.SHAPES)
+    assert all(inputs == len(fuzz.READERS) for inputs, *_ in result["rows"].values())

@@ -116,3 +116,65 @@ def test_the_logs_version_is_the_plans_release(line, release, note):
     imported = plan_from_vllm_log(log)
     assert imported.plan["framework_release"] == release
     assert (note in imported.unmodelled) if note else not imported.unmodelled
+
+
+# --- issue 27: a hostile paste is one error, quickly ------------------------------------------------------------------
+LOADED = "INFO [gpu_model_runner.py:1] Model loading took 14.99 GiB and 3.1 seconds\n"
+
+
+@pytest.mark.parametrize("run", ["1" * 40_000, "." * 40_000, "-1" * 20_000,
+                                 "non-default args: {" * 20_000, "LLM engine (v" * 20_000])
+def test_a_long_run_is_read_in_one_pass(run):
+    """A figure's regex was tried at each position of a run of digits, each time taking the rest of it (40 kB:
+    35-45 s); the args' and the version's scanned the rest of the line (or log) from each occurrence."""
+    log = parse_vllm_log(LOADED + run + "\n")
+    assert log.weights_bytes == _gib(14.99) and log.args == {} and log.version == ""
+
+
+@pytest.mark.parametrize("text, field, value, rule", [
+    ("Model loading took 1.2.3 GiB and 3 seconds", "log", "1.2.3", "is not a figure vLLM prints (weights)"),
+    ("GPU KV cache size: , tokens", "log", ",", "is not a figure vLLM prints (kv tokens)"),
+    (f"Model loading took {'1' * 400} GiB and 3 seconds", "log", "1" * 400, "is not a figure vLLM prints (weights)"),
+    ("Maximum concurrency for 2048 tokens per request: 1.2.3x", "log", "1.2.3",
+     "is not a figure vLLM prints (concurrency)"),
+    ("non-default args: {f(x): 1}", "non-default args", "f(x)", "is not an argument's name"),
+    ("non-default args: {[1]: 1}", "non-default args", "[1]", "is not an argument's name"),
+    ("non-default args: {**kw}", "non-default args", "**kw", "is not an argument's name"),
+])
+def test_a_figure_or_argument_vllm_cannot_print_is_an_error(text, field, value, rule):
+    with pytest.raises(PlanError) as err:
+        parse_vllm_log(text)
+    assert (err.value.field, err.value.value, err.value.rule) == (field, value, rule)
+
+
+def test_a_version_of_5000_digits_is_an_error_where_it_is_read():
+    log = parse_vllm_log(f"INFO vLLM API server version {'1' * 5000}\n" + LOADED)
+    with pytest.raises(PlanError) as err:
+        plan_from_vllm_log(log)
+    assert (err.value.field, err.value.rule) == ("log", "is not a vLLM version")
+
+
+@pytest.mark.parametrize("args", ["{'a': " + "-" * 30_000 + "1}", "{'a': " + "1+" * 30_000 + "1}",
+                                  "{'a': '\0'}", "{'a': " + "1" * 5000 + "}"])
+def test_arguments_pythons_parser_refuses_are_an_error(args):
+    """CPython's parser reports a deep expression as RecursionError or MemoryError, a NUL or 5,000 digits as a
+    SyntaxError."""
+    with pytest.raises(PlanError, match=r"^non-default args: cannot be read as a Python dict"):
+        parse_vllm_log(f"INFO non-default args: {args}\n")
+
+
+def test_arguments_that_are_not_literals_are_kept_as_their_text():
+    """Sliced from the line by the AST's byte offsets (ast.get_source_segment splits the whole line again for each
+    value), past characters of more than one byte."""
+    values = ", ".join(f"'k{i}': C(x={i})" for i in range(3_000))
+    log = parse_vllm_log("INFO non-default args: {'max_model_len': 1024, 'n': 0x10, 'é': 'ü', " + values + "}\n")
+    assert log.args["k2999"] == "C(x=2999)" and log.args["n"] == 16 and log.args["é"] == "ü"
+    assert parse_vllm_log("INFO non-default args: {'a': {[1]: 2}}\n").args == {"a": "{[1]: 2}"}
+    with pytest.raises(PlanError) as err:  # 75,000 of them: CPython's parser takes 270 MB for the line
+        parse_vllm_log("INFO non-default args: {" + ", ".join(f"'k{i}': f(x)" for i in range(75_000)) + "}\n")
+    assert err.value.rule == "1,188,890 characters is longer than the 65,536-character limit (vLLM's are a few KB)"
+
+
+def test_a_log_over_the_size_cap_is_refused():
+    with pytest.raises(PlanError, match=r"^log: 4,194,305 bytes is larger than the 4,194,304-byte limit$"):
+        parse_vllm_log("x" * (4 * 1024 * 1024 + 1))

@@ -14,9 +14,9 @@ from typing import Any
 
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.dtypes import DEFAULT_GROUP_SIZE
-from planner.errors import PlanError, bad
+from planner.errors import PlanError, bad, short
 from planner.formats import accelerate, axolotl, deepspeed, hf_trainer, megatron, sglang, torchtitan, torchtune, vllm
-from planner.formats.base import Format, Imported, get_key
+from planner.formats.base import Document, Format, Imported, document, get_key
 from planner.models import MODEL_KEYS
 from planner.pipeline import chunk_split
 from planner.plan import EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, Plan
@@ -38,19 +38,23 @@ def format_named(name: str) -> Format:
     return FORMATS[name]
 
 
-def detect(text: str) -> Format:
-    """The format a config's text is in (the first whose `detect` accepts it)."""
+def detect(text: str | Document) -> Format:
+    """The format a config's text is in (the first whose `detect` accepts it; every detector looks at the one
+    Document, so each kind of parse runs once)."""
+    doc = document(text)
     for fmt in FORMATS.values():
-        if fmt.detect(text):
+        if fmt.detect(doc):
             return fmt
-    raise PlanError("config", f"is not a config this planner reads ({', '.join(FORMATS)}); name its format "
-                              "with --framework")
+    raise doc.over_limit() or PlanError("config", f"is not a config this planner reads ({', '.join(FORMATS)}); name "
+                                                  "its format with --framework")
 
 
 def read_config(text: str, *, format: str | None = None, gpus: int | None = None) -> Imported:
-    """A framework config's text read as a plan (its format detected unless named)."""
-    fmt = format_named(format) if format else detect(text)
-    return fmt.read(text, gpus=gpus)
+    """A framework config's text read as a plan (its format detected unless named; detection and reading share
+    the text's parses)."""
+    doc = document(text)
+    fmt = format_named(format) if format else detect(doc)
+    return fmt.read(doc, gpus=gpus)
 
 
 def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
@@ -63,7 +67,8 @@ def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
     if model is not None or ("model" not in data and default_model is not None):
         data["model"] = model if model is not None else default_model
     elif "model" not in data:
-        named = f"names {imported.model_name!r}, which is not a preset" if imported.model_name else "names no model"
+        named = (f"names {short(imported.model_name)}, which is not a preset" if imported.model_name
+                 else "names no model")
         raise PlanError("model", f"the {imported.format} config {named}; give the model (a preset or a config.json)")
     hardware = data.setdefault("hardware", {})
     if gpu is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import RELEASE_WHY, Format, Imported
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY
 from planner.formats.reading import Reading, as_bool, as_int, as_mapping, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -275,7 +275,7 @@ SECTIONS = {"parallelism_config": _parallelism, "dynamo_config": _dynamo, "dynam
 READ = frozenset({"distributed_type", "mixed_precision", "fp16", "num_processes", "deepspeed_config", "fsdp_config"})
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     config = mapping(text)
     led = Reading(format="accelerate", plan={"framework": FRAMEWORK})
     kind = _layout(led, config)
@@ -326,7 +326,7 @@ def write(plan: Plan) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def detect(text: str) -> bool:
+def detect(text: str | Document) -> bool:
     """A YAML mapping with accelerate's own top-level keys."""
     return bool({"distributed_type", "compute_environment"} & set(quiet_mapping(text)))
 

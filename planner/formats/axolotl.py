@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import RELEASE_WHY, Format, Imported, checkpoint
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint
 from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, mapping,
                                      quiet_mapping)
 from planner.plan import Plan
@@ -41,7 +41,9 @@ _EAGER = ("eager",)
 _LEGACY_ATTENTION = {"flash_attention": "flash", "sdp_attention": "flash", "xformers_attention": "flash",
                      "flex_attention": "flash", "sage_attention": "flash", "eager_attention": "eager"}
 # deepspeed_configs/*.json shipped with axolotl: the file's name says its ZeRO stage and offload
-_DEEPSPEED = re.compile(r"zero(?P<stage>[0-3])(?P<rest>[\w-]*)\.json$")
+_DEEPSPEED = re.compile(r"zero(?P<stage>[0-3])(?P<rest>[\w-]*)")
+# what ends a file name's last word (the one _DEEPSPEED reads: run on the whole name, it is quadratic in its length)
+_NOT_WORD = re.compile(r"[^\w-]")
 _LIGER = "axolotl.integrations.liger.LigerPlugin"
 _CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
@@ -81,7 +83,7 @@ _LORA_KEYS = (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload
               ("lora_dropout", "workload.lora.dropout", as_number))
 
 
-def detect(text: str) -> bool:
+def detect(text: str | Document) -> bool:
     """An Axolotl config: YAML naming a base_model and Axolotl's own keys (not a torchtune `_component_` config)."""
     cfg = quiet_mapping(text)
     return "base_model" in cfg and bool({"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"}
@@ -222,7 +224,7 @@ def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
         r.set("deepspeed.zero_optimization.stage", "parallelism.zero_stage", as_int("deepspeed.zero_optimization.stage",
                                                                                stage, 0))
         return
-    match = _DEEPSPEED.search(str(value))
+    match = _zero_file(str(value))
     if not match:
         r.unmodelled.append(f"deepspeed: {value}: the ZeRO stage is in that file, which is not read")
         return
@@ -234,6 +236,12 @@ def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
                             "with them")
     r.unmodelled.append(f"deepspeed: {value}: the stage is read from the file's name, not the file (its buckets "
                         "and precision are the DeepSpeed defaults)")
+
+
+def _zero_file(name: str) -> re.Match | None:
+    """The first `zero<stage>` of a `.json` file name's last word ("deepspeed_configs/zero3_bf16.json")."""
+    stem = name.removesuffix("\n")
+    return _DEEPSPEED.search(_NOT_WORD.split(stem[:-5])[-1]) if stem.endswith(".json") else None
 
 
 def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
@@ -276,7 +284,7 @@ _TAKEN = frozenset({
     "sequence_parallel_degree", "max_steps"})
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     """An Axolotl config read as a partial plan (see the module's docstring)."""
     cfg = mapping(text)
     r = Reading(format="axolotl", plan={"framework": "axolotl"})

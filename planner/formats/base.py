@@ -5,6 +5,10 @@ into a partial plan dict in the file format of planner/codec.py, with `framework
 recipe (planner/data/frameworks.yaml) fills what the config leaves out. Nothing is dropped silently: each key of
 the config is either read (and says which plan key it set), known to leave memory alone, known to change memory
 in a way no plan key says (`unmodelled`, with why), or unknown to the reader.
+
+Every format's `detect` and `read` take the config's text or its `Document`, which holds each parse made of the
+text (a YAML mapping, a TOML table, a script's flags) so that it is made once: detecting a document's format
+among nine costs one parse of each kind, and a hostile paste costs the same.
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ import copy
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from planner.errors import OverLimit, PlanError
+from planner.loader import CONFIG, check_size
 from planner.models import presets
 from planner.plan import Plan
+
+Parsed = TypeVar("Parsed")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +50,41 @@ class Imported:
     unknown: tuple[str, ...] = ()  # keys the reader does not know
 
 
+@dataclass(frozen=True)
+class Document:
+    """A config's text (within the config size cap) and what it parses into: each parse (a YAML or JSON mapping,
+    a TOML table, a script's flags) runs once, however many formats' `detect` and `read` ask for it, so that
+    detecting the format of a document costs one parse of each kind, not one a format."""
+
+    text: str
+    _parses: dict[Callable[[str], Any], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_size(self.text, CONFIG)
+
+    def parse(self, parser: Callable[[str], Parsed]) -> Parsed:
+        """parser(text), run once: its result again (the same object: a reader copies what it changes), or the
+        PlanError it raised again."""
+        if parser not in self._parses:
+            try:
+                self._parses[parser] = parser(self.text)
+            except PlanError as error:
+                self._parses[parser] = error
+        parsed = self._parses[parser]
+        if isinstance(parsed, PlanError):
+            raise parsed
+        return parsed
+
+    def over_limit(self) -> OverLimit | None:
+        """The first parse refused for the document's bulk (planner/errors.py OverLimit), if any."""
+        return next((p for p in self._parses.values() if isinstance(p, OverLimit)), None)
+
+
+def document(text: str | Document) -> Document:
+    """The Document of a config's text (a reader given text makes one; one given a Document shares its parses)."""
+    return text if isinstance(text, Document) else Document(text)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Format:
     """One framework config format: how to recognise, read and write it, and what it can say."""
@@ -50,8 +93,8 @@ class Format:
     label: str  # e.g. "torchtitan job config (TOML)"
     framework: str  # the plan's framework value its plans get
     suffix: str  # the file suffix its export gets, e.g. ".toml", ".json", ".sh"
-    detect: Callable[[str], bool]  # does this text look like the format
-    read: Callable[..., Imported]  # read(text, *, gpus=None) -> Imported
+    detect: Callable[[str | Document], bool]  # does this text look like the format
+    read: Callable[..., Imported]  # read(text or Document, *, gpus=None) -> Imported
     write: Callable[[Plan], str]  # the config that runs the plan as planned
     says: tuple[str, ...]  # dotted plan keys the format writes and reads back exactly
     # every plan key an export may change (export_config names each, with what the config runs): why
@@ -96,6 +139,9 @@ def get_key(plan: dict[str, Any], dotted: str, default: Any = None) -> Any:
     return node
 
 
+# the longest last part of a model name that can name a repo: a Hugging Face repo's name has at most 96
+# characters, a file name at most 255 (and _VARIANT takes time quadratic in a name's length)
+MAX_NAME = 255
 # suffixes of a fine-tuned release that keeps its base model's architecture ("Llama-3.1-8B-Instruct")
 # and of a quantized one ("Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "Qwen2.5-7B-Instruct-AWQ")
 _VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|fp16|bf16|fp8(-dynamic)?|awq|gptq(-int[48])?|bnb-4bit|\d{4}|"
@@ -109,6 +155,8 @@ def preset_for(name: str) -> str | None:
     architecture. None when it names none."""
     wanted = name.strip().rstrip("/").lower()
     last = wanted.split("/")[-1]
+    if len(last) > MAX_NAME:
+        return None
     repos = [(p.id, repo.lower().split("/")[-1])
              for p in presets().values() for repo in (p.hf_id, *p.same_architecture)]
     for preset in presets().values():

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import RELEASE_WHY, Format, Imported, KeyRead, accumulation
+from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, document
 from planner.formats.reading import Reading, as_bool, as_int, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -372,7 +372,7 @@ SECTIONS: dict[str, Callable[[Reading, Any], Any]] = {
     "activation_checkpointing": _checkpointing}
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     config = mapping(text)
     led = Reading(format="deepspeed", plan={"framework": FRAMEWORK})
     tensor = _tensor_parallel(led, config["tensor_parallel"]) if "tensor_parallel" in config else 1
@@ -429,9 +429,10 @@ def write(plan: Plan) -> str:
     return json.dumps(config, indent=4) + "\n"
 
 
-def detect(text: str) -> bool:
+def detect(text: str | Document) -> bool:
     """A JSON object with DeepSpeed's own top-level keys (and none of a TrainingArguments JSON's)."""
-    data = quiet_mapping(text) if text.lstrip().startswith("{") else {}
+    doc = document(text)
+    data = quiet_mapping(doc) if doc.text.lstrip().startswith("{") else {}
     return "per_device_train_batch_size" not in data and bool(
         {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
         & set(data))

@@ -18,7 +18,7 @@ import yaml
 
 from planner.errors import PlanError, bad
 from planner.formats import accelerate
-from planner.formats.base import RELEASE_WHY, Format, Imported, KeyRead, accumulation, checkpoint
+from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, checkpoint, document
 from planner.formats.reading import Reading, as_bool, as_int, as_number, choice, quiet_mapping
 from planner.formats.shell import environment, words
 from planner.plan import Plan
@@ -395,10 +395,11 @@ def _flags(tokens: list[str]) -> dict[str, Any]:
             key, _, value = token[2:].partition("=")
             out[key] = _scalar(value) if value else True
             key = None if value else key
-        elif key is not None:
-            before = out[key]
-            out[key] = _scalar(token) if before is True else (before if isinstance(before, list) else [before]) + [
-                _scalar(token)]
+        elif key is not None and out[key] is True:
+            out[key] = _scalar(token)
+        elif key is not None:  # a list: extended in place (a new list a value is quadratic in the values)
+            out[key] = out[key] if isinstance(out[key], list) else [out[key]]
+            out[key].append(_scalar(token))
     return out
 
 
@@ -447,12 +448,13 @@ def _launcher(led: Reading, tokens: list[str], gpus: int | None) -> int | None:
     return gpus if count is None else count
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     led = Reading(format="hf_trainer", plan={"framework": FRAMEWORK})
-    data = quiet_mapping(text)
+    doc = document(text)
+    data = quiet_mapping(doc)
     if data:
         return read_args(Args(values=data, dash="", gpus=gpus), led)
-    env, launcher, script = _split(text)
+    env, launcher, script = _split(doc.text)
     _environment(led, env)
     count = _launcher(led, launcher, gpus)
     return read_args(Args(values=_flags(script), dash="--", gpus=count), led)
@@ -512,13 +514,14 @@ TRAINING_KEYS = frozenset({"per_device_train_batch_size", "model_name_or_path", 
 OTHER_KEYS = frozenset({"base_model", "sequence_len", "micro_batch_size", "distributed_type", "compute_environment"})
 
 
-def detect(text: str) -> bool:
+def detect(text: str | Document) -> bool:
     """A YAML/JSON mapping with TrainingArguments' own keys (not torchtune's `_component_`, axolotl's or accelerate's),
     or a command line that passes them to a script."""
-    data = quiet_mapping(text)
+    doc = document(text)
+    data = quiet_mapping(doc)
     if data:
-        return bool(TRAINING_KEYS & set(data)) and not OTHER_KEYS & set(data) and "_component_" not in text
-    return any(f"--{key}" in text for key in TRAINING_KEYS) and (".py" in text or "trl " in text)
+        return bool(TRAINING_KEYS & set(data)) and not OTHER_KEYS & set(data) and "_component_" not in doc.text
+    return any(f"--{key}" in doc.text for key in TRAINING_KEYS) and (".py" in doc.text or "trl " in doc.text)
 
 
 NO_TENSOR = "the Trainer's data-parallel arguments have no tensor parallelism"

@@ -17,26 +17,50 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from planner.errors import bad
-from planner.formats.base import RELEASE_WHY, Format, Imported, set_key
+from planner.errors import OverLimit, bad
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, set_key
 from planner.formats.reading import Reading, as_int, as_number, choice
 from planner.formats.shell import lines, words
+from planner.loader import CONFIG
 from planner.plan import Plan
 
 Args = dict[str, Any]  # flag (without --) → its value: True for a bare flag, a string, or a list of strings
 
-_VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
+# `${NAME}`, `${NAME:-default}` / `${NAME-default}` and `$NAME`; after a line's last brace, `$NAME` alone
+_VARIABLE = re.compile(r"\$\{(?P<name>\w++)(?::?-(?P<default>[^}]*))?\}|\$(?P<bare>\w+)")
+_BARE = re.compile(r"\$(?P<bare>\w+)")
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(?!\()(.*)$")
 _SHELL_WORDS = {")", "(", "then", "fi", "do", "done", "else", "]]", "[["}
+# Variables substituted in one script: a Megatron script substitutes a few dozen; together with the characters
+# they put in (at most a config's size, planner/loader.py CONFIG) this bounds what `A=$A$A` lines, each of which
+# doubles a value, can expand to
+MAX_SUBSTITUTIONS = 10_000
 
 
-def _substitute(line: str, variables: dict[str, str]) -> str:
-    def value(match: re.Match) -> str:
-        name = match.group(1) or match.group(3)
-        if name in variables:
-            return variables[name]
-        return match.group(2) if match.group(2) is not None else match.group(0)
-    return _VARIABLE.sub(value, line)
+class _Shell:
+    """A script's variables as bash substitutes them line by line, within MAX_SUBSTITUTIONS substitutions and
+    CONFIG.max_bytes characters put in."""
+
+    def __init__(self) -> None:
+        self.variables: dict[str, str] = {}
+        self.substitutions = self.characters = 0
+
+    def substitute(self, line: str) -> str:
+        """The line with its variables substituted. A `${NAME:-...}` ends at a brace: after the line's last one
+        only `$NAME` is sought (each `${NAME:-` there would scan to the line's end in vain: quadratic)."""
+        end = line.rfind("}") + 1
+        return _VARIABLE.sub(self._value, line[:end]) + _BARE.sub(self._value, line[end:])
+
+    def _value(self, match: re.Match) -> str:
+        found = match.groupdict()
+        name, default = found.get("name") or found["bare"], found.get("default")
+        value = self.variables.get(name, default if default is not None else match.group(0))
+        self.substitutions += 1
+        self.characters += len(value)
+        if self.substitutions > MAX_SUBSTITUTIONS or self.characters > CONFIG.max_bytes:
+            raise OverLimit("config", f"substitutes shell variables more than {MAX_SUBSTITUTIONS:,} times or into "
+                                      f"more than {CONFIG.max_bytes:,} characters; that is not a script")
+        return value
 
 
 def _words(line: str) -> list[str]:
@@ -46,14 +70,14 @@ def _words(line: str) -> list[str]:
 
 def parse(text: str) -> Args:
     """Every `--flag [value ...]` of a script or command line, with its shell variables substituted."""
-    variables: dict[str, str] = {}
+    shell = _Shell()
     args: Args = {}
     for line in lines(text):
-        line = _substitute(line, variables)
+        line = shell.substitute(line)
         assignment = _ASSIGNMENT.match(line)
         if assignment and not line.lstrip().startswith("--"):
             words = _words(assignment.group(2)) or [""]
-            variables[assignment.group(1)] = words[0]
+            shell.variables[assignment.group(1)] = words[0]
             continue
         words = _words(line)
         for i, word in enumerate(words):
@@ -61,12 +85,19 @@ def parse(text: str) -> Args:
                 continue
             name, eq, value = word[2:].partition("=")
             values = [value] if eq else []
-            for following in words[i + 1:]:
-                if following.startswith("--") or following in _SHELL_WORDS or following.endswith((".py", "[@]}")):
-                    break
-                values.append(following)
+            values += _following(words, i + 1)
             args[name] = values[0] if len(values) == 1 else (values or True)
     return args
+
+
+def _following(words: list[str], start: int) -> list[str]:
+    """A flag's values: the words from `start` up to the next flag, shell keyword, script or array (found by
+    index: a copy of the rest of the line a flag is quadratic in the line's flags)."""
+    end = start
+    while end < len(words) and not (words[end].startswith("--") or words[end] in _SHELL_WORDS
+                                    or words[end].endswith((".py", "[@]}"))):
+        end += 1
+    return words[start:end]
 
 
 # --- the architecture ----------------------------------------------------------------------------------------------
@@ -358,9 +389,9 @@ _HANDLED = ("recompute-granularity", "recompute-method", "recompute-num-layers",
             "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", *FLAGS)
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     """A Megatron-LM script or command line as a partial plan."""
-    args = parse(text)
+    args = dict(document(text).parse(parse))  # the steps below take flags out of it
     out = Reading(format="megatron", plan={"framework": "megatron"})
     if gpus is not None:
         set_key(out.plan, "hardware.count", gpus)
@@ -551,13 +582,14 @@ MARKERS = ("tensor-model-parallel-size", "pipeline-model-parallel-size", "num-la
            "use-distributed-optimizer", "seq-length")
 
 
-def detect(text: str) -> bool:
+def detect(text: str | Document) -> bool:
     """A script or command line that runs Megatron's pretrain_*.py, or passes its model-parallel flags."""
-    if "pretrain_gpt.py" in text or "pretrain_mamba.py" in text:
+    doc = document(text)
+    if "pretrain_gpt.py" in doc.text or "pretrain_mamba.py" in doc.text:
         return True
     try:
-        args = parse(text)
-    except ValueError:  # PlanError: not shell text
+        args = doc.parse(parse)
+    except ValueError:  # PlanError: not shell text, or variables beyond the budget
         return False
     return sum(flag in args for flag in MARKERS) >= 2
 

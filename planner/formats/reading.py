@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import PlanError, bad
-from planner.formats.base import Imported, KeyRead, preset_for, set_key
-from planner.loader import CONFIG, load_json, load_yaml
+from planner.formats.base import Document, Imported, KeyRead, document, preset_for, set_key
+from planner.loader import CONFIG, int_fits, load_json, load_yaml
 
 # how the frameworks spell booleans in text (transformers HfArgumentParser string_to_bool, accelerate str_to_bool)
 TRUE_WORDS = ("true", "yes", "t", "y", "1")
@@ -100,7 +100,7 @@ def _unset(value: Any) -> bool:
 
 # --- the value checks -----------------------------------------------------------------------------------------------
 def _whole(value: Any) -> int | None:
-    """The integer a value spells (8, 8.0, "8", "2e8"), or None."""
+    """The integer a value spells (8, 8.0, "8", "2e8"), or None (for one of more digits than any value has)."""
     if isinstance(value, str):
         try:
             return int(value)
@@ -113,7 +113,8 @@ def _whole(value: Any) -> int | None:
         return None
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         return None
-    return int(value)
+    number = int(value)
+    return number if int_fits(number) else None
 
 
 def as_int(key: str, value: Any, low: int = 1) -> int:
@@ -180,9 +181,14 @@ def as_mapping(key: str, value: Any) -> dict[str, Any]:
 
 
 # --- the text of a YAML or JSON config ------------------------------------------------------------------------------
-def mapping(text: str) -> dict[str, Any]:
+def mapping(text: str | Document) -> dict[str, Any]:
     """A YAML or JSON config's text as its top-level mapping, read as strictly as a plan (planner/loader.py: a size
-    cap, duplicated keys and deep nesting refused). JSON is read as JSON first: YAML reads 5e8 as text."""
+    cap, duplicated keys and deep nesting refused), once a Document. JSON is read as JSON first: YAML reads 5e8 as
+    text."""
+    return document(text).parse(_mapping)
+
+
+def _mapping(text: str) -> dict[str, Any]:
     if not text.lstrip().startswith("{"):
         data = load_yaml(text, CONFIG)
     else:
@@ -198,7 +204,7 @@ def mapping(text: str) -> dict[str, Any]:
     return data
 
 
-def quiet_mapping(text: str) -> dict[str, Any]:
+def quiet_mapping(text: str | Document) -> dict[str, Any]:
     """The text as a mapping, or {} where it is not one (for `detect`, which must not raise)."""
     try:
         return mapping(text)

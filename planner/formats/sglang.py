@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from planner.errors import bad
-from planner.formats.base import RELEASE_WHY, Format, Imported
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document
 from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
                                      write_command)
 from planner.formats.reading import as_int
@@ -98,12 +98,12 @@ ENGINE = Engine(name="sglang", framework="sglang", program=re.compile(r"sglang\.
                 model_key=name_weights)
 
 
-def detect(text: str) -> bool:
-    return bool(ENGINE.program.search(text))
+def detect(text: str | Document) -> bool:
+    return bool(ENGINE.program.search(document(text).text))
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
-    env, args, others = command_line(text, ENGINE)
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
+    env, args, others = command_line(document(text).text, ENGINE)
     return read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others)
 
 

@@ -19,14 +19,14 @@ torchtitan/config_manager.py at v0.1.0, f7084fc, for the older spellings: traini
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import RELEASE_WHY, Format, Imported, get_key, preset_for, set_key
-from planner.formats.reading import Reading, as_bool, as_int, choice
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, get_key, preset_for, set_key
+from planner.formats.reading import Reading, as_bool, as_int, as_text, as_texts, choice
 from planner.formats.shell import environment, words
+from planner.loader import CONFIG, parse_toml
 from planner.models import Model, presets
 from planner.plan import Plan
 
@@ -184,20 +184,20 @@ def _args(text: str) -> tuple[Config, list[str]]:
 
 
 def _config(text: str) -> tuple[Config, list[str]]:
-    """A TOML document's keys, or a command line's."""
-    try:
-        return _flatten(tomllib.loads(text)), []
-    except tomllib.TOMLDecodeError:
-        return _args(text)
+    """A TOML document's keys (planner/loader.py: its nesting and integers bounded), or a command line's."""
+    toml = parse_toml(text, CONFIG)
+    return (_flatten(toml), []) if toml is not None else _args(text)
 
 
-def read(text: str, *, gpus: int | None = None, overrides: str = "") -> Imported:
+def read(text: str | Document, *, gpus: int | None = None, overrides: str = "") -> Imported:
     """A torchtitan TOML or command line (with `overrides` laid over it) as a partial plan."""
-    config, launcher = _config(text)
+    doc = document(text)
+    parsed, launched = doc.parse(_config)
+    config, launcher = dict(parsed), list(launched)  # the steps below take keys out of them
     named = []
     if overrides:
         over, more = _args(overrides)
-        if text.strip() and "job.config_file" in over:  # the TOML it names is `text`
+        if doc.text.strip() and "job.config_file" in over:  # the TOML it names is `text`
             named.append(over.pop("job.config_file")[0])
         config.update(over)
         launcher += more
@@ -234,6 +234,7 @@ def _model(config: Config, out: Reading) -> str:
     out.ignored.extend(src for src, _ in paths)
     if not (has_name or has_flavor):
         return ""
+    name, flavor = as_text(name_src, name), as_text(flavor_src, flavor)
     source = f"{name_src}, {flavor_src}"
     if (name, flavor) in FLAVORS:
         out.set(source, "model.preset", FLAVORS[name, flavor])
@@ -312,7 +313,8 @@ def _compile(config: Config, out: Reading) -> None:
     src, components, given = _take(config, "compile.components")
     if given:
         names = components.split(",") if isinstance(components, str) else components
-        scope = COMPILE_SCOPES.get(frozenset(names)) if isinstance(names, list) else None
+        texts = isinstance(names, list) and all(isinstance(name, str) for name in names)
+        scope = COMPILE_SCOPES.get(frozenset(names)) if texts else None
         if scope is None:
             raise bad(src, components, "must name model, loss or both")
         out.set(src, "techniques.compile_scope", scope)
@@ -321,7 +323,7 @@ def _compile(config: Config, out: Reading) -> None:
 def _float8(config: Config, out: Reading) -> None:
     """model.converters float8 / mx and their [quantize.linear.*] settings."""
     src, converters, _ = _take(config, "model.converters", [])
-    names = converters.split(",") if isinstance(converters, str) else list(converters)
+    names = converters.split(",") if isinstance(converters, str) else as_texts(src, converters)
     float8 = any(n in FLOAT8_CONVERTERS for n in names)
     mx = any(n in MX_CONVERTERS for n in names)
     if float8 and mx:
@@ -646,13 +648,14 @@ MARKERS = ("model.flavor", "training.seq_len", "training.local_batch_size", "tra
            "job.config_file", "job.dump_folder")
 
 
-def detect(text: str) -> bool:
+def detect(text: str | Document) -> bool:
     """A TOML or command line with torchtitan's keys, or a command line that runs torchtitan."""
+    doc = document(text)
     try:
-        config, _ = _config(text)
-    except ValueError:  # PlanError: not a command line either
+        config, _ = doc.parse(_config)
+    except ValueError:  # PlanError: not a command line either, or TOML beyond the loader's bounds
         return False
-    return any(key in config for key in MARKERS) or "torchtitan.train" in text or "run_train.sh" in text
+    return any(key in config for key in MARKERS) or "torchtitan.train" in doc.text or "run_train.sh" in doc.text
 
 
 SAYS = ("workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size", "workload.steps",

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats.base import RELEASE_WHY, Format, Imported, checkpoint
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint, document
 from planner.formats.reading import Reading, as_bool, as_int, as_number, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -55,7 +55,10 @@ RECIPES: dict[str, tuple[bool, bool]] = {
     "full_finetune_single_device": (False, True), "full_finetune_distributed": (False, False),
     "lora_finetune_single_device": (True, True), "lora_finetune_distributed": (True, False),
 }
-_HEADER = re.compile(r"^#.*\btune run\b(?P<flags>(\s+--\S+(?:[ =]\d+)?)*)\s+(?P<recipe>[a-z_]+)\s+--config", re.M)
+# the `tune run` line of a config's header comment: its first "tune run", then each flag read one way only
+# (--name, =value, a count), so that a line that is no such command fails in linear time
+_HEADER = re.compile(r"^#(?>.*?\btune run\b)(?P<flags>(?:\s++--[^\s=]++(?:=\S*+)?(?: \d++)?)*+)\s+"
+                     r"(?P<recipe>[a-z_]+)\s+--config", re.M)
 _NPROC = re.compile(r"--nproc_per_node[ =](\d+)")
 
 # torchtune/modules/peft/_utils.py LORA_ATTN_MODULES -> plan targets; apply_lora_to_mlp adapts w1 w2 w3
@@ -98,7 +101,7 @@ UNMODELLED = {  # keys that change memory but no plan key says
 }
 
 
-def detect(text: str) -> bool:
+def detect(text: str | Document) -> bool:
     """A torchtune config: YAML whose model names a `_component_` builder."""
     cfg = quiet_mapping(text)
     return isinstance(cfg.get("model"), dict) and "_component_" in cfg["model"]
@@ -331,11 +334,12 @@ def _batch(cfg: dict[str, Any], r: Reading, data: int | None) -> None:
               as_int("epochs", epochs) * as_int("max_steps_per_epoch", per_epoch))
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     """A torchtune config read as a partial plan (see the module's docstring)."""
-    cfg = mapping(text)
+    doc = document(text)
+    cfg = mapping(doc)
     r = Reading(format="torchtune", plan={"framework": "torchtune"})
-    recipe, single, count, count_source = _recipe(text, gpus)
+    recipe, single, count, count_source = _recipe(doc.text, gpus)
     _model(cfg.get("model"), r)
     task = r.plan["workload"]["task"]
     if recipe and RECIPES[recipe][0] != (task != "finetune"):

@@ -19,8 +19,8 @@ from dataclasses import replace
 from typing import Any
 
 
-from planner.errors import bad
-from planner.formats.base import RELEASE_WHY, Format, Imported, KeyRead, checkpoint, set_key
+from planner.errors import bad, short
+from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, checkpoint, document, set_key
 from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
                                      write_command)
 from planner.formats.reading import as_int, quiet_mapping
@@ -139,7 +139,7 @@ ENGINE = Engine(name="vllm", framework="vllm", program=re.compile(r"\bvllm\s+ser
                 ignored=IGNORED - set(UNMODELLED), underscores=True, model_key=name_weights)
 
 
-def _yaml_config(text: str) -> dict[str, Any] | None:
+def _yaml_config(text: str | Document) -> dict[str, Any] | None:
     """A `--config` YAML's flags ({key: value}), or None when the text is not one (a mapping whose keys are vLLM
     flags without their dashes: at least 4 in 5 known ones, which tells it from a training YAML that shares a few
     names such as `model` or `dtype`)."""
@@ -151,9 +151,10 @@ def _yaml_config(text: str) -> dict[str, Any] | None:
     return data if share >= 0.8 else None
 
 
-def detect(text: str) -> bool:
-    return bool(ENGINE.program.search(text)) or (not ENGINE.program.search(text) and "sglang" not in text
-                                                 and _yaml_config(text) is not None and "_component_" not in text)
+def detect(text: str | Document) -> bool:
+    doc = document(text)
+    return bool(ENGINE.program.search(doc.text)) or ("sglang" not in doc.text and _yaml_config(doc) is not None
+                                                     and "_component_" not in doc.text)
 
 
 def read_mapping(config: dict[str, Any], *, gpus: int | None = None) -> Imported:
@@ -161,15 +162,22 @@ def read_mapping(config: dict[str, Any], *, gpus: int | None = None) -> Imported
     without its dashes, true a switch given, false its --no- form."""
     args = [a for key, value in config.items()
             for a in ((f"--{key}",) if value is True else (f"--no-{key}",) if value is False
-                      else (f"--{key}", str(value)))]
+                      else (f"--{key}", _flag_text(value)))]
     return _prefix_default(read_flags(split_flags(args, ENGINE), [], ENGINE, gpus=gpus))
 
 
-def read(text: str, *, gpus: int | None = None) -> Imported:
-    config = _yaml_config(text) if not ENGINE.program.search(text) else None
+def _flag_text(value: Any) -> str:
+    """A mapping's value as its flag's text: text as it is; anything else as an error quotes it (a list or
+    mapping cut to a line: aliases can make a structure's whole text gigabytes)."""
+    return value if isinstance(value, str) else short(value)
+
+
+def read(text: str | Document, *, gpus: int | None = None) -> Imported:
+    doc = document(text)
+    config = _yaml_config(doc) if not ENGINE.program.search(doc.text) else None
     if config is not None:
         return read_mapping(config, gpus=gpus)
-    env, args, others = command_line(text, ENGINE)
+    env, args, others = command_line(doc.text, ENGINE)
     return _prefix_default(read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others))
 
 

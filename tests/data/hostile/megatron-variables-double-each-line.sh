@@ -1,0 +1,22 @@
+A=x
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+A=$A$A
+torchrun pretrain_gpt.py --seq-length $A
