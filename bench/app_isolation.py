@@ -1,7 +1,9 @@
-"""What one session's heavy search costs another session of the same server: a light rerun's work (100
-estimates, ~0.2 s alone) timed while other threads, as Streamlit runs other sessions, search a heavy plan
-(the 128-layer, 256-expert link), once in the server process itself and once in worker processes (ui/worker.py,
-as the app does).
+"""What one session's heavy work costs another session of the same server: a light rerun's work (1,000
+estimates, ~0.2 s alone) timed while other threads, as Streamlit runs other sessions,
+- search a heavy plan (the 128-layer, 256-expert link), or
+- read hostile pastes (every shape of bench/fuzz.py, cut to what a paste box holds, read as a framework config
+  and as a vLLM log, as the two paste boxes do),
+once in the server process itself and once in worker processes (ui/worker.py, as the app does).
 
     python bench/app_isolation.py
 """
@@ -12,17 +14,23 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fuzz import SHAPES  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
+from planner.errors import PlanError  # noqa: E402
+from planner.formats import read_config  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.recommend import SearchOptions, recommend  # noqa: E402
+from planner.serving_log import parse_vllm_log  # noqa: E402
 from ui import worker  # noqa: E402
+from ui.state import PASTE_MAX_CHARS  # noqa: E402
 
 HEAVY = plan_from_dict({"model": {"preset": "qwen3-235b-a22b", "num_layers": 128, "num_experts": 256},
                         "workload": {"micro_batch_size": 8192, "global_batch_size": 8192},
@@ -33,9 +41,9 @@ SEEN = [0]  # sequence lengths used so far: each light plan is new, as a changed
 
 
 def _light() -> float:
-    """Seconds of a light rerun's planner work: the estimates of 100 plans (sequence lengths none seen before)."""
+    """Seconds of a light rerun's planner work: the estimates of 1,000 plans (sequence lengths none seen before)."""
     start = time.perf_counter()
-    for _ in range(100):
+    for _ in range(1_000):
         SEEN[0] += 1
         estimate(replace(LIGHT, workload=replace(LIGHT.workload, sequence_length=1024 + SEEN[0])), CATALOG)
     return time.perf_counter() - start
@@ -51,6 +59,46 @@ def _heavy_worker(stop: threading.Event) -> None:
         worker.run(recommend, HEAVY, CATALOG, SearchOptions(budget_s=10), wait_s=60)
 
 
+# each shape as 1 MB would be pasted, and as the paste box hands it on (Streamlit cuts it to max_chars)
+PASTES = [build(1_000_000)[:PASTE_MAX_CHARS] for build in SHAPES.values()]
+READS = (("config", read_config), ("log", parse_vllm_log))
+
+
+def _pastes(stop: threading.Event, read: Callable[[str, Callable[[str], object], str], object]) -> None:
+    """Read every paste in turn (as a session rerun with each) until `stop`."""
+    while True:
+        for text in PASTES:
+            for field, reader in READS:
+                if stop.is_set():
+                    return
+                try:
+                    read(field, reader, text)
+                except PlanError:
+                    pass
+
+
+def _paste_inline(stop: threading.Event) -> None:
+    _pastes(stop, lambda field, reader, text: reader(text))
+
+
+def _paste_worker(stop: threading.Event) -> None:
+    _pastes(stop, worker.read)
+
+
+def _slowest_read() -> tuple[float, str]:
+    """The CPU seconds of the slowest paste read in this process, and its shape."""
+    slowest = (0.0, "")
+    for shape, text in zip(SHAPES, PASTES):
+        for _, reader in READS:
+            start = time.process_time()
+            try:
+                reader(text)
+            except PlanError:
+                pass
+            slowest = max(slowest, (time.process_time() - start, shape))
+    return slowest
+
+
 def _with(heavy, sessions: int, repeat: int = 9) -> float:
     """The light rerun's median while `sessions` threads run `heavy`."""
     stop = threading.Event()
@@ -60,18 +108,26 @@ def _with(heavy, sessions: int, repeat: int = 9) -> float:
     time.sleep(1.0)  # the heavy searches under way
     times = [_light() for _ in range(repeat)]
     stop.set()
+    for t in threads:  # none runs on into the next measurement
+        t.join()
     return statistics.median(times)
 
 
 def main() -> None:
-    worker.run(divmod, 1, 1, wait_s=60)  # the fork server and a worker started
+    worker.run(divmod, 1, 1, wait_s=60)  # the fork server and a worker started, for each pool
+    worker.read("config", str, "")
     alone = statistics.median(_light() for _ in range(5))
-    print("| other sessions searching the heavy plan | light rerun, searches in the server process (s) | "
-          "light rerun, searches in worker processes (s) |")
+    seconds, shape = _slowest_read()
+    print(f"{len(PASTES)} paste shapes of {PASTE_MAX_CHARS:,} characters; the slowest read: {seconds:.2f} s of CPU "
+          f"({shape})\n")
+    print("| other sessions | light rerun, their work in the server process (s) | "
+          "light rerun, their work in worker processes (s) |")
     print("|---|---|---|")
     print(f"| none | {alone:.2f} | {alone:.2f} |")
-    for sessions in (1, 4):
-        print(f"| {sessions} | {_with(_heavy_inline, sessions):.2f} | {_with(_heavy_worker, sessions):.2f} |")
+    for what, inline, in_worker in (("searching the heavy plan", _heavy_inline, _heavy_worker),
+                                    ("reading hostile pastes", _paste_inline, _paste_worker)):
+        for sessions in (1, 4):
+            print(f"| {sessions} {what} | {_with(inline, sessions):.2f} | {_with(in_worker, sessions):.2f} |")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import reprlib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 NO_VALUE = object()  # an error about a key or a whole input, not about one value
 # An integer wider than this is named by its width: its decimal text costs time quadratic in its length, and
@@ -43,6 +44,16 @@ class PlanError(ValueError):
     def __init__(self, field: str, rule: str, *, value: Any = NO_VALUE) -> None:
         self.field, self.rule, self.value = field, rule, value
         super().__init__(f"{field}: {rule}" if value is NO_VALUE else f"{field}: {short(value)} {rule}")
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its fields (the app reads a stranger's text in a worker process, ui/worker.py, and the
+        error comes back): the keyword-only value and NO_VALUE's identity survive."""
+        return _rebuilt, (type(self), self.field, self.rule, self.value is NO_VALUE, None if self.value is NO_VALUE
+                          else self.value)
+
+
+def _rebuilt(cls: type[PlanError], field: str, rule: str, no_value: bool, value: Any) -> PlanError:
+    return cls(field, rule) if no_value else cls(field, rule, value=value)
 
 
 class OverLimit(PlanError):

@@ -1,10 +1,12 @@
 """PlanError carries field, value and rule; its text names all three."""
 
+import pickle
+
 import pytest
 
 from planner.catalog import parse_catalog
 from planner.codec import plan_from_dict
-from planner.errors import NO_VALUE, PlanError, bad, short, unknown_key
+from planner.errors import NO_VALUE, OverLimit, PlanError, bad, short, unknown_key
 
 
 def test_bad_value_reads_as_one_line_and_keeps_its_parts():
@@ -53,3 +55,12 @@ def test_an_integer_too_wide_to_write_reads_as_its_width():
     assert str(bad("x", int("f" * 4000, 16), "is bad")) == "x: <an integer of 16,000 bits> is bad"
     assert str(bad("x", [10**40], "is bad")) == "x: [100000000000000000...0000000000000000000] is bad"
     assert short("y" * 10**6).endswith("yyy'") and len(short("y" * 10**6)) < 100
+
+
+@pytest.mark.parametrize("error", [PlanError("a.b", "must be x", value=[1, 2]), PlanError("c", "d", value=None),
+                                   OverLimit("plan", "is too big")])
+def test_an_error_pickles_as_its_fields(error):
+    """The app's readers run in worker processes (ui/worker.py); their errors come back whole."""
+    back = pickle.loads(pickle.dumps(error))
+    assert (type(back), str(back), back.field, back.rule) == (type(error), str(error), error.field, error.rule)
+    assert (back.value is NO_VALUE) == (error.value is NO_VALUE) and (error.value is NO_VALUE or back.value == error.value)

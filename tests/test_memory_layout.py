@@ -5,7 +5,6 @@ import pytest
 from planner.memory.inference import weight_bytes
 from planner.memory import estimate
 from planner.memory.layout import chunk_split, largest_stage_layers, stage_layers, stage_split
-from planner.models import presets
 from planner.codec import plan_from_dict
 from planner.errors import PlanError
 

@@ -3,9 +3,12 @@ sentence, not a dead server; the pool recovers from a worker that died."""
 
 import os
 import signal
+import time
 
 import pytest
 
+from planner.errors import PlanError
+from planner.formats import read_config
 from ui import worker
 
 
@@ -44,3 +47,38 @@ def test_a_dead_worker_is_replaced():
     with pytest.raises(worker.WorkerFailed, match="^the search's worker process died$"):
         worker.run(_die, wait_s=60)
     assert worker.run(divmod, 5, 5, wait_s=60) == (1, 0)
+
+
+def _spin_on(text: str) -> None:
+    _spin()
+
+
+def test_a_readers_error_comes_back_with_its_fields():
+    with pytest.raises(PlanError) as err:
+        worker.read("config", read_config, "--num-layers x --seq-length 8")
+    assert (err.value.field, err.value.value, err.value.rule) == ("--num-layers", "x", "must be an integer ≥ 1")
+
+
+def test_a_runaway_read_is_an_error_on_its_field(monkeypatch):
+    monkeypatch.setattr(worker, "READ_CPU_S", 0.5)
+    with pytest.raises(PlanError) as err:
+        worker.read("log", _spin_on, "text")
+    assert str(err.value) == "log: reading it used 0.5 s of CPU and was stopped"
+
+
+def _wait_for(path: str) -> None:
+    """Hold a worker, without using its CPU, until `path` exists."""
+    for _ in range(1200):
+        if os.path.exists(path):
+            return
+        time.sleep(0.05)
+
+
+def test_a_read_is_answered_while_searches_hold_their_pool(tmp_path):
+    done = tmp_path / "done"
+    searches = [worker._pool("search").submit(_wait_for, str(done)) for _ in range(os.cpu_count() or 2)]
+    try:
+        assert worker.read("config", read_config, "vllm serve org/m --tensor-parallel-size 2").format == "vllm"
+        assert not any(search.done() for search in searches)
+    finally:
+        done.touch()

@@ -97,7 +97,8 @@ def _timeline_template() -> alt.LayerChart:
 def timeline_chart(stage: Stage) -> alt.LayerChart:
     """Live memory at each moment of one stage's step, in order (forward, the loss's and each layer's backward,
     the optimizer), stacked by item in the items' colours, the peak moment marked."""
-    rows, labels, colors = [], {}, {}
+    rows: list[dict] = []
+    labels: dict[str, str] = {}  # item label -> its colour
     for step, ph in enumerate(stage.phases):
         for n, i in enumerate(x for x in ph.items if x.bytes and x.level == "allocated"):
             rows.append({"kind": "item", "moment": ph.name, "step": step, "item": i.label, "order": n,

@@ -14,6 +14,7 @@ from planner.models import model_to_dict
 from planner.plan import Plan
 from planner.formats.base import Imported
 from planner.serving_log import VllmLog, calibration_lines, compare, comparison_rows, parse_vllm_log, plan_from_vllm_log
+from ui import worker
 from ui.state import PASTE_MAX_CHARS
 
 AUTO = "detect from the text"
@@ -53,9 +54,10 @@ def _queue(imported: Imported, plan: Plan, name: str) -> None:
 
 
 def _load(text: str, source: str, plan: Plan) -> None:
-    """Read a config and queue its plan; what it says and what it could not use is kept to show."""
+    """Read a config (in a worker process: ui/worker.py) and queue its plan; what it says and what it could not
+    use is kept to show."""
     fmt = st.session_state.get("import_format", AUTO)
-    imported = read_config(text, format=None if fmt == AUTO else fmt)
+    imported = worker.read("config", read_config, text, format=None if fmt == AUTO else fmt)
     _queue(imported, plan, source)
     named = f"; the config names {imported.model_name!r}" if imported.model_name else ""
     kept = [] if "model" in imported.plan else [f"model: kept from the current plan ({plan.model.preset or 'custom'}"
@@ -118,7 +120,7 @@ def vllm_log(plan: Plan, catalog: dict) -> None:
     if "log_plan_error" in st.session_state:
         st.error(f"The log's plan: {st.session_state.pop('log_plan_error')}")
     try:
-        log = parse_vllm_log(text)
+        log = worker.read("log", parse_vllm_log, text)
         st.button("Load the log's plan", key="load_log_plan", on_click=_load_log_plan, args=(log, plan, catalog))
         if not serving:
             st.info("The plan is not a serving plan (workload.inference.gpu_memory_utilization): load the log's plan "

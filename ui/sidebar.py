@@ -20,6 +20,7 @@ from planner.hf_config import model_from_hf_config
 from planner.models import Preset, model_to_dict
 from planner.plan import (ADAPTER_TASKS, EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH,
                           MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Precision, default_weights)
+from ui import worker
 from ui.state import (ARCH_INTS, CUSTOM, HYBRID_INTS, MLA_INTS, MOE_INTS, PARAMS, PASTE_MAX_CHARS, current_plan_dict,
                       drawn, load_into_widgets, project_catalog)
 
@@ -49,7 +50,7 @@ def _on_hf_import() -> None:
     upload = st.session_state.get("hf_file")
     text = upload.getvalue().decode("utf-8", errors="replace") if upload is not None else st.session_state["hf_text"]
     try:
-        model = model_to_dict(model_from_hf_config(text))
+        model = model_to_dict(worker.read("hf_config", model_from_hf_config, text))
         load_into_widgets(plan_from_dict({**current_plan_dict(), "model": model}))
         st.session_state.pop("hf_error", None)
     except PlanError as exc:
@@ -106,6 +107,12 @@ def plan_inputs() -> None:
         st.error(f"Framework: {st.session_state['framework_error']}")
 
 
+@st.cache_resource(max_entries=8)
+def _uploaded_catalog(text: str) -> Catalog:
+    """An uploaded catalog, read once in a worker process (ui/worker.py) rather than on every rerun."""
+    return worker.read("gpu_catalog", parse_catalog, text)
+
+
 def catalog_inputs() -> tuple[Catalog, str]:
     """The GPU catalog (the project's, or an uploaded one) with the offerings you added, and a key naming it for
     caches."""
@@ -116,7 +123,7 @@ def catalog_inputs() -> tuple[Catalog, str]:
         if upload is not None:
             try:
                 text = upload.getvalue().decode("utf-8", errors="replace")
-                catalog = parse_catalog(text)
+                catalog = _uploaded_catalog(text)
                 catalog_key = hashlib.sha256(text.encode()).hexdigest()
                 st.caption(f"Using your catalog: {len(catalog)} GPUs, {len(catalog.offerings)} offerings.")
             except PlanError as exc:

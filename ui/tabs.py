@@ -11,12 +11,11 @@ import streamlit as st
 
 from planner.accuracy import confidence_note
 from planner.catalog import Catalog, PriceKind, ProviderClass
-from planner.codec import plan_from_dict, plan_to_query, plan_to_yaml
+from planner.codec import plan_from_yaml, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.explore import Fix, current_value, idle_settings, make_it_fit, room, savings, sweep, sweep_keys
 from planner.export import compare_rows, estimate_to_json, file_stem, plan_title
 from planner.frameworks import load_frameworks, provenance
-from planner.loader import load_yaml
 from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.models import approximate_note
 from planner.perf import StepTime, plan_time, unsupported_compute
@@ -361,7 +360,7 @@ def _plan_upload() -> None:
         st.session_state["plan_upload_seen"] = plan_file.file_id
         try:
             text = plan_file.getvalue().decode("utf-8", errors="replace")
-            st.session_state["pending_plan"] = plan_from_dict(load_yaml(text))
+            st.session_state["pending_plan"] = worker.read("plan", plan_from_yaml, text)
             st.session_state.pop("upload_error", None)
             st.rerun()
         except PlanError as exc:

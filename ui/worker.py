@@ -1,11 +1,13 @@
-"""A session's heavy work (the recommender's search) in a worker process, under a CPU-time and a memory limit.
+"""A session's heavy work in worker processes, under a CPU-time and a memory limit: the recommender's search, and
+the reading of a stranger's text (a pasted or uploaded config, log, config.json, plan or catalog).
 
 Streamlit serves every session from one process, its reruns in threads: Python code holds the interpreter's
 lock, so one session's long search slows every other session's rerun. In a worker process it holds its own.
 Workers come from a fork server that has imported the planner, and stay for further tasks (their caches warm).
 A task that runs past TASK_CPU_S of CPU is interrupted by the process's CPU timer; a worker may use at most
 TASK_MEMORY_BYTES beyond what it held when it started (an allocation past that fails in the task, not in the
-server). At most all cores but one work at once (the server's own thread keeps one); further tasks wait.
+server). Searches and reads have a pool each, so a paste is read while another session's search runs; each
+pool runs at most all cores but one at once (the server's own thread keeps one); further tasks wait.
 """
 
 from __future__ import annotations
@@ -14,18 +16,24 @@ import multiprocessing
 import os
 import resource
 import signal
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, TimeoutError
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-import streamlit as st
+from planner.errors import PlanError
 
 # The recommender's own budget is 10 s (ui/tabs.py); past 3 × that of CPU the task is interrupted.
 TASK_CPU_S = 30
 # The largest search (DeepSeek-V3 over the whole catalog) grows a worker by ~50 MiB; 1 GiB more is a ceiling no
 # plan reaches and no input may pass.
 TASK_MEMORY_BYTES = 1 << 30
+# Every reader is linear in its input and capped in size (planner/loader.py): the slowest of bench/fuzz.py's
+# hostile shapes takes 1.6 s at 1 MB under tracemalloc. A read past 5 s of CPU is stopped as a runaway.
+READ_CPU_S = 5
+READ_WAIT_S = 30  # queued behind other sessions' reads, and a fresh pool's start
+Pool = Literal["search", "read"]
 T = TypeVar("T")
 
 
@@ -54,34 +62,59 @@ def _address_space() -> int:
         return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _bounded(cpu_s: float, fn: Callable[..., T], *args: Any) -> T:
-    """fn(*args) in a worker, interrupted past `cpu_s` of CPU."""
+def _bounded(what: str, cpu_s: float, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """fn(*args, **kwargs) in a worker, interrupted past `cpu_s` of CPU."""
     signal.setitimer(signal.ITIMER_PROF, cpu_s)
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except _OverTime:
-        raise WorkerFailed(f"the search used {cpu_s:g} s of CPU and was stopped") from None
+        raise WorkerFailed(f"{what} used {cpu_s:g} s of CPU and was stopped") from None
     except MemoryError:
-        raise WorkerFailed(f"the search needed over {TASK_MEMORY_BYTES >> 20:,} MiB and was stopped") from None
+        raise WorkerFailed(f"{what} needed over {TASK_MEMORY_BYTES >> 20:,} MiB and was stopped") from None
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
 
 
-@st.cache_resource
-def _pool() -> ProcessPoolExecutor:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["planner.recommend"])
-    return ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1), mp_context=context, initializer=_start)
+_POOLS: dict[Pool, ProcessPoolExecutor] = {}  # the server's, shared by its sessions
+_POOLS_LOCK = threading.Lock()
 
 
-def run(fn: Callable[..., T], *args: Any, wait_s: float, cpu_s: float = TASK_CPU_S) -> T:
-    """fn(*args) in a worker; WorkerFailed when it outlasts `wait_s`, runs past `cpu_s` of CPU or its memory
-    ceiling, or its process dies."""
+def _pool(kind: Pool) -> ProcessPoolExecutor:
+    with _POOLS_LOCK:
+        if kind not in _POOLS:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["planner.recommend", "planner.formats", "planner.serving_log"])
+            _POOLS[kind] = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1), mp_context=context,
+                                               initializer=_start)
+        return _POOLS[kind]
+
+
+def _replace(kind: Pool, broken: ProcessPoolExecutor) -> None:
+    """Drop a broken pool (once, whichever session saw it first): the next task starts a new one."""
+    with _POOLS_LOCK:
+        if _POOLS.get(kind) is broken:
+            del _POOLS[kind]
+    broken.shutdown(wait=False, cancel_futures=True)
+
+
+def run(fn: Callable[..., T], *args: Any, wait_s: float, cpu_s: float = TASK_CPU_S, pool: Pool = "search",
+        what: str = "the search", **kwargs: Any) -> T:
+    """fn(*args, **kwargs) in a worker of `pool`; WorkerFailed naming `what` when it outlasts `wait_s`, runs past
+    `cpu_s` of CPU or its memory ceiling, or its process dies. What fn raises is raised here."""
+    executor = _pool(pool)
     try:
-        return _pool().submit(_bounded, cpu_s, fn, *args).result(timeout=wait_s)
+        return executor.submit(_bounded, what, cpu_s, fn, *args, **kwargs).result(timeout=wait_s)
     except TimeoutError:
-        raise WorkerFailed(f"the search took longer than {wait_s:g} s") from None
-    except BrokenProcessPool:  # a dead worker breaks the pool: the next task starts a new one
-        _pool().shutdown(wait=False, cancel_futures=True)
-        _pool.clear()
-        raise WorkerFailed("the search's worker process died") from None
+        raise WorkerFailed(f"{what} took longer than {wait_s:g} s") from None
+    except BrokenProcessPool:  # a dead worker breaks the pool
+        _replace(pool, executor)
+        raise WorkerFailed(f"{what}'s worker process died") from None
+
+
+def read(field: str, fn: Callable[..., T], text: str, **kwargs: Any) -> T:
+    """fn(text, **kwargs), a reader of a stranger's text, in a read worker; its PlanError comes back as it is,
+    and a runaway as a PlanError on `field` (what the page already shows for a bad input)."""
+    try:
+        return run(fn, text, wait_s=READ_WAIT_S, cpu_s=READ_CPU_S, pool="read", what="reading it", **kwargs)
+    except WorkerFailed as exc:
+        raise PlanError(field, str(exc)) from None

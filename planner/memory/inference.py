@@ -21,7 +21,7 @@ from planner.frameworks import load_frameworks
 from planner.memory.layout import Layout, attention_layers, layout, layout_attention_layers, stage_split
 from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
-from planner.memory.runtime import (ALLOCATED_ONCE, CUBLAS_WORKSPACE_BYTES, allocator_reserve, cublas_workspace,
+from planner.memory.runtime import (ALLOCATED_ONCE, allocator_reserve, cublas_workspace,
                                     held_bytes, reserve_formula, runtime_items, within_device)
 from planner.memory.terms import Described, Factor, Product, Size, item
 from planner.models import RECURRENT, attention_widths, param_counts, projection_shapes
