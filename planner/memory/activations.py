@@ -11,6 +11,7 @@ from planner.memory.layout import StageContext, autocast, routed_slots, stage_la
 from planner.memory.terms import count
 from planner.models import RECURRENT, attention_widths, gdn_widths, mamba2_widths, projection_shapes
 from planner.plan import Plan
+from planner.sac import op_sac_projections
 
 # NVFP4 (torchao nvfp4 training): 4-bit values with one 1-byte e4m3 scale per 16 (NVIDIA's NVFP4 format).
 NVFP4_BYTES = 0.5 + 1 / 16
@@ -274,28 +275,22 @@ def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
 
     torchtitan/distributed/activation_checkpoint.py _apply_op_sac: the outputs of ops in its save list (mm,
     the SDPA kernels, reduce-scatter, max) are kept, except every second mm of a block; everything else is
-    recomputed in backward. A Llama block's mm's are q, k, v, o, gate, up, down: q, v, gate and down are
-    kept (biased projections run as addmm, which is neither saved nor counted). The block's input is kept by
-    the checkpoint. torch.compile drops the last projection's output, which backward never reads. Measured
-    with MemTracker and the partitioner on HF Llama code: 4h + 4q + 2kv + 4a + 2I B in bf16. Under NVFP4 only the
-    block input and the attention output are kept (nvfp4_linear.py's Function is recomputed whole).
+    recomputed in backward (planner/sac.py says which projections are kept). The block's input is kept by
+    the checkpoint. Measured with MemTracker and the partitioner on HF Llama code: 4h + 4q + 2kv + 4a + 2I B in
+    bf16. Under NVFP4 only the block input and the attention output are kept (nvfp4_linear.py's Function is
+    recomputed whole).
     """
     m, t = plan.model, plan.parallelism.tensor
     b = nbytes(plan.precision.activation_dtype)
     q, k, v, out = attention_widths(m, t)
     h, inter = m.hidden_size, m.intermediate_size // t
-    # (output width, where its bytes go) of each projection in execution order; 'rep' = full h on every rank
-    if m.mlp == "swiglu":
-        mms = [(q, "attn"), (k, "attn"), (v, "attn"), (h, "rep"), (inter, "mlp"), (inter, "mlp"), (h, "rep")]
-    else:
-        mms = [(q + k + v, "attn"), (h, "rep"), (inter, "mlp"), (h, "rep")]
+    # where each projection's output goes: 'rep' = full h on every rank
+    width = {"q": (q, "attn"), "k": (k, "attn"), "v": (v, "attn"), "o": (h, "rep"), "gate": (inter, "mlp"),
+             "up": (inter, "mlp"), "down": (h, "rep")}
     saved = {"rep": input_bytes * h, "attn": b * out + 4 * (m.num_attention_heads // t), "mlp": 0}
-    # torchao's NVFP4 linears run as an autograd Function of scaled_mm and Triton quantize kernels, none of them
-    # in the save list: their outputs and their saved 4-bit codes are recomputed with the block
-    if not m.bias and plan.precision.fp8_recipe != "nvfp4":
-        for n, (width, where) in enumerate(mms):
-            if n % 2 == 0 and not (plan.techniques.compiled_blocks and n == len(mms) - 1):
-                saved[where] += b * width
+    for names, fate in op_sac_projections(plan):
+        if fate == "kept":
+            saved[width[names[0]][1]] += b * sum(width[name][0] for name in names)
     return saved["rep"], saved["attn"], saved["mlp"]
 
 

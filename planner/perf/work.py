@@ -15,6 +15,7 @@ from planner.dtypes import nbytes
 from planner.models import attention_widths, projection_shapes
 from planner.perf.rates import Rates
 from planner.plan import Plan
+from planner.sac import op_sac_projections
 
 # Bytes an elementwise op moves per element of its output, in Hugging Face's eager modelling code and when
 # torch.compile fuses each chain into one kernel (read the inputs once, write the output once):
@@ -47,6 +48,12 @@ ATTENTION_BACKWARD = 2.5
 
 # A matmul of a step: (how many, tokens, k, n, bytes per element)
 Gemm = tuple[float, float, int, int, int]
+MLP_PROJECTIONS = {"gate", "up", "down"}
+# A layer's four tensor-parallel collectives and the projections beside each: the attention's input all-gather
+# feeds q, k, v, its output reduce-scatter follows o; the MLP's feeds gate and up (an MoE layer's: the experts'
+# first matmuls and the router) and follows down (Megatron's and torchtitan's column- then row-parallel pairs).
+TP_SIDES = (("q", "k", "v"), ("o",), ("gate", "up"), ("down",))
+TpSides = tuple[tuple[Gemm, ...], ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +61,8 @@ class LayerWork:
     """Forward work of one layer on one GPU for a batch of tokens, before any rate is applied."""
 
     gemms: tuple[Gemm, ...]  # projections (and experts, and the router)
+    op_sac_gemms: tuple[Gemm, ...]  # those op-level selective checkpointing runs again
+    tp_sides: TpSides  # the matmuls beside each tensor-parallel collective (TP_SIDES)
     attention_flops: float  # the attention core (QKᵀ, PV)
     elementwise_bytes: float
 
@@ -79,22 +88,36 @@ def matmul_elem(plan: Plan) -> int:
     return 1 if plan.precision.compute == "fp8" else nbytes(plan.precision.activation_dtype)
 
 
-def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[Gemm, ...]:
-    """One layer's projections: attention, and the MLP or the routed and shared experts and the router."""
+def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[tuple[Gemm, ...], tuple[Gemm, ...], TpSides]:
+    """One layer's projections (attention, and the MLP or the routed and shared experts and the router); those of
+    them that op-level selective checkpointing runs again in backward (planner/sac.py); and the four sides of
+    its tensor-parallel collectives (the matmuls right after the attention's and the MLP's input all-gather and
+    right before their output reduce-scatter)."""
     m, par = plan.model, plan.parallelism
     elem = matmul_elem(plan)
-    skip = {"gate", "up", "down"} if moe else set()
-    gemms: list[Gemm] = [(1, tokens, k, n, elem) for name, (k, n) in projection_shapes(m, par.tensor).items()
-                         if name not in skip]
+    again = {name for names, fate in op_sac_projections(plan) if fate == "recomputed" for name in names}
+    named = {name: (1, tokens, k, n, elem) for name, (k, n) in projection_shapes(m, par.tensor).items()
+             if not (moe and name in MLP_PROJECTIONS)}
+    gemms, recomputed = list(named.values()), [g for name, g in named.items() if name in again]
+    sides: list[list[Gemm]] = [[named[n] for n in names if n in named] for names in TP_SIDES]
     if moe:  # each rank runs its experts on the tokens routed to them: tokens × top-k on average
         e = m.moe_intermediate_size // par.tensor
         mats = 3 if m.mlp == "swiglu" else 2
         local = m.num_experts // par.expert
         routed = tokens * m.experts_per_token / local  # tokens per local expert
-        gemms += [(local * mats, routed, m.hidden_size, e, elem), (1, tokens, m.hidden_size, m.num_experts, elem)]
-        if m.shared_experts:
+        router = (1, tokens, m.hidden_size, m.num_experts, elem)
+        gemms += [(local * mats, routed, m.hidden_size, e, elem), router]
+        recomputed += [gemms[-2], router]  # the router's gate forced, the experts' grouped matmuls unlisted
+        sides[2] += [(local * (mats - 1), routed, m.hidden_size, e, elem), router]
+        sides[3].append((local, routed, e, m.hidden_size, elem))
+        if m.shared_experts:  # a dense MLP each, its projections counted like a dense layer's
             gemms.append((m.shared_experts * mats, tokens, m.hidden_size, e, elem))
-    return tuple(gemms)
+            shared_again = len(again & MLP_PROJECTIONS)
+            if shared_again:
+                recomputed.append((m.shared_experts * shared_again, tokens, m.hidden_size, e, elem))
+            sides[2].append((m.shared_experts * (mats - 1), tokens, m.hidden_size, e, elem))
+            sides[3].append((m.shared_experts, tokens, e, m.hidden_size, elem))
+    return tuple(gemms), tuple(recomputed), tuple(tuple(side) for side in sides)
 
 
 def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
@@ -111,8 +134,9 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
         per_token += EAGER_SCORE_BYTES * (m.num_attention_heads // par.tensor) * keys
     if moe:
         per_token += MOE_PERMUTE_BYTES_PER_ELEMENT * (m.experts_per_token + 1) * m.hidden_size
-    return LayerWork(gemms=_projections(plan, tokens, moe), attention_flops=2 * (q + out) * tokens * keys,
-                     elementwise_bytes=per_token * tokens)
+    gemms, op_sac_gemms, tp_sides = _projections(plan, tokens, moe)
+    return LayerWork(gemms=gemms, op_sac_gemms=op_sac_gemms, tp_sides=tp_sides,
+                     attention_flops=2 * (q + out) * tokens * keys, elementwise_bytes=per_token * tokens)
 
 
 def keys_per_query(plan: Plan, sequence_length: int) -> float:
