@@ -3,7 +3,9 @@ sentence, not a dead server; the pool recovers from a worker that died."""
 
 import os
 import signal
+import sys
 import time
+import types
 
 import pytest
 
@@ -82,3 +84,20 @@ def test_a_read_is_answered_while_searches_hold_their_pool(tmp_path):
         assert not any(search.done() for search in searches)
     finally:
         done.touch()
+
+
+def test_a_new_worker_does_not_run_the_page_that_started_it(tmp_path, monkeypatch):
+    """In a Streamlit run `__main__` is the page: a worker that re-ran it (multiprocessing's spawn preparation
+    runs the parent's main module by its path) would run the whole app."""
+    marker = tmp_path / "ran"
+    page = tmp_path / "page.py"
+    page.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(page)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(worker, "_POOLS", {})  # a pool of its own, started from this "page"
+    try:
+        assert worker.run(divmod, 7, 3, wait_s=60, pool="read") == (2, 1)
+    finally:
+        worker._POOLS["read"].shutdown()
+    assert not marker.exists() and sys.modules["__main__"] is main

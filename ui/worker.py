@@ -16,8 +16,11 @@ import multiprocessing
 import os
 import resource
 import signal
+import sys
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor, TimeoutError
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal, TypeVar
@@ -97,13 +100,28 @@ def _replace(kind: Pool, broken: ProcessPoolExecutor) -> None:
     broken.shutdown(wait=False, cancel_futures=True)
 
 
+@contextmanager
+def _no_main_module() -> Iterator[None]:
+    """While a submit starts worker processes: no `__main__` for them to run again. A new worker re-runs the
+    parent's main module by its path (multiprocessing.spawn's preparation), and in a Streamlit script run that
+    module is the page itself: each worker would run the app. A module without a file or spec is skipped."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def run(fn: Callable[..., T], *args: Any, wait_s: float, cpu_s: float = TASK_CPU_S, pool: Pool = "search",
         what: str = "the search", **kwargs: Any) -> T:
     """fn(*args, **kwargs) in a worker of `pool`; WorkerFailed naming `what` when it outlasts `wait_s`, runs past
     `cpu_s` of CPU or its memory ceiling, or its process dies. What fn raises is raised here."""
     executor = _pool(pool)
     try:
-        return executor.submit(_bounded, what, cpu_s, fn, *args, **kwargs).result(timeout=wait_s)
+        with _POOLS_LOCK, _no_main_module():
+            future = executor.submit(_bounded, what, cpu_s, fn, *args, **kwargs)
+        return future.result(timeout=wait_s)
     except TimeoutError:
         raise WorkerFailed(f"{what} took longer than {wait_s:g} s") from None
     except BrokenProcessPool:  # a dead worker breaks the pool

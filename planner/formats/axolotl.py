@@ -393,6 +393,8 @@ FORMAT = Format(
           "parallelism.zero_stage", "parallelism.context", "parallelism.data", "hardware.count"),
     cannot_say={
         "precision.master_weights": "the model is loaded in the bf16/fp16 flag's dtype: no fp32 master copy",
+        "precision.weights": "bitsandbytes loads nf4 (load_in_4bit) or int8 (load_in_8bit); a LoRA's frozen base "
+                             "loads in the bf16/fp16 flag's dtype",
         "precision.gradients": "gradients are in the parameters' dtype",
         "precision.optimizer_state": "optimizer states follow the optimizer named",
         "precision.quant_group_size": "bitsandbytes NF4 blocks are 64 values",

@@ -32,6 +32,11 @@ ATTENTION_FRACTION_OF_MATMUL = 0.6
 # Where a user's catalog gives no measured matmul fraction: the median of the measured fractions in the project's
 # catalog (its sources per GPU), stated in every plan that uses it.
 DEFAULT_MATMUL_EFFICIENCY = 0.79
+# Where a GPU's float8 fraction is unmeasured but its 16-bit one is: that fraction × the median ratio of the float8
+# to the 16-bit fraction over the catalog's GPUs measured both (nine: H100 0.89, H200 0.91, B200 0.97, ...). Its own
+# 16-bit fraction carries its software's maturity (MI300X's 0.51): the catalog's median float8 fraction would plan
+# an MI300X's float8 at 3.1 × its bf16 rate, where the peaks differ by 2.
+FP8_FRACTION_OF_16BIT = 0.91
 # Bus bandwidth of large collectives as a fraction of the per-direction link, where the catalog has no measured
 # all-reduce bus bandwidth (bench/data/gpu-perf-research.md, "General constants"): NVLink rings 0.76-0.82
 # (A100 234.9/300, H200 367.6/450, B200 682.2/900; the NCCL maintainer: "protocol overhead (~20 %)"), a PCIe
@@ -81,6 +86,10 @@ def rates(gpu: Gpu, dtype: str) -> Rates | None:
         return None
     fraction = gpu.fp8_matmul_efficiency if dtype == "fp8" else gpu.matmul_efficiency
     source = gpu.perf_source or "no measurement in the catalog"
+    if fraction is None and dtype == "fp8" and gpu.matmul_efficiency is not None:
+        fraction = gpu.matmul_efficiency * FP8_FRACTION_OF_16BIT
+        source = (f"float8 unmeasured: its 16-bit fraction {gpu.matmul_efficiency:.2f} × {FP8_FRACTION_OF_16BIT}, the "
+                  f"catalog's median float8-to-16-bit ratio ({source})")
     if fraction is None:
         fraction, source = DEFAULT_MATMUL_EFFICIENCY, "default: the median measured fraction of the project's catalog"
     attention_dtype = "bf16" if dtype == "fp8" and gpu.bf16_tflops else "fp16" if dtype == "fp8" else dtype

@@ -56,6 +56,7 @@ class _Work:
     other_gemms: tuple[Gemm, ...]  # the output head and LoRA adapters, forward
     attention_flops: float  # the stage's attention cores, forward
     elementwise_bytes: float  # the stage's layers, forward
+    fp8_cast_bytes: tuple[float, float, float]  # the stage's layers' float8 casts (LayerWork's)
     loss_bytes: float
     dequant_bytes: float  # quantized frozen weights made 16-bit again, per pass
     frozen: bool  # the base weights get no weight gradient (LoRA, QLoRA)
@@ -69,11 +70,11 @@ _WORK = Memo(4096)  # _work_of by the plan parts it reads (see _work)
 
 
 def _work(plan: Plan) -> _Work:
-    """The plan's work, kept by what it reads: the model's cut (with the adapters), the precision, the micro-batch's
-    tokens and their split, and the attention, compile and loss settings (the same for every GPU type, count,
-    ZeRO stage and recomputation a search tries)."""
+    """The plan's work, kept by what it reads: the model's cut (with the adapters), the framework (its float8
+    casts), the precision, the micro-batch's tokens and their split, and the attention, compile and loss settings
+    (the same for every GPU type, count, ZeRO stage and recomputation a search tries)."""
     par, tech, wl, lay = plan.parallelism, plan.techniques, plan.workload, layout(plan)
-    key = (lay, plan.precision, tech.attention, tech.compiled_blocks, tech.loss, wl.micro_batch_size,
+    key = (lay, plan.framework, plan.precision, tech.attention, tech.compiled_blocks, tech.loss, wl.micro_batch_size,
            wl.sequence_length, par.context, par.sequence_parallel)
     return remembered(_WORK, key, partial(_work_of, plan, lay))
 
@@ -94,6 +95,7 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
                               *_adapter_gemms(plan, lay, tokens, dense + moe)),
                  attention_flops=sum(n * w.attention_flops for n, w in works),
                  elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
+                 fp8_cast_bytes=tuple(sum(n * w.fp8_cast_bytes[i] for n, w in works) for i in range(3)),
                  loss_bytes=tokens * vocab * LOSS_BYTES[plan.techniques.loss],
                  dequant_bytes=_dequant_bytes(plan, lay, dense + moe), frozen=wl.task in ADAPTER_TASKS,
                  dense_layers=dense, moe_layers=moe, params=params, trainable=trainable)
@@ -119,14 +121,18 @@ def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
     attention = w.attention_flops / r.attention_flops
     elementwise = w.elementwise_bytes / r.hbm_bytes
     dequant = w.dequant_bytes / r.hbm_bytes
+    activation_casts, weight_casts, backward_casts = w.fp8_cast_bytes
+    par = plan.parallelism  # a weight all-gathered in float8 is cast on its shard
+    weight_casts /= par.data * par.context if plan.precision.fp8_all_gather else 1
+    casts = (activation_casts + weight_casts) / r.hbm_bytes
     grads = 0 if w.frozen else 1  # frozen weights get no weight gradient: backward is the input gradient alone
     # (LoRA adapters are small: their backward is taken as twice their forward with the head's)
     return _MicroBatch(forward_compute=layer_mm + other_mm + attention,
                        backward_compute=(1 + grads) * layer_mm + 2 * other_mm + ATTENTION_BACKWARD * attention,
-                       forward_memory=elementwise + w.loss_bytes / r.hbm_bytes + dequant,
-                       backward_memory=BACKWARD_ELEMENTWISE * elementwise + dequant,
+                       forward_memory=elementwise + casts + w.loss_bytes / r.hbm_bytes + dequant,
+                       backward_memory=BACKWARD_ELEMENTWISE * elementwise + backward_casts / r.hbm_bytes + dequant,
                        recompute=_recompute_s(plan, layer_mm + attention, attention, gemms_s(w.op_sac_gemms, r)[0],
-                                              elementwise + dequant),
+                                              elementwise + casts + dequant),
                        flops=(2 + grads) * layer_flops + 3 * other_flops + 3 * w.attention_flops,
                        layers=w.dense_layers + w.moe_layers, tp_side_s=tuple(gemms_s(side, r)[0] for side in w.tp_sides))
 

@@ -46,6 +46,23 @@ BACKWARD_ELEMENTWISE = 2.0
 ATTENTION_BACKWARD = 2.5
 
 
+# Float8 training's casts, bytes per element of each matmul operand:
+# - torchao.float8's dynamic scaling (hp_tensor_to_float8_dynamic; torchtitan and the PyTorch-native stacks): a
+#   cast takes the tensor's amax (a reduction reading its 16-bit elements: 2 B), then scales it and writes 8 bits
+#   (r2 w1): 5 B per orientation; torch.compile fuses the amax into the kernel that produced the tensor: 3 B. The
+#   backward's matmuls take each operand in the other orientation: tensorwise scales serve both, so that is a
+#   copy of the 8-bit tensor (r1 w1: 2 B); rowwise, MXFP8 and NVFP4 scale along the other axis: a second cast.
+# - Transformer Engine (Megatron): the kernel that produces an operand (LayerNormLinear's norm, the fused
+#   activation, the gradient's bias/activation backward) writes it in 8 bits, both orientations at once
+#   (cast_transpose) from an amax known beforehand (delayed scaling's history, or the producer's own reduction):
+#   w1 per orientation and no extra read.
+FP8_CAST_BYTES = {"torchao": ((5, 3), 2), "transformer_engine": ((1, 1), 1)}  # ((eager, compiled), the other
+# orientation where the scales serve both; a second cast otherwise)
+# The stacks whose float8 is torchao's (torchtitan's and torchtune's quantize converters, axolotl's torchao
+# integration); the others (Megatron, NeMo, DeepSpeed, accelerate's default TE backend, and the generic plan,
+# as most published float8 runs) cast in their producers' kernels.
+TORCHAO_FP8 = ("torchtitan", "torchtune", "axolotl")
+
 # A matmul of a step: (how many, tokens, k, n, bytes per element)
 Gemm = tuple[float, float, int, int, int]
 MLP_PROJECTIONS = {"gate", "up", "down"}
@@ -63,6 +80,8 @@ class LayerWork:
     gemms: tuple[Gemm, ...]  # projections (and experts, and the router)
     op_sac_gemms: tuple[Gemm, ...]  # those op-level selective checkpointing runs again
     tp_sides: TpSides  # the matmuls beside each tensor-parallel collective (TP_SIDES)
+    fp8_cast_bytes: tuple[float, float, float]  # bytes float8 training's casts move: (forward's of the
+    # activations, forward's of the weights, backward's)
     attention_flops: float  # the attention core (QKᵀ, PV)
     elementwise_bytes: float
 
@@ -120,6 +139,22 @@ def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[tuple[Gemm, ...]
     return tuple(gemms), tuple(recomputed), tuple(tuple(side) for side in sides)
 
 
+def fp8_cast_bytes(plan: Plan, gemms: tuple[Gemm, ...]) -> tuple[float, float, float]:
+    """Bytes float8 training's casts move for a layer's matmuls (FP8_CAST_BYTES): the forward casts each
+    matmul's input and weight (returned apart: a weight all-gathered in float8 is cast on its FSDP shard), the
+    backward its output's gradient, and each operand again in the other orientation."""
+    prec = plan.precision
+    if prec.compute != "fp8":
+        return 0.0, 0.0, 0.0
+    casts, transpose = FP8_CAST_BYTES["torchao" if plan.framework in TORCHAO_FP8 else "transformer_engine"]
+    cast = casts[1 if plan.techniques.compiled_blocks else 0]
+    other = transpose if prec.fp8_recipe == "tensorwise" else cast
+    inputs = sum(c * t * k for c, t, k, _, _ in gemms)
+    weights = sum(c * k * n for c, _, k, n, _ in gemms)
+    grads = sum(c * t * n for c, t, _, n, _ in gemms)
+    return cast * inputs, cast * weights, other * (inputs + weights) + (cast + other) * grads
+
+
 def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
     """One layer's forward on one GPU: `tokens` queries (after context parallelism), each attending to `keys`
     keys on average."""
@@ -135,7 +170,7 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
     if moe:
         per_token += MOE_PERMUTE_BYTES_PER_ELEMENT * (m.experts_per_token + 1) * m.hidden_size
     gemms, op_sac_gemms, tp_sides = _projections(plan, tokens, moe)
-    return LayerWork(gemms=gemms, op_sac_gemms=op_sac_gemms, tp_sides=tp_sides,
+    return LayerWork(gemms=gemms, op_sac_gemms=op_sac_gemms, tp_sides=tp_sides, fp8_cast_bytes=fp8_cast_bytes(plan, gemms),
                      attention_flops=2 * (q + out) * tokens * keys, elementwise_bytes=per_token * tokens)
 
 
