@@ -3,26 +3,28 @@
 Rows with a stated batch (gpt-fast's batch-1 table, TensorRT-LLM v0.6.1's static-batch table) become inference
 plans by general rules (`plan_of`); the prediction is the model's generated tokens per second (per GPU or for
 the server, as the row states). Rows of max-throughput runs with no fixed batch are listed, not compared.
+Beside it, the peer rule (`roofline`): decode as a pure weight-bandwidth roofline.
 
-    python bench/serving.py
+    python bench/serving.py     # table, then the errors' statistics by source, engine, GPU and dense/MoE
 """
 
 from __future__ import annotations
 
 import csv
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import p90  # noqa: E402
+from stats import ALL, error_table, groups  # noqa: E402
 
-from planner.catalog import load_catalog  # noqa: E402
+from planner.catalog import Gpu, load_catalog  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
+from planner.memory.inference import kv_cache_bytes, weight_bytes  # noqa: E402
 from planner.perf import throughput  # noqa: E402
+from planner.plan import Plan  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "serving.csv"
 # the preset of each checkpoint family the rows name
@@ -30,6 +32,10 @@ PRESETS = {"Llama-2-7b": "llama-2-7b", "Llama-2-70b": "llama-2-70b", "Llama-3.1-
            "Llama-3.1-70B": "llama-3.1-70b", "Llama-3.1-405B": "llama-3.1-405b"}
 # gpt-fast's generate.py generates 200 tokens unless told otherwise (its README does not say)
 GPT_FAST_OUTPUT_TOKENS = 200
+# The peer rule, the rule of thumb for generation speed: every decode step reads each GPU's weights and each
+# sequence's KV cache (at the mean decode length) once, at this fraction of the datasheet HBM bandwidth; prefill,
+# matmul time and communication are left out.
+ROOFLINE_BANDWIDTH_FRACTION = 0.8
 
 
 def _preset(hf_id: str) -> str | None:
@@ -48,7 +54,19 @@ def plan_of(row: dict) -> dict:
             "parallelism": {"tensor": int(row["tensor_parallel"])}, "hardware": {"gpu": row["gpu"]}}
 
 
-def run() -> tuple[list[dict], list[tuple[str, str]]]:
+def roofline(plan: Plan, gpu: Gpu) -> float:
+    """The peer rule's generated tokens per second per GPU: a replica's batch of tokens per decode step, the step
+    reading each GPU's share of the weights and of the cache in parallel."""
+    inf = plan.workload.inference
+    mean_context = inf.prompt_tokens + inf.output_tokens // 2
+    step_bytes = weight_bytes(plan)[0] + inf.batch_size * kv_cache_bytes(plan, mean_context)
+    bandwidth = ROOFLINE_BANDWIDTH_FRACTION * gpu.memory_bandwidth_tb_per_s * 1e12
+    return inf.batch_size * bandwidth / step_bytes / plan.parallelism.tensor
+
+
+def run(peer: bool = False) -> tuple[list[dict], list[tuple[str, str]]]:
+    """The compared rows and the skipped ones with why; with `peer`, each row also has its source, whether the
+    model is MoE and the peer rule's error (tests/snapshot.py records the rows without them)."""
     catalog = load_catalog()
     rows, skipped = [], []
     for row in csv.DictReader(DATA.open()):
@@ -63,31 +81,39 @@ def run() -> tuple[list[dict], list[tuple[str, str]]]:
         except PlanError as exc:
             skipped.append((row["id"], str(exc)))
             continue
-        speed = throughput(plan, catalog[row["gpu"]])
-        predicted = speed.output_tokens_per_second_per_gpu * (plan.parallelism.tensor if row["per"] == "server" else 1)
+        gpu = catalog[row["gpu"]]
+        gpus = plan.parallelism.tensor if row["per"] == "server" else 1  # the GPUs the row's figure is for
+        predicted = throughput(plan, gpu).output_tokens_per_second_per_gpu * gpus
         measured = float(row["output_tokens_per_s"])
         rows.append({"row": row["id"], "engine": row["engine"], "model": row["model"], "gpu": row["gpu"],
                      "tensor": plan.parallelism.tensor, "weights": row["weights_dtype"],
                      "batch": plan.workload.inference.batch_size, "per": row["per"], "measured": measured,
                      "predicted": predicted, "error": predicted / measured - 1})
+        if peer:
+            rows[-1] |= {"source": row["source_id"], "moe": bool(plan.model.num_experts),
+                         "roofline": roofline(plan, gpu) * gpus / measured - 1}
     return rows, skipped
 
 
+def table(rows: list[dict]) -> str:
+    """The errors' statistics, the planner's beside the peer rule's, over every row, per source, per engine, per
+    GPU type and for dense and MoE rows."""
+    grouped = groups(rows, lambda r: f"source {r['source']}", lambda r: f"engine {r['engine']}",
+                     lambda r: f"GPU {r['gpu']}", lambda r: "MoE rows" if r["moe"] else "dense rows")
+    return error_table(grouped, [("planner", "error", ALL), ("bandwidth roofline", "roofline", ALL)])
+
+
 def main() -> None:
-    rows, skipped = run()
-    print("| row | engine | model | GPU | TP | weights | batch | tokens/s per | measured | predicted | error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows, skipped = run(peer=True)
+    print("| row | engine | model | GPU | TP | weights | batch | tokens/s per | measured | predicted | error "
+          "| bandwidth roofline error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['row']} | {r['engine']} | {r['model']} | {r['gpu']} | {r['tensor']} | {r['weights']} | "
-              f"{r['batch']} | {r['per']} | {r['measured']:,.1f} | {r['predicted']:,.1f} | {r['error']:+.0%} |")
-    errors = [abs(r["error"]) for r in rows]
-    print(f"\nall: {len(rows)} rows, median |error| {statistics.median(errors):.1%}, p90 {p90(errors):.1%}, "
-          f"signed median {statistics.median(r['error'] for r in rows):+.1%}")
-    for engine in sorted({r["engine"] for r in rows}):
-        errors = sorted(abs(r["error"]) for r in rows if r["engine"] == engine)
-        signed = statistics.median(r["error"] for r in rows if r["engine"] == engine)
-        print(f"\n{engine}: {len(errors)} rows, median |error| {statistics.median(errors):.1%}, max {errors[-1]:.1%}, "
-              f"signed median {signed:+.1%}")
+              f"{r['batch']} | {r['per']} | {r['measured']:,.1f} | {r['predicted']:,.1f} | {r['error']:+.0%} | "
+              f"{r['roofline']:+.0%} |")
+    print()
+    print(table(rows))
     print()
     for row, why in skipped:
         print(f"skipped {row}: {why}")

@@ -4,7 +4,7 @@ Every row is mapped to a plan by the general rules in `plan_of()`: the architect
 the parallelism and batch as published, no per-row values. A row the plan format cannot describe yet is listed
 with the reason. The prediction is the step-time model's tokens per second per GPU; MFU is shown beside.
 
-    python bench/throughput.py          # table, then median and p90 absolute error, by source
+    python bench/throughput.py          # table, then the errors' statistics by source, GPU and dense/MoE
     python bench/throughput.py --write  # and planner/data/time_accuracy.yaml, the figures the recommender states
 """
 
@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import p90  # noqa: E402
+from stats import ALL, error_table, groups  # noqa: E402
 
 import yaml  # noqa: E402
 
@@ -107,11 +108,13 @@ def run() -> tuple[list[dict], list[tuple[str, str]]]:
     return rows, skipped
 
 
-def summary(rows: list[dict], key: str = "error") -> str:
-    errors = [abs(r[key]) for r in rows]
-    signed = statistics.median(r[key] for r in rows)
-    return (f"{len(rows)} rows: median |error| {statistics.median(errors):.1%}, p90 {p90(errors):.1%}, "
-            f"signed median {signed:+.1%}")
+def table(rows: list[dict]) -> str:
+    """The errors' statistics, the planner's beside its peers', over every row, per source, per GPU type and
+    for dense and MoE rows."""
+    grouped = groups(rows, lambda r: f"source {r['source']}", lambda r: f"GPU {r['gpu']}",
+                     lambda r: "MoE rows" if r["moe"] else "dense rows")
+    return error_table(grouped, [("planner", "error", ALL), ("40 % MFU", "rule40", ALL),
+                                 ("llm-analysis", "llm_analysis", ("median",))])
 
 
 def relative_speeds(rows: list[dict]) -> list[dict]:
@@ -137,11 +140,8 @@ def main() -> list[dict]:
               f"{r['measured']:,.0f} | {r['predicted']:,.0f} | {r['error']:+.0%} | {r['mfu_measured'] or '—'} | "
               f"{r['mfu_predicted']:.2f} | {r['bound']} | {r['rule40']:+.0%} | {r['llm_analysis']:+.0%} |")
     print()
-    print("planner, all", summary(rows))
-    print("40 % MFU rule, all", summary(rows, "rule40"))
-    print("llm-analysis defaults, all", summary(rows, "llm_analysis"))
-    for source in sorted({r["source"] for r in rows}):
-        print(source, summary([r for r in rows if r["source"] == source]))
+    print(table(rows))
+    print()
     for row, why in skipped:
         print(f"skipped {row}: {why}")
     pairs = relative_speeds(rows)

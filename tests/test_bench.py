@@ -16,6 +16,7 @@ import allocator_replay  # noqa: E402
 import oracle_check  # noqa: E402
 import serving  # noqa: E402
 import serving_memory  # noqa: E402
+import stats  # noqa: E402
 import throughput  # noqa: E402
 
 
@@ -65,6 +66,48 @@ def test_serving_compares_every_fixed_batch_row():
     assert all(why == "a max-throughput run: no fixed batch" for _, why in skipped)
     errors = [abs(r["error"]) for r in rows]
     assert statistics.median(errors) < 0.25  # measured 15.8 % when the serving bench landed
+
+
+def test_the_error_table_works_out_each_groups_statistics():
+    """Six hand-made rows. The p90 of n values is the one at round(0.9 (n − 1)) in sorted order: the 5th of 6
+    (round(4.5) is 4), the largest of 2, 3 or 4."""
+    rows = [{"source": "a", "gpu": "x", "error": 0.10, "peer": -0.40},
+            {"source": "a", "gpu": "y", "error": -0.30, "peer": 0.20},
+            {"source": "a", "gpu": "y", "error": 0.05, "peer": 0.00},
+            {"source": "b", "gpu": "x", "error": 0.50, "peer": 0.10},
+            {"source": "b", "gpu": "y", "error": -0.20, "peer": -0.10},
+            {"source": "b", "gpu": "y", "error": 0.60, "peer": 0.30}]
+    grouped = stats.groups(rows, lambda r: f"source {r['source']}", lambda r: f"GPU {r['gpu']}")
+    assert stats.error_table(grouped, [("planner", "error", stats.ALL), ("peer", "peer", ("median", "signed"))]) == (
+        "| group | rows | planner median abs error | planner p90 abs error | planner signed median "
+        "| peer median abs error | peer signed median |\n"
+        "|---|---|---|---|---|---|---|\n"
+        "| all | 6 | 25.0% | 50.0% | +7.5% | 15.0% | +5.0% |\n"
+        "| source a | 3 | 10.0% | 30.0% | +5.0% | 20.0% | +0.0% |\n"
+        "| source b | 3 | 50.0% | 60.0% | +50.0% | 10.0% | +10.0% |\n"
+        "| GPU x | 2 | 30.0% | 50.0% | +30.0% | 25.0% | -15.0% |\n"
+        "| GPU y | 4 | 25.0% | 60.0% | -7.5% | 15.0% | +10.0% |")
+
+
+def test_throughput_table_has_a_line_per_source_gpu_and_dense_or_moe():
+    rows, _ = throughput.run()
+    lines = {line.split(" | ")[0][2:]: line for line in throughput.table(rows).splitlines()[2:]}
+    assert {"all", "source foundry", "GPU b200-180gb", "GPU a100-40gb", "MoE rows", "dense rows"} <= set(lines)
+    counts = {name: int(line.split(" | ")[1]) for name, line in lines.items()}
+    assert counts["all"] == len(rows) == counts["MoE rows"] + counts["dense rows"]
+    assert sum(n for name, n in counts.items() if name.startswith("GPU ")) == len(rows)
+
+
+def test_serving_peer_rule_is_the_bandwidth_roofline():
+    assert "roofline" not in serving.run()[0][0]  # tests/snapshot.py records the rows without the peer's
+    rows = {r["row"]: r for r in serving.run(peer=True)[0]}
+    # batch 1 on one GPU in bf16: the planner's decode is HBM-bound too, and its prefill of 5 tokens is nothing
+    for row in ("s001", "s006"):
+        assert abs(rows[row]["roofline"] - rows[row]["error"]) < 0.02
+    # batch 1024 at TP 2: the matmuls bind, which the rule leaves out
+    assert rows["s018"]["roofline"] > 5 * rows["s018"]["error"] > 1
+    table = serving.table(list(rows.values()))
+    assert "| engine gpt-fast | 13 |" in table and "| dense rows | 25 |" in table and "MoE rows" not in table
 
 
 def test_serving_memory_plans_every_row_it_can_and_holds_vllm_011_budgets():
