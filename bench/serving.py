@@ -5,7 +5,8 @@ plans by general rules (`plan_of`); the prediction is the model's generated toke
 the server, as the row states). Rows of max-throughput runs with no fixed batch are listed, not compared.
 Beside it, the peer rule (`roofline`): decode as a pure weight-bandwidth roofline.
 
-    python bench/serving.py     # table, then the errors' statistics by source, engine, GPU and dense/MoE
+    python bench/serving.py          # table, then the errors' statistics by source, engine, GPU and dense/MoE
+    python bench/serving.py --write  # and planner/data/serving_accuracy.yaml, the band the serving time states
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stats import ALL, error_table, groups  # noqa: E402
+from stats import ALL, band, error_table, groups  # noqa: E402
 
+import yaml  # noqa: E402
+
+from planner.accuracy import SERVING_ACCURACY_PATH  # noqa: E402
 from planner.catalog import Gpu, load_catalog  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
@@ -103,7 +107,19 @@ def table(rows: list[dict]) -> str:
     return error_table(grouped, [("planner", "error", ALL), ("bandwidth roofline", "roofline", ALL)])
 
 
-def main() -> None:
+def serving_accuracy(rows: list[dict]) -> dict:
+    """What planner/data/serving_accuracy.yaml holds: the band of the generation rows' errors."""
+    return {"classes": {"generation": band([r["error"] for r in rows])}}
+
+
+def write_serving_accuracy(rows: list[dict]) -> None:
+    header = ("# Written by `python bench/serving.py --write` from bench/data/serving.csv: how far the serving time\n"
+              "# model's generated tokens/s has been off (predicted / measured - 1, in percent) over the fixed-batch\n"
+              "# rows. planner/accuracy.py reads it.\n")
+    SERVING_ACCURACY_PATH.write_text(header + yaml.safe_dump(serving_accuracy(rows), sort_keys=False))
+
+
+def main() -> list[dict]:
     rows, skipped = run(peer=True)
     print("| row | engine | model | GPU | TP | weights | batch | tokens/s per | measured | predicted | error "
           "| bandwidth roofline error |")
@@ -117,7 +133,10 @@ def main() -> None:
     print()
     for row, why in skipped:
         print(f"skipped {row}: {why}")
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    measured = main()
+    if "--write" in sys.argv:
+        write_serving_accuracy(measured)

@@ -20,6 +20,23 @@ STATISTICS: dict[str, tuple[str, Callable[[list[float]], float]]] = {
 ALL = ("median", "p90", "signed")
 
 
+def quantile(values: list[float], q: float) -> float:
+    """The nearest-rank q-quantile (the rule of accuracy.p90, which is quantile(|e|, 0.9))."""
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def band(errors: list[float]) -> dict:
+    """What planner/accuracy.py's TimeBand reads for a class of runs, in percent: the median and the p90 of
+    |error|, the signed median, and the 10th and 90th percentiles of the signed error (8 runs in 10 between)."""
+    def pct(x: float) -> float:
+        return round(100 * x, 1)
+
+    return {"rows": len(errors), "median_pct": pct(statistics.median(map(abs, errors))),
+            "p90_pct": pct(p90([abs(e) for e in errors])), "signed_pct": pct(statistics.median(errors)),
+            "low_pct": pct(quantile(errors, 0.1)), "high_pct": pct(quantile(errors, 0.9))}
+
+
 def groups(rows: list[dict], *labels: Callable[[dict], str]) -> list[tuple[str, list[dict]]]:
     """("all", every row), then for each labelling one group per name it gives a row, names in sorted order."""
     out = [("all", rows)]

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import p90  # noqa: E402
-from stats import ALL, error_table, groups  # noqa: E402
+from stats import ALL, band, error_table, groups  # noqa: E402
 
 import yaml  # noqa: E402
 
@@ -159,24 +159,25 @@ def main() -> list[dict]:
 
 
 def time_accuracy(rows: list[dict]) -> dict:
-    """What planner/data/time_accuracy.yaml holds: the errors over every row, of the GPU pairs, of MoE rows."""
+    """What planner/data/time_accuracy.yaml holds: the errors over every row, of the GPU pairs, and per class of
+    run (dense and MoE training: bench/stats.py's band)."""
     def pct(x: float) -> float:
         return round(100 * x, 1)
 
     errors, pairs = [abs(r["error"]) for r in rows], relative_speeds(rows)
-    moe = [r["error"] for r in rows if r["moe"]]
+    classes = {kind: [r["error"] for r in rows if r["moe"] == moe] for kind, moe in
+               (("dense training", False), ("MoE training", True))}
     return {"rows": len(rows), "median_pct": pct(statistics.median(errors)), "p90_pct": pct(p90(errors)),
             "signed_pct": pct(statistics.median(r["error"] for r in rows)), "pairs": len(pairs),
             "pair_median_pct": pct(statistics.median(abs(p["predicted"] / p["measured"] - 1) for p in pairs)),
             "gpus": sorted({r["gpu"] for r in rows}), "vendors": sorted({r["vendor"] for r in rows}),
-            "moe_rows": len(moe), "moe_median_pct": pct(statistics.median(map(abs, moe))) if moe else None,
-            "moe_signed_pct": pct(statistics.median(moe)) if moe else None}
+            "classes": {kind: band(e) for kind, e in classes.items() if e}}
 
 
 def write_time_accuracy(rows: list[dict]) -> None:
     header = ("# Written by `python bench/throughput.py --write` from bench/data/throughput.csv: how far the step-time\n"
               "# model's training tokens/s per GPU has been off (predicted / measured - 1, in percent), over every\n"
-              "# row, on the speed ratio of two GPU types running the same job, and on MoE rows; the GPUs and\n"
+              "# row, on the speed ratio of two GPU types running the same job, and per class of run; the GPUs and\n"
               "# vendors some published run measured. planner/accuracy.py reads it.\n")
     TIME_ACCURACY_PATH.write_text(header + yaml.safe_dump(time_accuracy(rows), sort_keys=False))
 

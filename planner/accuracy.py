@@ -14,7 +14,8 @@ from typing import Literal
 
 from planner.loader import load_data_file
 from planner.memory import Estimate
-from planner.units import format_bytes
+from planner.plan import Plan
+from planner.units import format_bytes, format_seconds
 
 ACCURACY_PATH = Path(__file__).parent / "data" / "accuracy.yaml"
 WorkloadClass = Literal["full training", "adapters", "generation"]
@@ -62,6 +63,23 @@ def confidence_note(est: Estimate) -> str:
 
 # --- The time model ------------------------------------------------------------------------------------------
 TIME_ACCURACY_PATH = Path(__file__).parent / "data" / "time_accuracy.yaml"
+SERVING_ACCURACY_PATH = Path(__file__).parent / "data" / "serving_accuracy.yaml"
+TimeClass = Literal["dense training", "MoE training", "generation"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeBand:
+    """How far the time model has been off on one class of published runs, in percent (bench/stats.py's band).
+    An error is predicted tokens/s over measured, less one: above 0 the model was too fast, and the measured
+    time was (1 + error) × the model's."""
+
+    kind: TimeClass
+    rows: int
+    median_pct: float  # median |error|
+    p90_pct: float
+    signed_pct: float
+    low_pct: float  # 10th percentile of the signed error
+    high_pct: float  # 90th percentile: 8 runs in 10 between low and high
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,16 +96,13 @@ class TimeAccuracy:
     pair_median_pct: float  # median |error| of the predicted speed ratio of the two
     gpus: tuple[str, ...]  # GPU ids some published run measured
     vendors: tuple[str, ...]
-    moe_rows: int
-    moe_median_pct: float | None
-    moe_signed_pct: float | None
 
     @property
     def moe(self) -> str:
-        if not self.moe_rows:
+        band = time_bands().get("MoE training")
+        if band is None:
             return "checked against no published MoE run"
-        return (f"{self.moe_median_pct:.0f} % off at the median ({self.moe_signed_pct:+.0f} % signed) on "
-                f"{self.moe_rows} published MoE runs")
+        return f"{band.median_pct:.0f} % off at the median ({band.signed_pct:+.0f} % signed) on {band.rows} published MoE runs"
 
     def vendor_note(self, vendor: str) -> str:
         return ("other GPUs of its vendor were checked" if vendor in self.vendors else
@@ -97,4 +112,42 @@ class TimeAccuracy:
 @cache
 def time_accuracy() -> TimeAccuracy:
     raw = load_data_file(TIME_ACCURACY_PATH)
+    raw = {key: value for key, value in raw.items() if key != "classes"}
     return TimeAccuracy(**{**raw, "gpus": tuple(raw["gpus"]), "vendors": tuple(raw["vendors"])})
+
+
+@cache
+def time_bands() -> dict[str, TimeBand]:
+    """Every class's band: training's from time_accuracy.yaml, generation's from serving_accuracy.yaml."""
+    classes = {**load_data_file(TIME_ACCURACY_PATH)["classes"], **load_data_file(SERVING_ACCURACY_PATH)["classes"]}
+    return {kind: TimeBand(kind=kind, **values) for kind, values in classes.items()}
+
+
+def time_class(plan: Plan) -> TimeClass:
+    if plan.workload.task == "inference":
+        return "generation"
+    return "MoE training" if plan.model.num_experts else "dense training"
+
+
+def likely_seconds(plan: Plan, seconds: float) -> tuple[float, float, TimeBand] | None:
+    """What 8 in 10 published runs of the plan's class would have taken for the model's `seconds`: seconds × (1
+    + the 10th and the 90th percentile of the signed error); None where no run of its class was measured."""
+    band = time_bands().get(time_class(plan))
+    if band is None:
+        return None
+    return seconds * (1 + band.low_pct / 100), seconds * (1 + band.high_pct / 100), band
+
+
+def time_note(plan: Plan, seconds: float, what: str | None = None) -> str:
+    """One line beside a time: how far runs of the plan's class have been off, as a range of `what` it times
+    (one optimizer step, or one batch of generation)."""
+    what = what or ("one batch of generation" if plan.workload.task == "inference" else "one optimizer step")
+    likely = likely_seconds(plan, seconds)
+    if likely is None:
+        return f"No published {time_class(plan)} run checks the time model."
+    low, high, band = likely
+    lean = "fast" if band.signed_pct > 0 else "slow"
+    return (f"Against {band.rows} published {band.kind} runs, the time model was off by {band.median_pct:.1f} % "
+            f"(median), leaning {lean} ({band.signed_pct:+.1f} %); 8 in 10 ran at {1 + band.low_pct / 100:.2f}–"
+            f"{1 + band.high_pct / 100:.2f} × its time: {what} of {format_seconds(seconds)} is likely "
+            f"{format_seconds(low)}–{format_seconds(high)}.")

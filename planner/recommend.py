@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal, get_args
 
-from planner.accuracy import time_accuracy
+from planner.accuracy import likely_seconds, time_accuracy
 from planner.catalog import (Catalog, Gpu, Offering, Price, PriceKind, ProviderClass, generic_offering, load_catalog,
                              offering_view, plan_gpu)
 from planner.errors import PlanError, bad
@@ -230,8 +230,10 @@ class Recommendation:
         return out
 
     def caveats(self, c: Candidate) -> list[str]:
-        """Where the time model is least sure of this candidate (measured against published runs)."""
-        return time_caveats(c.plan, c.gpu)
+        """Where the time model is least sure of this candidate (measured against published runs), and the job
+        time 8 in 10 published runs of its class would have taken."""
+        band = [] if self.serving else [job_time_caveat(c, self.options.deadline_hours)]
+        return time_caveats(c.plan, c.gpu) + [line for line in band if line]
 
 
 def _by_hour(options: SearchOptions, serving: bool) -> bool:
@@ -242,6 +244,19 @@ def _by_hour(options: SearchOptions, serving: bool) -> bool:
 def _metric(options: SearchOptions, serving: bool):
     """The cost a candidate is ranked by."""
     return (lambda c: c.usd_per_hour) if _by_hour(options, serving) else (lambda c: c.job_usd)
+
+
+def job_time_caveat(c: Candidate, deadline_hours: float | None) -> str | None:
+    """The candidate's job time as 8 in 10 published runs of its class came out (planner/accuracy.py), and
+    whether its slow end misses the deadline."""
+    likely = likely_seconds(c.plan, c.job_hours * 3600)
+    if likely is None:
+        return None
+    low, high, band = likely
+    late = deadline_hours is not None and high / 3600 > deadline_hours
+    return (f"8 in 10 published {band.kind} runs took {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × "
+            f"the time model's time: this job likely takes {format_hours(low / 3600)}–{format_hours(high / 3600)}"
+            + (f", past the deadline ({format_hours(deadline_hours)}) at the slow end" if late else ""))
 
 
 def time_caveats(plan: Plan, gpu: Gpu) -> list[str]:

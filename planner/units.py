@@ -51,3 +51,8 @@ def format_hours(hours: float) -> str:
     if hours < 1:
         return f"{hours * 60:,.0f} min"
     return f"{hours:,.1f} h" if hours < 48 else f"{hours / 24:,.1f} days"
+
+
+def format_seconds(seconds: float) -> str:
+    """A step's or a batch's time: "0.534 s", "12.3 s"; from a minute on in format_hours' units."""
+    return f"{seconds:.3g} s" if seconds < 60 else format_hours(seconds / 3600)

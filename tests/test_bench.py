@@ -8,7 +8,8 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from planner.accuracy import accuracy_table  # noqa: E402
+from planner.accuracy import SERVING_ACCURACY_PATH, TIME_ACCURACY_PATH, accuracy_table  # noqa: E402
+from planner.loader import load_data_file  # noqa: E402
 from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
 
 import accuracy  # noqa: E402
@@ -136,3 +137,17 @@ def test_allocator_replay_reproduces_its_recorded_rows_and_the_planner_takes_the
     for expandable, mode in ((False, "default"), (True, "expandable")):
         assert RESERVE_FRACTION[expandable] == round(medians[f"{mode}_reserve"], 2)
         assert LEAST_FRACTION[expandable] == round(medians[f"{mode}_least"], 2)
+
+
+def test_the_time_bands_the_planner_quotes_are_the_benchs_current_figures():
+    """planner/data/time_accuracy.yaml and serving_accuracy.yaml are what `--write` would write now."""
+    assert load_data_file(TIME_ACCURACY_PATH) == throughput.time_accuracy(throughput.run()[0])
+    assert load_data_file(SERVING_ACCURACY_PATH) == serving.serving_accuracy(serving.run()[0])
+
+
+def test_a_band_by_hand():
+    """Ten errors −0.3 … +0.6: median |e| of 0.1, 0.1, 0.2, 0.2, 0.3, 0.3, 0.4, 0.4, 0.5, 0.6 is 0.3; p90 of |e|
+    the 9th (index round(8.1) = 8) 0.5; signed median (0.2 + 0.3) / 2; 10th and 90th percentiles at indices 1 and 8."""
+    errors = [-0.3, -0.1, 0.1, 0.2, 0.2, 0.3, 0.4, 0.4, 0.5, 0.6]
+    assert stats.band(errors) == {"rows": 10, "median_pct": 30.0, "p90_pct": 50.0, "signed_pct": 25.0,
+                                  "low_pct": -10.0, "high_pct": 50.0}

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 DATA_FILES = {"planner/data/gpu_catalog.yaml", "planner/data/models.yaml", "planner/data/frameworks.yaml",
-              "planner/data/accuracy.yaml"}
+              "planner/data/accuracy.yaml", "planner/data/time_accuracy.yaml", "planner/data/serving_accuracy.yaml"}
 
 
 def _run(*cmd, cwd, env=None):

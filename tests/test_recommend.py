@@ -7,15 +7,17 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import TINY
+from planner.accuracy import time_bands
 from planner.catalog import CATALOG_PATH, Catalog, check_offering, load_catalog, offering_view, parse_catalog
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.perf import job_hours, latency, model_flops_per_token
 from planner.perf.rates import rates
-from planner.recommend import (DEFAULT_JOB_TOKENS, SearchOptions, max_batch_size, max_micro_batch,
+from planner.recommend import (DEFAULT_JOB_TOKENS, SearchOptions, job_time_caveat, max_batch_size, max_micro_batch,
                                max_prompt_tokens, max_sequence_length, min_gpus, recommend)
 from planner.strategies import Limits, StrategySearch
+from planner.units import format_hours
 
 CATALOG = load_catalog()
 H100 = dict(yaml.safe_load(CATALOG_PATH.read_text())["gpus"][0])
@@ -115,6 +117,23 @@ def test_hand_worked_frontier_and_deadline_on_a_three_gpu_catalog():
     assert [(c.gpu.id, c.count) for c in every.candidates][5:] == [("c", 2), ("a", 1), ("c", 1)]  # fastest first
     missed = recommend(plan, catalog, SearchOptions(mfu=0.4, deadline_hours=t_hours / 64))
     assert not missed.best.meets_deadline and (missed.best.gpu.id, missed.best.count) == ("b", 16)
+
+
+def test_the_job_time_band_says_when_its_slow_end_misses_the_deadline():
+    """On the three-GPU catalog with no deadline C ×2 wins in T/2: 8 in 10 dense training runs took (1 + low) to
+    (1 + high) × the model's time; a deadline between the model's time and the slow end is missed there."""
+    catalog = _three_gpu_catalog()
+    plan = tiny(workload={"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 64,
+                          "train_tokens": 10**12})
+    best = recommend(plan, catalog, SearchOptions(mfu=0.4, deadline_hours=None)).best
+    band = time_bands()["dense training"]
+    slow = best.job_hours * (1 + band.high_pct / 100)
+    line = job_time_caveat(best, deadline_hours=None)
+    assert line == (f"8 in 10 published dense training runs took {1 + band.low_pct / 100:.2f}–"
+                    f"{1 + band.high_pct / 100:.2f} × the time model's time: this job likely takes "
+                    f"{format_hours(best.job_hours * (1 + band.low_pct / 100))}–{format_hours(slow)}")
+    assert job_time_caveat(best, deadline_hours=(best.job_hours + slow) / 2).endswith("at the slow end")
+    assert not job_time_caveat(best, deadline_hours=slow * 1.01).endswith("at the slow end")
 
 
 def test_a_single_gpu_instance_never_spans_and_whole_instances_are_paid():
@@ -299,7 +318,10 @@ def test_the_project_catalog_answers_with_the_whole_catalog_and_says_where_the_m
     mi300x = next(c for c in rec.candidates if c.gpu.id == "mi300x-192gb")
     assert any("no run on any AMD GPU" in line for line in rec.caveats(mi300x))
     h100 = next(c for c in rec.candidates if c.gpu.id == "h100-sxm-80gb")
-    assert not rec.caveats(h100)  # published runs check the H100's time
+    # published runs check the H100's time: only the band of their errors is said
+    band = time_bands()["dense training"]
+    assert [line.split(" × ")[0] for line in rec.caveats(h100)] == [
+        f"8 in 10 published dense training runs took {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f}"]
     for tie in rec.ties():
         assert tie.job_usd <= rec.best.job_usd * (1 + rec.tie_band) and tie.gpu.id != rec.best.gpu.id
 

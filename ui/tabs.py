@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from planner.accuracy import confidence_note
+from planner.accuracy import confidence_note, time_note
 from planner.catalog import Catalog, PriceKind, ProviderClass
 from planner.codec import plan_from_yaml, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
@@ -155,6 +155,7 @@ def timing(plan: Plan, time: StepTime | None) -> None:
         st.info("No time estimate: the GPU has no tensor cores for the plan's compute dtype.")
         return
     st.caption(time.efficiency_note)
+    st.caption(time_note(plan, time.step_time_s))
     st.altair_chart(time_chart(time), width="stretch")
     st.dataframe(pd.DataFrame([{"item": i.label, "seconds": round(i.seconds, 5), "hidden s": round(i.hidden_s, 5),
                                 "formula": i.formula, "note": i.note} for i in time.items]),
