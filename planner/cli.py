@@ -117,6 +117,9 @@ def _recommend_arguments(rec: argparse.ArgumentParser) -> None:
     rec.add_argument("--top", type=int, default=10, help="candidates to show (default 10)")
     rec.add_argument("--deadline", default="30d", metavar="DURATION",
                      help="finish within, e.g. 30d, 72h, 2w, or 'none' for the cheapest at any speed (default 30d)")
+    rec.add_argument("--deadline-at", choices=("model", "slow-end"), default="model",
+                     help="check the deadline against the time model's job time (default), or against the slow end "
+                          "of what published runs of the plan's kind took (8 in 10 at most that slow)")
     rec.add_argument("--max-gpus", type=int, default=MAX_GPUS, metavar="N", help="the most GPUs to plan")
     rec.add_argument("--price-kind", choices=get_args(PriceKind), default="on_demand",
                      help="which of an offering's prices to pay (default on_demand)")
@@ -343,7 +346,8 @@ def _search_options(args: argparse.Namespace) -> SearchOptions:
     if args.top < 1:
         raise bad("--top", args.top, "must be at least 1")
     mfu, mfu_by_gpu = _mfu(args.mfu)
-    return SearchOptions(deadline_hours=duration_hours("--deadline", args.deadline), max_gpus=args.max_gpus,
+    return SearchOptions(deadline_hours=duration_hours("--deadline", args.deadline),
+                         deadline_at=args.deadline_at.replace("-", "_"), max_gpus=args.max_gpus,
                          price_kind=args.price_kind, provider_classes=_listed(args.providers),
                          gpus=_listed(args.gpu_types), requests_per_s=args.rps,
                          output_tokens_per_s=args.tokens_per_s, ttft_s=_seconds("--ttft", args.ttft),

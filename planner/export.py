@@ -270,6 +270,8 @@ def recommendation_to_dict(rec: Recommendation, top: int | None = None) -> dict[
         "job_tokens": rec.job_tokens,
         "job_tokens_source": rec.job_tokens_source,
         "deadline_hours": o.deadline_hours,
+        "deadline_at": o.deadline_at,
+        "model_deadline_hours": rec.model_deadline_hours,
         "price_kind": o.price_kind,
         "time_basis": rec.time_basis,
         "tie_band": rec.tie_band,
@@ -323,6 +325,9 @@ def _question(rec: Recommendation) -> list[str]:
             [f", TTFT ≤ {o.ttft_s:g} s" if o.ttft_s else "", f", TPOT ≤ {o.tpot_s * 1000:g} ms" if o.tpot_s else ""])
     else:
         goal = "no deadline" if o.deadline_hours is None else f"deadline {format_hours(o.deadline_hours)}"
+        if rec.model_deadline_hours != o.deadline_hours and rec.model_deadline_hours is not None:
+            goal += (f" at the slow end of published runs (the time model's job time within "
+                     f"{format_hours(rec.model_deadline_hours)})")
     return [f"job: {rec.job_tokens:,} tokens ({rec.job_tokens_source}); {rec.flops_per_token:.3g} FLOPs/token; "
             f"{rec.time_basis}; {o.headroom:.0%} memory headroom",
             f"{goal}; {prices}; ranked by {'cost per hour' if rec.ranked_by_hour else 'cost of the job'}"]

@@ -56,6 +56,9 @@ SERVING_TOKENS = 10**6  # serving costs are per million generated tokens
 SEARCH_KEYS = ("gpu", "offering", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
                "offload", "micro_batch_size")
 RankBy = Literal["job", "hour"]
+# what the deadline is checked against: the time model's job time, or the slow end of the time band of the plan's
+# class (planner/accuracy.py: 8 in 10 published runs took at most that many times the model's time)
+DeadlineAt = Literal["model", "slow_end"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +67,7 @@ class SearchOptions:
     serving the throughput target and latency bounds. Every field is checked where it is set."""
 
     deadline_hours: float | None = DEFAULT_DEADLINE_HOURS  # None: no deadline, the cheapest at any speed
+    deadline_at: DeadlineAt = "model"
     max_gpus: int = MAX_GPUS
     price_kind: PriceKind = "on_demand"
     # your prices, USD per GPU-hour, by GPU id (every offering of it) or offering id
@@ -104,6 +108,7 @@ class SearchOptions:
             if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 < price <= 10_000:
                 raise bad(f"prices.{key}", price, "must be a positive price in USD per GPU-hour (at most 10,000)")
         check_choice("rank_by", self.rank_by, get_args(RankBy))
+        check_choice("deadline_at", self.deadline_at, get_args(DeadlineAt))
         check_choice("price_kind", self.price_kind, get_args(PriceKind))
         for c in self.provider_classes:
             check_choice("provider_classes", c, get_args(ProviderClass))
@@ -180,6 +185,7 @@ class Recommendation:
     tie_band: float  # candidates within this fraction of the best's cost are ties (the time model's error)
     price_dates: tuple[str, str] | None  # the oldest and newest date of the catalog's prices
     cut_after_s: float | None = None  # the time budget ran out: the best answers found by then
+    model_deadline_hours: float | None = None  # the deadline the model's job time was held to (model_deadline_hours)
 
     @property
     def best(self) -> Candidate | None:
@@ -636,6 +642,18 @@ def _rejection(job: _Job, gpu_id: str, reasons: list[tuple[RejectionKind, str]])
     return Rejection(gpu=gpu, reason=f"{gpu.name}: no offering of the provider classes asked")
 
 
+def model_deadline_hours(plan: Plan, options: SearchOptions) -> float | None:
+    """The deadline the time model's job time must meet: the one asked, or with deadline_at slow_end that over the
+    slow end of the time band of the plan's class, so that 8 in 10 published runs of its kind would have met it
+    (not for serving, nor under an MFU override: the band is the time model's record)."""
+    deadline = options.deadline_hours
+    if deadline is None or options.deadline_at == "model" or options.mfu is not None or \
+            plan.workload.task == "inference":
+        return deadline
+    likely = likely_seconds(plan, 3600.0)  # one hour of the model's time, at the band's ends
+    return deadline if likely is None else deadline * 3600.0 / likely[1]
+
+
 def recommend(plan: Plan, catalog: Mapping[str, Gpu] | None = None,
               options: SearchOptions = SearchOptions()) -> Recommendation:
     """Every offering's cost-time frontier for the plan, ranked: within the deadline the cheapest first (the
@@ -645,7 +663,8 @@ def recommend(plan: Plan, catalog: Mapping[str, Gpu] | None = None,
     _check(plan, catalog, options)
     tokens, source = _job_tokens(plan)
     stop_at = start + options.budget_s if options.budget_s is not None else float("inf")
-    job = _Job(StrategySearch(plan, catalog, options.fixed, stop_at), tokens, options)
+    held = model_deadline_hours(plan, options)
+    job = _Job(StrategySearch(plan, catalog, options.fixed, stop_at), tokens, replace(options, deadline_hours=held))
     gpu_ids = [plan.hardware.gpu] if {"gpu", "offering"} & options.fixed else list(options.gpus or catalog)
     candidates, reasons = _search_all(job, gpu_ids)
     typed = {c.gpu.id for c in candidates}
@@ -657,7 +676,8 @@ def recommend(plan: Plan, catalog: Mapping[str, Gpu] | None = None,
                           job_tokens_source=source,
                           flops_per_token=flops_per_token(base) / (3 if plan.workload.task == "inference" else 1),
                           tie_band=time_accuracy().pair_median_pct / 100, price_dates=catalog.price_dates(),
-                          cut_after_s=round(time.perf_counter() - start, 2) if cut else None)
+                          cut_after_s=round(time.perf_counter() - start, 2) if cut else None,
+                          model_deadline_hours=held)
 
 
 def _rank_key(options: SearchOptions, serving: bool):

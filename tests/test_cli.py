@@ -84,6 +84,10 @@ def test_recommend_deadline_gpu_cap_and_frontier(tmp_path):
     assert none["deadline_hours"] is None and none["recommended"]["job_usd"] <= data["recommended"]["job_usd"]
     capped = run("recommend", str(plan), "--deadline", "1d", "--max-gpus", "8")
     assert "nothing meets the deadline; fastest found: 8 × " in capped.stdout
+    held = json.loads(run("recommend", str(plan), "--deadline", "14d", "--deadline-at", "slow-end", "--format",
+                          "json").stdout)
+    assert held["deadline_at"] == "slow_end" and held["model_deadline_hours"] < held["deadline_hours"] == 14 * 24
+    assert held["recommended"]["job_hours"] <= held["model_deadline_hours"]
 
 
 def test_recommend_with_your_own_offering(tmp_path):

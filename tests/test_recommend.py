@@ -136,6 +136,26 @@ def test_the_job_time_band_says_when_its_slow_end_misses_the_deadline():
     assert not job_time_caveat(best, deadline_hours=slow * 1.01).endswith("at the slow end")
 
 
+def test_a_deadline_held_at_the_slow_end_picks_what_published_runs_would_have_finished():
+    """On the three-GPU catalog by the time model: C ×2 is cheapest, B's fastest is faster. A deadline of the
+    band's slow factor × the mean of the two is met by C ×2 by the model, but held at the slow end (the model's
+    time within the deadline over the slow factor, the mean) only B's fastest meets it."""
+    catalog = _three_gpu_catalog()
+    plan = tiny(workload={"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 64,
+                          "train_tokens": 10**12})
+    every = recommend(plan, catalog, SearchOptions(deadline_hours=None, every_offering=True))
+    cheap, fast = every.best, min((c for c in every.candidates if c.gpu.id == "b"), key=lambda c: c.job_hours)
+    assert (cheap.gpu.id, cheap.count) == ("c", 2) and fast.job_hours < cheap.job_hours
+    slow = 1 + time_bands()["dense training"].high_pct / 100
+    deadline = slow * (cheap.job_hours + fast.job_hours) / 2
+    by_model = recommend(plan, catalog, SearchOptions(deadline_hours=deadline))
+    held = recommend(plan, catalog, SearchOptions(deadline_hours=deadline, deadline_at="slow_end"))
+    assert (by_model.best.gpu.id, by_model.best.count) == ("c", 2) and by_model.model_deadline_hours == deadline
+    assert held.model_deadline_hours == pytest.approx(deadline / slow) and held.best.meets_deadline
+    assert held.best.gpu.id == "b" and held.best.job_hours * slow <= deadline
+    assert not job_time_caveat(held.best, deadline).endswith("at the slow end")
+
+
 def test_a_single_gpu_instance_never_spans_and_whole_instances_are_paid():
     catalog = _three_gpu_catalog()
     plan = plan_from_dict({"model": {"preset": "llama-3.1-70b"}, "workload": {"sequence_length": 2048,
@@ -272,6 +292,7 @@ def test_fixed_keys_price_override_and_rank():
     ({"prices": (("h100-sxm-80gb", -1),)}, "prices.h100-sxm-80gb: -1 must be a positive price in USD per GPU-hour"),
     ({"fixed": frozenset({"gpus"})}, "fixed: 'gpus' is not a searchable key; searchable: gpu, offering, count, "),
     ({"rank_by": "speed"}, "rank_by: 'speed' is not one of: job, hour"),
+    ({"deadline_at": "p90"}, "deadline_at: 'p90' is not one of: model, slow_end"),
     ({"price_kind": "free"}, "price_kind: 'free' is not one of: on_demand, reserved, spot"),
     ({"deadline_hours": 0}, "deadline_hours: 0 must be a number above 0 and at most 1e+07"),
     ({"max_gpus": 0}, "max_gpus: 0 must be an integer from 1 to 1,048,576"),

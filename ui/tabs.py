@@ -70,7 +70,10 @@ def _objective(plan: Plan) -> dict:
         days = c1.number_input("Finish within, days (0: no deadline)", 0.0, 100_000.0, 30.0, 1.0, key="deadline_days",
                                help="The recommendation is the cheapest configuration that trains the job's tokens "
                                     "within this")
-        return {"deadline_hours": days * 24 if days else None}
+        slow = c2.toggle("Meet it at the slow end of published runs", key="deadline_slow_end",
+                         help="Hold the time model's job time to the deadline over the slowest of 8 in 10 published "
+                              "runs of the plan's kind (see the Time tab's band), so the job is likely to finish")
+        return {"deadline_hours": days * 24 if days else None, "deadline_at": "slow_end" if slow else "model"}
     rps = c1.number_input("Requests per second (0: one replica)", 0.0, 1e6, 0.0, key="target_rps",
                           help="The fleet is sized to sustain this many requests of the plan's prompt and output")
     tokens = c1.number_input("or output tokens per second (0: none)", 0.0, 1e9, 0.0, key="target_tokens")
