@@ -92,13 +92,14 @@ def test_a_compute_bound_step_by_hand():
     4096 × 1024, o 4096², gate, up, down 3 × 4096 × 14,336 = 218,103,808 parameters; × 32 layers + the
     head 4096 × 128,256 = 7,504,658,432. Forward matmuls 2 × 4,096 tokens × that = 6.1478e13 FLOPs, × 3 with
     the backward. Attention (causal flash): 2 × (4,096 + 4,096) × 4,096 × 2,048 keys × 32 layers = 4.398e12
-    forward, × 3.5 with FlashAttention's 2.5 × backward, at 0.6 of the GEMM rate. Every matmul here is
-    compute-bound: 989 TFLOP/s × 0.80 measured = 791.2 TFLOP/s; attention 474.7 TFLOP/s."""
+    forward, × 3.5 with FlashAttention's 2.5 × backward, at 0.6 of the GEMM rate, its kernel's fixed work per
+    query block 230 keys' worth beside the 2,048 (× 2,278 / 2,048). Every matmul here is compute-bound:
+    989 TFLOP/s × 0.80 measured = 791.2 TFLOP/s; attention 474.7 TFLOP/s."""
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"sequence_length": 4096}})
     step = step_time(plan, H100)
     compute = next(i for i in step.items if i.name == "compute")
     matmuls = 3 * 2 * 4096 * 7_504_658_432 / 791.2e12
-    attention = 3.5 * 2 * 8192 * 4096 * 2048 * 32 / 474.72e12
+    attention = 3.5 * 2 * 8192 * 4096 * 2048 * 32 / 474.72e12 * 2278 / 2048
     assert compute.seconds == pytest.approx(matmuls + attention, rel=1e-9)
     assert step.step_time_s == pytest.approx(sum(i.seconds for i in step.items))
     assert step.bound == "compute" and step.tokens_per_s_per_gpu == pytest.approx(4096 / step.step_time_s)

@@ -42,7 +42,7 @@ def _prefill_s(plan: Plan, r: Rates) -> tuple[float, float]:
     for n, is_moe in ((dense, False), (moe, True)):
         if n:
             w = layer_work(plan, tokens, keys, is_moe)
-            compute += n * (gemms_s(w.gemms, r)[0] + w.attention_flops / r.attention_flops)
+            compute += n * (gemms_s(w.gemms, r)[0] + w.attention_work / r.attention_flops)
             elementwise += n * w.elementwise_bytes / r.hbm_bytes
     head, _ = gemm_s(inf.batch_size, m.hidden_size, -(-m.vocab_size // plan.parallelism.tensor), r,
                      matmul_elem(plan))  # logits of each prompt's last position

@@ -55,6 +55,7 @@ class _Work:
     tp_sides: TpSides  # the stage's layers' matmuls beside each of a layer's tensor-parallel collectives
     other_gemms: tuple[Gemm, ...]  # the output head and LoRA adapters, forward
     attention_flops: float  # the stage's attention cores, forward
+    attention_work: float  # what their kernels take the time of (LayerWork.attention_work)
     elementwise_bytes: float  # the stage's layers, forward
     fp8_cast_bytes: tuple[float, float, float]  # the stage's layers' float8 casts (LayerWork's)
     loss_bytes: float
@@ -94,6 +95,7 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
                  other_gemms=((1, tokens, m.hidden_size, vocab, matmul_elem(plan)),
                               *_adapter_gemms(plan, lay, tokens, dense + moe)),
                  attention_flops=sum(n * w.attention_flops for n, w in works),
+                 attention_work=sum(n * w.attention_work for n, w in works),
                  elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
                  fp8_cast_bytes=tuple(sum(n * w.fp8_cast_bytes[i] for n, w in works) for i in range(3)),
                  loss_bytes=tokens * vocab * LOSS_BYTES[plan.techniques.loss],
@@ -118,7 +120,7 @@ class _MicroBatch:
 def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
     layer_mm, layer_flops = gemms_s(w.layer_gemms, r)
     other_mm, other_flops = gemms_s(w.other_gemms, r)
-    attention = w.attention_flops / r.attention_flops
+    attention = w.attention_work / r.attention_flops
     elementwise = w.elementwise_bytes / r.hbm_bytes
     dequant = w.dequant_bytes / r.hbm_bytes
     activation_casts, weight_casts, backward_casts = w.fp8_cast_bytes

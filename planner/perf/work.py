@@ -44,6 +44,12 @@ BACKWARD_ELEMENTWISE = 2.0
 # FlashAttention's backward runs 5 matmuls to the forward's 2 (it recomputes the scores): 2.5 × the forward
 # FLOPs (Dao 2023, FlashAttention-2, §3.2).
 ATTENTION_BACKWARD = 2.5
+# A fused attention kernel's fixed work per block of queries (loading Q, the softmax's last rescale, writing O)
+# shows at short sequences as a fixed number of keys' worth of time: measured forward TFLOP/s on an H100 (head
+# dim 128, batch × sequence 16k; pytorch/benchmark commit ff65cb67, "Fix dimension order for FlashAttention-3"):
+# FlashAttention-3 430, 517, 566, 590, 614, 621 and Triton's FlashAttention-2 329, 390, 434, 458, 471, 477 at
+# 512, 1k, 2k, 4k, 8k, 16k keys, both the long-sequence rate × s / (s + 230).
+ATTENTION_OVERHEAD_KEYS = 230
 
 
 # Float8 training's casts, bytes per element of each matmul operand:
@@ -83,6 +89,7 @@ class LayerWork:
     fp8_cast_bytes: tuple[float, float, float]  # bytes float8 training's casts move: (forward's of the
     # activations, forward's of the weights, backward's)
     attention_flops: float  # the attention core (QKᵀ, PV)
+    attention_work: float  # the FLOPs its kernel takes the time of: with a fused kernel's fixed work per query block
     elementwise_bytes: float
 
 
@@ -170,8 +177,11 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
     if moe:
         per_token += MOE_PERMUTE_BYTES_PER_ELEMENT * (m.experts_per_token + 1) * m.hidden_size
     gemms, op_sac_gemms, tp_sides = _projections(plan, tokens, moe)
+    attention = 2 * (q + out) * tokens * keys
+    overhead = (keys + ATTENTION_OVERHEAD_KEYS) / keys if tech.attention == "flash" and keys else 1.0
     return LayerWork(gemms=gemms, op_sac_gemms=op_sac_gemms, tp_sides=tp_sides, fp8_cast_bytes=fp8_cast_bytes(plan, gemms),
-                     attention_flops=2 * (q + out) * tokens * keys, elementwise_bytes=per_token * tokens)
+                     attention_flops=attention, attention_work=attention * overhead,
+                     elementwise_bytes=per_token * tokens)
 
 
 def keys_per_query(plan: Plan, sequence_length: int) -> float:
