@@ -26,12 +26,14 @@ def quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
+def pct(x: float) -> float:
+    """A fraction as the data files' percent, to a tenth."""
+    return round(100 * x, 1)
+
+
 def band(errors: list[float]) -> dict:
     """What planner/accuracy.py's TimeBand reads for a class of runs, in percent: the median and the p90 of
     |error|, the signed median, and the 10th and 90th percentiles of the signed error (8 runs in 10 between)."""
-    def pct(x: float) -> float:
-        return round(100 * x, 1)
-
     return {"rows": len(errors), "median_pct": pct(statistics.median(map(abs, errors))),
             "p90_pct": pct(p90([abs(e) for e in errors])), "signed_pct": pct(statistics.median(errors)),
             "low_pct": pct(quantile(errors, 0.1)), "high_pct": pct(quantile(errors, 0.9))}

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import p90  # noqa: E402
-from stats import ALL, band, error_table, groups  # noqa: E402
+from stats import ALL, band, error_table, groups, pct  # noqa: E402
 
 import yaml  # noqa: E402
 
@@ -161,9 +161,6 @@ def main() -> list[dict]:
 def time_accuracy(rows: list[dict]) -> dict:
     """What planner/data/time_accuracy.yaml holds: the errors over every row, of the GPU pairs, and per class of
     run (dense and MoE training: bench/stats.py's band)."""
-    def pct(x: float) -> float:
-        return round(100 * x, 1)
-
     errors, pairs = [abs(r["error"]) for r in rows], relative_speeds(rows)
     classes = {kind: [r["error"] for r in rows if r["moe"] == moe] for kind, moe in
                (("dense training", False), ("MoE training", True))}

@@ -110,16 +110,20 @@ class TimeAccuracy:
 
 
 @cache
+def _time_accuracy_file() -> dict:
+    return load_data_file(TIME_ACCURACY_PATH)
+
+
+@cache
 def time_accuracy() -> TimeAccuracy:
-    raw = load_data_file(TIME_ACCURACY_PATH)
-    raw = {key: value for key, value in raw.items() if key != "classes"}
+    raw = {key: value for key, value in _time_accuracy_file().items() if key != "classes"}
     return TimeAccuracy(**{**raw, "gpus": tuple(raw["gpus"]), "vendors": tuple(raw["vendors"])})
 
 
 @cache
 def time_bands() -> dict[str, TimeBand]:
     """Every class's band: training's from time_accuracy.yaml, generation's from serving_accuracy.yaml."""
-    classes = {**load_data_file(TIME_ACCURACY_PATH)["classes"], **load_data_file(SERVING_ACCURACY_PATH)["classes"]}
+    classes = {**_time_accuracy_file()["classes"], **load_data_file(SERVING_ACCURACY_PATH)["classes"]}
     return {kind: TimeBand(kind=kind, **values) for kind, values in classes.items()}
 
 
@@ -138,10 +142,15 @@ def likely_seconds(plan: Plan, seconds: float) -> tuple[float, float, TimeBand] 
     return seconds * (1 + band.low_pct / 100), seconds * (1 + band.high_pct / 100), band
 
 
+def timed(plan: Plan) -> str:
+    """What the plan's time is the time of."""
+    return "one batch of generation" if plan.workload.task == "inference" else "one optimizer step"
+
+
 def time_note(plan: Plan, seconds: float, what: str | None = None) -> str:
     """One line beside a time: how far runs of the plan's class have been off, as a range of `what` it times
-    (one optimizer step, or one batch of generation)."""
-    what = what or ("one batch of generation" if plan.workload.task == "inference" else "one optimizer step")
+    (by default what `timed` says)."""
+    what = what or timed(plan)
     likely = likely_seconds(plan, seconds)
     if likely is None:
         return f"No published {time_class(plan)} run checks the time model."

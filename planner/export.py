@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from planner.accuracy import likely_seconds, time_note
+from planner.accuracy import likely_seconds, time_note, timed
 from planner.codec import leaf_text, plan_to_dict, plan_to_query
 from planner.formats import FORMATS
 from planner.frameworks import load_frameworks, provenance
@@ -81,14 +81,10 @@ def estimate_to_yaml(est: Estimate, time: StepTime | None = None) -> str:
     return yaml.safe_dump(estimate_to_dict(est, time), sort_keys=False, allow_unicode=True)
 
 
-def _what(plan: Plan) -> str:
-    return "one batch of generation" if plan.workload.task == "inference" else "one optimizer step"
-
-
 def time_to_table(time: StepTime, plan: Plan) -> list[str]:
     """The time model's lines of the text report."""
     tokens = "generated tokens" if plan.workload.task == "inference" else "tokens"
-    lines = [f"time of {_what(plan)}: {time.step_time_s:,.4g} s, bound by {time.bound}; "
+    lines = [f"time of {timed(plan)}: {time.step_time_s:,.4g} s, bound by {time.bound}; "
              f"{time.tokens_per_s_per_gpu:,.0f} {tokens}/s per GPU; MFU {time.mfu:.1%} ({time.efficiency_note})",
              time_note(plan, time.step_time_s)]
     name_w = max(len(i.label) for i in time.items)

@@ -221,10 +221,14 @@ def test_choices_come_from_the_plans_types_and_match_the_readme():
     assert "--rank {job,hour}" in run("recommend", "--help").stdout
 
 
+# the issue-14 link: 128 layers of 256 experts at micro-batch 8,192, a search no budget-free run finishes soon
+HEAVY = ("model: {preset: qwen3-235b-a22b, num_layers: 128, num_experts: 256}\n"
+         "workload: {micro_batch_size: 8192, global_batch_size: 8192}\ntechniques: {attention: eager}\n")
+
+
 def test_recommend_budget_cuts_the_search_and_the_table_says_so(tmp_path):
     heavy = tmp_path / "heavy.yaml"
-    heavy.write_text("model: {preset: qwen3-235b-a22b, num_layers: 128, num_experts: 256}\n"
-                     "workload: {micro_batch_size: 8192, global_batch_size: 8192}\ntechniques: {attention: eager}\n")
+    heavy.write_text(HEAVY)
     out = run("recommend", str(heavy), "--budget", "0.3")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[2].startswith("search cut after ") and "not searched (budget):" in out.stdout
@@ -313,8 +317,7 @@ def test_formats_prints_the_readme_table():
 def test_limits_answer_within_their_budget(tmp_path):
     """Issue 27: the fewest-GPUs search of `limits` had no budget; cut, it says so instead of "none fits"."""
     heavy = tmp_path / "heavy.yaml"
-    heavy.write_text("model: {preset: qwen3-235b-a22b, num_layers: 128, num_experts: 256}\n"
-                     "workload: {micro_batch_size: 8192, global_batch_size: 8192}\ntechniques: {attention: eager}\n")
+    heavy.write_text(HEAVY)
     out = run("limits", str(heavy), "--budget", "0.01")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "fewest NVIDIA H100 SXM 80GB: none found within the 0.01 s budget (--budget)"

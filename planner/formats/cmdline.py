@@ -34,6 +34,22 @@ ENV_IGNORED = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VI
                          "VLLM_LOGGING_LEVEL", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS"})
 
 
+# What a server's command line cannot say of a plan, for every serving engine (each format adds its own)
+SERVER_CANNOT_SAY = {
+    "parallelism.context": "no context parallelism: its GPUs serve as data-parallel replicas",
+    "parallelism.data": "its context-parallel GPUs serve as data-parallel replicas",
+    **dict.fromkeys(("parallelism.pipeline_schedule", "parallelism.virtual_stages"),
+                    "a server's pipeline runs one stage per rank"),
+    "parallelism.pipeline_layers": "the server cuts the layers over its pipeline ranks itself",
+    "techniques.expandable_segments": "an environment variable, not an argument",
+    "workload.inference.gpu_memory_utilization": "none (a generate() loop): a server always claims its fraction "
+                                                 "of the GPU",
+    **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
+                     "workload.inference.expand_kv"), "a generate() loop's: a server pages its KV cache"),
+    "parallelism.async_tp": "a training technique",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Flag:
     """A flag that sets plan keys: `read(flag, value)` turns the flag's value (text, or a bool for a switch) into

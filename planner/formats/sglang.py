@@ -13,8 +13,8 @@ import re
 
 from planner.errors import bad
 from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document
-from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
-                                     write_command)
+from planner.formats.cmdline import (SERVER_CANNOT_SAY, Engine, Flag, among, command_line, fraction, one, read_flags,
+                                     split_flags, switch, write_command)
 from planner.formats.reading import as_int
 from planner.formats.vllm import DTYPES, context, model_arg, name_weights
 from planner.plan import Plan, default_weights
@@ -140,17 +140,7 @@ SAYS = ("model.preset", "workload.task", "workload.inference.gpu_memory_utilizat
         "workload.inference.cuda_graphs", "precision.compute", "precision.weights", "precision.kv_cache",
         "parallelism.tensor", "parallelism.pipeline", "parallelism.data")
 CANNOT_SAY = {
-    "parallelism.context": "no context parallelism: its GPUs serve as data-parallel replicas",
-    "parallelism.data": "its context-parallel GPUs serve as data-parallel replicas",
-    **dict.fromkeys(("parallelism.pipeline_schedule", "parallelism.virtual_stages"),
-                    "a server's pipeline runs one stage per rank"),
-    "parallelism.pipeline_layers": "the server cuts the layers over its pipeline ranks itself",
-    "techniques.expandable_segments": "an environment variable, not an argument",
-    "workload.inference.gpu_memory_utilization": "none (a generate() loop): a server always claims its fraction "
-                                                 "of the GPU",
-    **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
-                     "workload.inference.expand_kv"), "a generate() loop's: a server pages its KV cache"),
-    "parallelism.async_tp": "a training technique",
+    **SERVER_CANNOT_SAY,
     "workload.inference.prefill_chunk_tokens": "none (the whole prompt batch): SGLang chunks prefill by default "
                                                "(--chunked-prefill-size)",
     "framework_release": RELEASE_WHY,

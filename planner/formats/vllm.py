@@ -21,8 +21,8 @@ from typing import Any
 
 from planner.errors import bad, short
 from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, checkpoint, document, set_key
-from planner.formats.cmdline import (Engine, Flag, among, command_line, fraction, one, read_flags, split_flags, switch,
-                                     write_command)
+from planner.formats.cmdline import (SERVER_CANNOT_SAY, Engine, Flag, among, command_line, fraction, one, read_flags,
+                                     split_flags, switch, write_command)
 from planner.formats.reading import as_int, quiet_mapping
 from planner.plan import Inference, Plan, default_weights
 
@@ -247,17 +247,7 @@ SAYS = ("model.preset", "workload.task", "workload.inference.gpu_memory_utilizat
         "workload.inference.cuda_graphs", "workload.inference.prefix_caching", "precision.compute",
         "precision.weights", "precision.kv_cache", "parallelism.tensor", "parallelism.pipeline", "parallelism.data")
 CANNOT_SAY = {
-    "parallelism.context": "no context parallelism: its GPUs serve as data-parallel replicas",
-    "parallelism.data": "its context-parallel GPUs serve as data-parallel replicas",
-    **dict.fromkeys(("parallelism.pipeline_schedule", "parallelism.virtual_stages"),
-                    "a server's pipeline runs one stage per rank"),
-    "parallelism.pipeline_layers": "the server cuts the layers over its pipeline ranks itself",
-    "techniques.expandable_segments": "an environment variable, not an argument",
-    "workload.inference.gpu_memory_utilization": "none (a generate() loop): a server always claims its fraction "
-                                                 "of the GPU",
-    **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
-                     "workload.inference.expand_kv"), "a generate() loop's: a server pages its KV cache"),
-    "parallelism.async_tp": "a training technique",
+    **SERVER_CANNOT_SAY,
     "framework_release": RELEASE_WHY,
     "parallelism.sequence_parallel": "no sequence parallelism",
     "techniques.compile": "vLLM's own compilation (-O, --compilation-config) is not read back",

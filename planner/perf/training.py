@@ -114,7 +114,7 @@ class _MicroBatch:
     recompute: float
     flops: float  # forward + backward FLOPs run (no recomputation)
     layers: int  # layers on this GPU's stage
-    tp_side_s: tuple[float, ...]  # forward matmuls beside each of a layer's tensor-parallel collectives, all layers
+    tp_side_s: tuple[float, ...]  # forward matmuls beside each of a layer's TP collectives, all layers (async TP)
 
 
 def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
@@ -129,14 +129,17 @@ def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
     casts = (activation_casts + weight_casts) / r.hbm_bytes
     grads = 0 if w.frozen else 1  # frozen weights get no weight gradient: backward is the input gradient alone
     # (LoRA adapters are small: their backward is taken as twice their forward with the head's)
+    op_sac = gemms_s(w.op_sac_gemms, r)[0] if plan.techniques.activation_checkpointing == "selective_op" else 0.0
+    async_tp = par.async_tp and par.tensor > 1  # only async TP reads the matmuls beside each collective
     return _MicroBatch(forward_compute=layer_mm + other_mm + attention,
                        backward_compute=(1 + grads) * layer_mm + 2 * other_mm + ATTENTION_BACKWARD * attention,
                        forward_memory=elementwise + casts + w.loss_bytes / r.hbm_bytes + dequant,
                        backward_memory=BACKWARD_ELEMENTWISE * elementwise + backward_casts / r.hbm_bytes + dequant,
-                       recompute=_recompute_s(plan, layer_mm + attention, attention, gemms_s(w.op_sac_gemms, r)[0],
+                       recompute=_recompute_s(plan, layer_mm + attention, attention, op_sac,
                                               elementwise + casts + dequant),
                        flops=(2 + grads) * layer_flops + 3 * other_flops + 3 * w.attention_flops,
-                       layers=w.dense_layers + w.moe_layers, tp_side_s=tuple(gemms_s(side, r)[0] for side in w.tp_sides))
+                       layers=w.dense_layers + w.moe_layers,
+                       tp_side_s=tuple(gemms_s(side, r)[0] for side in w.tp_sides) if async_tp else ())
 
 
 def _recompute_s(plan: Plan, layers_s: float, attention_s: float, op_sac_s: float, elementwise_s: float) -> float:
