@@ -67,12 +67,14 @@ class Gpu:
     network_gb_per_s: float | None = None
     allreduce_busbw_gb_per_s: float | None = None  # measured all-reduce bus bandwidth over the whole fast domain
     perf_source: str | None = None
+    sm_count: int | None = None  # streaming multiprocessors (AMD: compute units): a matmul's tiles run on them
+    sm_source: str | None = None
 
     @property
     def usable_bytes(self) -> int:
         return from_gib(self.usable_memory_gib)
 
-    def __hash__(self) -> int:  # a GPU keys the time model's caches: its 26 fields are hashed once
+    def __hash__(self) -> int:  # a GPU keys the time model's caches: its fields are hashed once
         if "_hash" not in self.__dict__:
             object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
         return self.__dict__["_hash"]
@@ -226,7 +228,8 @@ def plan_gpu(catalog: Mapping[str, Gpu], gpu_id: str, offering_id: str | None, c
 _FIELDS = {f.name: f for f in fields(Gpu)}
 _TEXT = {"id", "name", "vendor", "usable_memory_source", "memory_type", "interconnect", "spec_source"}
 _MAY_BE_ABSENT = {"matmul_efficiency", "fp8_matmul_efficiency", "link_gb_per_s", "peer_gb_per_s", "fast_domain_gpus",
-                  "pcie_gb_per_s", "network_gb_per_s", "allreduce_busbw_gb_per_s", "perf_source"}
+                  "pcie_gb_per_s", "network_gb_per_s", "allreduce_busbw_gb_per_s", "perf_source", "sm_count",
+                  "sm_source"}
 _POSITIVE = {"memory_gb", "usable_memory_gib", "memory_bandwidth_tb_per_s", "fp32_tflops"}
 _OPTIONAL_POSITIVE = {"bf16_tflops", "fp16_tflops", "fp8_tflops", "link_gb_per_s", "peer_gb_per_s",
                       "pcie_gb_per_s", "network_gb_per_s", "allreduce_busbw_gb_per_s"}
@@ -260,7 +263,7 @@ def _check_entry(index: int, entry: Any) -> Gpu:
         where = f"{label}.{key}"
         if key in _TEXT and (not isinstance(value, str) or not value):
             raise bad(where, value, "must be non-empty text")
-        if key == "perf_source" and value is not None and not isinstance(value, str):
+        if key in ("perf_source", "sm_source") and value is not None and not isinstance(value, str):
             raise bad(where, value, "must be text or null")
         if key in _POSITIVE and not (_is_number(value) and value > 0):
             raise bad(where, value, "must be a positive number in the unit its name gives")
@@ -268,9 +271,9 @@ def _check_entry(index: int, entry: Any) -> Gpu:
             raise bad(where, value, "must be a positive number or null")
         if key in _FRACTIONS and value is not None and not (_is_number(value) and 0 < value <= 2):
             raise bad(where, value, "must be a fraction of the dense peak above 0 and at most 2, or null")
-    for key in ("gpus_per_node", "fast_domain_gpus"):
+    for key in ("gpus_per_node", "fast_domain_gpus", "sm_count"):
         value = entry.get(key, 1)
-        if key == "fast_domain_gpus" and value is None:
+        if key in ("fast_domain_gpus", "sm_count") and value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
             raise bad(f"{label}.{key}", value, "must be an integer from 1 to 1024")

@@ -13,7 +13,8 @@ from planner.errors import PlanError
 from planner.perf import plan_time, step_time
 from planner.perf.rates import (DEFAULT_MATMUL_EFFICIENCY, FP8_FRACTION_OF_16BIT, HOP_LATENCY_S, LATENCY_BASE_S,
                                  NETWORK_EFFICIENCY, Group, collective_s, rates)
-from planner.perf.work import fp8_cast_bytes, gemm_s, layer_work
+from planner.perf.gemm import Gemm, forward_s
+from planner.perf.work import fp8_cast_bytes, layer_work
 
 CATALOG = load_catalog()
 H100 = CATALOG["h100-sxm-80gb"]
@@ -80,25 +81,42 @@ def test_a_group_across_nodes_shares_its_members_nics():
 
 
 def test_matmuls_by_roofline():
+    """4096³ in bf16 on an H100: 128 × 256 tiles, 32 × 16 = 512 of them in 4 waves of 132 SMs (512 / 528);
+    K0 = 2 B × 791.2 TFLOP/s / (2 × 2.68 TB/s) = 295.2; over MAMF's own shape factor 0.958."""
     r = rates(H100, "bf16")
-    big, flops = gemm_s(4096, 4096, 4096, r, 2)
-    assert flops == 2 * 4096**3 and big == pytest.approx(flops / r.matmul_flops)  # compute-bound
-    skinny, _ = gemm_s(4096, 4096, 8, r, 2)  # a LoRA adapter: bound by its bytes
+    big = forward_s(Gemm(1, 4096, 4096, 4096, 2), r)
+    factor = 512 / 528 * 4096 / (4096 + 2 * 989e12 * 0.8 / (2 * 3.35e12 * 0.8)) / 0.958
+    assert big == pytest.approx(2 * 4096**3 / (r.matmul_flops * factor))  # compute-bound
+    skinny = forward_s(Gemm(1, 4096, 4096, 8, 2), r)  # a LoRA adapter: bound by its bytes
     assert skinny == pytest.approx((4096 * 4096 + 4096 * 8 + 4096 * 8) * 2 / r.hbm_bytes)
 
 
+def _shape_factor(m: int, n: int, k: int) -> float:
+    """planner/perf/gemm.py's law on an H100 in bf16, written out: the best of the four tiles' wave efficiency
+    over 132 SMs × K / (K + 295.2), over MAMF's 0.958, at most 1."""
+    waves = max(m * n / (-(-(-(-m // tm) * -(-n // tn)) // 132) * 132 * tm * tn)
+                for tm, tn in ((128, 256), (128, 128), (64, 256), (64, 128)))
+    return min(1.0, waves * k / (k + 989 * 0.8 / 3.35 / 0.8) / 0.958)
+
+
 def test_a_compute_bound_step_by_hand():
-    """Llama 3.1 8B, one H100, sequence 4,096, micro-batch 1. Per layer the projections hold q 4096², k and v
-    4096 × 1024, o 4096², gate, up, down 3 × 4096 × 14,336 = 218,103,808 parameters; × 32 layers + the
-    head 4096 × 128,256 = 7,504,658,432. Forward matmuls 2 × 4,096 tokens × that = 6.1478e13 FLOPs, × 3 with
-    the backward. Attention (causal flash): 2 × (4,096 + 4,096) × 4,096 × 2,048 keys × 32 layers = 4.398e12
-    forward, × 3.5 with FlashAttention's 2.5 × backward, at 0.6 of the GEMM rate, its kernel's fixed work per
-    query block 230 keys' worth beside the 2,048 (× 2,278 / 2,048). Every matmul here is compute-bound:
-    989 TFLOP/s × 0.80 measured = 791.2 TFLOP/s; attention 474.7 TFLOP/s."""
+    """Llama 3.1 8B, one H100, sequence 4,096, micro-batch 1. Per layer the projections (in, out) are q 4096²,
+    k and v 4096 × 1024, o 4096², gate and up 4096 × 14,336, down 14,336 × 4096; the head 4096 × 128,256. Each
+    runs forward (4,096 tokens × in by in × out), and backward its input gradient (tokens × out by out × in)
+    and its weight gradient (in × tokens by tokens × out), each at 989 TFLOP/s × 0.80 measured = 791.2 TFLOP/s
+    × its shape's factor (_shape_factor). Attention (causal flash): 2 × (4,096 + 4,096) × 4,096 × 2,048 keys ×
+    32 layers = 4.398e12 forward, × 3.5 with FlashAttention's 2.5 × backward, at 0.6 of the GEMM rate, its
+    kernel's fixed work per query block 230 keys' worth beside the 2,048 (× 2,278 / 2,048): 474.7 TFLOP/s."""
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"sequence_length": 4096}})
     step = step_time(plan, H100)
     compute = next(i for i in step.items if i.name == "compute")
-    matmuls = 3 * 2 * 4096 * 7_504_658_432 / 791.2e12
+    t = 4096
+
+    def three(k: int, n: int) -> float:  # forward, input gradient, weight gradient
+        return sum(2 * t * k * n / (791.2e12 * _shape_factor(a, b, c)) for a, b, c in ((t, n, k), (t, k, n), (k, n, t)))
+    layer = sum(three(k, n) for k, n in ((4096, 4096), (4096, 1024), (4096, 1024), (4096, 4096), (4096, 14336),
+                                         (4096, 14336), (14336, 4096)))
+    matmuls = 32 * layer + three(4096, 128256)
     attention = 3.5 * 2 * 8192 * 4096 * 2048 * 32 / 474.72e12 * 2278 / 2048
     assert compute.seconds == pytest.approx(matmuls + attention, rel=1e-9)
     assert step.step_time_s == pytest.approx(sum(i.seconds for i in step.items))
@@ -258,7 +276,7 @@ def test_async_tp_hides_a_forward_collective_behind_the_matmul_beside_it_by_hand
     step = step_time(plan, H100)
     c = collective_s("all_gather", 12 * 8192 * 4096 * 2, Group(size=8, stride=1), r)
     tokens = 12 * 8192
-    sides = [sum(gemm_s(tokens, k, n, r, 2)[0] for k, n in side) for side in
+    sides = [sum(forward_s(Gemm(1, tokens, k, n, 2), r) for k, n in side) for side in
              (((4096, 512), (4096, 128), (4096, 128)), ((512, 4096),), ((4096, 1792), (4096, 1792)), ((1792, 4096),))]
     forward = sum(7 * max(0.0, c / 7 - m / 8) for m in sides)
     assert _item(step, "tensor_parallel").seconds == pytest.approx(32 * (forward + 4 * c), rel=1e-9)

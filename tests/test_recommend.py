@@ -137,9 +137,9 @@ def test_the_job_time_band_says_when_its_slow_end_misses_the_deadline():
 
 
 def test_a_deadline_held_at_the_slow_end_picks_what_published_runs_would_have_finished():
-    """On the three-GPU catalog by the time model: C ×2 is cheapest, B's fastest is faster. A deadline of the
-    band's slow factor × the mean of the two is met by C ×2 by the model, but held at the slow end (the model's
-    time within the deadline over the slow factor, the mean) only B's fastest meets it."""
+    """On the three-GPU catalog by the time model: C ×2 is cheapest, B's fastest is faster. A deadline just above
+    both C ×2's time and the band's slow factor × B's is met by C ×2 by the model, but held at the slow end (the
+    model's time within the deadline over the slow factor) only B's fastest meets it."""
     catalog = _three_gpu_catalog()
     plan = tiny(workload={"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 64,
                           "train_tokens": 10**12})
@@ -147,7 +147,8 @@ def test_a_deadline_held_at_the_slow_end_picks_what_published_runs_would_have_fi
     cheap, fast = every.best, min((c for c in every.candidates if c.gpu.id == "b"), key=lambda c: c.job_hours)
     assert (cheap.gpu.id, cheap.count) == ("c", 2) and fast.job_hours < cheap.job_hours
     slow = 1 + time_bands()["dense training"].high_pct / 100
-    deadline = slow * (cheap.job_hours + fast.job_hours) / 2
+    deadline = 1.01 * max(cheap.job_hours, slow * fast.job_hours)
+    assert deadline < slow * cheap.job_hours
     by_model = recommend(plan, catalog, SearchOptions(deadline_hours=deadline))
     held = recommend(plan, catalog, SearchOptions(deadline_hours=deadline, deadline_at="slow_end"))
     assert (by_model.best.gpu.id, by_model.best.count) == ("c", 2) and by_model.model_deadline_hours == deadline

@@ -7,6 +7,7 @@ from planner.catalog import load_catalog
 from planner.codec import plan_from_dict
 from planner.memory.activations import sac_op_acts
 from planner.perf import step_time
+from planner.perf.gemm import MAMF_SHAPE_FACTOR, shape_efficiency
 from planner.perf.rates import rates
 from planner.perf.work import keys_per_query, layer_work
 from planner.sac import op_sac_projections
@@ -55,12 +56,15 @@ def test_what_memory_keeps_is_what_time_does_not_recompute():
 def test_the_recomputation_by_hand():
     """Llama 3.1 8B on one H100, sequence 4,096: op-level SAC runs again k (4096 × 1024), o (4096²) and up
     (4096 × 14,336) of each of 32 layers: 2 × 4,096 tokens × 79,691,776 parameters × 32 = 2.0891e13 FLOPs at
-    the measured matmul rate, and the layers' elementwise traffic once more."""
+    the measured matmul rate × each shape's factor (planner/perf/gemm.py), and the layers' elementwise traffic
+    once more."""
     plan = _plan(workload={"sequence_length": 4096})
     r = rates(H100, "bf16")
     recompute = next(i for i in step_time(plan, H100).items if i.name == "recompute")
     elementwise = 32 * layer_work(plan, 4096, keys_per_query(plan, 4096), False).elementwise_bytes / r.hbm_bytes
-    matmuls = 2 * 4096 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336) * 32 / r.matmul_flops
+    matmuls = sum(2 * 4096 * k * n * 32 / (r.matmul_flops * min(1.0, shape_efficiency(1, 4096, n, k, 132, 989 / 3.35)
+                                                                 / MAMF_SHAPE_FACTOR))
+                  for k, n in ((4096, 1024), (4096, 4096), (4096, 14336)))
     assert recompute.seconds == pytest.approx(matmuls + elementwise, rel=1e-9)
     assert "k, o, up" in recompute.note
 

@@ -72,6 +72,7 @@ class Rates:
     fast_domain_gpus: int
     network_bytes: float  # per GPU per direction across fast domains, achievable by collectives
     pcie_bytes: float  # host link per direction
+    sms: int | None  # streaming multiprocessors (compute units) a matmul's tiles spread over (planner/perf/gemm.py)
 
 
 def _tflops(gpu: Gpu, dtype: str) -> float | None:
@@ -105,7 +106,8 @@ def rates(gpu: Gpu, dtype: str) -> Rates | None:
     return Rates(peak_flops=tflops * 1e12, matmul_flops=tflops * 1e12 * fraction, matmul_efficiency=fraction,
                  efficiency_source=source, attention_flops=attention, hbm_bytes=gpu.memory_bandwidth_tb_per_s * 1e12 * BANDWIDTH_EFFICIENCY,
                  link_bytes=bus, peer_bytes=peer, link_kind=kind, fast_domain_gpus=gpu.fast_domain_gpus or 1,
-                 network_bytes=network * NETWORK_EFFICIENCY, pcie_bytes=pcie * PCIE_TRANSFER_EFFICIENCY)
+                 network_bytes=network * NETWORK_EFFICIENCY, pcie_bytes=pcie * PCIE_TRANSFER_EFFICIENCY,
+                 sms=gpu.sm_count)
 
 
 def mfu_reference(r: Rates) -> tuple[float, str]:

@@ -20,7 +20,8 @@ from planner.models import param_counts
 from planner.perf.flops import forward_flops_per_token, matmul_params
 from planner.perf.rates import ATTENTION_FRACTION_OF_MATMUL, Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
-from planner.perf.work import gemm_s, gemms_s, keys_per_query, layer_work, matmul_elem
+from planner.perf.gemm import Gemm, forward_s, gemms_s
+from planner.perf.work import keys_per_query, layer_work, matmul_elem
 from planner.plan import Plan
 
 
@@ -44,8 +45,8 @@ def _prefill_s(plan: Plan, r: Rates) -> tuple[float, float]:
             w = layer_work(plan, tokens, keys, is_moe)
             compute += n * (gemms_s(w.gemms, r)[0] + w.attention_work / r.attention_flops)
             elementwise += n * w.elementwise_bytes / r.hbm_bytes
-    head, _ = gemm_s(inf.batch_size, m.hidden_size, -(-m.vocab_size // plan.parallelism.tensor), r,
-                     matmul_elem(plan))  # logits of each prompt's last position
+    head = forward_s(Gemm(1, inf.batch_size, m.hidden_size, -(-m.vocab_size // plan.parallelism.tensor),
+                          matmul_elem(plan)), r)  # logits of each prompt's last position
     stages = plan.parallelism.pipeline
     return stages * compute + head, stages * elementwise
 

@@ -22,8 +22,9 @@ from planner.models import attention_widths, lora_params_per_layer
 from planner.perf.flops import model_flops_per_token
 from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
-from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, TP_SIDES, Gemm, TpSides, gemms_s,
-                               keys_per_query, layer_work, matmul_elem)
+from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
+from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, TP_SIDES, TpSides, keys_per_query,
+                               layer_work, matmul_elem)
 from planner.errors import PlanError
 from planner.plan import ADAPTER_TASKS, Parallelism, Plan
 from planner.sac import op_sac_projections
@@ -88,11 +89,11 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
     works = [(n, layer_work(plan, tokens, keys, is_moe)) for n, is_moe in ((dense, False), (moe, True)) if n]
     vocab = -(-m.vocab_size // par.tensor)
     params, trainable = _stage_params(plan, lay, dense, moe)
-    return _Work(layer_gemms=tuple((n * c, t, k, o, e) for n, w in works for c, t, k, o, e in w.gemms),
-                 op_sac_gemms=tuple((n * c, t, k, o, e) for n, w in works for c, t, k, o, e in w.op_sac_gemms),
-                 tp_sides=tuple(tuple((n * c, t, k, o, e) for n, w in works for c, t, k, o, e in w.tp_sides[side])
+    return _Work(layer_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.gemms),
+                 op_sac_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.op_sac_gemms),
+                 tp_sides=tuple(tuple(g._replace(count=n * g.count) for n, w in works for g in w.tp_sides[side])
                                 for side in range(len(TP_SIDES))),
-                 other_gemms=((1, tokens, m.hidden_size, vocab, matmul_elem(plan)),
+                 other_gemms=(Gemm(1, tokens, m.hidden_size, vocab, matmul_elem(plan)),
                               *_adapter_gemms(plan, lay, tokens, dense + moe)),
                  attention_flops=sum(n * w.attention_flops for n, w in works),
                  attention_work=sum(n * w.attention_work for n, w in works),
@@ -128,11 +129,11 @@ def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
     weight_casts /= par.data * par.context if plan.precision.fp8_all_gather else 1
     casts = (activation_casts + weight_casts) / r.hbm_bytes
     grads = 0 if w.frozen else 1  # frozen weights get no weight gradient: backward is the input gradient alone
-    # (LoRA adapters are small: their backward is taken as twice their forward with the head's)
+    backward_mm = gemms_backward_s(w.layer_gemms, r, not w.frozen) + gemms_backward_s(w.other_gemms, r, True)
     op_sac = gemms_s(w.op_sac_gemms, r)[0] if plan.techniques.activation_checkpointing == "selective_op" else 0.0
     async_tp = par.async_tp and par.tensor > 1  # only async TP reads the matmuls beside each collective
     return _MicroBatch(forward_compute=layer_mm + other_mm + attention,
-                       backward_compute=(1 + grads) * layer_mm + 2 * other_mm + ATTENTION_BACKWARD * attention,
+                       backward_compute=backward_mm + ATTENTION_BACKWARD * attention,
                        forward_memory=elementwise + casts + w.loss_bytes / r.hbm_bytes + dequant,
                        backward_memory=BACKWARD_ELEMENTWISE * elementwise + backward_casts / r.hbm_bytes + dequant,
                        recompute=_recompute_s(plan, layer_mm + attention, attention, op_sac,
@@ -166,7 +167,7 @@ def _adapter_gemms(plan: Plan, lay: Layout, tokens: float, layers: int) -> tuple
         return ()
     shapes, rank = lay.shapes, plan.workload.lora.rank
     elem = nbytes(plan.precision.activation_dtype)
-    return tuple((layers, tokens, a, b, elem) for t in plan.workload.lora.targets
+    return tuple(Gemm(layers, tokens, a, b, elem) for t in plan.workload.lora.targets
                  for a, b in ((shapes[t][0], rank), (rank, shapes[t][1])))
 
 

@@ -1,10 +1,8 @@
 """The work of one layer on one GPU for a batch of tokens: matmuls timed by roofline, attention, and the bytes
 the elementwise ops move.
 
-A matmul of (T × k) by (k × n) does 2Tkn FLOPs and moves (Tk + kn + Tn) elements; it takes the longer of its
-FLOPs at the achievable matmul rate and its bytes at the achievable HBM bandwidth (the roofline, Williams,
-Waterman & Patterson 2009), so skinny matmuls (LoRA adapters, decode) are memory-bound and large ones
-compute-bound.
+A matmul of (T × k) by (k × n) does 2Tkn FLOPs and moves (Tk + kn + Tn) elements; planner/perf/gemm.py times
+it by its shape.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from dataclasses import dataclass
 
 from planner.dtypes import nbytes
 from planner.models import attention_widths, projection_shapes
-from planner.perf.rates import Rates
+from planner.perf.gemm import Gemm
 from planner.plan import Plan
 from planner.sac import op_sac_projections
 
@@ -69,8 +67,6 @@ FP8_CAST_BYTES = {"torchao": ((5, 3), 2), "transformer_engine": ((1, 1), 1)}  # 
 # as most published float8 runs) cast in their producers' kernels.
 TORCHAO_FP8 = ("torchtitan", "torchtune", "axolotl")
 
-# A matmul of a step: (how many, tokens, k, n, bytes per element)
-Gemm = tuple[float, float, int, int, int]
 MLP_PROJECTIONS = {"gate", "up", "down"}
 # A layer's four tensor-parallel collectives and the projections beside each: the attention's input all-gather
 # feeds q, k, v, its output reduce-scatter follows o; the MLP's feeds gate and up (an MoE layer's: the experts'
@@ -93,22 +89,6 @@ class LayerWork:
     elementwise_bytes: float
 
 
-def gemm_s(tokens: float, k: int, n: int, r: Rates, elem: int) -> tuple[float, float]:
-    """(seconds, FLOPs) of a (tokens × k) by (k × n) matmul by roofline."""
-    flops = 2 * tokens * k * n
-    moved = (tokens * k + k * n + tokens * n) * elem
-    return max(flops / r.matmul_flops, moved / r.hbm_bytes), flops
-
-
-def gemms_s(gemms: tuple[Gemm, ...], r: Rates) -> tuple[float, float]:
-    """(seconds, FLOPs) of a list of matmuls, each by roofline."""
-    seconds = flops = 0.0
-    for count, tokens, k, n, elem in gemms:
-        s, f = gemm_s(tokens, k, n, r, elem)
-        seconds, flops = seconds + count * s, flops + count * f
-    return seconds, flops
-
-
 def matmul_elem(plan: Plan) -> int:
     """Bytes per element a matmul reads and writes: fp8 matmuls take 8-bit operands."""
     return 1 if plan.precision.compute == "fp8" else nbytes(plan.precision.activation_dtype)
@@ -122,27 +102,31 @@ def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[tuple[Gemm, ...]
     m, par = plan.model, plan.parallelism
     elem = matmul_elem(plan)
     again = {name for names, fate in op_sac_projections(plan) if fate == "recomputed" for name in names}
-    named = {name: (1, tokens, k, n, elem) for name, (k, n) in projection_shapes(m, par.tensor).items()
+    named = {name: Gemm(1, tokens, k, n, elem) for name, (k, n) in projection_shapes(m, par.tensor).items()
              if not (moe and name in MLP_PROJECTIONS)}
     gemms, recomputed = list(named.values()), [g for name, g in named.items() if name in again]
     sides: list[list[Gemm]] = [[named[n] for n in names if n in named] for names in TP_SIDES]
-    if moe:  # each rank runs its experts on the tokens routed to them: tokens × top-k on average
+    if moe:  # each rank runs its experts, one grouped matmul each, on the tokens routed to them: tokens × top-k
         e = m.moe_intermediate_size // par.tensor
         mats = 3 if m.mlp == "swiglu" else 2
         local = m.num_experts // par.expert
         routed = tokens * m.experts_per_token / local  # tokens per local expert
-        router = (1, tokens, m.hidden_size, m.num_experts, elem)
-        gemms += [(local * mats, routed, m.hidden_size, e, elem), router]
-        recomputed += [gemms[-2], router]  # the router's gate forced, the experts' grouped matmuls unlisted
-        sides[2] += [(local * (mats - 1), routed, m.hidden_size, e, elem), router]
-        sides[3].append((local, routed, e, m.hidden_size, elem))
+        router = Gemm(1, tokens, m.hidden_size, m.num_experts, elem)
+        first = Gemm(mats - 1, routed, m.hidden_size, e, elem, local)  # gate and up (or fc1)
+        down = Gemm(1, routed, e, m.hidden_size, elem, local)
+        gemms += [first, down, router]
+        recomputed += [first, down, router]  # the router's gate forced, the experts' grouped matmuls unlisted
+        sides[2] += [first, router]
+        sides[3].append(down)
         if m.shared_experts:  # a dense MLP each, its projections counted like a dense layer's
-            gemms.append((m.shared_experts * mats, tokens, m.hidden_size, e, elem))
-            shared_again = len(again & MLP_PROJECTIONS)
-            if shared_again:
-                recomputed.append((m.shared_experts * shared_again, tokens, m.hidden_size, e, elem))
-            sides[2].append((m.shared_experts * (mats - 1), tokens, m.hidden_size, e, elem))
-            sides[3].append((m.shared_experts, tokens, e, m.hidden_size, elem))
+            s = m.shared_experts
+            first_names = ("gate", "up") if mats == 3 else ("up",)
+            shared = {name: Gemm(s, tokens, m.hidden_size, e, elem) for name in first_names}
+            shared["down"] = Gemm(s, tokens, e, m.hidden_size, elem)
+            gemms += shared.values()
+            recomputed += [g for name, g in shared.items() if name in again]
+            sides[2] += [g for name, g in shared.items() if name != "down"]
+            sides[3].append(shared["down"])
     return tuple(gemms), tuple(recomputed), tuple(tuple(side) for side in sides)
 
 
@@ -156,9 +140,9 @@ def fp8_cast_bytes(plan: Plan, gemms: tuple[Gemm, ...]) -> tuple[float, float, f
     casts, transpose = FP8_CAST_BYTES["torchao" if plan.framework in TORCHAO_FP8 else "transformer_engine"]
     cast = casts[1 if plan.techniques.compiled_blocks else 0]
     other = transpose if prec.fp8_recipe == "tensorwise" else cast
-    inputs = sum(c * t * k for c, t, k, _, _ in gemms)
-    weights = sum(c * k * n for c, _, k, n, _ in gemms)
-    grads = sum(c * t * n for c, t, _, n, _ in gemms)
+    inputs = sum(g.count * g.groups * g.tokens * g.k for g in gemms)
+    weights = sum(g.count * g.groups * g.k * g.n for g in gemms)
+    grads = sum(g.count * g.groups * g.tokens * g.n for g in gemms)
     return cast * inputs, cast * weights, other * (inputs + weights) + (cast + other) * grads
 
 
