@@ -13,6 +13,8 @@ WEIGHT_DTYPES: tuple[str, ...] = get_args(WeightDType)
 KvDType = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
 KV_DTYPES: tuple[str, ...] = get_args(KvDType)
 QUANTIZED = ("fp8", "int8", "int4", "nf4")
+# what torchao's quantize_ makes of a served model on the GPU (float8_weight_only, int8_weight_only, int4_weight_only)
+TORCHAO_WEIGHTS = ("fp8", "int8", "int4")
 
 _BITS: dict[str, int] = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4, "nf4": 4}
 

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args
 
-from planner.dtypes import DEFAULT_GROUP_SIZE, QUANTIZED, WEIGHT_DTYPES, ComputeDType, DType, KvDType, WeightDType
+from planner.dtypes import (DEFAULT_GROUP_SIZE, QUANTIZED, TORCHAO_WEIGHTS, WEIGHT_DTYPES, ComputeDType, DType, KvDType,
+                            WeightDType)
 from planner.errors import bad
 from planner.models import Model, presets
 from planner.pipeline import split_problem
@@ -112,6 +113,10 @@ class Inference:
     # each layer's attention repeats the whole cache's K and V to every query head before SDPA (gpt-fast and
     # torchao model.py repeat_interleave; HF eager attention's repeat_kv)
     expand_kv: bool = False
+    # the weights are loaded in the compute dtype and quantized on the GPU by torchao's quantize_, which converts
+    # every nn.Linear, the output head's included (torchao generate.py): the quantized weights sit in segments
+    # the 16-bit ones and their temporaries were freed from (planner/memory/quantize_load.py)
+    quantize_on_load: bool = False
     # vLLM --enable-prefix-caching: a hybrid model's request holds 2 state blocks per Mamba group (the "align"
     # mode of vLLM 0.20-0.30) instead of 1; attention-only models are not affected
     prefix_caching: bool = False
@@ -541,6 +546,10 @@ class Plan:
             raise bad("precision.quant_group_size", prec.quant_group_size, "applies to int4 and nf4 weights only")
         if prec.double_quant and weights != "nf4":
             raise bad("precision.double_quant", True, "applies to nf4 weights only")
+        if self.workload.inference.quantize_on_load and (task != "inference" or weights not in TORCHAO_WEIGHTS):
+            raise bad("workload.inference.quantize_on_load", True,
+                      f"applies to served {', '.join(TORCHAO_WEIGHTS)} weights (torchao quantize_); the plan has "
+                      f"task {task}, weights {weights}")
         if weights != prec.weights:  # resolved already (a plan's replace): the same precision, not rebuilt
             object.__setattr__(self, "precision", replace(prec, weights=weights))
 

@@ -286,6 +286,19 @@ def test_lora_golden_values():
     assert "embedding backward" not in [ph.name for ph in est.stages[0].phases]  # frozen embedding
 
 
+def test_lora_with_parameters_offloaded_keeps_no_base_on_the_gpu():
+    """FSDP CPUOffload(offload_params=True) / ZeRO-3 offload_param: the frozen base's and the adapters' shards live
+    in host memory; only the gathered units come to the GPU."""
+    par = {"data": 2, "zero_stage": 3}
+    kept = estimate(plan_from_dict({"model": TINY, "workload": LORA, "precision": PURE, "parallelism": par}))
+    moved = estimate(plan_from_dict({"model": TINY, "workload": LORA, "precision": PURE, "parallelism": par,
+                                     "techniques": {"offload": "optimizer_and_params"}}))
+    before, after = ({i.name: i.bytes for i in phase(e, "forward").items} for e in (kept, moved))
+    assert before["weights"] == P and before["adapters"] == ADAPTERS  # bf16 shards of 2 ranks
+    assert after["weights"] == after["adapters"] == after["optimizer_states"] == 0
+    assert after["zero3_gather"] == before["zero3_gather"] > 0
+
+
 def test_mixed_precision_lora_keeps_fp32_adapters_and_copies_their_inputs():
     est = estimate(plan_from_dict({"model": TINY, "workload": LORA}))  # master fp32: PEFT fp32 adapters
     fwd = {i.name: i.bytes for i in phase(est, "forward").items}

@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 from planner.codec import plan_from_dict, plan_to_dict
-from planner.dtypes import DEFAULT_GROUP_SIZE
+from planner.dtypes import DEFAULT_GROUP_SIZE, TORCHAO_WEIGHTS
 from planner.errors import PlanError, bad, short
 from planner.formats import accelerate, axolotl, deepspeed, hf_trainer, megatron, sglang, torchtitan, torchtune, vllm
 from planner.formats.base import Document, Format, Imported, document, get_key
@@ -120,6 +120,7 @@ TUNES: dict[str, tuple[str, tuple[Any, ...]]] = {
     "precision.weights": ("workload.task", tuple(FROZEN_WEIGHTS)),
     "precision.quant_group_size": ("precision.weights", tuple(DEFAULT_GROUP_SIZE)),
     "precision.double_quant": ("precision.weights", ("nf4",)),
+    "workload.inference.quantize_on_load": ("precision.weights", TORCHAO_WEIGHTS),
     "precision.kv_cache": ("workload.task", ("inference",)),
     "precision.optimizer_impl": ("precision.optimizer", ("adamw",)),
     **{key: ("workload.task", TRAINING_TASKS) for key in (

@@ -46,6 +46,7 @@ SERVER_CANNOT_SAY = {
                                                  "of the GPU",
     **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
                      "workload.inference.expand_kv"), "a generate() loop's: a server pages its KV cache"),
+    "workload.inference.quantize_on_load": "torchao generate.py's: a server loads its checkpoint as it is stored",
     "parallelism.async_tp": "a training technique",
 }
 

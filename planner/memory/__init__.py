@@ -33,7 +33,8 @@ Where each part lives (one module per topic):
   per optimizer; losses.py: one function per loss variant; techniques.py: the transients of backward (ZeRO-3
   gather, fresh gradients, dequantized weights, expert all-to-all, fp8 casts, DoRA, recompute).
 - runtime.py: CUDA context, NCCL, cuBLAS, async-TP symmetric memory and the allocator reserve, for both tasks;
-  allocator.py: PyTorch's caching allocator replayed from its rules (where the reserve's fractions come from).
+  allocator.py: PyTorch's caching allocator replayed from its rules (where the reserve's fractions come from);
+  quantize_load.py: what it keeps after torchao quantizes a 16-bit load on the GPU.
 - training.py: the phases of a training step; inference.py: generation and serving.
 """
 

@@ -13,7 +13,8 @@ each from c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x; constants unchanged fr
   address); it is split when what remains is at least 512 B (small pool) or more than 1 MiB (large pool,
   `should_split`), and a freed block merges with free neighbours of its segment (`try_merge_blocks`);
 - when cudaMalloc fails, the allocator frees every cached segment that holds no live block
-  (`release_cached_blocks`) and retries once; only then is it out of memory. Reserved memory therefore never
+  (`release_cached_blocks`, what `torch.cuda.empty_cache()` calls too) and retries once; only then is it out of
+  memory. Reserved memory therefore never
   exceeds the device, and a run near capacity trades cache for cudaFree/cudaMalloc calls;
 - with `expandable_segments:True` (PyTorch >= 2.1) each pool has one segment whose end grows by mapping pages
   of the segment granularity (2 MiB small, 20 MiB large; `ExpandableSegment`): a request that no free block
@@ -183,11 +184,18 @@ class CachingAllocator:
         self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
 
     def _make_room(self, need: int) -> None:
-        """A cudaMalloc that would fail first releases the cache (`release_cached_blocks`): every free block that
-        is a whole segment, or with expandable segments every whole page inside a free block; then it retries."""
+        """A cudaMalloc that would fail first releases the cache (`release_cached_blocks`), then it retries."""
         if self.capacity_bytes is None or self.reserved_bytes + need <= self.capacity_bytes:
             return
         self.cache_flushes += 1
+        self.empty_cache()
+        if self.reserved_bytes + need > self.capacity_bytes:
+            raise MemoryError(f"CUDA out of memory: {need} B more with {self.reserved_bytes} B reserved")
+
+    def empty_cache(self) -> None:
+        """`torch.cuda.empty_cache()` (and a failed cudaMalloc's `release_cached_blocks`): gives back every free
+        block that is a whole segment, or with expandable segments every whole page inside a free block. A
+        segment that still holds a live block stays reserved whole."""
         for pool, free in self._free.items():
             keep = []
             for entry in free:
@@ -203,8 +211,6 @@ class CachingAllocator:
                         keep.append(entry)
                 self.reserved_bytes -= max(released, 0)
             self._free[pool] = keep
-        if self.reserved_bytes + need > self.capacity_bytes:
-            raise MemoryError(f"CUDA out of memory: {need} B more with {self.reserved_bytes} B reserved")
 
     @staticmethod
     def _whole_pages(block: _Block) -> int:

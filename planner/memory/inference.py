@@ -19,6 +19,7 @@ from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
 from planner.frameworks import load_frameworks
 from planner.memory.layout import Layout, attention_layers, layout, layout_attention_layers, stage_split
+from planner.memory.quantize_load import held_beyond_live
 from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
 from planner.memory.runtime import (ALLOCATED_ONCE, allocator_reserve, cublas_workspace,
@@ -100,14 +101,20 @@ def kv_cache_bytes(plan: Plan, tokens: int) -> int:
 
 def weight_bytes(plan: Plan) -> tuple[int, int]:
     """(bytes of the weights on one GPU, their parameter count): projections (and experts) in precision.weights
-    with their scales; embeddings, norms and the output head in the compute dtype (quantizers leave them).
-    Experts are split across the replica's tensor-parallel ranks."""
-    return _weight_bytes(layout(plan), plan.precision)
+    with their scales; embeddings, norms and the output head in the compute dtype (quantizers leave them), but
+    for torchao's quantize_ (workload.inference.quantize_on_load), which converts the output head, an nn.Linear,
+    too. Experts are split across the replica's tensor-parallel ranks."""
+    return _weight_bytes(layout(plan), plan.precision, _quantized_on_load(plan))
 
 
-# keyed by (the model's cut, the precision), all the weights read: a serving search asks for each layout on every GPU
+def _quantized_on_load(plan: Plan) -> bool:
+    return plan.workload.inference.quantize_on_load  # (validated: served int8, int4 or fp8 weights)
+
+
+# keyed by (the model's cut, the precision, the head's quantization), all the weights read: a serving search asks
+# for each layout on every GPU
 @lru_cache(maxsize=256)
-def _weight_bytes(lay: Layout, prec: Precision) -> tuple[int, int]:
+def _weight_bytes(lay: Layout, prec: Precision, head: bool) -> tuple[int, int]:
     m = lay.model
     counts = param_counts(m, lay.tensor)
     dense, moe = lay.largest
@@ -118,7 +125,9 @@ def _weight_bytes(lay: Layout, prec: Precision) -> tuple[int, int]:
         layer_params, norms, _ = max(lay.patterns)
         linear = layer_params - norms
     rows = (dense + moe) * sum(o for _, o in lay.shapes.values())  # per-row scales: close enough for experts too
-    tables = counts.embedding + counts.lm_head  # whole on one stage; the largest stage is the answer
+    head_params = counts.lm_head if head else 0
+    linear, rows = linear + head_params, rows + head_params // m.hidden_size
+    tables = counts.embedding + counts.lm_head - head_params  # whole on one stage; the largest stage is the answer
     others = norms + counts.final_norm + tables
     return (quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,
                             double_quant=prec.double_quant) + others * nbytes(prec.activation_dtype), linear + others)
@@ -177,8 +186,12 @@ def _forward(plan: Plan, gpu: Gpu) -> _Forward:
     attn_peak, v_alive = _attention_peak(plan, chunk, bc)
     attn_peak = max(attn_peak, prefill_peak(plan, chunk, bc))  # hybrid models: the mixers' larger moment
     prefill = max(mlp_peak, attn_peak) + 3 * chunk * h * bc
-    if plan.precision.weights in QUANTIZED:  # a batch of more than a few tokens dequantizes each matrix for its matmul
-        prefill += max(i * o for i, o in shapes.values()) * bc
+    # a batch of more than a few tokens dequantizes each matrix for its matmul; torchao's int4 (TensorCoreTiledLayout:
+    # _linear_bf16_act_uint4_weight_impl calls the fused tinygemm torch.ops.aten._weight_int4pack_mm) does not
+    torchao = _quantized_on_load(plan)
+    if plan.precision.weights in QUANTIZED and not (torchao and plan.precision.weights == "int4"):
+        head = (h, param_counts(m, t).lm_head // h) if torchao else (0, 0)  # torchao's quantized head is one of them
+        prefill += max(i * o for i, o in (*shapes.values(), head)) * bc
     vocab_r = param_counts(m, t).embedding // h
     return _Forward(chunk=chunk, mlp_peak=mlp_peak, attn_peak=attn_peak, prefill=prefill,
                     logits=inf.batch_size * vocab_r * (bc + 4), v_alive=v_alive)
@@ -454,17 +467,36 @@ def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     # cuBLAS, and a static cache with its mask and graph pool)
     once = ALLOCATED_ONCE | (_STATIC_CACHE_ONCE if plan.workload.inference.static_cache else frozenset())
     expandable = plan.techniques.expandable_segments
-    reserved, flushed = within_device(*held_bytes(peak, expandable, once), runtime_bytes, gpu.usable_bytes)
+    loaded = _load_segments(plan, detail)
+    kept = sum(i.bytes for i in loaded)  # segments that hold quantized weights: no later release gives them back
+    reserved, least = held_bytes(peak, expandable, once)
+    reserved, flushed = within_device(reserved + kept, least + kept, runtime_bytes, gpu.usable_bytes)
     stage = Stage(index=0, layers=max(stage_split(plan)),
                   micro_batches_in_flight=1, phases=(prefill, decode), peak=peak, reserved_bytes=reserved,
                   device_bytes=reserved + runtime_bytes, cache_flushed=flushed)
-    reserve = allocator_reserve("Allocator reserve", reserved - peak.allocated_bytes,
+    reserve = allocator_reserve("Allocator reserve", reserved - kept - peak.allocated_bytes,
                                 reserve_formula(expandable, flushed),
                                 "Cached blocks of the growing cache and freed activations", detail)
-    return Estimate(plan=plan, gpu=gpu, items=peak.items + (reserve,) + runtime, phase=peak.name, stage=0,
+    return Estimate(plan=plan, gpu=gpu, items=peak.items + loaded + (reserve,) + runtime, phase=peak.name, stage=0,
                     peak_allocated_bytes=peak.allocated_bytes, peak_reserved_bytes=reserved,
                     device_bytes=stage.device_bytes, usable_bytes=gpu.usable_bytes, host_bytes=0,
                     runtime_bytes=runtime_bytes, all_stages=partial(tuple, (stage,)), cache_flushed=flushed)
+
+
+def _load_segments(plan: Plan, detail: bool) -> tuple[Item, ...]:
+    """The free remainder of the segments quantize_ left its weights in (planner/memory/quantize_load.py)."""
+    if not _quantized_on_load(plan):
+        return ()
+    captured = plan.techniques.compile
+    return (item("quantized_load", "Segments left by quantizing on the GPU",
+                 Described(held_beyond_live(plan), "{} weights replayed through torchao quantize_ after a {} load"
+                           + (", then the graph capture's empty_cache" if captured else ", nothing released"),
+                           (plan.precision.weights, plan.precision.activation_dtype)),
+                 "Each quantized weight was split off a segment a 16-bit weight or temporary was freed from; a "
+                 "segment that holds one stays reserved whole" + (" (torch.cuda.graph calls empty_cache before "
+                                                                  "capturing, which frees only empty segments)"
+                                                                  if captured else ""),
+                 detail, "reserved"),)
 
 
 def inference_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:

@@ -34,7 +34,14 @@ def _lora_weights(ctx: StageContext, tr: Trainable) -> tuple[Item, Item, Item, i
                                             double_quant=prec.double_quant),
                             "{:,} projection params in {}" + (" + scales" if wdt in QUANTIZED else ""), (sp.linear, wdt))
     base = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(bc, "B")))))
-    weights = item("weights", "Weights (frozen base)", ctx.sharded(base, round(base.bytes * sp.experts / sp.total), z == 3),
+    # parameters offloaded with the optimizer (FSDP CPUOffload(offload_params=True) / CPUOffloadPolicy, ZeRO-3
+    # offload_param): every shard, the frozen base's and the adapters', lives in host memory; a unit is copied in
+    # and all-gathered only while it is used (ZeRO-3 all-gathered layers)
+    on_host = plan.techniques.offload == "optimizer_and_params"
+    weights = item("weights", "Weights (frozen base)",
+                   fixed(0, "0 (on CPU)") if on_host else
+                   ctx.sharded(base, round(base.bytes * sp.experts / sp.total), z == 3),
+                   "Shards live in host memory; a unit is fetched to the GPU when used" if on_host else
                    "Frozen: no gradients, no optimizer state" + (
                        f"; {wdt} weights are dequantized one matrix at a time for each matmul" if wdt in QUANTIZED else ""),
                    ctx.detail)
@@ -43,7 +50,7 @@ def _lora_weights(ctx: StageContext, tr: Trainable) -> tuple[Item, Item, Item, i
     each = Factor(nbytes(adapter_dtype), f"B ({adapter_dtype})")
     own = Product((Factor(tr.total, "params"), each),
                   f": rank {lora.rank} on {', '.join(lora.targets)} × {ctx.layers} layers")
-    adapters = item("adapters", "LoRA adapters", ctx.sharded(own, 0, z == 3),
+    adapters = item("adapters", "LoRA adapters", fixed(0, "0 (on CPU)") if on_host else ctx.sharded(own, 0, z == 3),
                     "Trainable low-rank A and B matrices (Hu et al. 2021)", ctx.detail)
     master = item("master_weights", "Master weights", fixed(0, "0"),
                   "Adapters are updated directly" + (" in fp32" if mixed else ""), ctx.detail)
