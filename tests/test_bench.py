@@ -152,3 +152,16 @@ def test_a_band_by_hand():
     errors = [-0.3, -0.1, 0.1, 0.2, 0.2, 0.3, 0.4, 0.4, 0.5, 0.6]
     assert stats.band(errors) == {"rows": 10, "median_pct": 30.0, "p90_pct": 50.0, "signed_pct": 25.0,
                                   "low_pct": -10.0, "high_pct": 50.0}
+
+
+def test_a100_against_h100_matches_the_published_pairs():
+    """Issue 28: the same llm-foundry model on A100s and H100s ran 0.36-0.45 × as fast on the A100 (13 pairs);
+    the model leans to the H100 by under 15 % at the median (-10 % now) and stays within 35 % on each pair (the
+    worst, -30 %: MPT-13b on 128 A100s against 8 H100s, where the two runs' batches and GPU counts differ)."""
+    rows, _ = throughput.run()
+    pairs = [p for p in throughput.relative_speeds(rows) if p["gpus"][1] == "h100-sxm-80gb"
+             and p["gpus"][0].startswith("a100")]
+    errors = [p["predicted"] / p["measured"] - 1 for p in pairs]
+    assert len(pairs) == 13
+    assert max(abs(e) for e in errors) < 0.35
+    assert -0.15 < statistics.median(errors) < 0

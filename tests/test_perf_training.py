@@ -300,34 +300,48 @@ def _fp8_plan(framework: str, recipe: str, compiled: bool = True) -> object:
                            "techniques": {"compile": compiled, "activation_checkpointing": "none"}})
 
 
-@pytest.mark.parametrize("framework, recipe, compiled, cast, other", [
-    ("torchtitan", "tensorwise", True, 3, 2),  # amax fused into the producer; the transpose a copy of 8 bits
-    ("torchtitan", "tensorwise", False, 5, 2),  # amax read (2), cast read (2) and write (1)
-    ("torchtitan", "rowwise", True, 3, 3),  # rowwise scales serve one orientation: a second cast
-    ("generic", "rowwise", True, 1, 1),  # Transformer Engine-style: the producer writes 8 bits, both ways
+@pytest.mark.parametrize("framework, recipe, compiled, cast, other, rescale", [
+    ("torchtitan", "tensorwise", True, 3, 2, 0),  # amax fused into the producer; the transpose a copy of 8 bits
+    ("torchtitan", "tensorwise", False, 5, 2, 0),  # amax read (2), cast read (2) and write (1)
+    # rowwise scales serve one orientation: a second cast; the backward's outputs rescaled (r2 w2 compiled,
+    # + the scales' fp32 outer product written and read eager)
+    ("torchtitan", "rowwise", True, 3, 3, 4),
+    ("torchtitan", "rowwise", False, 5, 5, 12),
+    ("generic", "rowwise", True, 1, 1, 0),  # Transformer Engine-style: the producer writes 8 bits, both ways
 ])
-def test_float8_casts_by_hand(framework, recipe, compiled, cast, other):
+def test_float8_casts_by_hand(framework, recipe, compiled, cast, other, rescale):
     """A Llama 3.1 8B layer, 8,192 tokens: its matmuls' inputs are 3 × 4096 (q, k, v read the same x) + 4096 (o)
     + 2 × 4096 (gate, up) + 14,336 (down) = 38,912 per token, their outputs' gradients 4096 + 2 × 1024 + 4096 +
     2 × 14,336 + 4096 = 43,008 per token, their weights 218,103,808. The forward casts inputs and weights; the
-    backward the gradients, and each operand again in the other orientation."""
+    backward the gradients, and each operand again in the other orientation; torchao's rowwise backward
+    rescales its outputs, the input gradients (as many as the inputs) and the weight gradients."""
     plan = _fp8_plan(framework, recipe, compiled)
     gemms = layer_work(plan, 8192, 4096, False).gemms
     inputs, grads, weights = 38_912 * 8192, 43_008 * 8192, 218_103_808
     assert fp8_cast_bytes(plan, gemms) == (cast * inputs, cast * weights,
-                                           other * (inputs + weights) + (cast + other) * grads)
+                                           (other + rescale) * (inputs + weights) + (cast + other) * grads)
 
 
-def test_rowwise_float8_gains_less_than_tensorwise():
-    """Published (torchtitan commit 7a04053, 2025-01, Llama 3 8B on 8 H100s, FSDP, compile): bf16 5,760
-    tokens/s, float8 rowwise 6,412-6,424, tensorwise with float8 all-gathers 7,186. Rowwise casts each operand
-    twice, and its weights are gathered in 16 bits."""
-    bf16 = dataclasses.replace(_fp8_plan("torchtitan", "tensorwise"), precision=plan_from_dict(
-        {"model": {"preset": "llama-3.1-8b"}}).precision)
-    tensorwise = _fp8_plan("torchtitan", "tensorwise")
-    tensorwise = dataclasses.replace(tensorwise, precision=dataclasses.replace(tensorwise.precision,
-                                                                               fp8_all_gather=True))
-    rowwise = _fp8_plan("torchtitan", "rowwise")
-    speed = {name: step_time(p, H100).tokens_per_s_per_gpu for name, p in
-             (("bf16", bf16), ("tensorwise", tensorwise), ("rowwise", rowwise))}
-    assert speed["tensorwise"] > speed["rowwise"] > speed["bf16"]
+def _titan_8b(recipe: str) -> object:
+    """torchao's float8 training benchmark: Llama 3 8B on 8 H100s, batch 1 × 8,192, FSDP2, compile, per-op SAC."""
+    sections = {"framework": "torchtitan", "model": {"preset": "llama-3.1-8b"},
+                "workload": {"sequence_length": 8192, "micro_batch_size": 1, "global_batch_size": 8},
+                "parallelism": {"data": 8, "zero_stage": 3},
+                "techniques": {"compile": True, "activation_checkpointing": "selective_op"}}
+    if recipe != "bf16":
+        sections["precision"] = {"compute": "fp8", "fp8_recipe": recipe, "fp8_all_gather": recipe == "tensorwise"}
+    return plan_from_dict(sections)
+
+
+def test_rowwise_float8_gains_what_runs_measured():
+    """Published pairs, Llama 3 8B on 8 H100s with torchtitan (FSDP2, compile): tensorwise with float8 all-gathers
+    1.25 × bf16 and rowwise with bf16 all-gathers 1.10 × (torchao/float8/README.md before 50865d5c7: 6,150,
+    7,689.5 and 6,768 tokens/s, per-op SAC); 1.248 × and 1.114 × (torchtitan commit 7a04053: 5,760, 7,186 and
+    6,412-6,424). Rowwise casts each operand twice, runs its forward on the CUTLASS rowwise kernel and rescales
+    its backward's outputs; its weights are gathered in 16 bits. The model said 1.29 × and 1.24 × before the
+    kernel and the rescale."""
+    speed = {recipe: step_time(_titan_8b(recipe), H100).tokens_per_s_per_gpu
+             for recipe in ("bf16", "tensorwise", "rowwise")}
+    assert speed["tensorwise"] / speed["bf16"] == pytest.approx(1.25, abs=0.05)
+    assert speed["rowwise"] / speed["bf16"] == pytest.approx(1.11, abs=0.06)
+    assert 0.85 < speed["rowwise"] / speed["tensorwise"] < 0.93  # published 0.88 and 0.89

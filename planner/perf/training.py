@@ -23,8 +23,8 @@ from planner.perf.flops import model_flops_per_token
 from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
-from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, TP_SIDES, TpSides, keys_per_query,
-                               layer_work, matmul_elem)
+from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, ROWWISE_KERNEL_FRACTION, TP_SIDES, TpSides,
+                               keys_per_query, layer_work, matmul_elem, torchao_rowwise)
 from planner.errors import PlanError
 from planner.plan import ADAPTER_TASKS, Parallelism, Plan
 from planner.sac import op_sac_projections
@@ -119,7 +119,8 @@ class _MicroBatch:
 
 
 def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
-    layer_mm, layer_flops = gemms_s(w.layer_gemms, r)
+    fwd = replace(r, matmul_flops=r.matmul_flops * ROWWISE_KERNEL_FRACTION) if torchao_rowwise(plan) else r
+    layer_mm, layer_flops = gemms_s(w.layer_gemms, fwd)
     other_mm, other_flops = gemms_s(w.other_gemms, r)
     attention = w.attention_work / r.attention_flops
     elementwise = w.elementwise_bytes / r.hbm_bytes
@@ -130,7 +131,7 @@ def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
     casts = (activation_casts + weight_casts) / r.hbm_bytes
     grads = 0 if w.frozen else 1  # frozen weights get no weight gradient: backward is the input gradient alone
     backward_mm = gemms_backward_s(w.layer_gemms, r, not w.frozen) + gemms_backward_s(w.other_gemms, r, True)
-    op_sac = gemms_s(w.op_sac_gemms, r)[0] if plan.techniques.activation_checkpointing == "selective_op" else 0.0
+    op_sac = gemms_s(w.op_sac_gemms, fwd)[0] if plan.techniques.activation_checkpointing == "selective_op" else 0.0
     async_tp = par.async_tp and par.tensor > 1  # only async TP reads the matmuls beside each collective
     return _MicroBatch(forward_compute=layer_mm + other_mm + attention,
                        backward_compute=backward_mm + ATTENTION_BACKWARD * attention,
@@ -140,7 +141,7 @@ def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
                                               elementwise + casts + dequant),
                        flops=(2 + grads) * layer_flops + 3 * other_flops + 3 * w.attention_flops,
                        layers=w.dense_layers + w.moe_layers,
-                       tp_side_s=tuple(gemms_s(side, r)[0] for side in w.tp_sides) if async_tp else ())
+                       tp_side_s=tuple(gemms_s(side, fwd)[0] for side in w.tp_sides) if async_tp else ())
 
 
 def _recompute_s(plan: Plan, layers_s: float, attention_s: float, op_sac_s: float, elementwise_s: float) -> float:

@@ -66,6 +66,16 @@ FP8_CAST_BYTES = {"torchao": ((5, 3), 2), "transformer_engine": ((1, 1), 1)}  # 
 # integration); the others (Megatron, NeMo, DeepSpeed, accelerate's default TE backend, and the generic plan,
 # as most published float8 runs) cast in their producers' kernels.
 TORCHAO_FP8 = ("torchtitan", "torchtune", "axolotl")
+# torchao's rowwise recipe (torchao/float8/float8_ops.py, addmm_float8_unwrapped, v0.8-v0.13): the backward's
+# matmuls run without fast accumulation, where PyTorch's rowwise CUTLASS kernel is "so slow" that torchao runs the
+# tensorwise cuBLAS kernel at unit scales and rescales the output afterwards (`output *= a_scale⁻¹ · b_scale⁻¹`):
+# each backward output read and written again (r2 w2), with the outer product of the scales materialized in fp32
+# (w4 r4) unless compiled.
+ROWWISE_RESCALE_BYTES = (12, 4)  # (eager, compiled) per element of a backward matmul's output
+# The forward's rowwise matmuls (fast accumulation) run PyTorch's CUTLASS rowwise kernel: "most shapes within
+# 90-100 % of tensor-wise efficiency, but a long tail going down to 50 %" on an H100 (pytorch/pytorch#147971,
+# 2025-02): the bottom of the bulk, as the tail pulls the mean below it.
+ROWWISE_KERNEL_FRACTION = 0.9
 
 MLP_PROJECTIONS = {"gate", "up", "down"}
 # A layer's four tensor-parallel collectives and the projections beside each: the attention's input all-gather
@@ -133,7 +143,8 @@ def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[tuple[Gemm, ...]
 def fp8_cast_bytes(plan: Plan, gemms: tuple[Gemm, ...]) -> tuple[float, float, float]:
     """Bytes float8 training's casts move for a layer's matmuls (FP8_CAST_BYTES): the forward casts each
     matmul's input and weight (returned apart: a weight all-gathered in float8 is cast on its FSDP shard), the
-    backward its output's gradient, and each operand again in the other orientation."""
+    backward its output's gradient, and each operand again in the other orientation (and, under torchao's rowwise
+    recipe, rescales its matmuls' outputs)."""
     prec = plan.precision
     if prec.compute != "fp8":
         return 0.0, 0.0, 0.0
@@ -143,7 +154,15 @@ def fp8_cast_bytes(plan: Plan, gemms: tuple[Gemm, ...]) -> tuple[float, float, f
     inputs = sum(g.count * g.groups * g.tokens * g.k for g in gemms)
     weights = sum(g.count * g.groups * g.k * g.n for g in gemms)
     grads = sum(g.count * g.groups * g.tokens * g.n for g in gemms)
-    return cast * inputs, cast * weights, other * (inputs + weights) + (cast + other) * grads
+    rescale = ROWWISE_RESCALE_BYTES[1 if plan.techniques.compiled_blocks else 0] if torchao_rowwise(plan) else 0
+    return (cast * inputs, cast * weights,
+            other * (inputs + weights) + (cast + other) * grads + rescale * (inputs + weights))
+
+
+def torchao_rowwise(plan: Plan) -> bool:
+    """torchao's float8 rowwise recipe: its forward matmuls run the CUTLASS rowwise kernel, its backward's are
+    rescaled afterwards (ROWWISE_RESCALE_BYTES, ROWWISE_KERNEL_FRACTION)."""
+    return plan.precision.fp8_recipe == "rowwise" and plan.framework in TORCHAO_FP8
 
 
 def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
