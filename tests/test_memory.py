@@ -514,6 +514,44 @@ def test_chunked_loss_by_hand():
                                                          "output head backward": tv // 2}
 
 
+def logits_loss(est):
+    return {ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
+            for ph in est.stages[0].phases if any(i.name == "logits_loss" for i in ph.items)}
+
+
+@pytest.mark.parametrize("precision, forward, head", [
+    # HF ForCausalLMLoss / torchtitan cross_entropy_loss on TINY (T 64, V 1000). Forward, at nll_loss: the 16-bit
+    # logits, their fp32 upcast and the fp32 log-softmax; fp32 logits are their own upcast (.float() returns them)
+    (PURE, (2 + 4 + 4), 2),
+    ({"compute": "bf16", "master_weights": "fp32"}, (2 + 4 + 4), 2),  # autocast: the head's output is bf16
+    ({"compute": "fp32", "master_weights": "fp32"}, (4 + 4), 4),
+])
+def test_eager_cross_entropy_by_hand(precision, forward, head):
+    # backward, at _log_softmax_backward_data: the saved log-softmax, nll_loss's gradient of it and the gradient
+    # of the upcast, all fp32 (MemTracker: 12.000 T·V at vocabulary 128,256 and 8,192 tokens); then the
+    # gradient of the logits in their dtype is the head's input
+    tv = T * 1000
+    assert logits_loss(estimate(tiny(precision=precision))) == {
+        "forward": forward * tv, "loss backward": 12 * tv, "output head backward": head * tv}
+
+
+def test_the_output_head_keeps_its_autocast_copy_under_full_checkpointing():
+    # AMP + full checkpointing: the layers' casts go when autocast exits, but the head's matmul saved its bf16
+    # copy of the 64,000-parameter head for its backward: 128,000 B beside the loss's 12 T·V (MemTracker on HF
+    # Llama: +V·h × 2 B exactly, e.g. 0.1223 GiB at V 128,256, h 512)
+    est = estimate(tiny(techniques={"activation_checkpointing": "full"}))
+    casts = {ph.name: next((i.bytes for i in ph.items if i.name == "weight_casts"), None)
+             for ph in est.stages[0].phases}
+    assert casts["forward"] == 2 * (2 * (12_288 + 24_576) + 64_000)  # every cast while autocast is on
+    assert casts["loss backward"] == casts["output head backward"] == 2 * 64_000
+    assert casts["backward of the last layer"] == 0  # the head's backward freed it
+    assert phase(est, "loss backward").allocated_bytes - phase(est, "output head backward").allocated_bytes == (
+        (12 - 2) * T * 1000 - 64_000 * 4)  # the head's fresh fp32 gradient
+    # Liger's fused loss runs the head inside the loss's forward: no copy saved for backward
+    fused = estimate(tiny(techniques={"activation_checkpointing": "full", "loss": "fused"}))
+    assert not any(i.name == "weight_casts" and i.bytes for i in phase(fused, "loss backward").items)
+
+
 @pytest.mark.parametrize("precision, oracle_bytes", [
     ({"compute": "bf16", "master_weights": "none"}, 63_569_920),
     ({"compute": "bf16", "master_weights": "fp32"}, 63_569_920),  # autocast: the same tensors

@@ -132,19 +132,27 @@ def activations(ctx: StageContext, k: Kept) -> tuple[Item, int]:
                    "flight" if in_flight > 1 else ""), detail), 0
 
 
-def weight_casts(ctx: StageContext, k: Kept) -> tuple[Item | None, Item | None]:
-    """Autocast's cached 16-bit weight copies: (at the end of forward, during backward)."""
+def weight_casts(ctx: StageContext, k: Kept) -> tuple[Item | None, Item | None, Item | None]:
+    """Autocast's cached 16-bit weight copies: (at the end of forward, during the layers' backward, during the
+    loss's and the output head's backward)."""
     if not ctx.autocast:
-        return None, None
+        return None, None, None
     keep = 1 - k.share
     factors = (Factor(ctx.sp.matmul, "matmul params"), Factor(2, "B"), Factor(ctx.in_flight, spec="g"))
     if keep < 1:
         factors += (Factor(keep, "(layers not checkpointed)", ".3g"),)
     casts = item("weight_casts", "Weight casts (autocast)", Product(factors), CASTS_NOTE, ctx.detail)
     if ctx.plan.techniques.activation_checkpointing != "full":
-        return casts, casts
+        return casts, casts, casts
+    # The output head is not checkpointed: its matmul saved autocast's 16-bit copy of the weight (PyTorch
+    # tools/autograd/derivatives.yaml: mm's input gradient reads mat2) until the head's backward, long after
+    # autocast exited. MemTracker on HF LlamaForCausalLM, AMP + full checkpointing (bench/data/oracle-train.csv),
+    # holds exactly these V·h × 2 B beside the loss's fp32 buffers.
+    head = item("weight_casts", "Weight casts (autocast)",
+                Product((Factor(ctx.sp.head, "output head params"), Factor(2, "B"), Factor(ctx.in_flight, spec="g"))),
+                "The output head's 16-bit copy, saved by its matmul until the head's backward", ctx.detail)
     return casts, item("weight_casts", "Weight casts (autocast)", fixed(0, "0 (freed when autocast exits)"),
-                       "Checkpointed layers keep no casts; the recomputed layer makes its own", ctx.detail)
+                       "Checkpointed layers keep no casts; the recomputed layer makes its own", ctx.detail), head
 
 
 def backward_activations(ctx: StageContext, k: Kept) -> tuple[Item, Item | None, Item]:
@@ -182,7 +190,8 @@ class Saved:
     forward: Item  # at the end of forward
     host: int  # bytes offloaded to the host
     casts: Item | None  # autocast's weight copies at the end of forward
-    casts_bwd: Item | None  # and during backward
+    casts_bwd: Item | None  # and during the layers' backward
+    head_casts: Item | None  # and during the loss's and the output head's backward
     rest: Item  # at the stage's first layer's backward
     rest_casts: Item | None
     freed: Item  # at the embedding's backward
@@ -202,7 +211,7 @@ def saved(ctx: StageContext) -> Saved:
 def _saved(ctx: StageContext) -> Saved:
     k = kept(ctx)
     forward, host = activations(ctx, k)
-    casts, casts_bwd = weight_casts(ctx, k)
+    casts, casts_bwd, head_casts = weight_casts(ctx, k)
     rest, rest_casts, freed = backward_activations(ctx, k)
-    return Saved(kept=k, forward=forward, host=host, casts=casts, casts_bwd=casts_bwd, rest=rest,
-                 rest_casts=rest_casts, freed=freed)
+    return Saved(kept=k, forward=forward, host=host, casts=casts, casts_bwd=casts_bwd, head_casts=head_casts,
+                 rest=rest, rest_casts=rest_casts, freed=freed)

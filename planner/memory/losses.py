@@ -37,6 +37,14 @@ def _head(ctx: StageContext, chunks: int) -> Term:
 
 
 def _plain(ctx: StageContext) -> Loss:
+    """Uncompiled cross-entropy on the whole logits: HF ForCausalLMLoss (transformers >= 4.50 loss_utils.py:
+    `logits.float()`, labels padded rather than logits shifted) and torchtitan's cross_entropy_loss
+    (components/loss.py: `pred.float()`), both F.cross_entropy = log_softmax + nll_loss. Forward peaks in nll_loss
+    with the logits, their fp32 upcast (the logits themselves when fp32) and the fp32 log-softmax, which
+    autograd saves (PyTorch derivatives.yaml: _log_softmax's backward reads its result). Backward peaks in
+    _log_softmax_backward_data: the saved log-softmax, nll_loss's gradient of it (a zeroed T·V tensor) and the
+    new input gradient, fp32; the upcast's backward then casts the gradient to the logits' dtype for the head.
+    MemTracker on HF Llama code (bench/data/oracle-train.csv, V 128,256 at 8,192 × 1-2 tokens): 12.000 T·V."""
     tokens, vocab_r, logits_b = _tv(ctx)
     per_tv = logits_b + 8 if logits_b < 4 else 8
     size = (Factor(tokens), Factor(vocab_r))

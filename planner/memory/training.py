@@ -44,7 +44,8 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
                     tx.dequant, tx.fp8, tx.dora,
                     item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None)]
     if lo:
-        phases += _last_stage_phases(ctx, lo, held, sv.casts_bwd, gather, fresh)
+        # Liger's fused loss runs the head inside its forward: no head matmul saved for backward
+        phases += _last_stage_phases(ctx, lo, held, sv.head_casts if lo.head_grad else sv.casts_bwd, gather, fresh)
     # a frozen layer's only gradients are its adapters' (FSDP1 flat parameters: the whole unit's)
     layer_unit = sp.layer if not ctx.lora else sp.adapters // ctx.layers + (
         flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
