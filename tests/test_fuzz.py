@@ -11,7 +11,8 @@ import fuzz  # noqa: E402
 
 
 def test_fuzz_slice_finds_no_bugs():
-    result = fuzz.run(plans=300, inputs=300, seed=7, recommend_every=100)
+    """Untimed: the time limit is the bench's (python bench/fuzz.py), a busy machine must not fail a test."""
+    result = fuzz.run(plans=300, inputs=300, seed=7, recommend_every=100, slow_s=None)
     counts = result["counts"]
     assert result["bugs"] == []
     assert counts["ok"] > 50 and counts["invalid"] > 50 and counts["rejected"] > 50 and counts["accepted"] > 50
@@ -29,8 +30,8 @@ def test_a_mutation_replaces_one_node_with_another_shape():
 
 def test_hostile_shapes_slice_finds_no_bugs():
     """Every shape once, at 2 kB, through every reader (the sizes where time would grow quadratically are the
-    bench's: python bench/fuzz.py)."""
-    result = fuzz.hostile(sizes=(2048,))
+    bench's: python bench/fuzz.py, which also holds each to its time limit)."""
+    result = fuzz.hostile(sizes=(2048,), slow_s=None)
     assert result["bugs"] == []
     assert set(result["rows"]) == set(fuzz.SHAPES)
     assert all(inputs == len(fuzz.READERS) for inputs, *_ in result["rows"].values())
