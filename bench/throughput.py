@@ -71,13 +71,18 @@ def plan_of(row: dict) -> dict:
                    "sequence_parallel": tp > 1 and row["source_id"] in MEGATRON_SOURCES}
     if vp > 1:
         parallelism |= {"pipeline_schedule": "interleaved_1f1b", "virtual_stages": vp}
-    return {"name": row["id"], "model": model_of(row),
+    precision = {"compute": row["precision"]}
+    if row["fp8_recipe"].strip():
+        precision |= {"fp8_recipe": row["fp8_recipe"], "fp8_all_gather": row["fp8_all_gather"] == "true"}
+    plan = {"name": row["id"], "model": model_of(row),
             "workload": {"sequence_length": int(row["sequence_length"]),
                          "micro_batch_size": _int(row, "micro_batch_size", 1),
                          "global_batch_size": int(row["global_batch_size"])},
-            "precision": {"compute": row["precision"]},
-            "techniques": {"activation_checkpointing": row["activation_checkpointing"].strip() or "none"},
+            "precision": precision,
+            "techniques": {"activation_checkpointing": row["activation_checkpointing"].strip() or "none",
+                           "compile": row["compile"] == "true"},
             "parallelism": parallelism, "hardware": {"gpu": row["gpu"]}}
+    return plan | {"framework": row["plan_framework"]} if row["plan_framework"].strip() else plan
 
 
 def run() -> tuple[list[dict], list[tuple[str, str]]]:
@@ -160,7 +165,7 @@ def main() -> list[dict]:
 
 def time_accuracy(rows: list[dict]) -> dict:
     """What planner/data/time_accuracy.yaml holds: the errors over every row, of the GPU pairs, and per class of
-    run (dense and MoE training: bench/stats.py's band)."""
+    run (dense and MoE training: bench/stats.py's band); each GPU's median signed error on its dense rows."""
     errors, pairs = [abs(r["error"]) for r in rows], relative_speeds(rows)
     classes = {kind: [r["error"] for r in rows if r["moe"] == moe] for kind, moe in
                (("dense training", False), ("MoE training", True))}
@@ -168,6 +173,8 @@ def time_accuracy(rows: list[dict]) -> dict:
             "signed_pct": pct(statistics.median(r["error"] for r in rows)), "pairs": len(pairs),
             "pair_median_pct": pct(statistics.median(abs(p["predicted"] / p["measured"] - 1) for p in pairs)),
             "gpus": sorted({r["gpu"] for r in rows}), "vendors": sorted({r["vendor"] for r in rows}),
+            "gpu_signed_pct": {gpu: pct(statistics.median(r["error"] for r in rows if r["gpu"] == gpu and not r["moe"]))
+                               for gpu in sorted({r["gpu"] for r in rows if not r["moe"]})},
             "classes": {kind: band(e) for kind, e in classes.items() if e}}
 
 

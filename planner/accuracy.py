@@ -96,6 +96,7 @@ class TimeAccuracy:
     pair_median_pct: float  # median |error| of the predicted speed ratio of the two
     gpus: tuple[str, ...]  # GPU ids some published run measured
     vendors: tuple[str, ...]
+    gpu_signed_pct: tuple[tuple[str, float], ...]  # each GPU's median signed error on its dense training rows
 
     @property
     def moe(self) -> str:
@@ -117,7 +118,8 @@ def _time_accuracy_file() -> dict:
 @cache
 def time_accuracy() -> TimeAccuracy:
     raw = {key: value for key, value in _time_accuracy_file().items() if key != "classes"}
-    return TimeAccuracy(**{**raw, "gpus": tuple(raw["gpus"]), "vendors": tuple(raw["vendors"])})
+    return TimeAccuracy(**{**raw, "gpus": tuple(raw["gpus"]), "vendors": tuple(raw["vendors"]),
+                            "gpu_signed_pct": tuple(raw["gpu_signed_pct"].items())})
 
 
 @cache

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal, get_args
 
-from planner.accuracy import likely_seconds, time_accuracy
+from planner.accuracy import likely_seconds, time_accuracy, time_bands
 from planner.catalog import (Catalog, Gpu, Offering, Price, PriceKind, ProviderClass, generic_offering, load_catalog,
                              offering_view, plan_gpu)
 from planner.errors import PlanError, bad
@@ -274,10 +274,22 @@ def time_caveats(plan: Plan, gpu: Gpu) -> list[str]:
                    f"matmul rate): {acc.vendor_note(gpu.vendor)}")
     if plan.model.num_experts and plan.workload.task != "inference":
         out.append(f"MoE training: the time model has been {acc.moe}")
+    elif (outside := _outside_band(plan, gpu)) is not None:
+        out.append(outside)
     r = rates(gpu, plan.precision.compute)
     if plan.precision.compute == "fp8" and gpu.fp8_matmul_efficiency is None and r is not None:
         out.append(f"no measured fp8 matmul rate for {gpu.name}: {r.matmul_efficiency:.0%} of its fp8 peak assumed")
     return out
+
+
+def _outside_band(plan: Plan, gpu: Gpu) -> str | None:
+    """A line where the GPU's own published dense training runs lean outside their class's band: its median
+    measured time over the model's."""
+    band, signed = time_bands().get("dense training"), dict(time_accuracy().gpu_signed_pct).get(gpu.id)
+    if plan.workload.task == "inference" or band is None or signed is None or band.low_pct <= signed <= band.high_pct:
+        return None
+    return (f"published dense training runs on {gpu.name} took {1 + signed / 100:.2f} × the time model's time "
+            f"(median), outside the {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × of all GPUs")
 
 
 # --- The search ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import TINY
-from planner.accuracy import time_bands
+from planner.accuracy import time_accuracy, time_bands
 from planner.catalog import CATALOG_PATH, Catalog, check_offering, load_catalog, offering_view, parse_catalog
 from planner.errors import PlanError
 from planner.memory import estimate
@@ -15,7 +15,7 @@ from planner.codec import plan_from_dict, plan_to_dict
 from planner.perf import job_hours, latency, model_flops_per_token
 from planner.perf.rates import rates
 from planner.recommend import (DEFAULT_JOB_TOKENS, SearchOptions, job_time_caveat, max_batch_size, max_micro_batch,
-                               max_prompt_tokens, max_sequence_length, min_gpus, recommend)
+                               max_prompt_tokens, max_sequence_length, min_gpus, recommend, time_caveats)
 from planner.strategies import Limits, StrategySearch
 from planner.units import format_hours
 
@@ -337,9 +337,12 @@ def test_the_project_catalog_answers_with_the_whole_catalog_and_says_where_the_m
     assert rec.cut_after_s is None and all(r.kind != "unsearched" for r in rec.rejected)
     assert {c.gpu.id for c in rec.candidates} | {r.gpu.id for r in rec.rejected} == set(CATALOG)
     assert rec.price_dates == CATALOG.price_dates()
+    gh200 = next(c for c in rec.candidates if c.gpu.id == "gh200-96gb")
+    # no published run measured the GH200: its caveat says its vendor's stack was checked
+    assert any("other GPUs of its vendor were checked" in line for line in rec.caveats(gh200))
     mi300x = next(c for c in rec.candidates if c.gpu.id == "mi300x-192gb")
-    # the MI325X was measured (AMD's Primus rows), the MI300X not: its caveat says its vendor's stack was checked
-    assert any("other GPUs of its vendor were checked" in line for line in rec.caveats(mi300x))
+    # the MI300X's own published runs (torchao's torchtitan table) lean outside the band: its caveat says so
+    assert any("published dense training runs on AMD Instinct MI300X took" in line for line in rec.caveats(mi300x))
     h100 = next(c for c in rec.candidates if c.gpu.id == "h100-sxm-80gb")
     # published runs check the H100's time: only the band of their errors is said
     band = time_bands()["dense training"]
@@ -604,3 +607,20 @@ def test_a_fit_that_needs_the_allocator_to_release_its_cache_is_never_advised():
     assert max_sequence_length(plan, headroom=0) < 33_792
     rec = recommend(plan, CATALOG.subset(["h100-sxm-80gb"]))
     assert all(not c.estimate.cache_flushed for c in rec.candidates)
+
+
+def test_a_gpu_whose_published_runs_lean_outside_the_band_says_so():
+    """The published dense runs on MI300X (torchao's torchtitan table) took over twice the model's time, outside
+    the band of all GPUs: a training plan on it says so; on an H100, inside the band, and for serving, nothing."""
+    catalog = load_catalog()
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}})
+    signed = dict(time_accuracy().gpu_signed_pct)
+    band = time_bands()["dense training"]
+    assert signed["mi300x-192gb"] > band.high_pct and band.low_pct <= signed["h100-sxm-80gb"] <= band.high_pct
+    line = (f"published dense training runs on AMD Instinct MI300X took {1 + signed['mi300x-192gb'] / 100:.2f} × the "
+            f"time model's time (median), outside the {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × "
+            f"of all GPUs")
+    assert line in time_caveats(plan, catalog["mi300x-192gb"])
+    assert not any("outside" in c for c in time_caveats(plan, catalog["h100-sxm-80gb"]))
+    serving = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "inference"}})
+    assert not any("outside" in c for c in time_caveats(serving, catalog["mi300x-192gb"]))
