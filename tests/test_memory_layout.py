@@ -89,4 +89,6 @@ def test_served_weights_take_the_largest_stage_of_the_training_split():
     plan = plan_from_dict({"model": {"preset": "deepseek-v2"}, "workload": {"task": "inference"},
                            "parallelism": {"pipeline": 2}})
     assert largest_stage_layers(plan) == (0, 30)
-    assert weight_bytes(plan)[1] == 120_212_075_520  # 30 MoE layers; the old split served 116,239,959,040
+    # 30 MoE layers, the head and the final norm; the embedding (102,400 × 5,120 = 524,288,000) sits on stage 0,
+    # beside its dense layer and 29 MoE layers (both tables on one stage: 120,212,075,520)
+    assert weight_bytes(plan)[1] == 120_212_075_520 - 524_288_000

@@ -46,14 +46,26 @@ CUDA_GRAPH_BYTES = 512 * MiB
 #   arg_utils.py has and v0.27.1's has not).
 VLLM_LARGE_GPU_BYTES = 70 * 1024 * MiB
 VLLM_HUGE_GPU_BYTES = 160 * 1024 * MiB
-# Bytes per logit of vLLM's sampler warm-up with top-k and top-p (v1/sample/ops/topk_topp_sampler.py
-# apply_top_k_top_p, the PyTorch sort path): the model-dtype logits (2) the caller still holds, their fp32 copy
-# (4), the sorted values (4) and int64 indices (8), the softmax of the sorted values with its cumulative sum
-# written in place (4) and a bool mask (1): 23 B; torch.sort's CUDA segmented radix sort double-buffers its keys
-# and int64 values (+12 B) and takes temporary storage. vLLM 0.11's own profiling logs on H100 (llm-d-benchmark
-# notes, bench/data/serving-memory-sources.md) show 38.4-39.6 B a logit over five models and three vocabularies
-# at max_num_seqs 1,024: the planner takes 39. Releases whose Triton pivot kernel sorts nothing hold less.
-SAMPLER_BYTES_PER_LOGIT = 39
+# vLLM's sampler warm-up (v1/worker/gpu_model_runner.py _dummy_sampler_run: min(max_num_seqs, tokens) requests,
+# top_k = vocab − 1, top_p = 0.9) holds, a logit, the model-dtype logits its caller keeps and the sampler's fp32 copy
+# (v1/sample/sampler.py: logits.to(torch.float32), 4 B), and beside them, by release (the wheels' sources read):
+# - before 0.17.0 (read at 0.8.5, 0.9.1, 0.10.1.1, 0.11.0, 0.12.0, 0.14.0): PyTorch's sort (ops/topk_topp_sampler.py
+#   apply_top_k_top_p: logits.sort). Its CUDA segmented radix sort takes an int64 iota as the values to sort (8 B),
+#   CUB's alternate key and value buffers (4 + 8 B) and writes the sorted fp32 values (4 B) and int64 indices (8 B):
+#   32 B. FlashInfer's sampler, which sorts nothing, was the wheel's optional `flashinfer` extra before 0.12.0 and
+#   opt-in (VLLM_USE_FLASHINFER_SAMPLER=1) from 0.12.0 to 0.20.
+# - from 0.17.0 (read at 0.17.0, 0.19.0, 0.20.0): Triton's pivot kernel masks the fp32 logits in place
+#   (ops/topk_topp_triton.py apply_top_k_top_p_triton, batches of 8 or more), then forward_native's softmax (4 B)
+#   and random_sample's exponential noise (4 B): 8 B. Its per-SM scratch rows (SMs × vocab × 4 B, 65 MiB on an H100
+#   with Llama 3's vocabulary) are left out: the catalog has no SM counts.
+# - from 0.21.0 (read at 0.21.0, 0.25.0, 0.28.0, 0.33.0): FlashInfer's sampler by default (envs.py
+#   VLLM_USE_FLASHINFER_SAMPLER defaults to True; flashinfer 0.6.9 sampling.py top_k_top_p_sampling_from_logits:
+#   top_k_mask_logits' fp32 output, 4 B, and its softmax, 4 B): 8 B.
+# Llama 3.1 8B in bf16 at 1,024 requests: 2 + 4 + 32 = 38 B a logit, 4.65 GiB (vLLM 0.11 logged 4.76 GiB with the
+# forward's 64 MiB of hidden states alive; bench/data/serving-memory-sources.md rows B).
+SORT_BYTES_PER_LOGIT = 32
+PIVOT_BYTES_PER_LOGIT = 8
+SORTLESS_SAMPLER_SINCE = "0.17.0"
 # vLLM custom all-reduce: CustomAllreduce(max_size=8192 * 1024) allocates a meta buffer of max_size + 256 B and
 # an IPC input buffer of max_size on every rank of a tensor-parallel group of 2-8 GPUs on one node
 CUSTOM_ALL_REDUCE_BYTES = 8 * MiB
@@ -115,20 +127,30 @@ def _quantized_on_load(plan: Plan) -> bool:
 # for each layout on every GPU
 @lru_cache(maxsize=256)
 def _weight_bytes(lay: Layout, prec: Precision, head: bool) -> tuple[int, int]:
-    m = lay.model
-    counts = param_counts(m, lay.tensor)
-    dense, moe = lay.largest
+    """The stage whose weights take the most bytes: its layers, and the tables it holds."""
+    return max(_stage_weight_bytes(lay, prec, head, s) for s in range(lay.pipeline))
+
+
+def _stage_weight_bytes(lay: Layout, prec: Precision, head: bool, stage: int) -> tuple[int, int]:
+    """(bytes, parameters) of one pipeline stage's weights. The input embedding sits on the first stage, the
+    output head and the final norm on the last (vLLM models/llama.py: embed_tokens on the first rank, lm_head and
+    norm on the last; a tied head is the embedding held again on the last rank). `head`: an untied output head
+    is quantized with the projections (torchao's quantize_)."""
+    m, counts = lay.model, param_counts(lay.model, lay.tensor)
+    dense, moe = lay.layers[stage]
     linear = dense * (counts.attention + counts.mlp) + moe * (counts.attention + counts.experts + counts.shared
                                                               + counts.router)
     norms = (dense + moe) * counts.norms
-    if m.layer_pattern:  # hybrid: layer by layer, the stage with the most layer parameters
-        layer_params, norms, _ = max(lay.patterns)
+    if m.layer_pattern:  # hybrid: layer by layer
+        layer_params, norms, _ = lay.patterns[stage]
         linear = layer_params - norms
     rows = (dense + moe) * sum(o for _, o in lay.shapes.values())  # per-row scales: close enough for experts too
-    head_params = counts.lm_head if head else 0
-    linear, rows = linear + head_params, rows + head_params // m.hidden_size
-    tables = counts.embedding + counts.lm_head - head_params  # whole on one stage; the largest stage is the answer
-    others = norms + counts.final_norm + tables
+    last = stage == lay.pipeline - 1
+    head_params = (counts.lm_head or (counts.embedding if stage else 0)) if last else 0
+    quantized = counts.lm_head if head and last else 0
+    linear, rows = linear + quantized, rows + quantized // m.hidden_size
+    tables = (counts.embedding if stage == 0 else 0) + head_params - quantized + (counts.final_norm if last else 0)
+    others = norms + tables
     return (quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,
                             double_quant=prec.double_quant) + others * nbytes(prec.activation_dtype), linear + others)
 
@@ -244,18 +266,31 @@ def engine_max_num_seqs(plan: Plan, gpu: Gpu) -> int:
     return max(inf.batch_size, _vllm_defaults(plan, gpu)[1])
 
 
+def sampler_bytes_per_logit(plan: Plan) -> int:
+    """Bytes a logit of vLLM's sampler warm-up holds at its peak, at the plan's release (see SORT_BYTES_PER_LOGIT;
+    a plan of another framework is planned as the latest vLLM)."""
+    release = plan.framework_release if plan.framework == "vllm" else ""
+    recipe = load_frameworks()["vllm"]
+    released = recipe.release_date(release)
+    sortless = released is None or released >= recipe.releases[SORTLESS_SAMPLER_SINCE]
+    return nbytes(plan.precision.activation_dtype) + 4 + (PIVOT_BYTES_PER_LOGIT if sortless else SORT_BYTES_PER_LOGIT)
+
+
 def _profile_peak(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> Item:
-    """The activation peak of the engine's profile run: a forward of its largest token batch, then the sampler
-    warmed up on min(max_num_seqs, tokens) requests with top-k and top-p (vLLM _dummy_sampler_run), whose logits
-    are gathered to the whole vocabulary on every rank."""
-    # the profile run's token budget is the engine's (max_num_batched_tokens), whatever the plan's batch
+    """The activation peak of the engine's profile run (v1/worker/gpu_model_runner.py profile_run): a forward of
+    its token budget, then, with that forward's hidden states still held, the sampler warmed up on
+    min(max_num_seqs, tokens) requests with top-k and top-p, whose logits are gathered to the whole vocabulary on
+    every rank. The forward computes no logits (compute_logits runs in _dummy_sampler_run); a layer's largest moment
+    is its MLP or attention with the residual and the normed input alive (models/llama.py LlamaDecoderLayer)."""
+    bc, h, vocab = nbytes(plan.precision.activation_dtype), plan.model.hidden_size, plan.model.vocab_size
     seqs = min(engine_max_num_seqs(plan, gpu), engine_batched_tokens(plan, gpu))
-    sampler = seqs * plan.model.vocab_size * SAMPLER_BYTES_PER_LOGIT
-    forward = fw.prefill + fw.logits
-    text = "max(forward of {:,} tokens {:MiB.0}, sampler {:,} requests × {:,} vocab × {} B)"
+    per_logit = sampler_bytes_per_logit(plan)
+    hidden = fw.chunk * h * bc
+    forward = max(fw.mlp_peak, fw.attn_peak) + 2 * hidden
+    sampler = hidden + seqs * vocab * per_logit
+    text = "max(forward of {:,} tokens {:MiB.0}, its hidden states {:MiB.0} + sampler {:,} requests × {:,} vocab × {} B)"
     return item("activations", "Activation peak (profile run)",
-                Described(max(forward, sampler), text,
-                          (fw.chunk, Size(forward), seqs, plan.model.vocab_size, SAMPLER_BYTES_PER_LOGIT)),
+                Described(max(forward, sampler), text, (fw.chunk, Size(forward), Size(hidden), seqs, vocab, per_logit)),
                 "What the engine reserves: the larger of its largest forward and its sampler warm-up", detail)
 
 
