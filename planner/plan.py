@@ -499,6 +499,12 @@ class Plan:
             raise bad("parallelism.flat_params", True, "applies to lora and qlora under parallelism.zero_stage 3 (with"
                                                        " every parameter trainable, flat and per-parameter sharding"
                                                        " hold the same gradients)")
+        if self.framework == "deepspeed" and par.pipeline > 1 and par.zero_stage >= 2:
+            # deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/pipe/engine.py PipelineEngine.__init__
+            raise bad("parallelism.zero_stage", par.zero_stage, "is refused by DeepSpeed's pipeline engine ('ZeRO-2 "
+                                                                "and ZeRO-3 are incompatible with pipeline "
+                                                                "parallelism'): use ZeRO 0 or 1 with parallelism."
+                                                                "pipeline > 1")
         if self.precision.fp8_all_gather and par.zero_stage != 3:
             raise bad("precision.fp8_all_gather", True, "needs parallelism.zero_stage 3 (FSDP all-gathers weights)")
         if task == "inference":  # what inference does not model: a setting of training, refused rather than ignored

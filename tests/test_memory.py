@@ -245,6 +245,9 @@ def shardable_plans(draw):
 def test_higher_zero_stage_never_needs_more_per_gpu(d):
     assume(not _few_units(d))  # a model dominated by its embedding table can cost more under ZeRO-3
     z = d["parallelism"]["zero_stage"]
+    # FSDP under pipelining keeps every unit gathered beside its shard once backward starts (layout.py
+    # unsharded_under_pipelining): ZeRO-3's shards then come on top of a whole 16-bit copy, as ZeRO-2 holds
+    assume(not (z == 2 and d["parallelism"]["pipeline"] > 1))
     lower = estimate(plan_from_dict(d))
     higher = estimate(plan_from_dict(_with(d, "parallelism", zero_stage=z + 1)))
     assert higher.peak_allocated_bytes <= lower.peak_allocated_bytes
@@ -772,3 +775,77 @@ def test_deepspeed_zero3_copies_its_bucket_to_reduce_and_steps_a_sub_group_in_fp
     whole = plan_from_dict({"model": TINY, "precision": fused, "parallelism": {**par, "sub_group_elements": 10**6}})
     steps = {ph.name: {i.name: i.bytes for i in ph.items} for ph in estimate(whole).all_stages()[0].phases}
     assert steps["optimizer step"]["optimizer_temp"] == 101_024 * 4  # fp32 gradients: flattened, no cast
+
+
+# --- FSDP under pipeline parallelism (layout.py unsharded_under_pipelining) ---------------------------------------
+def _pipelined_fsdp(framework, pipeline=2, **parallelism):
+    """TINY on pipeline × 2 data ranks under FSDP (ZeRO-3), 4 micro-batches a step; bf16 compute over fp32
+    master shards, fp32 gradient reduction (torchtitan's recipe, written out for both frameworks)."""
+    return estimate(plan_from_dict({
+        "model": TINY, "framework": framework,
+        "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 8},
+        "precision": {"compute": "bf16", "master_weights": "fp32", "gradients": "fp32"},
+        "parallelism": {"pipeline": pipeline, "data": 2, "zero_stage": 3, **parallelism}}))
+
+
+def _by_phase(stage, names=("weights", "gradients", "unsharded_weights", "zero3_gather", "fresh_gradients")):
+    return {ph.name: {i.name: i.bytes for i in ph.items if i.name in names} for ph in stage.phases}
+
+
+def test_torchtitan_keeps_a_stage_unsharded_under_pipelining_by_hand():
+    # Stage 0 of TINY on 2 stages: the embedding (1,000 × 64 = 64,000) and one layer (36,992): 100,992 params.
+    # torchtitan does not reshard after forward under PP: 16-bit copies of all of them from the first forward
+    # to the reduction; the schedule sums unsharded fp32 gradients over the 4 micro-batches and reduce-scatters
+    # them once, so only the optimizer step sees the shard. The fp32 master shards stay as they are.
+    stage = 100_992
+    phases = _by_phase(_pipelined_fsdp("torchtitan").stages[0])
+    for name in ("forward", "backward of the last layer", "backward of the first layer", "embedding backward"):
+        assert phases[name]["unsharded_weights"] == stage * 2
+        assert phases[name]["gradients"] == stage * 4  # unsharded fp32
+        assert phases[name]["weights"] == stage * 4 // 2  # the fp32 shard
+        assert "zero3_gather" not in phases[name]  # the gathered units are the unsharded copies
+    # a fresh bf16 gradient of the layer is summed into the fp32 one: no reduce-scatter copy beside it
+    assert phases["backward of the first layer"]["fresh_gradients"] == 36_992 * 2
+    assert phases["optimizer step"] == {"weights": stage * 4 // 2, "gradients": stage * 4 // 2}
+
+
+def test_pytorch_pipelining_reshards_after_forward_but_not_after_backward():
+    # fully_shard's default reshards after forward: the per-unit gather (the embedding and the layer, both
+    # neighbours: 100,992 × 2 B) until backward ends, then every unit stays gathered
+    phases = _by_phase(_pipelined_fsdp("generic").stages[0])
+    for name in ("forward", "backward of the last layer"):
+        assert phases[name]["zero3_gather"] == 100_992 * 2 and "unsharded_weights" not in phases[name]
+    for name in ("backward of the first layer", "embedding backward"):
+        assert phases[name]["unsharded_weights"] == 100_992 * 2 and "zero3_gather" not in phases[name]
+    assert phases["backward of the first layer"]["gradients"] == 100_992 * 4
+
+
+def test_without_pipelining_fsdp_shards_gradients_as_it_goes():
+    phases = _by_phase(_pipelined_fsdp("torchtitan", pipeline=1).stages[0])
+    assert all("unsharded_weights" not in p for p in phases.values())
+    assert phases["backward of the first layer"]["gradients"] == P * 4 // 2
+
+
+def test_fp8_all_gather_keeps_the_stage_layers_in_one_byte():
+    # stage 0: the layer's 36,992 params travel and stay as float8, the embedding as bf16
+    fp8 = {"compute": "fp8", "master_weights": "fp32", "gradients": "fp32", "fp8_all_gather": True}
+    est = estimate(plan_from_dict({"model": TINY, "framework": "torchtitan", "precision": fp8,
+                                   "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 8},
+                                   "parallelism": {"pipeline": 2, "data": 2, "zero_stage": 3}}))
+    assert _by_phase(est.stages[0])["forward"]["unsharded_weights"] == 64_000 * 2 + 36_992
+
+
+def test_llama_405b_stage_under_torchtitan_pp8_tp8_holds_its_unsharded_parameters_and_gradients():
+    # Issue 29: a 405B stage at PP 8 × TP 8 (× 8 data ranks): the stage's 16-bit parameters and fp32 gradients,
+    # unsharded, are more than the shards and the per-unit gather the estimate held before (23.5 GiB; now 55.6)
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-405b"}, "framework": "torchtitan",
+                           "workload": {"sequence_length": 8192, "micro_batch_size": 1, "global_batch_size": 64},
+                           "techniques": {"activation_checkpointing": "full"},
+                           "parallelism": {"tensor": 8, "pipeline": 8, "data": 8}})
+    est = estimate(plan)
+    held = {i.name: i.bytes for i in est.items}
+    stage = next(s for s in est.stages if s.index == est.stage)
+    params = held["unsharded_weights"] // 2
+    assert held["gradients"] == params * 4 and held["weights"] == params * 4 // 8
+    assert params * 6 > 0.6 * est.peak_allocated_bytes  # they dominate the peak
+    assert est.device_bytes > 50 * 2**30 and stage.peak.name.startswith("backward")

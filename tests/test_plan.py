@@ -223,3 +223,13 @@ def test_a_quantized_checkpoint_is_served_in_its_own_dtype():
                                "precision": precision}).precision.weights
     assert (weights("inference"), weights("lora"), weights("inference", weights="bf16")) == ("fp8", "bf16", "bf16")
     assert plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "inference"}}).precision.weights == "bf16"
+
+
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_deepspeed_pipeline_refuses_zero_2_and_3(zero_stage):
+    # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    d = {"model": {"preset": "llama-3.1-8b"}, "framework": "deepspeed",
+         "parallelism": {"pipeline": 2, "data": 2, "zero_stage": zero_stage}}
+    with pytest.raises(PlanError, match="pipeline engine"):
+        plan_from_dict(d)
+    plan_from_dict({**d, "parallelism": {"pipeline": 2, "data": 2, "zero_stage": 1}})

@@ -24,6 +24,7 @@ LEVEL_LABEL = {"allocated": "live tensors", "reserved": "allocator reserve", "de
 ITEM_COLORS = {
     "weights": "#1f77b4", "adapters": "#6baed6", "master_weights": "#9ecae1", "weight_casts": "#c6dbef",
     "dequantized_weight": "#17becf", "zero3_gather": "#9edae5", "fp8_casts": "#3182bd",
+    "unsharded_weights": "#08519c",
     "gradients": "#2ca02c", "fresh_gradients": "#98df8a", "ddp_buckets": "#74c476", "reduce_bucket": "#31a354",
     "reduce_copy": "#a1d99b", "optimizer_states": "#ff7f0e", "optimizer_temp": "#ffbb78",
     "activations": "#d62728", "logits_loss": "#ff9896", "recompute": "#e377c2", "backward_transient": "#f7b6d2",

@@ -257,6 +257,38 @@ def autocast(plan: Plan) -> bool:
             and plan.workload.task in ("pretrain", "finetune"))
 
 
+# --- FSDP under pipeline parallelism -------------------------------------------------------------------------
+# Frameworks whose pipeline is torch.distributed.pipelining over FSDP2 (fully_shard): torchtitan, and a generic
+# plan's PyTorch. Its stage runs every micro-batch's backward with set_requires_gradient_sync(False) and
+# set_reshard_after_backward(False), and reduces and reshards once, after the last (pytorch/pytorch@0138610
+# torch/distributed/pipelining/stage.py backward_maybe_with_nosync, _post_backward; perform_reduce_grad, the
+# schedule's REDUCE_GRAD action, in later releases). Without a gradient
+# sync, FSDP2 keeps each micro-batch's unsharded gradient, upcast to the reduce dtype and summed
+# (pytorch/pytorch@002a76f torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward:
+# to_accumulated_grad_if_needed, accumulate_unsharded_grad_if_needed). Megatron runs its own schedule (its
+# distributed optimizer already keeps full fp32 main_grad buffers per stage, ZeRO-1 here) and DeepSpeed's
+# pipeline engine refuses ZeRO-2 and -3 (plan.py), so neither is listed.
+TORCH_PIPELINING = frozenset({"generic", "torchtitan"})
+# Frameworks that do not reshard parameters after forward under pipelining, so a stage's parameters stay
+# all-gathered from its first forward to the step's gradient reduction: torchtitan's apply_fsdp, policy
+# "default" -> reshard_after_forward = not pp_enabled, in every release (pytorch/torchtitan@f7084fc v0.1.0 and
+# @73a0e69 v0.2.2 torchtitan/models/llama3/infra/parallelize.py apply_fsdp; @b5bcd76 main
+# torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "For PP, by default do not reshard
+# after forward to avoid per-microbatch all-gathers"). PyTorch's fully_shard default reshards after forward.
+KEEPS_GATHERED_UNDER_PP = frozenset({"torchtitan"})
+
+
+def unsharded_under_pipelining(plan: Plan) -> tuple[bool, str]:
+    """(gradients accumulate unsharded until the step's reduction, from which moment the stage's parameters stay
+    unsharded: "forward", "backward" or "" for never) for FSDP (ZeRO-2/3) under a torch pipelining schedule."""
+    par = plan.parallelism
+    if par.pipeline == 1 or par.zero_stage < 2 or plan.framework not in TORCH_PIPELINING:
+        return False, ""
+    if par.zero_stage == 2:  # FSDP2 without resharding after forward: the 16-bit weights are held whole already
+        return True, ""
+    return True, "forward" if plan.framework in KEEPS_GATHERED_UNDER_PP else "backward"
+
+
 # --- What every term of one stage reads ---------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class StageContext:
@@ -280,6 +312,9 @@ class StageContext:
     shard: int  # ZeRO/FSDP shard over data × context ranks, as Megatron and torchtitan do
     edp: int  # expert-data-parallel ranks: ZeRO shards the experts over these
     shard_note: str
+    unsharded_grads: bool  # FSDP under pipelining: gradients accumulate unsharded until the step's reduction
+    unsharded_from: str  # FSDP under pipelining: "forward" or "backward", the moment from which the stage's
+    #                      parameters stay unsharded until the reduction; "" when they are resharded as used
 
     def sharded(self, term: Term, expert_bytes: int, on: bool) -> Term:
         """`term` ZeRO-sharded over this stage's ranks if `on` (its `expert_bytes` over the expert ranks)."""
@@ -292,10 +327,11 @@ def stage_context(plan: Plan, lay: Layout, index: int, detail: bool) -> StageCon
     shard = par.data * par.context
     note = f" ÷ {shard} (ZeRO-{par.zero_stage} over data × context)" + (
         f"; experts ÷ {shard // par.expert} (the ranks beside each expert-parallel group)" if par.expert > 1 else "")
+    unsharded_grads, unsharded_from = unsharded_under_pipelining(plan)
     return StageContext(plan=plan, index=index, detail=detail, first=index == 0, last=index == par.pipeline - 1,
                         layers=lay.split[index], layout=lay, sp=lay.stages[index],
                         bc=nbytes(plan.precision.activation_dtype), autocast=autocast(plan),
                         lora=wl.task in ("lora", "qlora"), accum=plan.micro_batches_per_step,
                         in_flight=in_flight(plan, index), tokens=wl.micro_batch_size * wl.sequence_length // par.context,
                         seq_div=par.tensor if par.sequence_parallel else 1, shard=shard, edp=shard // par.expert,
-                        shard_note=note)
+                        shard_note=note, unsharded_grads=unsharded_grads, unsharded_from=unsharded_from)

@@ -18,7 +18,8 @@ from planner.memo import Memo, remembered
 @dataclass(frozen=True, kw_only=True)
 class States:
     static: tuple[Item, ...]  # live every moment: weights, adapters, master, optimizer states, buckets, cuBLAS
-    grads: Item  # gradients once produced
+    grads: Item  # gradients once produced, as backward holds them
+    step_grads: Item  # the gradients the optimizer step reads (FSDP under pipelining: reduce-scattered by then)
     grad_dtype_bytes: int  # bytes of one gradient as kept in .grad
     stored: float  # bytes per parameter as ZeRO-3 all-gathers it (a frozen base keeps its storage)
 
@@ -112,8 +113,11 @@ def flat_elements(ctx: StageContext, params: int, stored: float) -> int:
     return round(params * stored / ctx.bc)
 
 
-def _gradients(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int, stored: float) -> Item:
+def _gradients(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int, stored: float, held: bool) -> Item:
+    """The gradients as backward holds them (`held`), or as the optimizer step reads them: FSDP under a torch
+    pipelining schedule keeps them unsharded, in the reduce dtype, until the step's reduction (layout.py)."""
     tech, z = ctx.plan.techniques, ctx.plan.parallelism.zero_stage
+    whole = held and ctx.unsharded_grads
     if tech.offload != "none":
         return item("gradients", "Gradients", fixed(0, "0 (moved to CPU as produced)"),
                     "Gradients stream to host memory for the CPU optimizer step", ctx.detail)
@@ -124,14 +128,16 @@ def _gradients(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int, stored: 
     if ctx.lora and ctx.plan.parallelism.flat_params:
         flat = flat_elements(ctx, ctx.sp.total, stored) + tr.total
         return item("gradients", "Gradients", ctx.sharded(Product((
-            Factor(flat, "flat-parameter elements"), Factor(grad_dtype_bytes, "B"))), 0, True),
+            Factor(flat, "flat-parameter elements"), Factor(grad_dtype_bytes, "B"))), 0, not whole),
             "FSDP1: a FlatParameter that holds any trainable parameter gets a gradient for all of its elements, the "
             "frozen base's included (its storage elements: packed weights count as their storage dtype)", ctx.detail)
     term = Product((Factor(tr.total, "adapter params" if ctx.lora else "params"), Factor(grad_dtype_bytes, "B")))
     experts = 0 if ctx.lora else ctx.sp.experts
-    return item("gradients", "Gradients", ctx.sharded(term, experts * grad_dtype_bytes, z >= 2),
+    return item("gradients", "Gradients", ctx.sharded(term, experts * grad_dtype_bytes, z >= 2 and not whole),
                 ("Held across micro-batches" if ctx.accum > 1 else "Produced during backward")
-                + ("; only adapters have gradients" if ctx.lora else "; sharded from ZeRO-2 on"), ctx.detail)
+                + ("; only adapters have gradients" if ctx.lora else "")
+                + ("; under pipelining FSDP sums them unsharded, in the reduce dtype, and reduce-scatters them after "
+                   "the last micro-batch" if whole else "" if ctx.lora else "; sharded from ZeRO-2 on"), ctx.detail)
 
 
 def _ddp_buckets(ctx: StageContext, tr: Trainable, grad_dtype_bytes: int) -> Item:
@@ -163,12 +169,13 @@ _STATES = Memo(4096)  # _model_states by all it reads (see model_states)
 
 def model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
     """The stage's model states, kept by what they read: the stage's cut of the model (with `tr`; the expert
-    split too) and the precision (with `opt`, its optimizer), ZeRO, offload, sharding and accumulation (a search
-    asks again for every recomputation and micro-batch it tries)."""
+    split too) and the precision (with `opt`, its optimizer), ZeRO, offload, sharding, accumulation and FSDP's
+    unsharded gradients under pipelining (a search asks again for every recomputation and micro-batch it tries)."""
     plan = ctx.plan
     par, tech = plan.parallelism, plan.techniques
     key = (ctx.layout, ctx.index, plan.precision, par.zero_stage, par.flat_params, par.reduce_bucket_elements,
-           tech.offload, tech.optimizer_in_backward, ctx.shard, ctx.accum > 1, ctx.autocast, ctx.detail)
+           tech.offload, tech.optimizer_in_backward, ctx.shard, ctx.accum > 1, ctx.autocast, ctx.unsharded_grads,
+           ctx.detail)
     return remembered(_STATES, key, partial(_model_states, ctx, tr, opt))
 
 
@@ -182,5 +189,6 @@ def _model_states(ctx: StageContext, tr: Trainable, opt: Optimizer) -> States:
     static = tuple(i for i in (weights, adapters, master, _optimizer_states(ctx, tr, opt),
                                _ddp_buckets(ctx, tr, grad_dtype_bytes), _reduce_bucket(ctx),
                                workspace) if i is not None)
-    return States(static=static, grads=_gradients(ctx, tr, grad_dtype_bytes, stored), grad_dtype_bytes=grad_dtype_bytes,
-                  stored=stored)
+    grads = _gradients(ctx, tr, grad_dtype_bytes, stored, held=True)
+    step = _gradients(ctx, tr, grad_dtype_bytes, stored, held=False) if ctx.unsharded_grads else grads
+    return States(static=static, grads=grads, step_grads=step, grad_dtype_bytes=grad_dtype_bytes, stored=stored)

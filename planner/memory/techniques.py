@@ -32,17 +32,45 @@ def zero3_gather(ctx: StageContext, stored: float) -> Item | None:
                          ctx.detail)
 
 
+def _gathered(params: int, layer_params: int, stored: float, fp8: bool, what: str) -> Described:
+    """`params` all-gathered at `stored` bytes each, of which `layer_params` in layers."""
+    gathered = round(params * stored)
+    if fp8:  # torchao WeightWithDynamicFloat8CastTensor: layers' linears travel as float8, 1 B each
+        # (no 16-bit unsharded copy is made); the embedding and the output head stay 16-bit
+        gathered -= round(layer_params * (stored - 1))
+    text = what + " {:,} params × {:.3g} B" + (", of which {:,} layer params as float8 (1 B)" if fp8 else "")
+    return Described(gathered, text, (params, stored, layer_params))
+
+
 # keyed by all the item reads (typed: the stored bytes are an integer or a fraction); a search meets each stage's
 # units under several strategies
 @lru_cache(maxsize=1024, typed=True)
 def _zero3_gather(pair: int, pair_layers: int, stored: float, fp8: bool, detail: bool) -> Item:
-    gathered = round(pair * stored)
-    if fp8:  # torchao WeightWithDynamicFloat8CastTensor: layers' linears travel as float8, 1 B each
-        # (no 16-bit unsharded copy is made); the embedding and the output head stay 16-bit
-        gathered -= round(pair_layers * (stored - 1))
-    text = "largest neighbouring units {:,} params × {:.3g} B" + (", of which {:,} layer params as float8 (1 B)" if fp8 else "")
-    return item("zero3_gather", "ZeRO-3 all-gathered layers", Described(gathered, text, (pair, stored, pair_layers)),
+    return item("zero3_gather", "ZeRO-3 all-gathered layers",
+                _gathered(pair, pair_layers, stored, fp8, "largest neighbouring units"),
                 "The unit in use plus the one prefetched, unsharded", detail)
+
+
+def unsharded_params(ctx: StageContext, stored: float) -> Item | None:
+    """FSDP under a torch pipelining schedule (layout.py unsharded_under_pipelining): every unit of the stage
+    stays all-gathered until the step's gradient reduction, from its first forward (torchtitan) or its first
+    backward (set_reshard_after_backward(False)); they replace the per-unit gather at the moments they cover."""
+    if not ctx.unsharded_from:
+        return None
+    sp = ctx.sp
+    layers = sp.total - sp.embedding - sp.head_own - (ctx.layout.counts.final_norm if ctx.last else 0)
+    return _unsharded_params(sp.total, layers, stored, ctx.plan.precision.fp8_all_gather, ctx.unsharded_from,
+                             ctx.detail)
+
+
+# keyed by all the item reads (typed as _zero3_gather)
+@lru_cache(maxsize=256, typed=True)
+def _unsharded_params(params: int, layer_params: int, stored: float, fp8: bool, since: str, detail: bool) -> Item:
+    return item("unsharded_weights", "FSDP unsharded parameters (pipelining)",
+                _gathered(params, layer_params, stored, fp8, "the stage's"),
+                f"Kept all-gathered from the {since} pass to the reduction after the last micro-batch: "
+                + ("torchtitan does not reshard after forward under pipelining" if since == "forward" else
+                   "the pipeline schedule turns off resharding after backward"), detail)
 
 
 def fresh_gradients(ctx: StageContext, grad_bytes: int, opt_temp: int, trainable: int, unit: int, counted: bool,
@@ -53,15 +81,16 @@ def fresh_gradients(ctx: StageContext, grad_bytes: int, opt_temp: int, trainable
     .grad, or reduce-scattered), plus a cast copy when the gradient dtype differs."""
     tech = ctx.plan.techniques
     produced = 4 if ctx.autocast else grad_bytes if ctx.lora else ctx.bc
-    return _fresh_gradients(produced, grad_bytes, opt_temp, trainable, unit, counted, largest,
-                            ctx.plan.parallelism.zero_stage, tech.offload, tech.optimizer_in_backward, ctx.accum > 1,
-                            ctx.detail)
+    # reduce-scattered as produced from ZeRO-2 on, unless FSDP under pipelining sums them unsharded (layout.py)
+    scattered = ctx.plan.parallelism.zero_stage >= 2 and not ctx.unsharded_grads
+    return _fresh_gradients(produced, grad_bytes, opt_temp, trainable, unit, counted, largest, scattered,
+                            tech.offload, tech.optimizer_in_backward, ctx.accum > 1, ctx.detail)
 
 
 # keyed by all the item reads; a search asks for the same units under many strategies
 @lru_cache(maxsize=4096)
 def _fresh_gradients(produced: int, grad_bytes: int, opt_temp: int, trainable: int, unit: int, counted: bool,
-                     largest: int | None, z: int, offload: str, in_backward: bool, accumulated: bool,
+                     largest: int | None, scattered: bool, offload: str, in_backward: bool, accumulated: bool,
                      detail: bool) -> Item:
     if in_backward:  # one parameter's gradient at a time, and its step's temporaries
         one = min(unit, largest or unit)
@@ -71,10 +100,10 @@ def _fresh_gradients(produced: int, grad_bytes: int, opt_temp: int, trainable: i
                               (one, produced, step)),
                     "The optimizer steps each parameter as soon as its gradient is ready, then frees it", detail)
     cast = produced != grad_bytes and offload == "none"
-    transient = unit * produced if (cast or z >= 2 or accumulated or offload != "none") else 0
-    transient += unit * grad_bytes if (z >= 2 and cast) else 0
-    kept = unit * grad_bytes if (not counted and z < 2 and offload == "none") else 0
-    copy = (z >= 2 and cast) or kept
+    transient = unit * produced if (cast or scattered or accumulated or offload != "none") else 0
+    transient += unit * grad_bytes if (scattered and cast) else 0
+    kept = unit * grad_bytes if (not counted and not scattered and offload == "none") else 0
+    copy = (scattered and cast) or kept
     return item("fresh_gradients", "Fresh gradients",
                 Described(transient + kept, "{:,} params × ({} B as produced" + (" + {} B copy" if copy else "") + ")",
                           (unit, produced, grad_bytes)),

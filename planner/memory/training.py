@@ -36,21 +36,25 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     grads_held = st.grads if ctx.accum > 1 else _first_grads(ctx.detail)
     held = (*st.static, grads_held, sv.forward)
     tx = techniques.transients(ctx, sv.kept)
-    gather = techniques.zero3_gather(ctx, st.stored)
+    # FSDP under pipelining keeps the stage's units gathered from a moment on, in place of the per-unit gather:
+    # `gather` when backward ends, `early` until then (resharded after each forward unless kept from forward)
+    per_unit = techniques.zero3_gather(ctx, st.stored)
+    gather = techniques.unsharded_params(ctx, st.stored) or per_unit
+    early = per_unit if ctx.unsharded_from == "backward" else gather
     copy = techniques.reduce_scatter_copy(ctx, nbytes(plan.precision.gradients), total)  # the bucket's dtype
     fresh = partial(techniques.fresh_gradients, ctx, st.grad_dtype_bytes, opt.temp, total)
     lo = loss(ctx) if ctx.last else None
-    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, sv.casts, gather,
+    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, sv.casts, early,
                     tx.dequant, tx.fp8, tx.dora,
                     item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None)]
     if lo:
         # Liger's fused loss runs the head inside its forward: no head matmul saved for backward
-        phases += _last_stage_phases(ctx, lo, held, sv.head_casts if lo.head_grad else sv.casts_bwd, gather, fresh)
+        phases += _last_stage_phases(ctx, lo, held, sv.head_casts if lo.head_grad else sv.casts_bwd, early, fresh)
     # a frozen layer's only gradients are its adapters' (FSDP1 flat parameters: the whole unit's)
     layer_unit = sp.layer if not ctx.lora else sp.adapters // ctx.layers + (
         flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
     phases.append(phase("backward of the last layer", "the first layer backward reaches: all activations still live",
-                        *held, sv.casts_bwd, gather, copy, *tx.work,
+                        *held, sv.casts_bwd, early, copy, *tx.work,
                         fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
     phases.append(phase("backward of the first layer", "the last layer backward reaches: gradients nearly all produced",
                         *st.static, st.grads, sv.rest, sv.rest_casts, gather, copy, *tx.work,
@@ -61,7 +65,7 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
                             sv.freed, gather, copy, fresh(sp.embedding, counted=not tied)))
     if not plan.techniques.optimizer_in_backward:  # optimizer in backward has no separate step
         phases.append(phase("optimizer step", "activations freed; the optimizer updates the weights", *st.static,
-                            st.grads, techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total)))
+                            st.step_grads, techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total)))
     return phases, sv.host
 
 
