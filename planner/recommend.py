@@ -46,6 +46,11 @@ MAX_GPUS = 1_048_576  # the most GPUs a search may plan (the plan's own limit)
 # or at the first count that runs the job in under an hour: bringing up a multi-node job (scheduling, image and
 # checkpoint loading, NCCL set-up) takes minutes, so more GPUs beyond it buy a person nothing.
 MIN_SCALING_EFFICIENCY = 0.5
+# A doubling of the GPUs can run the job slower than the count below it, and the next doubling faster again: the
+# layouts that fit change with the count (a ZeRO-3 stage holding its whole parameters under pipelining, an
+# optimizer offload, a deeper pipeline that fits only further up). The ladder passes over this many counts in a
+# row that are no faster before it stops.
+SLOWER_COUNTS_TRIED = 1
 MIN_USEFUL_JOB_HOURS = 1.0
 # An offering whose least possible cost (the plan's FLOPs at its GPU's achievable matmul rate, which no strategy
 # beats) is over this many times the best candidate within the deadline is not searched: it cannot be the
@@ -337,12 +342,19 @@ def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candi
     if first is None:
         return [], _no_fit(gpu, offering, limits, closest, counts[-1])
     found: list[tuple[int, Found]] = []
+    slower = 0
     for n in (c for c in counts if c >= first):
         best = search.best_at(gpu, n, limits, job.tokens, mfu)
         if best is None:
             continue
+        if found and best.hours >= min(f.hours for _, f in found):  # more GPUs, no faster: not a candidate
+            slower += 1
+            if slower > SLOWER_COUNTS_TRIED:
+                break
+            continue
         if found and _past_useful(found, n, best, options.deadline_hours):
             break
+        slower = 0
         found.append((n, best))
         if best.hours < MIN_USEFUL_JOB_HOURS and (options.deadline_hours or 0) >= MIN_USEFUL_JOB_HOURS:
             break
@@ -352,11 +364,9 @@ def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candi
 
 
 def _past_useful(found: list[tuple[int, Found]], n: int, best: Found, deadline: float | None) -> bool:
-    """Whether the ladder stops at count `n`: more GPUs no longer shorten the job, or the deadline is met and
-    the GPU-hours run past twice the fewest found."""
+    """Whether the ladder stops at count `n`, faster than every count below it: the deadline is met and the
+    GPU-hours run past twice the fewest found."""
     fastest = min(f.hours for _, f in found)
-    if best.hours >= fastest:
-        return True
     met = deadline is None or fastest <= deadline
     return met and n * best.hours > min(c * f.hours for c, f in found) / MIN_SCALING_EFFICIENCY
 

@@ -169,10 +169,6 @@ def test_a_single_gpu_instance_never_spans_and_whole_instances_are_paid():
     assert [(c.count, c.paid_gpus, c.usd_per_hour) for c in fixed.candidates] == [(3, 8, 24.0)]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: with FSDP's unsharded stage under pipelining, PP 8 x TP 8 x "
-                   "ZeRO-3 no longer fits 128 GPUs; the best there (TP 8, ZeRO-3, 14,835 days) is slower than 64 "
-                   "GPUs with optimizer offload (13,218 days), and the ladder stops at the first count that is not "
-                   "faster (recommend._past_useful)")
 def test_counts_go_past_1024_where_the_offering_sells_them():
     plan = plan_from_dict({"model": {"preset": "llama-3.1-405b"},
                            "workload": {"sequence_length": 8192, "global_batch_size": 2048,
@@ -591,14 +587,13 @@ def test_at_a_fixed_count_the_search_finds_a_layout_no_slower_than_the_obvious_o
 
 
 @pytest.mark.parametrize("split, deepest", [
-    pytest.param("auto", 16, marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 29: with FSDP's unsharded stage under pipelining no pipelined layout is the fastest fit on 128 "
-        "GPUs or fewer any more (the ZeRO-3 ones no longer fit), so no candidate shows the deeper pipelines"))),
-    ("even", 2)])
+    ("auto", 16), ("even", 2)])
 def test_uneven_pipelines_are_searched_where_the_split_rule_allows_them(split, deepest):
-    """Llama 3.1 405B (126 layers) on 128 H100s: the weighted split lets the search try 4, 8 and 16 stages;
-    Megatron's even rule stops at 2 (126 = 2 × 63)."""
-    plan = plan_from_dict({"model": {"preset": "llama-3.1-405b"}, "parallelism": {"pipeline_split": split},
+    """Llama 3.1 405B (126 layers) on 128 H100s under Megatron (whose sharded optimizer keeps its shards under
+    pipelining, where an FSDP stage holds its whole parameters): the weighted split lets the search try 4, 8 and
+    16 stages, and 8 is the fastest at 128; Megatron's even rule stops at 2 (126 = 2 × 63)."""
+    plan = plan_from_dict({"framework": "megatron", "model": {"preset": "llama-3.1-405b"},
+                           "parallelism": {"pipeline_split": split},
                            "workload": {"sequence_length": 8192, "global_batch_size": 512}})
     rec = recommend(plan, catalog_of(H100, offerings=[offering("h100-sxm-80gb", 2.0, most=128)]),
                     SearchOptions(deadline_hours=None))
