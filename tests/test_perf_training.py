@@ -345,3 +345,24 @@ def test_rowwise_float8_gains_what_runs_measured():
     assert speed["tensorwise"] / speed["bf16"] == pytest.approx(1.25, abs=0.05)
     assert speed["rowwise"] / speed["bf16"] == pytest.approx(1.11, abs=0.06)
     assert 0.85 < speed["rowwise"] / speed["tensorwise"] < 0.93  # published 0.88 and 0.89
+
+
+def _pipelined_fsdp(framework: str) -> object:
+    return plan_from_dict({"framework": framework, "model": {"preset": "llama-3.1-8b"},
+                           "workload": {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 16},
+                           "parallelism": {"data": 4, "pipeline": 2, "zero_stage": 3},
+                           "techniques": {"activation_checkpointing": "full"}})
+
+
+@pytest.mark.parametrize("framework, gathers", [("torchtitan", 1), ("generic", 4 + 1)])
+def test_fsdp_under_pipelining_reduces_once_a_step(framework, gathers):
+    """A global batch of 16 over 4 FSDP ranks: 4 micro-batches on a stage of a 2-stage pipeline. A torch
+    pipelining schedule reduces the accumulated gradients once, after the last backward; torchtitan keeps the
+    stage's weights gathered from the first forward (one all-gather a step), PyTorch's default reshards after
+    each forward and keeps them from the first backward (4 + 1). Without pipelining (8 ranks, 2 micro-batches)
+    FSDP gathers twice and reduces once per micro-batch."""
+    plan = _pipelined_fsdp(framework)
+    item = _item(step_time(plan, H100), "data_parallel")
+    assert item.formula.startswith(f"{gathers} all-gathers × ") and " + 1 reduce-scatter × " in item.formula
+    flat = dataclasses.replace(plan, parallelism=dataclasses.replace(plan.parallelism, pipeline=1, data=8))
+    assert _item(step_time(flat, H100), "data_parallel").formula.startswith("2 × (2 all-gathers × ")

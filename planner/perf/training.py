@@ -16,7 +16,7 @@ from functools import lru_cache, partial
 
 from planner.catalog import Gpu
 from planner.dtypes import QUANTIZED, bits, nbytes
-from planner.memory.layout import Layout, layout
+from planner.memory.layout import Layout, layout, unsharded_under_pipelining
 from planner.memo import Memo, remembered
 from planner.models import attention_widths, lora_params_per_layer
 from planner.perf.flops import model_flops_per_token
@@ -283,7 +283,10 @@ def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: 
     """Gradient (and ZeRO-3 parameter) collectives over the data × context ranks, overlapped with the compute
     they run beside: DDP's bucketed all-reduce with the last backward; ZeRO-2's reduce-scatter with each
     backward; FSDP's all-gathers with the layer before (prefetch) and its reduce-scatter with backward, all
-    but the first unit's gather."""
+    but the first unit's gather. Under a torch pipelining schedule (planner/memory/layout.py,
+    unsharded_under_pipelining) FSDP reduces once a step, after the last micro-batch, and gathers a stage's
+    weights once a step where they stay gathered from the first forward (torchtitan), or in every forward and
+    the first backward where they stay gathered from the first backward (PyTorch's default)."""
     par, prec = plan.parallelism, plan.precision
     group = _groups(par)["data"]
     if group.size == 1:
@@ -293,15 +296,22 @@ def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: 
     gathered = params * (1 if prec.fp8_all_gather else nbytes(prec.activation_dtype))
     fwd, bwd = mb.forward_compute + mb.forward_memory, mb.backward_compute + mb.backward_memory
     z = par.zero_stage
+    once, kept_from = unsharded_under_pipelining(plan)
     if z == 3:
         ag, rs = collective_s("all_gather", gathered, group, r), collective_s("reduce_scatter", grads, group, r)
-        comm = steps * (2 * ag + rs)
-        exposed = steps * (max(0.0, ag - fwd) + max(0.0, ag + rs - bwd)) + ag / max(mb.layers, 1)
-        formula = f"{steps} × (2 all-gathers × {ag:.3g} s + reduce-scatter {rs:.3g} s)"
+        fg, bg = {"forward": (1, 0), "backward": (steps, 1)}.get(kept_from, (steps, steps))  # gathers fwd, bwd
+        reduces = 1 if once else steps  # the last backwards reduce
+        both = max(0, bg + reduces - steps)  # backwards that gather and reduce
+        comm = (fg + bg) * ag + reduces * rs
+        exposed = (fg * max(0.0, ag - fwd) + both * max(0.0, ag + rs - bwd) + (bg - both) * max(0.0, ag - bwd)
+                   + (reduces - both) * max(0.0, rs - bwd) + ag / max(mb.layers, 1))
+        formula = (f"{steps} × (2 all-gathers × {ag:.3g} s + reduce-scatter {rs:.3g} s)" if not once else
+                   f"{fg + bg} all-gathers × {ag:.3g} s + {reduces} reduce-scatter × {rs:.3g} s")
     elif z == 2:
         rs, ag = collective_s("reduce_scatter", grads, group, r), collective_s("all_gather", gathered, group, r)
-        comm, exposed = steps * rs + ag, steps * max(0.0, rs - bwd) + ag
-        formula = f"{steps} × reduce-scatter {rs:.3g} s + all-gather of the updated weights {ag:.3g} s"
+        reduces = 1 if once else steps
+        comm, exposed = reduces * rs + ag, reduces * max(0.0, rs - bwd) + ag
+        formula = f"{reduces} × reduce-scatter {rs:.3g} s + all-gather of the updated weights {ag:.3g} s"
     else:
         kind = "all_reduce" if z == 0 else "reduce_scatter"
         sync = collective_s(kind, grads, group, r)
