@@ -35,11 +35,18 @@ from planner.frameworks import load_frameworks
 from planner.loader import LOG, check_size
 from planner.memory import estimate
 from planner.memory.inference import KV_BLOCK_TOKENS, kv_bytes_per_token
+from planner.models import model_from_dict
 from planner.plan import Plan
 from planner.units import GiB, counted, format_bytes
 
 # a GPU is the catalog's when its usable memory is within this fraction of the log's total
 GPU_MATCH = 0.01
+# the plan's weights per GPU are the log's when within this fraction of them: the planner's weights item is vLLM's
+# own figure within 1 % for the log's model and layout (tests/data/vllm-logs: Llama 3 8B 14.96 vs 14.96 GiB, Llama 3.1
+# 70B w8a8 67.72 vs 67.69 GiB), while the next size of a family (presets: Qwen3 0.6/1.72/4.02/8.19/14.77/32.76 B
+# parameters, 1.8 × apart at the least; Llama 3.x 1.24/3.21/8.03/70.55 B, 2.5 ×), another tensor-parallel degree
+# (2 × at least) or another weight dtype (bf16 beside 8 or 4 bits: 2 × at least) moves them by 1.8 × or more
+WEIGHTS_MATCH = 0.25
 # worker lines of ranks other than 0 (V0 "(VllmWorkerProcess pid=...)" names no rank: kept)
 _OTHER_RANK = re.compile(r"^\((?:VllmWorker rank=|VllmWorker TP|Worker_TP|Worker_PP\d+_TP)([1-9]\d*)\b")
 # a figure: a run of digits and dots taken whole where it starts (a search that tried every position of a run,
@@ -237,6 +244,7 @@ class Row:
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
     rows: tuple[Row, ...]
+    note: str  # weights_note: the log's weights are not the plan's size ('' where they are)
     context_tokens: int  # the plan's prompt + output
     kv_bytes_per_token: int  # the planner's, per GPU
     log_kv_tokens: int | None  # tokens the log's KV memory holds at the planner's bytes per token (whole blocks)
@@ -245,10 +253,57 @@ class Comparison:
     plan_concurrency: int
 
 
+def _serving(plan: Plan) -> None:
+    """A plan the log can stand beside: one a serving engine runs (an engine's budget: gpu_memory_utilization)."""
+    if plan.workload.task != "inference":
+        raise bad("workload.task", plan.workload.task, "is training: vLLM's log stands beside a serving plan "
+                                                       "(workload.task inference)")
+    if plan.workload.inference.gpu_memory_utilization is None:
+        raise PlanError("workload.inference.gpu_memory_utilization", "not set, so no engine serves the plan: vLLM's "
+                                                                     "log stands beside a serving plan (framework "
+                                                                     "vllm sets it)")
+
+
+def _logged_name(log: VllmLog) -> str:
+    """The checkpoint the log serves as it names it: the "model" argument, else `vllm serve NAME`'s."""
+    if isinstance(log.args.get("model"), str):
+        return log.args["model"]
+    words = log.command.split()[2:]
+    return words[0] if words and not words[0].startswith("-") else ""
+
+
+def same_model(plan: Plan, log: VllmLog, catalog: dict[str, Gpu]) -> None:
+    """Refuse a plan of another architecture than the model the log's arguments name (a preset, or one of its
+    architecture under another checkpoint's name): its figures are not the log's run's."""
+    said = plan_from_vllm_log(log, catalog).plan.get("model")
+    if said is None:
+        return
+    logged = model_from_dict(said)
+    if replace(plan.model, preset=None) != replace(logged, preset=None):
+        named = ", ".join(filter(None, (_logged_name(log), logged.preset and f"preset {logged.preset}")))
+        raise bad("model", plan.model.preset or plan.name or "the plan's architecture",
+                  f"is not the model the log serves ({named or 'its arguments say another'}); compare a plan of "
+                  f"that model, or the log's own plan")
+
+
+def weights_note(log: VllmLog, planned: int | None) -> str:
+    """A line where the log's weights per GPU are not the plan's within WEIGHTS_MATCH ('' where they are, or
+    either is absent)."""
+    if not log.weights_bytes or not planned or abs(planned - log.weights_bytes) <= WEIGHTS_MATCH * log.weights_bytes:
+        return ""
+    return (f"warning: the log's weights take {format_bytes(log.weights_bytes)} per GPU, the plan's "
+            f"{format_bytes(planned)} ({planned / log.weights_bytes:.2f} ×): the plan's model, tensor-parallel "
+            f"degree or weight dtype is likely not the log's, and then its rows compare two different runs")
+
+
 def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> Comparison:
     """The log's figures beside the planner's for the same items (planner/memory/inference.py's Estimate items),
-    and the KV tokens and concurrency the log's KV memory holds at the planner's bytes per token."""
-    est = estimate(plan, catalog or load_catalog())
+    and the KV tokens and concurrency the log's KV memory holds at the planner's bytes per token. A training plan,
+    or one of another model than the log names, is refused; weights of another size are noted."""
+    catalog = catalog or load_catalog()
+    _serving(plan)
+    same_model(plan, log, catalog)
+    est = estimate(plan, catalog)
     by_name = {i.name: i.bytes for i in est.items}
     # vLLM's non-torch figure: NCCL and custom all-reduce, and the CUDA context where the release counts it
     # (fraction_scope device: V0 and V1 before 0.9.1, whose figure is device memory used less torch's)
@@ -265,7 +320,7 @@ def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> 
     tokens = (max(0, log.kv_cache_bytes) // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
               if log.kv_cache_bytes is not None else None)
     return Comparison(rows=tuple(Row(item=k, log_bytes=logged[k], plan_bytes=planned[k]) for k in planned),
-                      context_tokens=ctx, kv_bytes_per_token=per_token, log_kv_tokens=tokens,
+                      note=weights_note(log, planned["weights"]), context_tokens=ctx, kv_bytes_per_token=per_token, log_kv_tokens=tokens,
                       log_concurrency=tokens / ctx if tokens is not None else None,
                       plan_kv_tokens=est.serving.kv_budget_bytes // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
                       plan_concurrency=est.serving.max_concurrent_sequences)
@@ -306,7 +361,8 @@ def vllm_log_table(text: str, plan_text: str | None, catalog: dict[str, Gpu]) ->
     log = parse_vllm_log(text)
     plan = plan_from_yaml(plan_text) if plan_text is not None else _log_plan(log, catalog)
     cmp = compare(plan, log, catalog)
-    lines = [f"{'item':<18}{'vLLM log':>14}{'planner':>14}{'difference':>14}"]
+    lines = [cmp.note] if cmp.note else []
+    lines += [f"{'item':<18}{'vLLM log':>14}{'planner':>14}{'difference':>14}"]
     lines += [f"{r['item']:<18}{r['vLLM log']:>14}{r['planner']:>14}{r['difference']:>14}"
               for r in comparison_rows(cmp)]
     lines += calibration_lines(plan, catalog[plan.hardware.gpu].name, cmp, log)

@@ -799,6 +799,25 @@ def test_a_pasted_vllm_log_stands_beside_the_serving_plan():
     assert any(c.value.startswith("The log's KV memory holds 436,544 tokens") for c in at.caption)
 
 
+def test_a_vllm_log_of_another_model_is_refused_and_one_of_another_size_noted():
+    """Issue 30: a 70B plan beside a log that serves Llama 3 8B is refused; beside one that names no model, the
+    weights' mismatch heads the table."""
+    logs = ROOT / "tests" / "data" / "vllm-logs"
+    plan = {"model": {"preset": "llama-3.1-70b"}, "framework": "vllm", "workload": {"task": "inference"},
+            "parallelism": {"tensor": 4}, "hardware": {"count": 4}}
+    at = AppTest.from_function(_tab_page, args=(plan, "share"), default_timeout=30).run()
+    at.text_area(key="vllm_log").input((logs / "v0-table-pr10511.log").read_text()).run()
+    assert not at.exception and [e.value for e in at.error] == [
+        "vLLM log: model: 'llama-3.1-70b' is not the model the log serves (meta-llama/Meta-Llama-3-8B, preset "
+        "llama-3.1-8b); compare a plan of that model, or the log's own plan"]
+    at.text_area(key="vllm_log").input((logs / "v1-0.8-pr17122.log").read_text()).run()
+    assert not at.exception and not at.error
+    assert [w.value for w in at.warning] == [
+        "The log's weights take 14.99 GiB per GPU, the plan's 32.86 GiB (2.19 ×): the plan's model, "
+        "tensor-parallel degree or weight dtype is likely not the log's, and then its rows compare two different "
+        "runs."]
+
+
 def test_a_vllm_logs_own_plan_loads_from_a_training_plan():
     at = app(view="Share and export")
     at.text_area(key="vllm_log").input((ROOT / "tests" / "data" / "vllm-logs" / "v0-table-pr10511.log").read_text())

@@ -8,7 +8,9 @@ from planner.catalog import load_catalog
 from planner.cli import main
 from planner.codec import plan_from_dict
 from planner.errors import PlanError
-from planner.serving_log import compare, parse_vllm_log, plan_from_vllm_log
+from planner.hf_config import model_from_hf_config
+from planner.models import model_to_dict
+from planner.serving_log import compare, parse_vllm_log, plan_from_vllm_log, weights_note
 from planner.units import GiB
 
 LOGS = Path(__file__).parent / "data" / "vllm-logs"
@@ -178,3 +180,71 @@ def test_arguments_that_are_not_literals_are_kept_as_their_text():
 def test_a_log_over_the_size_cap_is_refused():
     with pytest.raises(PlanError, match=r"^log: 4,194,305 bytes is larger than the 4,194,304-byte limit$"):
         parse_vllm_log("x" * (4 * 1024 * 1024 + 1))
+
+
+# --- issue 30: a plan the log cannot stand beside is refused, one of another size noted ---------------------------
+EXAMPLES = Path(__file__).parent.parent / "examples"
+LLAMA3_8B_LOG = EXAMPLES / "vllm-llama-3-8b-h100.log"  # `vllm serve meta-llama/Meta-Llama-3-8B`, 14.96 GiB weights
+
+
+def test_a_training_plan_is_refused_with_its_task(capsys):
+    """It was a traceback (the estimate of a training plan has no serving budget)."""
+    assert main(["vllm-log", str(LLAMA3_8B_LOG), str(EXAMPLES / "llama-3.1-8b-8xh100.yaml")]) == 2
+    assert capsys.readouterr().err == ("error: workload.task: 'pretrain' is training: vLLM's log stands beside a "
+                                       "serving plan (workload.task inference)\n")
+    log = parse_vllm_log(LLAMA3_8B_LOG.read_text())
+    with pytest.raises(PlanError) as err:
+        compare(plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "lora"}}), log)
+    assert (err.value.field, err.value.value) == ("workload.task", "lora")
+
+
+def test_an_inference_plan_no_engine_serves_is_refused(capsys, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: {preset: llama-3.1-8b}\nworkload: {task: inference}\n")
+    assert main(["vllm-log", str(LLAMA3_8B_LOG), str(plan)]) == 2
+    assert capsys.readouterr().err == ("error: workload.inference.gpu_memory_utilization: not set, so no engine "
+                                       "serves the plan: vLLM's log stands beside a serving plan (framework vllm "
+                                       "sets it)\n")
+
+
+def test_a_plan_of_another_model_than_the_log_names_is_refused(capsys):
+    """It compared silently: 70B's weights beside 8B's."""
+    assert main(["vllm-log", str(LLAMA3_8B_LOG), str(EXAMPLES / "llama-3.1-70b-serving.yaml")]) == 2
+    assert capsys.readouterr().err == ("error: model: 'llama-3.1-70b' is not the model the log serves "
+                                       "(meta-llama/Meta-Llama-3-8B, preset llama-3.1-8b); compare a plan of that "
+                                       "model, or the log's own plan\n")
+    log = parse_vllm_log("INFO non-default args: {'model': 'Qwen/Qwen3-8B'}\n" + LOADED)
+    with pytest.raises(PlanError) as err:
+        compare(plan_from_dict({"name": "mine", "model": model_to_dict(model_from_hf_config(
+            (Path(__file__).parent / "data" / "hf_configs" / "llama-3.1-8b.json").read_text())),
+            "framework": "vllm", "workload": {"task": "inference"}}), log)
+    assert (err.value.field, err.value.value, err.value.rule) == (
+        "model", "mine", "is not the model the log serves (Qwen/Qwen3-8B, preset qwen3-8b); compare a plan of that "
+                         "model, or the log's own plan")
+
+
+def test_the_logs_architecture_under_another_name_is_the_same_model():
+    """Llama 3 8B is served as the llama-3.1-8b preset; a plan of that architecture read from a config.json (no
+    preset) is the same model, and its weights match: no note."""
+    log = parse_vllm_log(LLAMA3_8B_LOG.read_text())
+    model = model_to_dict(model_from_hf_config((Path(__file__).parent / "data" / "hf_configs" /
+                                                "llama-3.1-8b.json").read_text()))
+    plan = plan_from_dict({"model": model, "framework": "vllm", "workload": {"task": "inference"},
+                           "hardware": {"gpu": "h100-sxm-80gb"}})
+    assert plan.model.preset is None and compare(plan, log).note == ""
+
+
+def test_weights_of_another_size_than_a_nameless_logs_are_noted(capsys):
+    """A log that names no model (Llama 3.1 8B on an L40S, 14.99 GiB) beside a plan of 70B on TP 4 (70.55 B × 2 B / 4
+    = 32.86 GiB a GPU): 2.19 ×, past WEIGHTS_MATCH (25 %), so the table is headed by a warning."""
+    log = EXAMPLES.parent / "tests" / "data" / "vllm-logs" / "v1-0.8-pr17122.log"
+    assert main(["vllm-log", str(log), str(EXAMPLES / "llama-3.1-70b-serving.yaml")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "warning: the log's weights take 14.99 GiB per GPU, the plan's 32.86 GiB (2.19 ×): the plan's model, "
+        "tensor-parallel degree or weight dtype is likely not the log's, and then its rows compare two different runs")
+    logged = parse_vllm_log(log.read_text())
+    assert logged.weights_bytes == _gib(14.9889)
+    assert weights_note(logged, logged.weights_bytes + logged.weights_bytes // 4) == ""  # 25 % more: the same
+    assert weights_note(logged, logged.weights_bytes - logged.weights_bytes // 4) == ""
+    assert weights_note(logged, logged.weights_bytes + logged.weights_bytes // 4 + 2**20).startswith("warning: ")
+    assert weights_note(logged, None) == ""

@@ -130,6 +130,9 @@ def vllm_log(plan: Plan, catalog: dict) -> None:
     except PlanError as exc:
         st.error(f"vLLM log: {exc}")
         return
+    if cmp.note:
+        note = cmp.note.removeprefix("warning: ")
+        st.warning(note[0].upper() + note[1:] + ".")
     frame = pd.DataFrame(comparison_rows(cmp)).rename(columns={"difference": "planner − log"})
     st.dataframe(frame, hide_index=True)
     for line in calibration_lines(plan, catalog[plan.hardware.gpu].name, cmp, log):
