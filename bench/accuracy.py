@@ -20,11 +20,13 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from planner.accuracy import ACCURACY_PATH, workload_class  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.codec import plan_from_dict  # noqa: E402
 from planner.units import GiB  # noqa: E402
+from stats import ALL, error_table, groups, p90  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "measured-dev.csv"
 
@@ -147,6 +149,8 @@ def express(row: dict) -> tuple[dict | None, str]:
         workload.update(task=task, lora=_lora(row["peft_config"]))
         if task == "qlora":
             precision.update(weights="nf4", double_quant="dq" in quant or "double" in quant)
+        elif row["param_dtype"].lower().startswith("fp32"):  # a frozen base loaded in fp32 stays fp32
+            precision["weights"] = "fp32"
     ckpt = (row["act_ckpt"].split() or ["none"])[0].lower()
     ckpt = "selective_op" if "op-level" in row["act_ckpt"].lower() else ckpt
     offload = "optimizer_and_params" if ("cpu" in row["offload"].lower() or "offload" in row["offload"].lower()) \
@@ -166,7 +170,8 @@ def express(row: dict) -> tuple[dict | None, str]:
                        "loss": "chunked" if "chunked" in row["loss_impl"].lower() else "full"},
         "parallelism": {"data": int(row["dp_shard"]) * int(row["dp_replicate"]), "zero_stage": zero,
                         # FSDP1 with use_orig_params: frozen and trainable weights share each block's flat parameter
-                        "flat_params": "fsdp1" in sharding and "use_orig_params=false" not in sharding.replace(" ", "")
+                        "flat_params": "fsdp1" in sharding
+                        and "use_orig_params=false" not in row["fsdp_or_zero"].lower().replace(" ", "")
                         and task in ("lora", "qlora") and zero == 3,
                         "tensor": int(row["tp"]), "pipeline": int(row["pp"]), "context": int(row["cp"])},
     }
@@ -200,17 +205,19 @@ def run(path: Path = DATA) -> tuple[list[dict], list[tuple[str, str]]]:
         stat = statistic(row)
         measured = float(row["measured_gib"])
         predicted = predict(plan, stat) / GiB
-        rows.append({"row": row["row_id"], "model": row["model"], "quality": row["quality"], "stat": stat,
+        rows.append({"row": row["row_id"], "source": row["source_id"], "model": row["model"], "quality": row["quality"],
+                     "stat": stat,
                      "framework": plan["framework"], "workload": workload_class(plan["workload"]["task"]),
                      "config": f"s{row['seq_len']} b{row['micro_batch']} {row['attention_impl']}",
                      "measured_gib": measured, "predicted_gib": predicted,
-                     "error_pct": 100 * (predicted - measured) / measured})
+                     "error_pct": 100 * (predicted - measured) / measured, "error": predicted / measured - 1})
     return rows, skipped
 
 
-def p90(values: list[float]) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(0.9 * (len(values) - 1)))]
+def by_source(rows: list[dict]) -> str:
+    """The markdown table of the errors per source (a source_id of measured-dev.csv: one publication, one
+    benchmark script), after the line over every row: bench/stats.py's, the one the time benches print."""
+    return error_table(groups(rows, lambda r: r["source"]), [("planner", "error", ALL)])
 
 
 def by_class(rows: list[dict]) -> dict[str, dict]:
@@ -248,6 +255,7 @@ def main() -> None:
         for g in summaries(rows):
             print(f"| {g['workload']} | {g['stat']} | {g['rows']} | {g['median']:.1f} % | {g['p90']:.1f} % | "
                   f"{g['signed']:+.1f} % |")
+        print("\nBy source (bench/data/measured-dev-sources.md):\n\n" + by_source(rows))
     reasons: dict[str, list[str]] = {}
     for row_id, why in skipped:
         reasons.setdefault(why, []).append(row_id)

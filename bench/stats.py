@@ -9,8 +9,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from accuracy import p90
-
 # a statistic's name: (its column header, its value over a group's errors)
 STATISTICS: dict[str, tuple[str, Callable[[list[float]], float]]] = {
     "median": ("median abs error", lambda e: statistics.median(abs(x) for x in e)),
@@ -21,9 +19,14 @@ ALL = ("median", "p90", "signed")
 
 
 def quantile(values: list[float], q: float) -> float:
-    """The nearest-rank q-quantile (the rule of accuracy.p90, which is quantile(|e|, 0.9))."""
+    """The nearest-rank q-quantile."""
     values = sorted(values)
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def p90(values: list[float]) -> float:
+    """The nearest-rank 90th percentile: what every bench's "p90 abs error" is of the |errors|."""
+    return quantile(values, 0.9)
 
 
 def pct(x: float) -> float:

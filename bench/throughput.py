@@ -18,8 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import p90  # noqa: E402
-from stats import ALL, band, error_table, groups, pct  # noqa: E402
+from stats import ALL, band, error_table, groups, p90, pct  # noqa: E402
 
 import yaml  # noqa: E402
 

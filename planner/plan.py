@@ -113,6 +113,9 @@ class Inference:
     # each layer's attention repeats the whole cache's K and V to every query head before SDPA (gpt-fast and
     # torchao model.py repeat_interleave; HF eager attention's repeat_kv)
     expand_kv: bool = False
+    # the decode step runs under SDPA's math backend (torchao generate.py decode_n_tokens: sdpa_kernel(MATH)), which
+    # upcasts fp16 / bf16 query, key and value to fp32 over the whole cache (planner/memory/inference.py)
+    math_sdpa_decode: bool = False
     # the weights are loaded in the compute dtype and quantized on the GPU by torchao's quantize_, which converts
     # every nn.Linear, the output head's included (torchao generate.py): the quantized weights sit in segments
     # the 16-bit ones and their temporaries were freed from (planner/memory/quantize_load.py)

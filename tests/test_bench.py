@@ -38,6 +38,26 @@ def test_accuracy_summarizes_each_workload_class_and_statistic():
     assert groups[("all", "all")]["rows"] == len(rows) == sum(g["rows"] for k, g in groups.items() if k[0] != "all")
 
 
+def test_the_peft_fsdp_row_is_planned_with_its_fp32_base_and_orig_params_off():
+    """peft examples/sft/utils.py loads the 70B base in fp32 (torch_dtype=float32 without 4-bit quantization) and
+    the FSDP config sets fsdp_use_orig_params: false, so the frozen base gets no flat-parameter gradients."""
+    row = next(r for r in csv.DictReader(accuracy.DATA.open()) if r["row_id"] == "m106")
+    plan, _ = accuracy.express(row)
+    assert plan["precision"]["weights"] == "fp32" and plan["parallelism"]["flat_params"] is False
+    assert plan["workload"]["lora"]["dropout"] == 0.1
+
+
+def test_accuracy_summarizes_each_source():
+    rows, _ = accuracy.run()
+    table = accuracy.by_source(rows).splitlines()
+    sources = sorted({r["source"] for r in rows})
+    assert [line.split(" | ")[0].removeprefix("| ") for line in table[2:]] == ["all", *sources]
+    peft = [r["error"] for r in rows if r["source"] == "peft-docs-70b"]
+    line = next(x for x in table if x.startswith("| peft-docs-70b |"))
+    assert line == (f"| peft-docs-70b | {len(peft)} | {statistics.median(map(abs, peft)):.1%} | "
+                    f"{accuracy.p90([abs(e) for e in peft]):.1%} | {statistics.median(peft):+.1%} |")
+
+
 def test_the_accuracy_the_app_quotes_is_the_benchs_current_figure():
     rows, _ = accuracy.run()
     assert {name: vars(a) | {"workload": name} for name, a in accuracy_table().items()} == {

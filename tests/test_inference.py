@@ -142,6 +142,32 @@ def test_a_static_cache_is_as_large_without_compile_and_has_no_growth_copy():
     assert "cuda_graphs" not in {i.name for i in eager.items}
 
 
+def test_an_eager_decode_on_the_math_backend_copies_the_repeated_cache_to_fp32_by_hand():
+    """torchao generate.py's long-context table (Llama 3.1 8B, prompt 6 + 131,066 new, no --compile): the cache is
+    preallocated for 131,072 tokens; each decode step runs SDPA's math backend over one layer's K and V repeated to
+    32 heads, which holds key and value upcast to fp32 and the scaled key (3 × 128 × 4 B a head and token) beside
+    the fp32 score row (4 B a head and token): 32 × 131,072 × 385 × 4 B = 6.02 GiB, in the decode phase only."""
+    est = estimate(plan_from_dict({**_gpt_fast(), "techniques": {"compile": False},
+                                   "workload": {"task": "inference", "inference": {
+                                       "prompt_tokens": 6, "output_tokens": 131_066, "mask_buffer": False}}}))
+    items = {i.name: i.bytes for i in est.items}
+    assert items["math_sdpa"] == 32 * 131_072 * (3 * 128 + 1) * 4 == 6_459_228_160
+    assert est.phase.startswith("decode")
+    prefill = next(p for p in est.stages[0].phases if p.name == "prefill")
+    assert "math_sdpa" not in {i.name for i in prefill.items}
+
+
+@pytest.mark.parametrize("change", [{"techniques": {"compile": True}}, {"precision": {"compute": "fp32"}},
+                                    {"workload": {"inference": {"math_sdpa_decode": False}}}])
+def test_no_fp32_copies_compiled_in_fp32_or_off_the_math_backend(change):
+    base = {**_gpt_fast(), "techniques": {"compile": False}}
+    plan = {key: {**base.get(key, {}), **value} if key != "workload" else
+            {**base["workload"], "inference": {**base["workload"]["inference"], **value["inference"]}}
+            for key, value in change.items()}
+    est = estimate(plan_from_dict({**base, **plan}))
+    assert "math_sdpa" not in {i.name for i in est.items}
+
+
 @pytest.mark.parametrize("inference, message", [
     ({"static_cache": False, "mask_buffer": True},
      "workload.inference.mask_buffer: True needs workload.inference.static_cache (the mask is sized to the "

@@ -652,6 +652,16 @@ def test_fp8_all_gather_gathers_layers_in_one_byte():
     assert bf16 - one_byte == 36_992
 
 
+def test_an_fp32_lora_base_is_gathered_in_the_compute_dtype():
+    # TINY LoRA under ZeRO-3, base loaded in fp32 (the peft SFT example's torch_dtype): the shards hold 4 B a
+    # parameter, FSDP's MixedPrecision all-gathers the largest neighbouring units (embedding 64,000 + a layer
+    # 36,992 params) in bf16, 2 B each, as for a bf16 base
+    def forward(weights):
+        return forward_item("zero3_gather", workload=LORA, parallelism={"zero_stage": 3, "data": 2},
+                            precision={**PURE, "weights": weights})
+    assert forward("fp32") == forward("bf16") == (64_000 + 36_992) * 2
+
+
 def test_fp8_recipes_scale_their_casts():
     def casts(recipe):
         return forward_item("fp8_casts", precision={"compute": "fp8", "fp8_recipe": recipe})

@@ -263,6 +263,8 @@ def _inference_workload() -> None:
                   help="A bool context × context mask beside the cache (gpt-fast, torchao model.py)")
         drawn(st.checkbox, "K and V repeated to the query heads", key="expand_kv",
               help="Attention repeat_interleaves the whole cache to every query head (gpt-fast, HF eager repeat_kv)")
+        drawn(st.checkbox, "Decode on SDPA's math backend", key="math_sdpa_decode",
+              help="torchao generate.py decodes under sdpa_kernel(MATH), which copies K and V to fp32 over the cache")
         drawn(st.checkbox, "Quantized on the GPU after loading", key="quantize_on_load",
               help="torchao quantize_ after a 16-bit load (torchao generate.py): the output head is quantized too, "
                    "and the segments the quantized weights sit in stay reserved")

@@ -45,7 +45,8 @@ SERVER_CANNOT_SAY = {
     "workload.inference.gpu_memory_utilization": "none (a generate() loop): a server always claims its fraction "
                                                  "of the GPU",
     **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
-                     "workload.inference.expand_kv"), "a generate() loop's: a server pages its KV cache"),
+                     "workload.inference.expand_kv", "workload.inference.math_sdpa_decode"),
+                    "a generate() loop's: a server pages its KV cache"),
     "workload.inference.quantize_on_load": "torchao generate.py's: a server loads its checkpoint as it is stored",
     "parallelism.async_tp": "a training technique",
 }

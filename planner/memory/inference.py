@@ -74,6 +74,12 @@ CUSTOM_ALL_REDUCE_BYTES = 8 * MiB
 SERVING_PREFILL_TOKENS = 8192
 # gpt-fast and torchao round a static cache up to a multiple of 8 tokens (model.py setup_caches, find_multiple)
 STATIC_CACHE_MULTIPLE = 8
+# SDPA's math backend (aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math, PyTorch
+# >= 2.5) copies fp16 / bf16 query, key and value to fp32 unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp
+# (default off), then computes matmul(query, key_acc.transpose(-2, -1) * scaling_factor): while that matmul runs,
+# key_acc, value_acc and the scaled key transpose are three fp32 copies of the cache it was handed, beside the fp32
+# score matrix it writes (heads × new tokens × cache tokens)
+MATH_SDPA_FP32_COPIES = 3
 # items of a static-cache generate loop allocated once, before the first token (they do not fragment the cache)
 _STATIC_CACHE_ONCE = frozenset({"kv_cache", "mask_buffer", "cuda_graphs"})
 # the longest sequence a cache search tries (2^24 tokens)
@@ -433,6 +439,23 @@ def _static_items(plan: Plan, fw: _Forward, detail: bool) -> tuple[Item, ...]:
     return tuple(items)
 
 
+def _math_sdpa(plan: Plan, detail: bool) -> tuple[Item, ...]:
+    """An eager decode step's fp32 copies of K and V inside SDPA's math backend, over the whole static cache (the
+    heads SDPA is handed: every query head's when the cache was repeated to them); () where none is made."""
+    m, inf, t = plan.model, plan.workload.inference, plan.parallelism.tensor
+    bc = nbytes(plan.precision.activation_dtype)
+    if not (inf.math_sdpa_decode and inf.static_cache) or plan.techniques.compile or bc == 4 or m.mla:
+        return ()
+    heads = (m.num_attention_heads if inf.expand_kv else m.num_kv_heads) // t
+    b, tokens = inf.batch_size, static_cache_tokens(plan)
+    return (item("math_sdpa", "SDPA math backend's fp32 K and V",
+                 Described(b * heads * tokens * (MATH_SDPA_FP32_COPIES * m.head_dim + 1) * 4,
+                           "{} seq × {} heads × {:,} tokens × ({} × {} + 1 score) × 4 B",
+                           (b, heads, tokens, MATH_SDPA_FP32_COPIES, m.head_dim)),
+                 "Decode under sdpa_kernel(MATH): key and value upcast to fp32 and the key scaled, one layer at a "
+                 "time (PyTorch's _scaled_dot_product_attention_math)", detail),)
+
+
 def _state(plan: Plan, detail: bool) -> tuple[Item, ...]:
     """A hybrid model's recurrent state under generate() (HF cache_utils LinearAttentionLayer: one per sequence
     and layer, allocated at the prompt, the same size at every step); () for attention-only models."""
@@ -487,7 +510,7 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
         item("kv_cache", "KV cache",
              Described(b * kv_cache_bytes(plan, final_cache), cache, (b, final_cache, per_token)),
              f"{plan.precision.kv_cache} K and V, {how}", detail)) + _state(plan, detail) + (
-        static if pooled else (decode_acts,) + static))
+        static if pooled else (decode_acts,) + static + _math_sdpa(plan, detail)))
     return prefill, decode
 
 

@@ -55,7 +55,11 @@ def _lora_weights(ctx: StageContext, tr: Trainable) -> tuple[Item, Item, Item, i
                     "Trainable low-rank A and B matrices (Hu et al. 2021)", ctx.detail)
     master = item("master_weights", "Master weights", fixed(0, "0"),
                   "Adapters are updated directly" + (" in fp32" if mixed else ""), ctx.detail)
-    return weights, adapters, master, nbytes(adapter_dtype), base.bytes / sp.total
+    # a base stored wider than the compute dtype (fp32 under a 16-bit compute) is all-gathered in the compute dtype:
+    # FSDP's MixedPrecision casts each shard to param_dtype first (torch/distributed/fsdp/_flat_param.py
+    # init_flat_param_attributes: _mp_shard and _full_param_padded in the low-precision dtype; FSDP2
+    # MixedPrecisionPolicy.param_dtype the same), which accelerate's mixed_precision: bf16 sets
+    return weights, adapters, master, nbytes(adapter_dtype), min(base.bytes / sp.total, bc)
 
 
 def _weights_note(ctx: StageContext, weight_dtype: str) -> str:
