@@ -832,3 +832,19 @@ def test_no_paste_box_holds_more_than_the_readers_cap():
     at.run()
     assert not at.exception and len(at.session_state["config_text"]) == PASTE_MAX_CHARS
     assert all(t.max_chars == PASTE_MAX_CHARS for t in at.text_area)
+
+
+def test_the_estimate_and_the_recommender_hold_offloading_to_one_host_ram_figure():
+    """Issue 30: a 70B full fine-tune on 8 × H100 offloading its optimizer fit in the verdict (the plan's host RAM
+    per GPU) while the recommender, with the GPU, count and offering kept, held it to the offering's and said
+    nothing fits, without saying host RAM was why."""
+    query = {"preset": "llama-3.1-70b", "task": "finetune", "sequence_length": "2048", "global_batch_size": "8",
+             "offload": "optimizer", "activation_checkpointing": "full", "count": "8", "zero_stage": "3", "offering": "runpod-h100-sxm-secure"}
+    at = app({**query, "host_memory_gib_per_gpu": "200"}, view="Cheapest hardware")
+    assert not at.exception and at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×8")
+    at.multiselect(key="search_fixed").set_value(["gpu", "count", "offering", "offload"]).run()
+    assert not at.exception and at.success[-1].value.startswith("**Recommended:** 8 × NVIDIA H100 SXM 80GB on RunPod")
+    at.number_input(key="host_memory_gib_per_gpu").set_value(0.0).run()  # the offering's 116 GiB: too little
+    assert not at.exception and "of host RAM per GPU" in at.error[0].value
+    nothing = next(w.value for w in at.warning if w.value.startswith("Nothing fits"))
+    assert "host RAM is why" in nothing and "116.40 GiB there" in nothing

@@ -266,7 +266,9 @@ def cheapest(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Re
         st.warning(f"The search stopped after {rec.cut_after_s:g} s: the GPU types listed as not searched below "
                    "were not tried. `vram-planner recommend` searches the whole catalog.")
     if rec.best is None:
-        st.warning("No GPU in the catalog fits this workload, even with every memory-saving technique.")
+        unfit = [r.reason for r in rec.rejected if r.kind == "unfit"]
+        st.warning("Nothing fits this workload, even with every memory-saving technique"
+                   + (f": {unfit[0]}" if len(unfit) == 1 else " (each GPU type's reason below)") + ".")
     else:
         _recommendation_body(plan, rec)
     _rejected(rec)
