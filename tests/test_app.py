@@ -848,3 +848,35 @@ def test_the_estimate_and_the_recommender_hold_offloading_to_one_host_ram_figure
     assert not at.exception and "of host RAM per GPU" in at.error[0].value
     nothing = next(w.value for w in at.warning if w.value.startswith("Nothing fits"))
     assert "host RAM is why" in nothing and "116.40 GiB there" in nothing
+
+
+def test_a_framework_and_a_task_give_one_plan_in_either_order():
+    """Issue 30: Axolotl then QLoRA pinned the pretraining optimizer (adamw); QLoRA then Axolotl gave Axolotl's
+    QLoRA recipe (paged_adamw). The task re-derives what the framework gave for the previous task."""
+    first, second = app(), app()
+    first.selectbox(key="framework").select("axolotl").run()
+    first.selectbox(key="task").select("qlora").run()
+    second.selectbox(key="task").select("qlora").run()
+    second.selectbox(key="framework").select("axolotl").run()
+    assert not first.exception and not second.exception
+    assert dict(first.query_params) == dict(second.query_params)
+    assert first.selectbox(key="optimizer").value == "paged_adamw"
+    first.selectbox(key="optimizer").select("adamw_8bit").run()  # a value you chose stays through a task change
+    first.selectbox(key="task").select("lora").run()
+    assert first.selectbox(key="optimizer").value == "adamw_8bit"
+    first.selectbox(key="task").select("pretrain").run()
+    first.selectbox(key="task").select("qlora").run()
+    assert first.selectbox(key="optimizer").value == "adamw_8bit"
+
+
+def test_a_serving_framework_on_a_training_page_keeps_the_gpus_and_leaves_no_stale_error():
+    """Issue 30: choosing vLLM on a training page left a red error (ZeRO-3 does not serve) above a valid verdict,
+    and the framework's re-derivation could reset the GPU count."""
+    at = app()
+    at.number_input(key="count").set_value(4).run()
+    at.selectbox(key="framework").select("vllm").run()
+    assert not at.exception and not at.error and at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×4")
+    assert (at.selectbox(key="framework").value, at.selectbox(key="task").value) == ("vllm", "inference")
+    assert at.number_input(key="count").value == 4
+    at.selectbox(key="framework").select("torchtitan").run()
+    assert not at.error and at.number_input(key="count").value == 4 and at.selectbox(key="task").value == "pretrain"

@@ -80,6 +80,7 @@ def _paths() -> dict[str, tuple[str, ...]]:
 
 
 PATHS = _paths()
+WIDGET_OF = {".".join(path): key for key, path in PATHS.items()}  # dotted plan key -> its widget's key
 # keys whose widget is a text box of comma-separated integers (a plan list of numbers)
 INTEGER_LISTS = tuple(key for key, path in PATHS.items() if takes_integers(path))
 
