@@ -300,17 +300,19 @@ def test_a_serving_plan_is_sized_to_a_throughput_target_within_latency_bounds():
 
 def test_plans_compare_side_by_side_and_the_link_carries_them():
     """Issue 17: pin a plan, change it, and both stand side by side, the differing rows highlighted; the link
-    reproduces the comparison in a fresh session."""
+    reproduces the comparison in a fresh session. Issue 30: each plan's own value (not '(default)'), the key in
+    words."""
     at = app(view="Compare")
     at.button(key="pin").click().run()
     at.number_input(key="sequence_length").set_value(8192).run()
     assert not at.exception and "cmp1" in at.query_params
     frame = table(at, "pinned 1").set_index("")
-    assert frame.loc["sequence_length", "this plan"] == "8192" and frame.loc["sequence_length", "pinned 1"] == "(default)"
+    seq = "Workload: sequence length"
+    assert frame.loc[seq, "this plan"] == "8192" and frame.loc[seq, "pinned 1"] == "4096"
     assert frame.loc["device per GPU", "this plan"] != frame.loc["device per GPU", "pinned 1"]
     fresh = app(dict(at.query_params), view="Compare")
     again = table(fresh, "pinned 1").set_index("")
-    assert not fresh.exception and again.loc["sequence_length", "pinned 1"] == "(default)"
+    assert not fresh.exception and again.loc[seq, "pinned 1"] == "4096"
     fresh.button(key="unpin_0").click().run()
     assert "cmp1" not in fresh.query_params and not [d for d in fresh.dataframe if "pinned 1" in d.value.columns]
 
