@@ -26,6 +26,7 @@ from planner.frameworks import apply_framework
 from planner.loader import load_yaml
 from planner.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
 from planner.plan import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
+from planner.units import parse_count
 from planner.validate import check_mapping, rules
 
 
@@ -56,12 +57,25 @@ def plan_from_dict(data: Any) -> Plan:
         raise bad("schema", schema, f"is not supported; this planner reads {SCHEMA!r}")
     if "model" not in data:
         raise PlanError("model", "missing; give a model.preset or the architecture keys")
+    data = _token_count(data)
     check_mapping(data, Plan, "")  # types, ranges and lengths first: the framework's rules read these values
     data = apply_framework(data)
     sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in SECTIONS.items()}
     name = data.get("name") or ""
     return Plan(model=model_from_dict(data["model"]), name=name, framework=data.get("framework") or "generic",
                 framework_release=data.get("framework_release") or "", **sections)
+
+
+def _token_count(data: dict) -> dict:
+    """The plan dict with a job length written as a count ('1T', '500B', as model.params is) read as an integer."""
+    workload = data.get("workload")
+    tokens = workload.get("train_tokens") if isinstance(workload, dict) else None
+    if not isinstance(tokens, str):
+        return data
+    try:
+        return {**data, "workload": {**workload, "train_tokens": parse_count(tokens)}}
+    except ValueError:
+        raise bad("workload.train_tokens", tokens, "must be a token count like 1T, 500B or 1e12") from None
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:

@@ -882,3 +882,16 @@ def test_a_serving_framework_on_a_training_page_keeps_the_gpus_and_leaves_no_sta
     assert at.number_input(key="count").value == 4
     at.selectbox(key="framework").select("torchtitan").run()
     assert not at.error and at.number_input(key="count").value == 4 and at.selectbox(key="task").value == "pretrain"
+
+
+def test_the_job_is_given_in_tokens_as_well_as_steps():
+    """Issue 30: the job's length was steps only, and `train_tokens: 1T` was refused where `params: 13B` was read;
+    a token count with a suffix is read as a parameter count is."""
+    at = app(view="Cheapest hardware")
+    at.text_input(key="train_tokens").input("1T").run()
+    assert not at.exception and at.query_params["train_tokens"] == "1000000000000"
+    assert any(c.value.startswith("Job: 1,000,000,000,000 tokens") for c in at.caption)
+    at.number_input(key="steps").set_value(100).run()  # both: the plan says which to drop
+    assert any(e.value.startswith("workload.train_tokens: 1000000000000 and workload.steps both set") for e in at.error)
+    at.text_input(key="train_tokens").input("lots").run()
+    assert any("must be a token count like 1T" in e.value for e in at.error)

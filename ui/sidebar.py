@@ -311,7 +311,10 @@ def _training_workload() -> None:
           help="Sequences per GPU per forward/backward")
     drawn(st.number_input, "Global batch size", 1, 1 << 30, key="global_batch_size",
           help="Sequences per optimizer step; sets gradient accumulation")
-    drawn(st.number_input, "Steps of the job (0: price per billion tokens)", 0, 10**12, key="steps")
+    drawn(st.number_input, "Steps of the job (0: not given)", 0, 10**12, key="steps")
+    drawn(st.text_input, "or tokens of the job (e.g. 1T, 500B)", key="train_tokens", max_chars=40,
+          placeholder="neither: priced per billion tokens",
+          help="The job's length as the tokens it trains on, instead of steps (sequences per step × sequence length)")
 
 
 def _lora() -> None:
