@@ -895,3 +895,13 @@ def test_the_job_is_given_in_tokens_as_well_as_steps():
     assert any(e.value.startswith("workload.train_tokens: 1000000000000 and workload.steps both set") for e in at.error)
     at.text_input(key="train_tokens").input("lots").run()
     assert any("must be a token count like 1T" in e.value for e in at.error)
+
+
+def test_make_it_fit_ranks_by_gpu_hours_and_says_both_factors():
+    """Issue 30: '8 GPUs, 0.13× the time per token' stood above a free 'micro-batch 1, 1.01×'."""
+    at = app({"preset": "llama-3.2-3b", "task": "finetune", "optimizer": "adamw_8bit", "sequence_length": "4096",
+              "micro_batch_size": "2", "global_batch_size": "16", "data": "1", "zero_stage": "0"})
+    assert not at.exception and at.error[0].value.startswith("does not fit")
+    first = at.button(key="fix_0").label
+    assert first.startswith("micro-batch 1 (same global batch): saves ") and "× the GPU-hours per token, " in first
+    assert any(e.label.endswith("to make it fit, fewest GPU-hours first") for e in at.expander)

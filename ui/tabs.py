@@ -135,7 +135,7 @@ def _fixes_and_room(plan: Plan, _catalog: Catalog, catalog_key: str, fits: bool)
 
 
 def _fit_or_room(plan: Plan, result: Estimate, catalog: Catalog, catalog_key: str) -> None:
-    """When the plan does not fit: the single changes that make it fit, least slowdown first, each one click
+    """When the plan does not fit: the single changes that make it fit, fewest GPU-hours first, each one click
     away. When it fits: what the free memory buys."""
     fixes, buys = _fixes_and_room(plan, catalog, catalog_key, result.fits)
     if buys:
@@ -145,9 +145,10 @@ def _fit_or_room(plan: Plan, result: Estimate, catalog: Catalog, catalog_key: st
     if not fixes:
         st.warning("No single change makes it fit this GPU: see Cheapest hardware for layouts and GPU types.")
         return
-    with st.expander(f"{counted(len(fixes), 'way')} to make it fit", expanded=True):
+    with st.expander(f"{counted(len(fixes), 'way')} to make it fit, fewest GPU-hours first", expanded=True):
         for n, f in enumerate(fixes[:6]):
-            slower = "time not modelled" if f.time_factor is None else f"{f.time_factor:.2f}× the time per token"
+            slower = "time not modelled" if f.gpu_hours_factor is None else (
+                f"{f.gpu_hours_factor:.2f}× the GPU-hours per token, {f.time_factor:.2f}× the time")
             st.button(f"{f.change}: saves {format_bytes(f.saved_bytes)}, needs {format_bytes(f.device_bytes)}; "
                       f"{slower}", key=f"fix_{n}", on_click=load_into_widgets, args=(f.plan,))
 
