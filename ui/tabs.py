@@ -121,11 +121,12 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalo
         st.error(f"{unsupported_compute(plan, result.gpu)}: the plan cannot run as written (no time estimate).")
         return
     serving = plan.workload.task == "inference"
-    cols = st.columns(4)
+    cols = st.columns(3)
     cols[0].metric("seconds per batch" if serving else "seconds per step", f"{time.step_time_s:,.3g}")
     cols[1].metric("generated tokens/s per GPU" if serving else "tokens/s per GPU", f"{time.tokens_per_s_per_gpu:,.0f}")
     cols[2].metric("MFU", f"{time.mfu:.1%}", help="model FLOPs per second over the dense peak of the dtype the matmuls run in")
-    cols[3].metric("bound by", time.bound)
+    # a metric's large value is cut to its column's width ('memory b…' at 1280 px): the bound is a line of text
+    st.caption(f"Bound by **{time.bound}**: the largest kind of the step's time (the Time tab itemizes it).")
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
