@@ -321,7 +321,8 @@ def _limits(gpu: Gpu, offering: Offering, plan: Plan, options: SearchOptions) ->
     search's figure, else the plan's own (kept in every candidate's plan), else the offering's."""
     own = options.host_memory_gib_per_gpu
     own = plan.hardware.host_memory_gib_per_gpu if own is None else own
-    return Limits(int(gpu.usable_bytes * (1 - options.headroom)), offering.host_bytes() if own is None else from_gib(own))
+    host = offering.host_bytes() if own is None else from_gib(own)
+    return Limits(int(gpu.usable_bytes * (1 - options.headroom)), host)
 
 
 @dataclass(frozen=True)
@@ -417,7 +418,8 @@ def _candidate(job: _Job, offering: Offering, gpu: Gpu, n: int, found: Found, fi
     lead = f"fewest {gpu.name} that fit" if n == first else f"{n:,} × {gpu.name}"
     why = (f"{lead} ({offering.provider}, {offering.instance}): {strategy}; {format_bytes(est.device_bytes)} per GPU"
            f"; fastest strategy at this count; {format_hours(hours)}")
-    return Candidate(offering=offering, gpu=gpu, count=n, plan=replace(est.plan, hardware=_hardware(job.search.plan, offering, n, job.search.catalog)),
+    hardware = _hardware(job.search.plan, offering, n, job.search.catalog)  # the plan's own host RAM figure kept
+    return Candidate(offering=offering, gpu=gpu, count=n, plan=replace(est.plan, hardware=hardware),
                      device_bytes=est.device_bytes, host_bytes=est.host_bytes, price=price, usd_per_gpu_hour=usd,
                      usd_per_hour=per_hour, job_hours=hours, job_usd=None if per_hour is None else hours * per_hour,
                      tokens_per_s_per_gpu=job.tokens / (hours * 3600) / n, strategy=strategy, why=why,
