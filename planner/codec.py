@@ -26,6 +26,7 @@ from planner.frameworks import apply_framework
 from planner.loader import load_yaml
 from planner.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
 from planner.plan import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
+from planner.units import parse_count
 from planner.validate import check_mapping, rules
 
 
@@ -56,12 +57,25 @@ def plan_from_dict(data: Any) -> Plan:
         raise bad("schema", schema, f"is not supported; this planner reads {SCHEMA!r}")
     if "model" not in data:
         raise PlanError("model", "missing; give a model.preset or the architecture keys")
+    data = _token_count(data)
     check_mapping(data, Plan, "")  # types, ranges and lengths first: the framework's rules read these values
     data = apply_framework(data)
     sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in SECTIONS.items()}
     name = data.get("name") or ""
     return Plan(model=model_from_dict(data["model"]), name=name, framework=data.get("framework") or "generic",
                 framework_release=data.get("framework_release") or "", **sections)
+
+
+def _token_count(data: dict) -> dict:
+    """The plan dict with a job length written as a count ('1T', '500B', as model.params is) read as an integer."""
+    workload = data.get("workload")
+    tokens = workload.get("train_tokens") if isinstance(workload, dict) else None
+    if not isinstance(tokens, str):
+        return data
+    try:
+        return {**data, "workload": {**workload, "train_tokens": parse_count(tokens)}}
+    except ValueError:
+        raise bad("workload.train_tokens", tokens, "must be a token count like 1T, 500B or 1e12") from None
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -120,11 +134,12 @@ LEAVES: dict[str, tuple[str, ...]] = _leaf_paths()  # leaf key -> its path in th
 _LEAF_OF = {path: leaf for leaf, path in LEAVES.items()}
 
 
-def _flatten(d: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+def flatten(d: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """A plan dict's leaves by their paths."""
     out = {}
     for key, value in d.items():
         if isinstance(value, dict):
-            out.update(_flatten(value, prefix + (key,)))
+            out.update(flatten(value, prefix + (key,)))
         else:
             out[prefix + (key,)] = value
     return out
@@ -168,21 +183,21 @@ def plan_to_query(plan: Plan) -> dict[str, str]:
              if value is not None and (key in always or reference.get(key) != value)}
     # the default plan of the same model, task, framework and degrees (framework settings can depend on them)
     par = plan.parallelism
-    base = _flatten(plan_to_dict(plan_from_dict({
+    base = flatten(plan_to_dict(plan_from_dict({
         "model": model, "framework": plan.framework, "framework_release": plan.framework_release,
         "workload": {"task": plan.workload.task},
         "parallelism": {key: getattr(par, key) for key in ("data", "tensor", "pipeline", "context", "pipeline_schedule",
                                                            "virtual_stages", "pipeline_split", "pipeline_layers")}})))
-    for path, value in _flatten(plan_to_dict(plan)).items():
+    for path, value in flatten(plan_to_dict(plan)).items():
         if path[0] in ("schema", "model") or path not in _LEAF_OF or value is None:
             continue
         if path in _ALWAYS and value not in _ALWAYS[path] or path not in _ALWAYS and base.get(path) != value:
             query[_LEAF_OF[path]] = leaf_text(value)
     # Defaults that follow other values (the served weights' dtype follows the compute dtype, ...) can hide a
     # value the comparison above dropped: read the link back and add whatever it does not reproduce.
-    target = _flatten(plan_to_dict(plan))
+    target = flatten(plan_to_dict(plan))
     for _ in range(3):
-        back = _flatten(plan_to_dict(plan_from_query(query, {"model": model})[0]))
+        back = flatten(plan_to_dict(plan_from_query(query, {"model": model})[0]))
         missed = [path for path, value in target.items() if back.get(path) != value and path in _LEAF_OF]
         if not missed:
             break
@@ -221,7 +236,7 @@ def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
     if gpus is not None and gpu is not None and (gpu[-1] if isinstance(gpu, list) and gpu else gpu) not in gpus:
         warnings.append(f"gpu: {str(gpu)[:60]!r} is not in the GPU catalog; the default is used")
         params = {k: v for k, v in params.items() if k != "gpu"}
-    base_flat = _flatten(plan_to_dict(plan_from_dict(default)))
+    base_flat = flatten(plan_to_dict(plan_from_dict(default)))
     chosen: dict[str, Any] = {}
     for key, raw in params.items():
         if key not in LEAVES:

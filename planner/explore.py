@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
+from planner.accuracy import time_accuracy
 from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, estimate
@@ -170,6 +171,8 @@ class Fix:
     device_bytes: int
     saved_bytes: int
     time_factor: float | None  # seconds per token with the change over without (None: no time model here)
+    # GPU-hours per token with the change over without: what the job costs, the time factor times the GPUs'
+    gpu_hours_factor: float | None
 
 
 def _seconds_per_token(plan: Plan, gpu: Gpu) -> float | None:
@@ -189,7 +192,9 @@ def _more_gpus(plan: Plan) -> list[tuple[str, dict]]:
 
 def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
     """The single changes (a technique, the micro-batch with accumulation, more GPUs) after which the plan fits
-    its GPU without the allocator releasing its cache, least slowdown first, then most memory saved."""
+    its GPU without the allocator releasing its cache, cheapest first: fewest GPU-hours per token (what the job
+    costs: more GPUs that shorten it pay for each of theirs), the fewest GPUs among those that tie, then least
+    time, then most memory saved."""
     gpu, now = catalog[plan.hardware.gpu], estimate(plan, catalog, detail=False).device_bytes
     base = _seconds_per_token(plan, gpu)
     fixes = []
@@ -201,9 +206,27 @@ def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
             continue
         if est.fits and not est.cache_flushed:
             after = _seconds_per_token(varied, gpu)
+            factor = after / base if base and after else None
+            gpus = varied.hardware.count / plan.hardware.count
             fixes.append(Fix(change=label, plan=varied, device_bytes=est.device_bytes,
-                             saved_bytes=now - est.device_bytes, time_factor=after / base if base and after else None))
-    return sorted(fixes, key=lambda f: (f.time_factor or float("inf"), -f.saved_bytes, f.change))
+                             saved_bytes=now - est.device_bytes, time_factor=factor,
+                             gpu_hours_factor=None if factor is None else factor * gpus))
+    return sorted(fixes, key=_cost_order(fixes))
+
+
+def _cost_order(fixes: list[Fix]):
+    """Fixes within the time model's error of the fewest GPU-hours cost the same (its median error on the ratio of
+    two predicted speeds, planner/accuracy.py, as the recommender's ties): the fewest GPUs among them first, the one
+    needing none added before more GPUs that finish sooner for about as many GPU-hours; then by GPU-hours."""
+    unknown = float("inf")
+    cheapest = min((f.gpu_hours_factor for f in fixes if f.gpu_hours_factor), default=unknown)
+    band = cheapest * (1 + time_accuracy().pair_median_pct / 100)
+
+    def key(f: Fix) -> tuple:
+        tied = (f.gpu_hours_factor or unknown) <= band
+        return (not tied, f.plan.hardware.count if tied else 0, f.gpu_hours_factor or unknown,
+                f.time_factor or unknown, -f.saved_bytes, f.change)
+    return key
 
 
 def room(plan: Plan, catalog: dict[str, Gpu]) -> str | None:

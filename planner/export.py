@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from planner.accuracy import likely_seconds, time_note, timed
-from planner.codec import leaf_text, plan_to_dict, plan_to_query
+from planner.codec import LEAVES, flatten, leaf_text, plan_to_dict, plan_to_query
 from planner.formats import FORMATS
 from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate
@@ -408,5 +408,17 @@ def compare_rows(plans: list[Plan], estimates: list[Estimate], times: list[StepT
             row("tokens/s per GPU", [f"{t.tokens_per_s_per_gpu:,.0f}" if t else "–" for t in times])]
     queries = [plan_to_query(p) for p in plans]
     keys = list(dict.fromkeys(k for q in queries for k in q))
-    return rows + [row(k, [q.get(k, "(default)") for q in queries]) for k in keys
+    values = [flatten(plan_to_dict(p)) for p in plans]  # each plan's own value, given or default
+    return rows + [row(key_label(LEAVES[k]), [_value_text(v.get(LEAVES[k])) for v in values]) for k in keys
                    if len({q.get(k) for q in queries}) > 1]
+
+
+def key_label(path: tuple[str, ...]) -> str:
+    """A plan key in words: 'Parallelism: zero stage', 'Workload lora: rank', 'Name'."""
+    *sections, leaf = path
+    words = leaf.replace("_", " ")
+    return f"{' '.join(sections).capitalize()}: {words}" if sections else words.capitalize()
+
+
+def _value_text(value: Any) -> str:
+    return "not set" if value is None else leaf_text(value)

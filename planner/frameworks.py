@@ -111,7 +111,8 @@ def _date(value: Any) -> datetime.date | None:
     return value if value is None or isinstance(value, datetime.date) else datetime.date.fromisoformat(str(value))
 
 
-def _lookup(data: dict, key: str) -> tuple[bool, Any]:
+def lookup(data: dict, key: str) -> tuple[bool, Any]:
+    """(whether a plan dict gives the dotted key a value, that value)."""
     node: Any = data
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node or node[part] is None:
@@ -122,12 +123,12 @@ def _lookup(data: dict, key: str) -> tuple[bool, Any]:
 
 def _value(data: dict, key: str) -> Any:
     """The value of a dotted key in a plan dict as the plan will resolve it (data ranks from the GPU count)."""
-    found, value = _lookup(data, key)
+    found, value = lookup(data, key)
     if found:
         return value
     if key == "parallelism.data":  # the document's types and ranges are checked before any rule reads them
-        count = _lookup(data, "hardware.count")[1]
-        split = math.prod(_lookup(data, f"parallelism.{degree}")[1] or 1 for degree in ("tensor", "pipeline", "context"))
+        count = lookup(data, "hardware.count")[1]
+        split = math.prod(lookup(data, f"parallelism.{degree}")[1] or 1 for degree in ("tensor", "pipeline", "context"))
         return count // split if count else 1
     return _leaf_default(key)
 
@@ -177,7 +178,7 @@ def apply_framework(data: dict) -> dict:
         return data
     out = copy.deepcopy(data)
     for setting in applicable(framework, lambda key: _value(data, key), data.get("framework_release") or ""):
-        if _lookup(data, setting.key)[0]:
+        if lookup(data, setting.key)[0]:
             continue  # the plan's own value wins
         node = out
         *path, leaf = setting.key.split(".")

@@ -18,6 +18,7 @@ from planner.dtypes import DType
 from planner.errors import PlanError, bad, unknown_key
 from planner.loader import load_data_file
 from planner.validate import between, check_fields, check_int, text
+from planner.units import parse_count
 
 # relu2: squared-ReLU with no gate (Nemotron-H's NemotronHMLP: up_proj and down_proj only); 2 matrices like gelu
 Mlp = Literal["swiglu", "gelu", "relu2"]
@@ -428,18 +429,13 @@ def presets() -> dict[str, Preset]:
 
 
 # --- Parameter count only ------------------------------------------------------------------------------
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
-
-
 def parse_param_count(value: Any) -> int:
     """'13B', '770m', '1.5e9' or a number, as an integer parameter count."""
-    text = str(value).strip().lower().replace("_", "").replace(",", "")
-    scale = _SUFFIX.get(text[-1:], 1) if text else 1
     try:
-        count = round(float(text[:-1] if scale != 1 else text) * scale)
-    except (ValueError, OverflowError):  # not a number, NaN or infinity
+        count = parse_count(value)
+    except ValueError:  # not a number, NaN or infinity
         raise bad("model.params", value, "must be a parameter count like 13B, 770M or 1.5e9") from None
-    if isinstance(value, bool) or not MIN_APPROX_PARAMS <= count <= MAX_APPROX_PARAMS:
+    if not MIN_APPROX_PARAMS <= count <= MAX_APPROX_PARAMS:
         raise bad("model.params", value, "is out of range; must be from 50M to 5T parameters")
     return count
 

@@ -316,9 +316,12 @@ def _counts(offering: Offering, plan: Plan, options: SearchOptions) -> tuple[int
                  if n <= top)
 
 
-def _limits(gpu: Gpu, offering: Offering, options: SearchOptions) -> Limits:
-    host = offering.host_bytes() if options.host_memory_gib_per_gpu is None else from_gib(
-        options.host_memory_gib_per_gpu)
+def _limits(gpu: Gpu, offering: Offering, plan: Plan, options: SearchOptions) -> Limits:
+    """The GPU less the headroom, and the host RAM per GPU the estimate of the candidate's plan holds it to: the
+    search's figure, else the plan's own (kept in every candidate's plan), else the offering's."""
+    own = options.host_memory_gib_per_gpu
+    own = plan.hardware.host_memory_gib_per_gpu if own is None else own
+    host = offering.host_bytes() if own is None else from_gib(own)
     return Limits(int(gpu.usable_bytes * (1 - options.headroom)), host)
 
 
@@ -333,7 +336,7 @@ class _Job:
 def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candidate], str]:
     """The fastest strategy at each count of the offering's ladder, from the fewest GPUs that fit upward."""
     search, options = job.search, job.options
-    limits = _limits(gpu, offering, options)
+    limits = _limits(gpu, offering, search.plan, options)
     mfu = dict(options.mfu_by_gpu).get(gpu.id, options.mfu)
     counts = tuple(n for n in _counts(offering, search.plan, options) if offering.refuses(n) is None)
     if not counts:
@@ -376,6 +379,10 @@ def _no_fit(gpu: Gpu, offering: Offering, limits: Limits, closest: Estimate | No
                f"and {format_bytes(limits.host)} of host RAM per GPU")
     if closest is None:
         return f"{gpu.name} ({offering.id}): no layout of the plan on {most:,} GPU(s) or fewer"
+    if closest.device_bytes <= limits.device and closest.host_bytes > limits.host:  # the device holds it
+        return (f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count:,}: host RAM is why: offloading fits "
+                f"{format_bytes(closest.device_bytes)} per GPU but needs {format_bytes(closest.host_bytes)} of host "
+                f"RAM per GPU, {format_bytes(limits.host)} there (the plan's host RAM per GPU, else the offering's)")
     return (f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count:,}: needs {format_bytes(closest.device_bytes)} "
             f"per GPU and {format_bytes(closest.host_bytes)} of host RAM even with the most memory-saving strategy, "
             f"{allowed}")
@@ -411,7 +418,8 @@ def _candidate(job: _Job, offering: Offering, gpu: Gpu, n: int, found: Found, fi
     lead = f"fewest {gpu.name} that fit" if n == first else f"{n:,} × {gpu.name}"
     why = (f"{lead} ({offering.provider}, {offering.instance}): {strategy}; {format_bytes(est.device_bytes)} per GPU"
            f"; fastest strategy at this count; {format_hours(hours)}")
-    return Candidate(offering=offering, gpu=gpu, count=n, plan=replace(est.plan, hardware=_hardware(est.plan, offering, n, job.search.catalog)),
+    hardware = _hardware(job.search.plan, offering, n, job.search.catalog)  # the plan's own host RAM figure kept
+    return Candidate(offering=offering, gpu=gpu, count=n, plan=replace(est.plan, hardware=hardware),
                      device_bytes=est.device_bytes, host_bytes=est.host_bytes, price=price, usd_per_gpu_hour=usd,
                      usd_per_hour=per_hour, job_hours=hours, job_usd=None if per_hour is None else hours * per_hour,
                      tokens_per_s_per_gpu=job.tokens / (hours * 3600) / n, strategy=strategy, why=why,
@@ -476,7 +484,7 @@ def _within_bounds(job: _Job, plan: Plan, gpu: Gpu, capacity: int) -> int | None
 def _serve_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candidate], str]:
     """Replicas of the model on the offering: one candidate per layout that fits; with a target or bounds, at the
     largest batch within the bounds and its memory, with as many replicas as the target needs."""
-    limits = _limits(gpu, offering, job.options)
+    limits = _limits(gpu, offering, job.search.plan, job.options)
     found: list[Candidate] = []
     closest, why = None, f"{gpu.name} ({offering.id}): no tensor × pipeline layout of the model on it"
     for plan in _serving_plans(job, offering, gpu):

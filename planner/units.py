@@ -16,7 +16,21 @@ MB = 10**6
 GB = 10**9
 
 ByteUnit = Literal["B", "MiB", "GiB", "MB", "GB"]
+# the suffixes of a count of parameters or tokens, as model cards write them (13B, 770M, 1T)
+COUNT_SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 UNIT_BYTES: dict[str, int] = {"B": 1, "MiB": MiB, "GiB": GiB, "MB": MB, "GB": GB}
+
+
+def parse_count(value: object) -> int:
+    """'13B', '770m', '1T', '1.5e9', '2,000' or a number, as an integer; ValueError where it is not a count."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    text = str(value).strip().lower().replace("_", "").replace(",", "")
+    scale = COUNT_SUFFIX.get(text[-1:], 1) if text else 1
+    try:
+        return round(float(text[:-1] if scale != 1 else text) * scale)
+    except OverflowError:  # infinity
+        raise ValueError(value) from None
 
 
 def to_unit(n_bytes: int, unit: ByteUnit = "GiB") -> float:

@@ -48,8 +48,13 @@ def test_first_page_shows_a_real_plan():
     assert any(c.value.startswith("Against 10 published measurements of full training runs") and " is likely " in
                c.value for c in at.caption)
     assert "Memory over the step" in [h.value for h in at.subheader]  # the timeline of the moments
-    assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "bound by", "peak allocated",
+    # issue 30: 'bound by' was a metric whose value ('memory bandwidth') the page cut at 1280 px: it is a line
+    assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "peak allocated",
                                            "peak reserved", "device", "usable"]
+    assert any(c.value.startswith("Bound by **") for c in at.caption)
+    served = app({"task": "inference", "zero_stage": "0"})
+    assert any(c.value.startswith("Bound by **memory bandwidth**: ") for c in served.caption)
+    assert max(len(m.value) for m in served.metric) <= 10  # the values that stay metrics are short
     assert "Optimizer states" in set(table(at, "formula")["item"])
     assert at.query_params["preset"] == "llama-3.1-8b" and at.query_params["zero_stage"] == "3"
 
@@ -232,6 +237,10 @@ def test_the_recommender_table_has_one_row_per_gpu_type_in_a_persons_units():
                                   "$ per hour", "time (job)", "$ (job)", "within", "why"]
     assert best["GPU"].is_unique and len(best) > 1 and best["why"].str.len().min() > 40  # the whole reason
     assert (best["GiB per GPU"] == best["GiB per GPU"].round(1)).all() and best["GiB per GPU"].between(1, 300).all()
+    # issue 30: '$ per GPU-hour' is one GPU's price: the hour of all the GPUs paid for is a whole multiple of it
+    priced = best.dropna(subset=["$ per GPU-hour"])
+    paid = priced["$ per hour"] / priced["$ per GPU-hour"]
+    assert ((paid - paid.round()).abs() < 0.02).all() and (paid.round() >= priced["GPUs"]).all()
 
 
 def test_the_cheapest_tab_answers_from_the_whole_catalog_against_a_deadline():
@@ -300,17 +309,19 @@ def test_a_serving_plan_is_sized_to_a_throughput_target_within_latency_bounds():
 
 def test_plans_compare_side_by_side_and_the_link_carries_them():
     """Issue 17: pin a plan, change it, and both stand side by side, the differing rows highlighted; the link
-    reproduces the comparison in a fresh session."""
+    reproduces the comparison in a fresh session. Issue 30: each plan's own value (not '(default)'), the key in
+    words."""
     at = app(view="Compare")
     at.button(key="pin").click().run()
     at.number_input(key="sequence_length").set_value(8192).run()
     assert not at.exception and "cmp1" in at.query_params
     frame = table(at, "pinned 1").set_index("")
-    assert frame.loc["sequence_length", "this plan"] == "8192" and frame.loc["sequence_length", "pinned 1"] == "(default)"
+    seq = "Workload: sequence length"
+    assert frame.loc[seq, "this plan"] == "8192" and frame.loc[seq, "pinned 1"] == "4096"
     assert frame.loc["device per GPU", "this plan"] != frame.loc["device per GPU", "pinned 1"]
     fresh = app(dict(at.query_params), view="Compare")
     again = table(fresh, "pinned 1").set_index("")
-    assert not fresh.exception and again.loc["sequence_length", "pinned 1"] == "(default)"
+    assert not fresh.exception and again.loc[seq, "pinned 1"] == "4096"
     fresh.button(key="unpin_0").click().run()
     assert "cmp1" not in fresh.query_params and not [d for d in fresh.dataframe if "pinned 1" in d.value.columns]
 
@@ -738,7 +749,7 @@ def test_cheapest_and_explore_tabs():
 def test_share_tab_links_the_plan():
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "share"), default_timeout=30).run()
     assert not at.exception and at.header[0].value == "Llama 3.2 1B pre-training on 2 × NVIDIA H100 SXM 80GB" and at.success
-    assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "bound by"]
+    assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU"]
     query = dict(parse_qsl(at.code[0].value.split("?", 1)[1]))
     plan, warnings = plan_from_query(query, DEFAULT)
     assert not warnings and plan_to_dict(plan) == plan_to_dict(plan_from_dict(TAB_PLAN))
@@ -851,3 +862,74 @@ def test_no_paste_box_holds_more_than_the_readers_cap():
     at.run()
     assert not at.exception and len(at.session_state["config_text"]) == PASTE_MAX_CHARS
     assert all(t.max_chars == PASTE_MAX_CHARS for t in at.text_area)
+
+
+def test_the_estimate_and_the_recommender_hold_offloading_to_one_host_ram_figure():
+    """Issue 30: a 70B full fine-tune on 8 × H100 offloading its optimizer fit in the verdict (the plan's host RAM
+    per GPU) while the recommender, with the GPU, count and offering kept, held it to the offering's and said
+    nothing fits, without saying host RAM was why."""
+    query = {"preset": "llama-3.1-70b", "task": "finetune", "sequence_length": "2048", "global_batch_size": "8",
+             "offload": "optimizer", "activation_checkpointing": "full", "count": "8", "zero_stage": "3", "offering": "runpod-h100-sxm-secure"}
+    at = app({**query, "host_memory_gib_per_gpu": "200"}, view="Cheapest hardware")
+    assert not at.exception and at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×8")
+    at.multiselect(key="search_fixed").set_value(["gpu", "count", "offering", "offload"]).run()
+    assert not at.exception and at.success[-1].value.startswith("**Recommended:** 8 × NVIDIA H100 SXM 80GB on RunPod")
+    at.number_input(key="host_memory_gib_per_gpu").set_value(0.0).run()  # the offering's 116 GiB: too little
+    assert not at.exception and "of host RAM per GPU" in at.error[0].value
+    nothing = next(w.value for w in at.warning if w.value.startswith("Nothing fits"))
+    assert "host RAM is why" in nothing and "116.40 GiB there" in nothing
+
+
+def test_a_framework_and_a_task_give_one_plan_in_either_order():
+    """Issue 30: Axolotl then QLoRA pinned the pretraining optimizer (adamw); QLoRA then Axolotl gave Axolotl's
+    QLoRA recipe (paged_adamw). The task re-derives what the framework gave for the previous task."""
+    first, second = app(), app()
+    first.selectbox(key="framework").select("axolotl").run()
+    first.selectbox(key="task").select("qlora").run()
+    second.selectbox(key="task").select("qlora").run()
+    second.selectbox(key="framework").select("axolotl").run()
+    assert not first.exception and not second.exception
+    assert dict(first.query_params) == dict(second.query_params)
+    assert first.selectbox(key="optimizer").value == "paged_adamw"
+    first.selectbox(key="optimizer").select("adamw_8bit").run()  # a value you chose stays through a task change
+    first.selectbox(key="task").select("lora").run()
+    assert first.selectbox(key="optimizer").value == "adamw_8bit"
+    first.selectbox(key="task").select("pretrain").run()
+    first.selectbox(key="task").select("qlora").run()
+    assert first.selectbox(key="optimizer").value == "adamw_8bit"
+
+
+def test_a_serving_framework_on_a_training_page_keeps_the_gpus_and_leaves_no_stale_error():
+    """Issue 30: choosing vLLM on a training page left a red error (ZeRO-3 does not serve) above a valid verdict,
+    and the framework's re-derivation could reset the GPU count."""
+    at = app()
+    at.number_input(key="count").set_value(4).run()
+    at.selectbox(key="framework").select("vllm").run()
+    assert not at.exception and not at.error and at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×4")
+    assert (at.selectbox(key="framework").value, at.selectbox(key="task").value) == ("vllm", "inference")
+    assert at.number_input(key="count").value == 4
+    at.selectbox(key="framework").select("torchtitan").run()
+    assert not at.error and at.number_input(key="count").value == 4 and at.selectbox(key="task").value == "pretrain"
+
+
+def test_the_job_is_given_in_tokens_as_well_as_steps():
+    """Issue 30: the job's length was steps only, and `train_tokens: 1T` was refused where `params: 13B` was read;
+    a token count with a suffix is read as a parameter count is."""
+    at = app(view="Cheapest hardware")
+    at.text_input(key="train_tokens").input("1T").run()
+    assert not at.exception and at.query_params["train_tokens"] == "1000000000000"
+    assert any(c.value.startswith("Job: 1,000,000,000,000 tokens") for c in at.caption)
+    at.number_input(key="steps").set_value(100).run()  # both: the plan says which to drop
+    assert any(e.value.startswith("workload.train_tokens: 1000000000000 and workload.steps both set") for e in at.error)
+    at.text_input(key="train_tokens").input("lots").run()
+    assert any("must be a token count like 1T" in e.value for e in at.error)
+
+
+def test_make_it_fit_ranks_by_gpu_hours_and_says_both_factors():
+    """Issue 30: '8 GPUs, 0.13× the time per token' stood above a free 'micro-batch 1, 1.01×'."""
+    at = app({"preset": "llama-3.2-3b", "task": "finetune", "optimizer": "adamw_8bit", "sequence_length": "4096",
+              "micro_batch_size": "2", "global_batch_size": "16", "data": "1", "zero_stage": "0"})
+    assert not at.exception and at.error[0].value.startswith("does not fit")
+    first = at.button(key="fix_0").label
+    assert first.startswith("micro-batch 1 (same global batch): saves ") and "× the GPU-hours per token, " in first
+    assert any(e.label.endswith("to make it fit, fewest GPU-hours first") for e in at.expander)

@@ -144,3 +144,16 @@ def test_fuzz_regressions_are_answers_not_crashes():
     mine = plan_from_dict({"model": {"preset": "gpt2"}, "precision": {"compute": "fp16", "weights": "bf16"},
                            "workload": {"task": "inference"}})
     assert plan_from_query(plan_to_query(mine), app_default) == (mine, [])
+
+
+
+def test_a_job_length_in_tokens_takes_the_suffixes_a_parameter_count_takes():
+    """Issue 30: `train_tokens: 1T` was refused while `params: 13B` was read."""
+    def tokens(value):
+        return plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"train_tokens": value}}).workload
+    assert tokens("1T").train_tokens == 10**12 and tokens("500b").train_tokens == 5 * 10**11
+    assert tokens("1.5e9").train_tokens == 1_500_000_000 and tokens(2_000).train_tokens == 2_000
+    assert tokens("2,000K").train_tokens == 2_000_000
+    for bad_value in ("lots", "inf", "nan", ""):
+        with pytest.raises(PlanError, match="workload.train_tokens"):
+            tokens(bad_value)

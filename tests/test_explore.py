@@ -1,5 +1,8 @@
 """Exploring around a plan (planner/explore.py): settings that change nothing, and what techniques save."""
 
+import pytest
+
+from planner.accuracy import time_accuracy
 from planner.catalog import load_catalog
 from planner.codec import plan_from_dict
 from planner.explore import idle_settings, make_it_fit, room, savings
@@ -43,7 +46,24 @@ def test_a_plan_that_does_not_fit_is_shown_the_changes_that_make_it_fit():
     fixes = make_it_fit(plan, CATALOG)
     assert fixes[0].change == "full activation checkpointing" and fixes[0].time_factor > 1.2
     assert all(estimate(f.plan, CATALOG).fits and f.saved_bytes > 0 for f in fixes)
-    assert [f.time_factor for f in fixes] == sorted(f.time_factor for f in fixes)
+    assert [f.time_factor for f in fixes] == sorted(f.time_factor for f in fixes)  # one GPU each: time is cost
+    assert all(f.gpu_hours_factor == f.time_factor for f in fixes)
+
+
+def test_more_gpus_that_finish_sooner_for_as_many_gpu_hours_rank_after_a_free_change():
+    """Issue 30: make-it-fit ranked '8 GPUs, 0.13x the time per token' above a free 'micro-batch 1, 1.01x': it
+    read time per token alone. Eight GPUs for an eighth of the time are as many GPU-hours; within the time model's
+    error (its median error on a ratio of two predictions) the change needing no more GPUs comes first."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.2-3b"}, "precision": {"optimizer": "adamw_8bit"},
+                           "workload": {"task": "finetune", "sequence_length": 4096, "micro_batch_size": 2,
+                                        "global_batch_size": 16}})
+    assert not estimate(plan, CATALOG).fits
+    fixes = {f.change: f for f in make_it_fit(plan, CATALOG)}
+    eight, mb1 = fixes["8 GPUs (data parallel 8, ZeRO-3)"], fixes["micro-batch 1 (same global batch)"]
+    assert eight.time_factor < 0.13 and eight.gpu_hours_factor == pytest.approx(8 * eight.time_factor)
+    assert mb1.gpu_hours_factor == mb1.time_factor < 1 + time_accuracy().pair_median_pct / 100
+    assert list(fixes)[:2] == ["micro-batch 1 (same global batch)", "2 GPUs (data parallel 2, ZeRO-3)"]
+    assert list(fixes)[-1] == "offload the optimizer to CPU"  # over twice the GPU-hours: last
 
 
 def test_more_gpus_make_a_full_fine_tune_fit():

@@ -233,6 +233,25 @@ def test_host_ram_is_enforced_the_same_way_in_estimate_and_recommend():
     assert estimate(own, catalog).fits  # the plan's own figure wins over its offering's
 
 
+
+def test_the_plans_own_host_ram_holds_the_search_and_a_host_short_miss_says_so():
+    """Issue 30: the recommender held offloading to the offering's host RAM where the plan gave its own (which the
+    estimate, and every candidate's plan, use), and a miss that the device held named no reason."""
+    catalog = catalog_of(H100, offerings=[offering("h100-sxm-80gb", 3.0, host=32, name="small-host")])
+    hardware = {"gpu": "h100-sxm-80gb", "count": 8, "offering": "small-host"}
+    base = {"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "finetune", "sequence_length": 2048,
+                                                               "global_batch_size": 8},
+            "parallelism": {"zero_stage": 3}, "techniques": {"offload": "optimizer"}}
+    keep = SearchOptions(fixed=frozenset({"gpu", "count", "offering", "offload"}), deadline_hours=None)
+    own = plan_from_dict({**base, "hardware": {**hardware, "host_memory_gib_per_gpu": 512}})
+    rec = recommend(own, catalog, keep)
+    assert rec.best is not None and estimate(rec.best.plan, catalog).fits
+    short = recommend(plan_from_dict({**base, "hardware": hardware}), catalog, keep)
+    assert short.best is None and short.rejected[0].reason.startswith(
+        "NVIDIA H100 SXM 80GB (small-host) ×8: host RAM is why: offloading fits ")
+    assert short.rejected[0].reason.endswith("of host RAM per GPU, 32.00 GiB there (the plan's host RAM per GPU, "
+                                             "else the offering's)")
+
 def test_serving_is_sized_to_a_throughput_target_within_latency_bounds():
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {
         "task": "inference", "inference": {"batch_size": 8, "prompt_tokens": 1024, "output_tokens": 256,

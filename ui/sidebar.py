@@ -15,14 +15,14 @@ from planner.choices import CHOICES
 from planner.codec import plan_from_dict
 from planner.dtypes import DEFAULT_GROUP_SIZE
 from planner.errors import PlanError
-from planner.frameworks import load_frameworks, without_keys
+from planner.frameworks import load_frameworks, lookup, without_keys
 from planner.hf_config import model_from_hf_config
 from planner.models import Preset, model_to_dict
 from planner.plan import (ADAPTER_TASKS, EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH,
-                          MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Precision, default_weights)
+                          MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Plan, Precision, default_weights)
 from ui import worker
-from ui.state import (ARCH_INTS, CUSTOM, HYBRID_INTS, MLA_INTS, MOE_INTS, PARAMS, PASTE_MAX_CHARS, current_plan_dict,
-                      drawn, load_into_widgets, project_catalog)
+from ui.state import (ARCH_INTS, CUSTOM, HYBRID_INTS, MLA_INTS, MOE_INTS, PARAMS, PASTE_MAX_CHARS, WIDGET_OF,
+                      current_plan_dict, drawn, load_into_widgets, project_catalog, widget_values)
 
 
 def _on_preset() -> None:
@@ -72,6 +72,24 @@ def _on_framework() -> None:
     _reload({**d, "framework": new})
 
 
+def _on_task() -> None:
+    """A new task re-derives the framework's keys that still hold what the framework (or the planner) gave for
+    the previous task, so that the plan does not depend on whether the framework or the task was chosen first;
+    a key you changed stays, and so does every other widget."""
+    s = st.session_state
+    governed = {x.key for x in load_frameworks()[s["framework"]].settings}
+    if not governed:
+        return
+    d = current_plan_dict()
+    before = _accepted(without_keys({**d, "workload": {**d["workload"], "task": s["task_drawn"]}}, governed))
+    given = {} if isinstance(before, PlanError) else widget_values(before)  # refused: all of them re-derived
+    keys = {key for key in governed if (widget := WIDGET_OF.get(key)) in given and given[widget] == s.get(widget)}
+    after = _accepted(without_keys(d, keys if given else governed))
+    if not isinstance(after, PlanError):
+        s.update({WIDGET_OF[key]: value for key in (keys if given else governed)
+                  if (value := widget_values(after).get(WIDGET_OF.get(key))) is not None})
+
+
 def _on_release() -> None:
     """Another release of the framework re-derives the keys its recipe governs (settings that changed between
     releases); every other key stays."""
@@ -79,13 +97,31 @@ def _on_release() -> None:
     _reload(without_keys(current_plan_dict(), {x.key for x in load_frameworks()[framework].settings}))
 
 
+# what a re-derivation never drops to make the plan valid: what was just chosen, the GPUs and the model
+KEPT = frozenset({"framework", "framework_release", "workload.task", "hardware.gpu", "hardware.count", "model"})
+
+
+def _accepted(d: dict) -> Plan | PlanError:
+    """The plan `d` less, one by one, the values it refuses beside what was chosen (ZeRO under a serving
+    framework), back to the planner's defaults; the error where a chosen value itself is refused. (Each pass
+    drops a key `d` has, so it ends.)"""
+    while True:
+        try:
+            return plan_from_dict(d)
+        except PlanError as exc:
+            if exc.field in KEPT or exc.field.split(".")[0] in KEPT or not lookup(d, exc.field)[0]:
+                return exc
+            d = without_keys(d, {exc.field})
+
+
 def _reload(d: dict) -> None:
-    """Fill the widgets from the plan `d` (a framework's keys re-derived), or keep them and note why not."""
-    try:
-        load_into_widgets(plan_from_dict(d))
-        st.session_state.pop("framework_error", None)
-    except PlanError as exc:
-        st.session_state["framework_error"] = str(exc)
+    """Fill the widgets from the plan `d` (a framework's keys re-derived) as the plan accepts it; where what was
+    chosen is refused, the widgets stay and the sidebar says why, once."""
+    plan = _accepted(d)
+    if isinstance(plan, PlanError):
+        st.session_state["framework_error"] = str(plan)
+    else:
+        load_into_widgets(plan)
 
 
 def plan_inputs() -> None:
@@ -103,8 +139,8 @@ def plan_inputs() -> None:
               on_change=_on_release, placeholder="latest",
               help=f"A tagged release ({releases or 'none listed'}) or a commit's date YYYY-MM-DD, where the "
                    "recipe's settings changed between releases; empty: the latest")
-    if st.session_state.get("framework_error"):
-        st.error(f"Framework: {st.session_state['framework_error']}")
+    if error := st.session_state.pop("framework_error", None):  # shown once: the next change is a new plan
+        st.error(f"Framework: {error}")
 
 
 @st.cache_resource(max_entries=8)
@@ -277,7 +313,10 @@ def _training_workload() -> None:
           help="Sequences per GPU per forward/backward")
     drawn(st.number_input, "Global batch size", 1, 1 << 30, key="global_batch_size",
           help="Sequences per optimizer step; sets gradient accumulation")
-    drawn(st.number_input, "Steps of the job (0: price per billion tokens)", 0, 10**12, key="steps")
+    drawn(st.number_input, "Steps of the job (0: not given)", 0, 10**12, key="steps")
+    drawn(st.text_input, "or tokens of the job (e.g. 1T, 500B)", key="train_tokens", max_chars=40,
+          placeholder="neither: priced per billion tokens",
+          help="The job's length as the tokens it trains on, instead of steps (sequences per step × sequence length)")
 
 
 def _lora() -> None:
@@ -292,9 +331,9 @@ def _lora() -> None:
 def workload_inputs() -> None:
     """The task, then its sequences and batches (training), generation (inference) and adapters (LoRA)."""
     with st.expander("Workload", expanded=True):
-        drawn(st.selectbox, "Task", CHOICES["workload.task"], key="task",
+        drawn(st.selectbox, "Task", CHOICES["workload.task"], key="task", on_change=_on_task,
               help="finetune = full fine-tune; lora/qlora train adapters on a frozen (4-bit) base")
-        task = st.session_state["task"]
+        task = st.session_state["task_drawn"] = st.session_state["task"]
         if task in TRAINING_TASKS:
             _training_workload()
         else:

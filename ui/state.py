@@ -58,6 +58,7 @@ WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global
                       "quant_group_size": 0, "prefill_chunk_tokens": 0, "pipeline_layers": "",
                       "max_num_seqs": 0, "reduce_bucket_elements": 0, "optimizer_block_size": 0,
                       "sub_group_elements": 0, "layer_pattern": "", "offering": "", "host_memory_gib_per_gpu": 0.0,
+                      "train_tokens": "",
                       **dict.fromkeys(("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "linear_num_key_heads",
                                        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"), 0),
                       # the model's defaults stand for themselves
@@ -80,6 +81,7 @@ def _paths() -> dict[str, tuple[str, ...]]:
 
 
 PATHS = _paths()
+WIDGET_OF = {".".join(path): key for key, path in PATHS.items()}  # dotted plan key -> its widget's key
 # keys whose widget is a text box of comma-separated integers (a plan list of numbers)
 INTEGER_LISTS = tuple(key for key, path in PATHS.items() if takes_integers(path))
 
@@ -107,6 +109,7 @@ def widget_values(plan: Plan) -> dict[str, Any]:
         for key, value in d[section].items():
             out.update(value if isinstance(value, dict) else {key: value})
     out.update({key: out.get(key) or absent for key, absent in WIDGET_WHEN_ABSENT.items()})
+    out["train_tokens"] = str(out["train_tokens"])  # a text box: a count with or without a suffix (1T)
     # a choice the plan leaves unset (the fp8 recipe of a bf16 plan) shows its first value
     out.update({key: CHOICES[".".join(path)][0] for key, path in PATHS.items()
                 if out.get(key) is None and ".".join(path) in CHOICES})

@@ -121,11 +121,12 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalo
         st.error(f"{unsupported_compute(plan, result.gpu)}: the plan cannot run as written (no time estimate).")
         return
     serving = plan.workload.task == "inference"
-    cols = st.columns(4)
+    cols = st.columns(3)
     cols[0].metric("seconds per batch" if serving else "seconds per step", f"{time.step_time_s:,.3g}")
     cols[1].metric("generated tokens/s per GPU" if serving else "tokens/s per GPU", f"{time.tokens_per_s_per_gpu:,.0f}")
     cols[2].metric("MFU", f"{time.mfu:.1%}", help="model FLOPs per second over the dense peak of the dtype the matmuls run in")
-    cols[3].metric("bound by", time.bound)
+    # a metric's large value is cut to its column's width ('memory b…' at 1280 px): the bound is a line of text
+    st.caption(f"Bound by **{time.bound}**: the largest kind of the step's time (the Time tab itemizes it).")
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -135,7 +136,7 @@ def _fixes_and_room(plan: Plan, _catalog: Catalog, catalog_key: str, fits: bool)
 
 
 def _fit_or_room(plan: Plan, result: Estimate, catalog: Catalog, catalog_key: str) -> None:
-    """When the plan does not fit: the single changes that make it fit, least slowdown first, each one click
+    """When the plan does not fit: the single changes that make it fit, fewest GPU-hours first, each one click
     away. When it fits: what the free memory buys."""
     fixes, buys = _fixes_and_room(plan, catalog, catalog_key, result.fits)
     if buys:
@@ -145,9 +146,10 @@ def _fit_or_room(plan: Plan, result: Estimate, catalog: Catalog, catalog_key: st
     if not fixes:
         st.warning("No single change makes it fit this GPU: see Cheapest hardware for layouts and GPU types.")
         return
-    with st.expander(f"{counted(len(fixes), 'way')} to make it fit", expanded=True):
+    with st.expander(f"{counted(len(fixes), 'way')} to make it fit, fewest GPU-hours first", expanded=True):
         for n, f in enumerate(fixes[:6]):
-            slower = "time not modelled" if f.time_factor is None else f"{f.time_factor:.2f}× the time per token"
+            slower = "time not modelled" if f.gpu_hours_factor is None else (
+                f"{f.gpu_hours_factor:.2f}× the GPU-hours per token, {f.time_factor:.2f}× the time")
             st.button(f"{f.change}: saves {format_bytes(f.saved_bytes)}, needs {format_bytes(f.device_bytes)}; "
                       f"{slower}", key=f"fix_{n}", on_click=load_into_widgets, args=(f.plan,))
 
@@ -266,7 +268,9 @@ def cheapest(plan: Plan, catalog: Catalog, catalog_key: str, price: float) -> Re
         st.warning(f"The search stopped after {rec.cut_after_s:g} s: the GPU types listed as not searched below "
                    "were not tried. `vram-planner recommend` searches the whole catalog.")
     if rec.best is None:
-        st.warning("No GPU in the catalog fits this workload, even with every memory-saving technique.")
+        unfit = [r.reason for r in rec.rejected if r.kind == "unfit"]
+        st.warning("Nothing fits this workload, even with every memory-saving technique"
+                   + (f": {unfit[0]}" if len(unfit) == 1 else " (each GPU type's reason below)") + ".")
     else:
         _recommendation_body(plan, rec)
     _rejected(rec)
