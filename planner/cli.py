@@ -33,6 +33,7 @@ import argparse
 import json
 import re
 import sys
+from functools import partial
 from pathlib import Path
 from typing import get_args
 
@@ -211,13 +212,21 @@ def _plan_of_config(args: argparse.Namespace) -> tuple[Plan, Imported]:
     if getattr(args, "plan", None) is not None:
         raise PlanError("--from", "replaces the plan file; give one or the other")
     path = args.config
-    imported = read_config(_read(path), format=args.config_format, gpus=args.gpus)
+    imported = read_config(_read(path), format=args.config_format, gpus=args.gpus, files=partial(_beside, path))
     model = (_hf_model(args.hf_config) if args.hf_config is not None else
              {"preset": args.preset} if args.preset is not None else None)
     plan = plan_from_config(imported, model=model, gpu=args.gpu, gpus=args.gpus,
                             name=Path(path).name if path != "-" else "")
     print("".join(f"{line}\n" for line in unused_lines(imported)), file=sys.stderr, end="")
     return plan, imported
+
+
+def _beside(config: str, name: str) -> str | None:
+    """The text of a file a config names (its DeepSpeed JSON), or None where there is none: the name as the framework
+    opens it (from the directory it is launched in: here the current one), else beside the config."""
+    places = [Path(name)] + ([Path(config).parent / name] if config != "-" else [])
+    found = next((p for p in places if p.is_file()), None)
+    return _read(str(found)) if found else None
 
 
 def _imported_yaml(args: argparse.Namespace) -> str:

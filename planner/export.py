@@ -148,7 +148,7 @@ def formats_to_table() -> str:
     lines = ["| format | `framework` | plan keys it says (read and written back exactly) | what it cannot say |",
              "|---|---|---|---|"]
     for f in FORMATS.values():
-        says = ", ".join(f"`{key}`" for key in f.says)
+        says = ("read only (no export); reads " if f.write is None else "") + ", ".join(f"`{key}`" for key in f.says)
         lines.append(f"| `{f.name}` ({f.label}) | `{f.framework}` | {says} | {_cannot_say(f.cannot_say)} |")
     return "\n".join(lines) + "\n"
 

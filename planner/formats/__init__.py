@@ -10,26 +10,29 @@ carry, with what it runs instead (export_config).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.dtypes import DEFAULT_GROUP_SIZE, TORCHAO_WEIGHTS
 from planner.errors import PlanError, bad, short
-from planner.formats import accelerate, axolotl, deepspeed, hf_trainer, megatron, sglang, torchtitan, torchtune, vllm
+from planner.formats import (accelerate, axolotl, deepspeed, hf_trainer, llamafactory, megatron, sglang, torchtitan,
+                             torchtune, vllm)
 from planner.formats.base import Document, Format, Imported, document, get_key
 from planner.models import MODEL_KEYS
 from planner.pipeline import chunk_split
 from planner.plan import EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, Plan
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    torchtitan.FORMAT, torchtune.FORMAT, axolotl.FORMAT, deepspeed.FORMAT, hf_trainer.FORMAT, accelerate.FORMAT,
-    megatron.FORMAT, vllm.FORMAT, sglang.FORMAT)}
+    torchtitan.FORMAT, torchtune.FORMAT, axolotl.FORMAT, deepspeed.FORMAT, llamafactory.FORMAT, hf_trainer.FORMAT,
+    accelerate.FORMAT, megatron.FORMAT, vllm.FORMAT, sglang.FORMAT)}
 
 
 def formats_for(plan: Plan) -> list[Format]:
-    """The formats that can run the plan: serving engines' for inference, training frameworks' otherwise."""
+    """The formats that can run the plan (those that export): serving engines' for inference, training frameworks'
+    otherwise."""
     serving = plan.workload.task == "inference"
-    return [f for f in FORMATS.values() if (f.framework in INFERENCE_FRAMEWORKS) == serving]
+    return [f for f in FORMATS.values() if f.write and (f.framework in INFERENCE_FRAMEWORKS) == serving]
 
 
 def format_named(name: str) -> Format:
@@ -49,12 +52,13 @@ def detect(text: str | Document) -> Format:
                                                   "its format with --framework")
 
 
-def read_config(text: str, *, format: str | None = None, gpus: int | None = None) -> Imported:
+def read_config(text: str, *, format: str | None = None, gpus: int | None = None,
+                files: Callable[[str], str | None] | None = None) -> Imported:
     """A framework config's text read as a plan (its format detected unless named; detection and reading share
-    the text's parses)."""
+    the text's parses); `files` gives the text of a file the config names, for a format that reads_files."""
     doc = document(text)
     fmt = format_named(format) if format else detect(doc)
-    return fmt.read(doc, gpus=gpus)
+    return fmt.read(doc, gpus=gpus, files=files) if fmt.reads_files else fmt.read(doc, gpus=gpus)
 
 
 def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
@@ -195,6 +199,8 @@ def export_config(plan: Plan, fmt: Format) -> tuple[str, dict[str, tuple[Any, An
     """The plan as `fmt`'s config, and every key whose planned value it does not carry ({key: (planned, what the
     config runs)}; each is a key of `fmt.cannot_say`, which says why); a format whose framework does not run the
     plan's task is refused."""
+    if fmt.write is None:
+        raise bad("--to", fmt.name, "is read only: its configs are imported, not exported")
     offered = formats_for(plan)
     if fmt not in offered:
         kind = "serves models" if fmt.framework in INFERENCE_FRAMEWORKS else "trains models"

@@ -95,10 +95,12 @@ class Format:
     suffix: str  # the file suffix its export gets, e.g. ".toml", ".json", ".sh"
     detect: Callable[[str | Document], bool]  # does this text look like the format
     read: Callable[..., Imported]  # read(text or Document, *, gpus=None) -> Imported
-    write: Callable[[Plan], str]  # the config that runs the plan as planned
-    says: tuple[str, ...]  # dotted plan keys the format writes and reads back exactly
+    write: Callable[[Plan], str] | None  # the config that runs the plan as planned (None: read only, no export)
+    says: tuple[str, ...]  # dotted plan keys the format writes and reads back exactly (read only: those it reads)
     # every plan key an export may change (export_config names each, with what the config runs): why
     cannot_say: dict[str, str] = field(default_factory=dict)
+    # read also takes files=, a function giving the text of a file the config names (None where there is none)
+    reads_files: bool = False
 
 
 # why a config's framework_release reads back as the latest: no config names the release it runs under

@@ -141,7 +141,7 @@ IGNORED = frozenset({
 
 
 # --- the keys read together -----------------------------------------------------------------------------------------
-def _batch(led: Reading, args: Args) -> None:
+def read_batch(led: Reading, args: Args) -> None:
     """per_device_train_batch_size (default 8) × gradient_accumulation_steps × GPUs = the global batch."""
     if not args.has("per_device_train_batch_size"):
         led.set("(TrainingArguments' default per_device_train_batch_size)", "workload.micro_batch_size",
@@ -159,8 +159,8 @@ def _batch(led: Reading, args: Args) -> None:
     led.set(key, "workload.global_batch_size", micro * steps * args.gpus)
 
 
-def _length(led: Reading, args: Args) -> None:
-    """max_steps (> 0 wins over num_train_epochs, training_args.py), and the sequence length's default."""
+def read_steps(led: Reading, args: Args) -> None:
+    """max_steps (> 0 wins over num_train_epochs, training_args.py)."""
     steps = args.values.get("max_steps", -1)
     if as_int(args.name("max_steps"), steps, -1) > 0:
         led.set(args.name("max_steps"), "workload.steps", as_int(args.name("max_steps"), steps, 1))
@@ -172,11 +172,9 @@ def _length(led: Reading, args: Args) -> None:
         else:
             led.note(args.name("num_train_epochs"), "the job's length in epochs needs the dataset's size: give "
                                                     "workload.steps or train_tokens")
-    if not any(args.has(key) for key in SEQUENCE_KEYS):
-        led.set("(TRL's default max_length)", "workload.sequence_length", DEFAULT_SEQUENCE)
 
 
-def _precision(led: Reading, args: Args) -> None:
+def read_precision(led: Reading, args: Args) -> None:
     """bf16 / fp16 (torch.autocast over the loaded parameters); both false is fp32."""
     given = [key for key in ("bf16", "fp16") if args.has(key)]
     on = [key for key in given if as_bool(args.name(key), args.values[key])]
@@ -208,7 +206,7 @@ def _dtype(led: Reading, args: Args, task: str) -> None:
         led.set(args.name(key), "precision.master_weights", "fp32" if dtype == "fp32" else "none")
 
 
-def _optim(led: Reading, args: Args) -> None:
+def read_optim(led: Reading, args: Args) -> None:
     if not args.has("optim"):
         return
     name = str(args.values["optim"]).lower()
@@ -272,7 +270,7 @@ def _targets(led: Reading, args: Args) -> None:
         led.set(key, "workload.lora.targets", sorted(set(targets), key=ALL_LINEAR.index))
 
 
-def _fsdp(led: Reading, args: Args) -> None:
+def read_fsdp(led: Reading, args: Args) -> None:
     """fsdp: its words (trainer_utils.py FSDPOption; true is full_shard) → the framework accelerate_fsdp, the ZeRO
     stage and CPU offload; fsdp_config: the FSDP options accelerate's config has (planner/formats/accelerate.py)."""
     value = args.values.get("fsdp", "")
@@ -313,6 +311,12 @@ def _deepspeed(led: Reading, args: Args) -> None:
                                          "read it with the deepspeed format")
 
 
+def _sequence(led: Reading, args: Args) -> None:
+    """The sequence length's default where no key gives it."""
+    if not any(args.has(key) for key in SEQUENCE_KEYS):
+        led.set("(TRL's default max_length)", "workload.sequence_length", DEFAULT_SEQUENCE)
+
+
 def _packing(led: Reading, args: Args) -> None:
     if args.has("packing") and not as_bool(args.name("packing"), args.values["packing"]):
         led.note(args.name("packing"), "sequences are padded to the longest of each batch, up to max_length; the "
@@ -320,8 +324,8 @@ def _packing(led: Reading, args: Args) -> None:
 
 
 # the keys the functions above read (each gets a KeyRead or a note where it says something)
-TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (_batch, _length, _precision, _optim, _targets, _fsdp,
-                                                       _deepspeed, _packing)
+TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (read_batch, read_steps, _sequence, read_precision, read_optim,
+                                                       _targets, read_fsdp, _deepspeed, _packing)
 READ_TOGETHER = frozenset({"gradient_accumulation_steps", "max_steps", "num_train_epochs", "bf16", "fp16",
                            "dtype", "torch_dtype", "optim", "use_peft", "load_in_4bit", "load_in_8bit",
                            "bnb_4bit_quant_type", "lora_target_modules", "fsdp", "fsdp_config", "deepspeed",
@@ -508,10 +512,12 @@ def write(plan: Plan) -> str:
     return yaml.safe_dump(out, sort_keys=False)
 
 
-# keys a TrainingArguments file has and no torchtune, axolotl or accelerate config does
+# keys a TrainingArguments file has and no torchtune, axolotl or accelerate config does (and OTHER_KEYS: keys of
+# configs that are not TrainingArguments files, LLaMA-Factory's finetuning_type among them)
 TRAINING_KEYS = frozenset({"per_device_train_batch_size", "model_name_or_path", "gradient_checkpointing_kwargs",
                            "lr_scheduler_type", "per_device_eval_batch_size", "use_peft", "max_seq_length"})
-OTHER_KEYS = frozenset({"base_model", "sequence_len", "micro_batch_size", "distributed_type", "compute_environment"})
+OTHER_KEYS = frozenset({"base_model", "sequence_len", "micro_batch_size", "distributed_type", "compute_environment",
+                        "finetuning_type"})
 
 
 def detect(text: str | Document) -> bool:
