@@ -1,6 +1,7 @@
 """The Streamlit app through streamlit.testing: the page (AppTest.from_file) with every input group, the share link,
 files and errors; and each ui/ module on its own (AppTest.from_function)."""
 
+import json
 from urllib.parse import parse_qsl
 
 import pytest
@@ -14,6 +15,7 @@ from planner.errors import PlanError
 from planner.plan import FROZEN_WEIGHTS
 from planner.recommend import recommend
 from ui import tabs, worker
+from ui.charts import ROW_PX
 from ui.state import PASTE_MAX_CHARS, PATHS, plan_dict
 
 APP = str(ROOT / "app.py")
@@ -735,6 +737,21 @@ def test_time_tab_itemizes_the_step():
     items = table(at, "hidden s")
     assert {"Matmuls and attention", "Pipeline bubble", "Optimizer step"} <= set(items["item"])
     assert all(items["formula"].str.len() > 0)
+
+
+def sent_charts(at) -> list[dict]:
+    """The Vega-Lite specs the page sends the browser, after Streamlit's changes (its default autosize)."""
+    return [json.loads(e.proto.spec) for e in at.get("vega_lite_chart")]
+
+
+def test_row_charts_reach_the_browser_a_row_per_item():
+    """Issue 30: Streamlit keeps the Time chart's and the memory over the step's rows ROW_PX high, fitting only the
+    width; with its default autosize, "fit", it shared the chart's height between rows, axis and legend."""
+    for view, n, field in (("Time", 0, "item"), ("Breakdown", 1, "moment")):
+        spec = sent_charts(app(view=view))[n]
+        assert spec["height"] == {"step": ROW_PX} and spec["autosize"] == {"type": "fit-x", "contains": "padding"}
+        y = (spec["layer"][0] if "layer" in spec else spec)["encoding"]["y"]
+        assert y["field"] == field and y["axis"]["labelOverlap"] is False
 
 
 def test_cheapest_and_explore_tabs():

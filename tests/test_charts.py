@@ -7,8 +7,8 @@ from planner.codec import plan_from_dict
 from planner.recommend import recommend
 from planner.perf import step_time
 from planner.recommend import SearchOptions
-from ui.charts import (ITEM_COLORS, breakdown_chart, frontier_chart, recommendation_chart, sweep_chart, time_chart,
-                       timeline_chart)
+from ui.charts import (ITEM_COLORS, ROW_PX, breakdown_chart, frontier_chart, recommendation_chart, sweep_chart,
+                       time_chart, timeline_chart)
 
 CATALOG = load_catalog()
 PLAN = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 2048}})
@@ -122,3 +122,43 @@ def test_the_timeline_stacks_each_moment_in_order_and_marks_the_peak():
     for ph in stage.phases:  # each moment's bars add up to its live memory
         assert abs(sum(r["GiB"] for r in items if r["moment"] == ph.name) - ph.allocated_bytes / 2**30) < 0.01
     assert [r for r in rows if r["kind"] == "peak"][0]["moment"] == est.phase
+
+
+def _drawn_order(rows, field: str, sort: dict) -> list[str]:
+    """The order Vega-Lite draws a nominal field's values in under an EncodingSortField: each value's rows
+    aggregated by the sort's op (Vega-Lite's default for a stacked chart is sum; unioned layers allow only
+    min, max or count, and sort alphabetically otherwise)."""
+    ops = {"min": min, "max": max}
+    assert sort["op"] in ops, sort
+    keys: dict[str, list] = {}
+    for r in rows:
+        keys.setdefault(r[field], []).append(r[sort["field"]])
+    return sorted(keys, key=lambda v: ops[sort["op"]](keys[v]))
+
+
+def test_time_chart_draws_a_row_per_item_in_the_planners_order():
+    """Issue 30: a bar a row high per item (28 px, not the chart's height shared out: Streamlit's autosize "fit"
+    left ~0.3 px rows), every label whole, in the planner's order. ZeRO-3's collectives have two rows (critical,
+    hidden), so summing their order (the stacked default) put them after the optimizer step."""
+    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}})
+    time = step_time(plan, CATALOG["h100-sxm-80gb"])
+    spec = time_chart(time).to_dict()
+    y = spec["encoding"]["y"]
+    assert _drawn_order(_rows(spec), "item", y["sort"]) == [i.label for i in time.items]
+    assert [i.label for i in time.items][2:] == ["Data-parallel collectives", "Optimizer step"]
+    assert spec["height"] == {"step": ROW_PX} and spec["autosize"]["type"] == "fit-x"
+    assert y["axis"] == {"labelLimit": 400, "labelOverlap": False}
+    assert spec["usermeta"] == {"embedOptions": {"renderer": "svg"}}  # the browser test reads the SVG
+
+
+def test_the_timeline_draws_the_moments_in_step_order_a_row_each():
+    """Issue 30: the moments down the side in step order, not alphabetical (Vega-Lite drops a sum sort across the
+    bars' and the peak's layers), every label shown."""
+    stage = estimate(PLAN, CATALOG).stages[0]
+    spec = timeline_chart(stage).to_dict()
+    bars, peak = spec["layer"]
+    assert bars["encoding"]["y"] == peak["encoding"]["y"]  # one sort for the unioned domain
+    names = [ph.name for ph in stage.phases]
+    assert _drawn_order(_rows(spec), "moment", bars["encoding"]["y"]["sort"]) == names != sorted(names)
+    assert bars["encoding"]["y"]["axis"]["labelOverlap"] is False and bars["encoding"]["x"]["field"] == "GiB"
+    assert spec["height"] == {"step": ROW_PX} and spec["autosize"]["type"] == "fit-x"

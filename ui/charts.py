@@ -34,6 +34,14 @@ ITEM_COLORS = {
     "cuda_context": "#969696", "nccl": "#525252",
 }
 UNLISTED_COLOR = "#7f7f7f"
+# Bar charts with a row per item or moment: a fixed height per row (Vega-Lite's step) and width fitted to the page.
+# Streamlit's default, autosize "fit", squeezes the rows, axis and legend into the chart's height (rows ~1 px high);
+# "fit-x" fits only the width, so the rows keep ROW_PX each and the axis and legend are added below. Drawn as SVG
+# (Streamlit's usermeta.embedOptions) so the page holds the bars and labels a person sees.
+ROW_PX = 28
+ROWS = {"height": alt.Step(ROW_PX), "autosize": alt.AutoSizeParams(type="fit-x", contains="padding"),
+        "usermeta": {"embedOptions": {"renderer": "svg"}}}
+ROW_AXIS = alt.Axis(labelLimit=400, labelOverlap=False)  # every label, whole
 
 
 def _with_data(template: alt.TopLevelMixin, data: pd.DataFrame) -> alt.TopLevelMixin:
@@ -85,19 +93,20 @@ def _colored_bar(labels: tuple[str, ...], colors: tuple[str, ...]) -> alt.Chart:
 
 @cache
 def _timeline_template() -> alt.LayerChart:
-    order = alt.EncodingSortField("step", order="ascending")
+    """Moments down the side in step order (the smallest `step` of each moment's rows: unioned layers take min, not
+    the stacked default sum, which Vega-Lite drops for alphabetical), a bar of live memory across each."""
+    y = alt.Y("moment:N", sort=alt.EncodingSortField("step", op="min"), title=None, axis=ROW_AXIS)
     bars = alt.Chart().mark_bar().encode(
-        x=alt.X("moment:N", sort=order, title=None, axis=alt.Axis(labelAngle=-20, labelLimit=220)),
-        y=alt.Y("sum(GiB):Q", title="GiB allocated"), order=alt.Order("order:Q"),
+        y=y, x=alt.X("sum(GiB):Q", title="GiB allocated"), order=alt.Order("order:Q"),
         tooltip=["moment:N", "item:N", alt.Tooltip("GiB:Q", format=".2f")]).transform_filter(alt.datum.kind == "item")
-    peak = alt.Chart().mark_text(dy=-8, fontWeight="bold").encode(
-        x=alt.X("moment:N", sort=order), y="GiB:Q", text="text:N").transform_filter(alt.datum.kind == "peak")
-    return alt.layer(bars, peak).properties(height=320)
+    peak = alt.Chart().mark_text(align="left", dx=6, fontWeight="bold").encode(
+        y=y, x="GiB:Q", text="text:N").transform_filter(alt.datum.kind == "peak")
+    return alt.layer(bars, peak).properties(**ROWS)
 
 
 def timeline_chart(stage: Stage) -> alt.LayerChart:
-    """Live memory at each moment of one stage's step, in order (forward, the loss's and each layer's backward,
-    the optimizer), stacked by item in the items' colours, the peak moment marked."""
+    """Live memory at each moment of one stage's step, a row each in step order (forward, the loss's and each
+    layer's backward, the optimizer), stacked by item in the items' colours, the peak moment marked."""
     rows: list[dict] = []
     labels: dict[str, str] = {}  # item label -> its colour
     for step, ph in enumerate(stage.phases):
@@ -181,20 +190,22 @@ def recommendation_chart(rec: Recommendation) -> alt.LayerChart:
 def _time_template() -> alt.Chart:
     return alt.Chart().mark_bar().encode(
         x=alt.X("seconds:Q", stack="zero", title="seconds per step"),
-        y=alt.Y("item:N", sort=alt.EncodingSortField("order"), title=None),
+        # min: an item's two parts (critical, hidden) share its order; the stacked default, sum, would double it
+        y=alt.Y("item:N", sort=alt.EncodingSortField("order", op="min"), title=None, axis=ROW_AXIS),
         color=alt.Color("part:N", scale=alt.Scale(domain=["on the critical path", "hidden behind compute"],
                                                   range=["#1f77b4", "#c6dbef"]),
                         legend=alt.Legend(title=None, orient="bottom")),
         tooltip=["item:N", "part:N", "seconds:Q"],
-    )
+    ).properties(**ROWS)
 
 
 def time_chart(time: StepTime) -> alt.Chart:
-    """The step's items: seconds on the critical path, and the communication hidden behind compute."""
+    """The step's items, a bar each in the planner's order: seconds on the critical path, and the communication
+    hidden behind compute."""
     rows = [{"item": i.label, "part": part, "seconds": round(s, 6), "order": n}
             for n, i in enumerate(time.items)
             for part, s in (("on the critical path", i.seconds), ("hidden behind compute", i.hidden_s)) if s]
-    return _with_data(_time_template(), pd.DataFrame(rows)).properties(height=max(120, 26 * len(time.items)))
+    return _with_data(_time_template(), pd.DataFrame(rows))
 
 
 @cache
