@@ -49,12 +49,16 @@ def detect(text: str | Document) -> Format:
                                                   "its format with --framework")
 
 
-def read_config(text: str, *, format: str | None = None, gpus: int | None = None) -> Imported:
+def read_config(text: str, *, format: str | None = None, gpus: int | None = None, entry: str = "") -> Imported:
     """A framework config's text read as a plan (its format detected unless named; detection and reading share
-    the text's parses)."""
+    the text's parses); `entry` picks the config of a torchtitan config registry (its launch line's --config)."""
     doc = document(text)
     fmt = format_named(format) if format else detect(doc)
-    return fmt.read(doc, gpus=gpus)
+    if not entry:
+        return fmt.read(doc, gpus=gpus)
+    if fmt is not torchtitan.FORMAT:
+        raise bad("--entry", entry, f"names a torchtitan config_registry.py function, and the config is {fmt.name}'s")
+    return torchtitan.read(doc, gpus=gpus, entry=entry)
 
 
 def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
