@@ -10,7 +10,7 @@
     vram-planner frameworks [--format text|markdown|json]
     vram-planner choices [--format table|json]
     vram-planner formats
-    vram-planner import CONFIG [--framework FORMAT] [--gpus N] [--gpu ID] [--preset ID] [--hf-config C]
+    vram-planner import CONFIG [--framework FORMAT] [--entry NAME] [--gpus N] [--gpu ID] [--preset ID] [--hf-config C]
     vram-planner export PLAN.yaml --to FORMAT
     vram-planner vllm-log LOG [PLAN.yaml] [--catalog FILE]
     vram-planner measure PLAN.yaml [--dry-run] [--csv FILE] [--steps N] [--catalog FILE]
@@ -178,6 +178,8 @@ def _plan_options(sub: argparse.ArgumentParser) -> None:
                           "cluster (repeatable)")
     sub.add_argument("--framework", dest="config_format", metavar="FORMAT",
                      help=f"the config's format, when its text does not tell: {', '.join(FORMATS)}")
+    sub.add_argument("--entry", metavar="NAME", help="the config of a torchtitan config_registry.py to read (its "
+                                                     "--config NAME), where the file defines more than one")
     sub.add_argument("--gpus", type=int, metavar="N", help="GPUs, for a config that leaves the count open")
     sub.add_argument("--gpu", metavar="ID", help="the GPU (a catalog id) a config runs on")
     sub.add_argument("--preset", metavar="ID", help="the model, for a config that names none the planner knows")
@@ -191,7 +193,7 @@ def _plan(args: argparse.Namespace) -> Plan:
     if args.plan is None and args.hf_config is None:
         raise PlanError("plan", "give a plan file, --from CONFIG, or --hf-config CONFIG.json for the default plan "
                                 "of that model")
-    for option in ("config_format", "gpus", "gpu", "preset"):
+    for option in ("config_format", "gpus", "gpu", "preset", "entry"):
         if getattr(args, option) is not None:
             raise PlanError(f"--{option.replace('config_format', 'framework')}", "applies to a framework config "
                                                                                 "(--from CONFIG)")
@@ -212,7 +214,8 @@ def _plan_of_config(args: argparse.Namespace) -> tuple[Plan, Imported]:
     if getattr(args, "plan", None) is not None:
         raise PlanError("--from", "replaces the plan file; give one or the other")
     path = args.config
-    imported = read_config(_read(path), format=args.config_format, gpus=args.gpus, files=partial(_beside, path))
+    imported = read_config(_read(path), format=args.config_format, gpus=args.gpus, files=partial(_beside, path),
+                           entry=args.entry or "")
     model = (_hf_model(args.hf_config) if args.hf_config is not None else
              {"preset": args.preset} if args.preset is not None else None)
     plan = plan_from_config(imported, model=model, gpu=args.gpu, gpus=args.gpus,

@@ -95,13 +95,17 @@ def _counting(monkeypatch, module, name):
 
 @pytest.mark.parametrize("name, path", STORED, ids=[f"{n}/{p.name}" for n, p in STORED])
 def test_detecting_and_reading_a_config_parses_it_once(monkeypatch, name, path):
-    """The six YAML detectors, torchtitan's and Megatron's each used to parse the text again (and read once more)."""
+    """The six YAML detectors, torchtitan's and Megatron's each used to parse the text again (and read once more).
+    A torchtitan config registry is parsed once as Python and is known before any TOML parse."""
     yaml_loads = _counting(monkeypatch, reading, "load_yaml")
     toml_loads = _counting(monkeypatch, torchtitan, "parse_toml")
     scripts = _counting(monkeypatch, megatron, "parse")
+    registries = _counting(monkeypatch, torchtitan, "registry")
     with contextlib.suppress(PlanError):  # a config that needs the GPU count given: its reading is not the point
         read_config(path.read_text())
-    assert len(yaml_loads) <= 1 and len(toml_loads) == 1 and len(scripts) <= 1
+    python = path.suffix == ".py"
+    assert len(yaml_loads) <= 1 and len(toml_loads) == (0 if python else 1) and len(scripts) <= 1
+    assert len(registries) <= 1 and (len(registries) == 1 or not python)
 
 
 @pytest.mark.parametrize("text, message", [

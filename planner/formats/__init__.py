@@ -53,11 +53,16 @@ def detect(text: str | Document) -> Format:
 
 
 def read_config(text: str, *, format: str | None = None, gpus: int | None = None,
-                files: Callable[[str], str | None] | None = None) -> Imported:
+                files: Callable[[str], str | None] | None = None, entry: str = "") -> Imported:
     """A framework config's text read as a plan (its format detected unless named; detection and reading share
-    the text's parses); `files` gives the text of a file the config names, for a format that reads_files."""
+    the text's parses); `files` gives the text of a file the config names, for a format that reads_files;
+    `entry` picks the config of a torchtitan config registry (its launch line's --config)."""
     doc = document(text)
     fmt = format_named(format) if format else detect(doc)
+    if entry:
+        if fmt is not torchtitan.FORMAT:
+            raise bad("--entry", entry, f"names a torchtitan config_registry.py function, and the config is {fmt.name}'s")
+        return torchtitan.read(doc, gpus=gpus, entry=entry)
     return fmt.read(doc, gpus=gpus, files=files) if fmt.reads_files else fmt.read(doc, gpus=gpus)
 
 

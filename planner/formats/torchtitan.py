@@ -1,7 +1,14 @@
 """torchtitan job configs: the TOML files of its releases up to the config-registry refactor (torchtitan PR #2386;
-e.g. torchtitan/models/llama3/train_configs/llama3_8b.toml) and the `--section.key value` command-line overrides
-every release accepts (`./run_train.sh --parallelism.tensor_parallel_degree 2`, `torchrun ... -m torchtitan.train
+e.g. torchtitan/models/llama3/train_configs/llama3_8b.toml), the Python config registries since
+(torchtitan/models/llama3/config_registry.py, run as `--module llama3 --config llama3_8b`; read without running them,
+planner/formats/torchtitan_registry.py), and the `--section.key value` command-line overrides every release
+accepts (`./run_train.sh --parallelism.tensor_parallel_degree 2`, `torchrun ... -m torchtitan.train
 --job.config_file X.toml --model.flavor 8B`).
+
+A registry holds many configs: `read` takes the one `entry` names, else the one the `--config` of `overrides` names
+(the launch line), else the registry's only one, and refuses naming them all where there are more. Its model module
+is the launch line's `--module`, else the module its model_registry is imported from, else the entry's name's
+prefix (torchtitan names each entry after its module: llama3_8b, qwen3_32b), each said in the read's source.
 
 How `read` takes them: `text` is either a TOML document or a command line (text that does not parse as TOML is
 read as one); the keyword `overrides` is a command line whose `--section.key` arguments are laid over `text`'s
@@ -22,10 +29,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from planner.errors import bad
+from planner.errors import PlanError, bad
 from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, get_key, preset_for, set_key
 from planner.formats.reading import Reading, as_bool, as_int, as_text, as_texts, choice
 from planner.formats.shell import environment, words
+from planner.formats.torchtitan_registry import Models, Registry, entry_keys, registry
 from planner.loader import CONFIG, parse_toml
 from planner.models import Model, presets
 from planner.plan import Plan
@@ -119,10 +127,15 @@ UNMODELLED: dict[str, tuple[Any, str]] = {
         ["moe.router.gate"], "matmuls the op-level policy recomputes are fixed in the plan"),
     "quantize.linear.float8.force_recompute_fp8_weight_in_bwd": (False, "recomputed float8 weights are not "
                                                                         "modelled"),
+    # since 2026-08 (configs.py ParallelismConfig at b5bcd76c): sequence parallelism can be turned off
+    "parallelism.enable_sequence_parallel": (True, "off, the norms' activations are not sharded over the tensor "
+                                                   "ranks; the plan shards them"),
 }
 # sections whose every key leaves memory and step time alone (paths, logging, schedules of the learning rate,
 # checkpoint I/O, timeouts, seeds)
+# (and the registry's trainer-config fields of the same kind: profiler, dataloader, validator, tokenizer, override)
 IGNORED_SECTIONS = ("job.", "profiling.", "metrics.", "lr_scheduler.", "checkpoint.", "comm.", "memory_estimation.",
+                    "profiler.", "dataloader.", "validator.", "tokenizer.", "override.",
                     "experimental.", "debug.", "validation.", "fault_tolerance.", "training.dataloader.")
 IGNORED = ("optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps", "optimizer.weight_decay",
            "training.max_norm", "training.dataset", "training.dataset_path", "training.gc_freq", "training.gc_debug",
@@ -133,10 +146,17 @@ IGNORED = ("optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps"
            "activation_checkpoint.visualize_memory_budget_pareto",
            "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", "quantize.linear.float8.emulate",
            "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", "quantize.linear.mx.use_fp8_dim1_cast_triton_kernel",
+           # the registry's: the attention kernel (flex, varlen: the same activations as SDPA's fused kernel), the
+           # tensor-parallel GEMM backend, the converters' compile flag, the SPMD bookkeeping backend
+           "model.attn_backend", "model.tp_gemm_backend", "quantize.linear.float8.model_compile_enabled",
+           "quantize.linear.mx.model_compile_enabled", "parallelism.spmd_backend",
            # the grouped-GEMM settings act only with their converter, which model.converters reports
            "quantize.grouped_mm.mx.recipe_name", "quantize.grouped_mm.float8.fqns", "quantize.grouped_mm.mx.fqns")
 
 Config = dict[str, tuple[str, Any]]  # canonical key → (the key as the config spelled it, its value)
+# run_train.sh's environment variables → the keys they set: CONFIG_FILE up to v0.2.2; MODULE and CONFIG since the
+# registry (9810191b run_train.sh: `--module ${MODULE} --config ${CONFIG}`)
+LAUNCH_VARIABLES = {"CONFIG_FILE": "job.config_file", "MODULE": "registry.module", "CONFIG": "registry.config"}
 
 
 def _canonical(key: str) -> str:
@@ -162,14 +182,19 @@ def _args(text: str) -> tuple[Config, list[str]]:
     config: Config = {}
     launcher: list[str] = []
     for assignment in env:
-        if assignment.startswith("CONFIG_FILE="):  # run_train.sh's environment variable for --job.config_file
-            config["job.config_file"] = ("CONFIG_FILE", assignment.partition("=")[2])
+        variable, _, value = assignment.partition("=")
+        if variable in LAUNCH_VARIABLES:  # run_train.sh's environment variables for --job.config_file, --module, ...
+            config[LAUNCH_VARIABLES[variable]] = (variable, value)
     i = 0
     while i < len(tokens):
         token, i = tokens[i], i + 1
         if not token.startswith("--"):
             continue
         name, eq, value = token[2:].partition("=")
+        if name in ("module", "config"):  # ConfigManager._load_config: the registry module and its entry
+            value, i = (value, i) if eq else (tokens[i], i + 1) if i < len(tokens) else ("", i)
+            config[f"registry.{name}"] = (f"--{name}", value)
+            continue
         if "." not in name:
             launcher.append(token.partition("=")[0])
             continue
@@ -189,20 +214,24 @@ def _config(text: str) -> tuple[Config, list[str]]:
     return (_flatten(toml), []) if toml is not None else _args(text)
 
 
-def read(text: str | Document, *, gpus: int | None = None, overrides: str = "") -> Imported:
-    """A torchtitan TOML or command line (with `overrides` laid over it) as a partial plan."""
+def read(text: str | Document, *, gpus: int | None = None, overrides: str = "", entry: str = "") -> Imported:
+    """A torchtitan TOML, config registry (its `entry`) or command line, with `overrides` laid over it, as a partial
+    plan."""
     doc = document(text)
-    parsed, launched = doc.parse(_config)
-    config, launcher = dict(parsed), list(launched)  # the steps below take keys out of them
-    named = []
-    if overrides:
-        over, more = _args(overrides)
-        if doc.text.strip() and "job.config_file" in over:  # the TOML it names is `text`
-            named.append(over.pop("job.config_file")[0])
-        config.update(over)
-        launcher += more
+    over, launcher = _args(overrides) if overrides else ({}, [])
     out = Reading(format="torchtitan", plan={"framework": "torchtitan"})
-    out.ignored.extend(launcher + named)
+    found = doc.parse(_registry)
+    if found is not None:
+        config = _registry_config(found, over, entry, out)
+    elif entry:
+        raise bad("--entry", entry, "names a config_registry.py function, and this config is a TOML or command line")
+    else:
+        parsed, launched = doc.parse(_config)
+        config, launcher = dict(parsed), list(launched) + launcher  # the steps below take keys out of them
+        if doc.text.strip() and "job.config_file" in over:  # the TOML it names is `text`
+            out.ignored.append(over.pop("job.config_file")[0])
+    config.update(over)
+    out.ignored.extend(launcher)
     if gpus is not None:
         set_key(out.plan, "hardware.count", gpus)
     model_name = _model(config, out)
@@ -215,6 +244,49 @@ def read(text: str | Document, *, gpus: int | None = None, overrides: str = "") 
     if model_name:
         out.model_name.append(model_name)
     return out.imported()
+
+
+def _registry(text: str) -> Registry | None:
+    """A torchtitan config registry's entries (planner/formats/torchtitan_registry.py), or None."""
+    return registry(text) if "torchtitan" in text or "model_registry" in text else None
+
+
+def _inert(key: str) -> bool:
+    """A key known to leave memory and time alone (IGNORED, IGNORED_SECTIONS)."""
+    key = _canonical(key)
+    return key in IGNORED or f"{key}.".startswith(IGNORED_SECTIONS)
+
+
+# torchtitan's model modules (FLAVORS, ARCHITECTURES): an entry named after one ("llama3_8b") is of that module
+MODULES = sorted({name for name, _ in (*FLAVORS, *ARCHITECTURES)}, key=len, reverse=True)
+
+
+def _registry_config(found: Registry, over: Config, entry: str, out: Reading) -> Config:
+    """The registry entry `entry` (else the launch line's --config, else the only one) as TOML keys; its
+    unread parts noted. The launch line's --module says the model module of a relative model_registry import."""
+    _, launched, _ = _take(over, "registry.config", "")
+    msrc, module, mgiven = _take(over, "registry.module", "")
+    name = entry or launched
+    if not name:
+        if len(found.names()) != 1:
+            raise PlanError("config", f"the config registry defines {len(found.names())} configs: "
+                                      f"{', '.join(found.names())}; name one (--entry, or torchtitan's --config)")
+        name = found.names()[0]
+    if name in found.refused:
+        raise bad("--config", name, f"is not read: {found.refused[name]}")
+    if name not in found.entries:
+        raise bad("--config", name, f"is not a config of the registry; its configs: {', '.join(found.names())}")
+    prefix = next((m for m in MODULES if name == m or name.startswith(m + "_")), "")
+    why = (f"{msrc} {module}" if mgiven else f"model.name {prefix}: the entry's name {name}" if prefix
+           else "the module is not named: give --module")
+    models = Models(calls=found.models, module=str(module) if mgiven else prefix or "unknown-module", why=why)
+    try:
+        keys, unread = entry_keys(found.entries[name], models, _inert)
+    except ValueError as error:
+        raise bad("--config", name, str(error)) from None
+    out.unmodelled.extend(unread)
+    out.ignored.append(f"--config {name} (the registry's entry read)")
+    return {_canonical(key): value for key, value in keys.items()}
 
 
 def _take(config: Config, key: str, default: Any = None) -> tuple[str, Any, bool]:
@@ -481,6 +553,11 @@ def _rest(config: Config, out: Reading) -> None:
         elif key == "job.config_file":
             out.unmodelled.append(f"{src}: the TOML it names ({value}) is not read here; read its text with this "
                                   "command line as overrides")
+        elif key == "registry.config":
+            out.unmodelled.append(f"{src}: the config_registry.py entry it names ({value}) is not read here; read "
+                                  "the registry with this command line as overrides (or the entry with --entry)")
+        elif key == "registry.module":
+            out.ignored.append(f"{src} {value}")
         elif key in IGNORED or key.startswith(IGNORED_SECTIONS):
             out.ignored.append(src)
         else:
@@ -649,8 +726,11 @@ MARKERS = ("model.flavor", "training.seq_len", "training.local_batch_size", "tra
 
 
 def detect(text: str | Document) -> bool:
-    """A TOML or command line with torchtitan's keys, or a command line that runs torchtitan."""
+    """A torchtitan config registry, a TOML or command line with torchtitan's keys, or a command line that runs
+    torchtitan."""
     doc = document(text)
+    if doc.parse(_registry) is not None:
+        return True
     try:
         config, _ = doc.parse(_config)
     except ValueError:  # PlanError: not a command line either, or TOML beyond the loader's bounds
@@ -666,6 +746,7 @@ SAYS = ("workload.sequence_length", "workload.micro_batch_size", "workload.globa
         "parallelism.context", "parallelism.expert", "parallelism.async_tp", "parallelism.pipeline_schedule",
         "parallelism.virtual_stages", "parallelism.pipeline_microbatches", "hardware.count")
 
-FORMAT = Format(name="torchtitan", label="torchtitan job config (TOML) or --section.key command line",
+FORMAT = Format(name="torchtitan", label="torchtitan job config (TOML or config_registry.py) or --section.key command "
+                                       "line",
                 framework="torchtitan", suffix=".toml", detect=detect, read=read, write=write, says=SAYS,
                 cannot_say=CANNOT_SAY)
