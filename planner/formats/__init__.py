@@ -19,6 +19,7 @@ from planner.errors import PlanError, bad, short
 from planner.formats import (accelerate, axolotl, deepspeed, hf_trainer, llamafactory, megatron, sglang, torchtitan,
                              torchtune, vllm)
 from planner.formats.base import Document, Format, Imported, document, get_key
+from planner.formats.unread import unread_stack
 from planner.models import MODEL_KEYS
 from planner.pipeline import chunk_split
 from planner.plan import EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, Plan
@@ -48,6 +49,8 @@ def detect(text: str | Document) -> Format:
     for fmt in FORMATS.values():
         if fmt.detect(doc):
             return fmt
+    if (known := unread_stack(doc)) is not None:
+        raise PlanError("config", f"is a config of {known.stack}: {known.why}")
     raise doc.over_limit() or PlanError("config", f"is not a config this planner reads ({', '.join(FORMATS)}); name "
                                                   "its format with --framework")
 
