@@ -4,6 +4,7 @@ files and errors; and each ui/ module on its own (AppTest.from_function)."""
 import json
 from urllib.parse import parse_qsl
 
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -950,3 +951,30 @@ def test_make_it_fit_ranks_by_gpu_hours_and_says_both_factors():
     first = at.button(key="fix_0").label
     assert first.startswith("micro-batch 1 (same global batch): saves ") and "× the GPU-hours per token, " in first
     assert any(e.label.endswith("to make it fit, fewest GPU-hours first") for e in at.expander)
+
+
+def _explore_recommended(at) -> set[str]:
+    """The GPU the Explore tab's capacity lines call recommended, read from the charts' data."""
+    names = set()
+    for chart in at.get("vega_lite_chart"):
+        blobs = [chart.proto.data.data] + [d.data.data for d in chart.proto.datasets]
+        for blob in (b for b in blobs if b):
+            table_ = pa.ipc.open_stream(blob).read_all()
+            if "series" in table_.column_names:
+                names |= {s.removesuffix(" (recommended)") for s in table_.column("series").to_pylist()
+                          if s.endswith(" (recommended)")}
+    return names
+
+
+def test_every_view_shows_the_one_recommendation():
+    """Issue 30, item 1: the Cheapest hardware tab, the Explore tab's "recommended" capacity line and the CLI's
+    recommender (the same plan, its default options) name one GPU type, from one computation."""
+    at = app(view="Cheapest hardware")
+    headline = at.success[-1].value
+    assert headline.startswith("**Recommended:** ")
+    at.session_state["view"] = "Explore"
+    at.run()
+    assert not at.exception
+    (explored,) = _explore_recommended(at)
+    cli = recommend(plan_from_query(dict(at.query_params), DEFAULT)[0], CATALOG)
+    assert f" × {explored} on " in headline and cli.best.gpu.name == explored
