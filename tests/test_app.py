@@ -817,7 +817,7 @@ def test_share_tab_writes_the_plan_as_its_frameworks_config():
 
 
 def test_a_pasted_vllm_log_stands_beside_the_serving_plan():
-    log = (ROOT / "tests" / "data" / "vllm-logs" / "v0-table-pr10511.log").read_text()
+    log = (ROOT / "examples" / "vllm-llama-3-8b-h100.log").read_text()
     plan = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference", "inference": {
         "gpu_memory_utilization": 0.9, "prompt_tokens": 7936, "output_tokens": 256}}}
     at = AppTest.from_function(_tab_page, args=(plan, "share"), default_timeout=30).run()
@@ -835,7 +835,7 @@ def test_a_vllm_log_of_another_model_is_refused_and_one_of_another_size_noted():
     plan = {"model": {"preset": "llama-3.1-70b"}, "framework": "vllm", "workload": {"task": "inference"},
             "parallelism": {"tensor": 4}, "hardware": {"count": 4}}
     at = AppTest.from_function(_tab_page, args=(plan, "share"), default_timeout=30).run()
-    at.text_area(key="vllm_log").input((logs / "v0-table-pr10511.log").read_text()).run()
+    at.text_area(key="vllm_log").input((ROOT / "examples" / "vllm-llama-3-8b-h100.log").read_text()).run()
     assert not at.exception and [e.value for e in at.error] == [
         "vLLM log: model: 'llama-3.1-70b' is not the model the log serves (meta-llama/Meta-Llama-3-8B, preset "
         "llama-3.1-8b); compare a plan of that model, or the log's own plan"]
@@ -849,7 +849,7 @@ def test_a_vllm_log_of_another_model_is_refused_and_one_of_another_size_noted():
 
 def test_a_vllm_logs_own_plan_loads_from_a_training_plan():
     at = app(view="Share and export")
-    at.text_area(key="vllm_log").input((ROOT / "tests" / "data" / "vllm-logs" / "v0-table-pr10511.log").read_text())
+    at.text_area(key="vllm_log").input((ROOT / "examples" / "vllm-llama-3-8b-h100.log").read_text())
     at.run()
     assert any(i.value.startswith("The plan is not a serving plan") for i in at.info)
     at.button(key="load_log_plan").click().run()

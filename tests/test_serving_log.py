@@ -14,6 +14,9 @@ from planner.serving_log import compare, parse_vllm_log, plan_from_vllm_log, wei
 from planner.units import GiB
 
 LOGS = Path(__file__).parent / "data" / "vllm-logs"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+# vLLM PR 10511's V0 table, `vllm serve meta-llama/Meta-Llama-3-8B` (14.96 GiB weights): the README's example
+V0_TABLE = EXAMPLES / "vllm-llama-3-8b-h100.log"
 
 
 def _gib(x: float) -> int:
@@ -31,14 +34,14 @@ def test_v0_worker_lines_with_tensor_parallel_workers():
 
 
 def test_v0_profiling_table():
-    log = parse_vllm_log((LOGS / "v0-table-pr10511.log").read_text())
+    log = parse_vllm_log(V0_TABLE.read_text())
     assert (log.total_bytes, log.weights_bytes, log.non_torch_bytes, log.activation_bytes, log.kv_cache_bytes) == (
         _gib(79.22), _gib(14.96), _gib(1.79), _gib(1.26), _gib(53.29))
     assert plan_from_vllm_log(log).plan["hardware"] == {"gpu": "h100-sxm-80gb"}
 
 
 def test_a_command_pasted_with_the_log_says_the_model():
-    log = parse_vllm_log((LOGS / "v0-table-pr10511.log").read_text())
+    log = parse_vllm_log(V0_TABLE.read_text())
     assert log.command == "vllm serve meta-llama/Meta-Llama-3-8B" and log.args == {}
     plan = plan_from_vllm_log(log).plan  # Llama 3 8B has Llama 3.1 8B's architecture; the utilization is logged
     assert plan["model"] == {"preset": "llama-3.1-8b"} and plan["hardware"] == {"gpu": "h100-sxm-80gb"}
@@ -81,7 +84,7 @@ def test_errors():
 
 
 def test_compare_with_a_plan():
-    log = parse_vllm_log((LOGS / "v0-table-pr10511.log").read_text())
+    log = parse_vllm_log(V0_TABLE.read_text())
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "framework_release": "0.8.0",
                            "workload": {"task": "inference", "inference": {"gpu_memory_utilization": 0.9,
                                                                           "prompt_tokens": 7936}},
@@ -98,7 +101,7 @@ def test_compare_with_a_plan():
 def test_cli(capsys, tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text("model: {preset: llama-3.1-8b}\nframework: vllm\nworkload: {task: inference}\n")
-    assert main(["vllm-log", str(LOGS / "v0-table-pr10511.log"), str(plan)]) == 0
+    assert main(["vllm-log", str(V0_TABLE), str(plan)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1].split()[:3] == ["weights", "14.96", "GiB"]
     assert "the log's KV memory holds 436,544 tokens" in out
@@ -183,16 +186,14 @@ def test_a_log_over_the_size_cap_is_refused():
 
 
 # --- issue 30: a plan the log cannot stand beside is refused, one of another size noted ---------------------------
-EXAMPLES = Path(__file__).parent.parent / "examples"
-LLAMA3_8B_LOG = EXAMPLES / "vllm-llama-3-8b-h100.log"  # `vllm serve meta-llama/Meta-Llama-3-8B`, 14.96 GiB weights
 
 
 def test_a_training_plan_is_refused_with_its_task(capsys):
     """It was a traceback (the estimate of a training plan has no serving budget)."""
-    assert main(["vllm-log", str(LLAMA3_8B_LOG), str(EXAMPLES / "llama-3.1-8b-8xh100.yaml")]) == 2
+    assert main(["vllm-log", str(V0_TABLE), str(EXAMPLES / "llama-3.1-8b-8xh100.yaml")]) == 2
     assert capsys.readouterr().err == ("error: workload.task: 'pretrain' is training: vLLM's log stands beside a "
                                        "serving plan (workload.task inference)\n")
-    log = parse_vllm_log(LLAMA3_8B_LOG.read_text())
+    log = parse_vllm_log(V0_TABLE.read_text())
     with pytest.raises(PlanError) as err:
         compare(plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "lora"}}), log)
     assert (err.value.field, err.value.value) == ("workload.task", "lora")
@@ -201,7 +202,7 @@ def test_a_training_plan_is_refused_with_its_task(capsys):
 def test_an_inference_plan_no_engine_serves_is_refused(capsys, tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text("model: {preset: llama-3.1-8b}\nworkload: {task: inference}\n")
-    assert main(["vllm-log", str(LLAMA3_8B_LOG), str(plan)]) == 2
+    assert main(["vllm-log", str(V0_TABLE), str(plan)]) == 2
     assert capsys.readouterr().err == ("error: workload.inference.gpu_memory_utilization: not set, so no engine "
                                        "serves the plan: vLLM's log stands beside a serving plan (framework vllm "
                                        "sets it)\n")
@@ -209,7 +210,7 @@ def test_an_inference_plan_no_engine_serves_is_refused(capsys, tmp_path):
 
 def test_a_plan_of_another_model_than_the_log_names_is_refused(capsys):
     """It compared silently: 70B's weights beside 8B's."""
-    assert main(["vllm-log", str(LLAMA3_8B_LOG), str(EXAMPLES / "llama-3.1-70b-serving.yaml")]) == 2
+    assert main(["vllm-log", str(V0_TABLE), str(EXAMPLES / "llama-3.1-70b-serving.yaml")]) == 2
     assert capsys.readouterr().err == ("error: model: 'llama-3.1-70b' is not the model the log serves "
                                        "(meta-llama/Meta-Llama-3-8B, preset llama-3.1-8b); compare a plan of that "
                                        "model, or the log's own plan\n")
@@ -226,7 +227,7 @@ def test_a_plan_of_another_model_than_the_log_names_is_refused(capsys):
 def test_the_logs_architecture_under_another_name_is_the_same_model():
     """Llama 3 8B is served as the llama-3.1-8b preset; a plan of that architecture read from a config.json (no
     preset) is the same model, and its weights match: no note."""
-    log = parse_vllm_log(LLAMA3_8B_LOG.read_text())
+    log = parse_vllm_log(V0_TABLE.read_text())
     model = model_to_dict(model_from_hf_config((Path(__file__).parent / "data" / "hf_configs" /
                                                 "llama-3.1-8b.json").read_text()))
     plan = plan_from_dict({"model": model, "framework": "vllm", "workload": {"task": "inference"},
@@ -237,7 +238,7 @@ def test_the_logs_architecture_under_another_name_is_the_same_model():
 def test_weights_of_another_size_than_a_nameless_logs_are_noted(capsys):
     """A log that names no model (Llama 3.1 8B on an L40S, 14.99 GiB) beside a plan of 70B on TP 4 (70.55 B × 2 B / 4
     = 32.86 GiB a GPU): 2.19 ×, past WEIGHTS_MATCH (25 %), so the table is headed by a warning."""
-    log = EXAMPLES.parent / "tests" / "data" / "vllm-logs" / "v1-0.8-pr17122.log"
+    log = LOGS / "v1-0.8-pr17122.log"
     assert main(["vllm-log", str(log), str(EXAMPLES / "llama-3.1-70b-serving.yaml")]) == 0
     assert capsys.readouterr().out.splitlines()[0] == (
         "warning: the log's weights take 14.99 GiB per GPU, the plan's 32.86 GiB (2.19 ×): the plan's model, "
