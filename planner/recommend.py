@@ -350,12 +350,13 @@ def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candi
         best = search.best_at(gpu, n, limits, job.tokens, mfu)
         if best is None:
             continue
-        if found and best.hours >= min(f.hours for _, f in found):  # more GPUs, no faster: not a candidate
+        fastest = min((f.hours for _, f in found), default=math.inf)
+        if best.hours >= fastest:  # more GPUs, no faster: not a candidate
             slower += 1
             if slower > SLOWER_COUNTS_TRIED:
                 break
             continue
-        if found and _past_useful(found, n, best, options.deadline_hours):
+        if found and _past_useful(found, n, best, fastest, options.deadline_hours):
             break
         slower = 0
         found.append((n, best))
@@ -366,10 +367,9 @@ def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candi
     return [_candidate(job, offering, gpu, n, f, first) for n, f in found], ""
 
 
-def _past_useful(found: list[tuple[int, Found]], n: int, best: Found, deadline: float | None) -> bool:
-    """Whether the ladder stops at count `n`, faster than every count below it: the deadline is met and the
-    GPU-hours run past twice the fewest found."""
-    fastest = min(f.hours for _, f in found)
+def _past_useful(found: list[tuple[int, Found]], n: int, best: Found, fastest: float, deadline: float | None) -> bool:
+    """Whether the ladder stops at count `n`, faster than every count below it (`fastest`, the fastest of them):
+    the deadline is met and the GPU-hours run past twice the fewest found."""
     met = deadline is None or fastest <= deadline
     return met and n * best.hours > min(c * f.hours for c, f in found) / MIN_SCALING_EFFICIENCY
 
