@@ -26,7 +26,7 @@ PLAIN = ("gpt2", "gpt_neox", "gpt_bigcode", "phi", "starcoder2", "falcon", "opt"
 UNTIED_BY_DEFAULT = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo",
                      "olmo2", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi", "granite", "internlm2", "qwen3_next",
                      "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h")
-# Hybrid recurrent/attention families (hybrid.md §1): Qwen3-Next / Qwen3.5 (Gated DeltaNet), Granite-4.0-H and
+# Hybrid recurrent/attention families (docs/hybrid.md §1): Qwen3-Next / Qwen3.5 (Gated DeltaNet), Granite-4.0-H and
 # Nemotron-H (Mamba-2)
 QWEN_NEXT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 # HF layer_types values → planner pattern characters (Qwen3-Next "linear_attention", Granite "mamba")

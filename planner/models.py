@@ -353,7 +353,7 @@ def mamba2_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
 
 
 def mamba2_params(m: Model, tensor: int = 1) -> int:
-    """One Mamba-2 mixer on one rank (HF NemotronHMamba2Mixer, hybrid.md §2.1): in_proj h → z, x (d_inner each),
+    """One Mamba-2 mixer on one rank (HF NemotronHMamba2Mixer, docs/hybrid.md §2.1): in_proj h → z, x (d_inner each),
     B, C (G·N each) and dt (H); the depthwise conv over x, B, C with a bias; dt_bias, A_log and D per head; the
     gated RMSNorm over d_inner; out_proj d_inner → h."""
     h = m.hidden_size
@@ -370,9 +370,10 @@ def gdn_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
 
 
 def gdn_params(m: Model, tensor: int = 1) -> int:
-    """One Gated DeltaNet mixer on one rank (HF Qwen3NextGatedDeltaNet, hybrid.md §2.2): in_proj_qkvz h → q, k, v,
-    z; in_proj_ba h → β, a (one each per value head); the bias-free depthwise conv over q, k, v; dt_bias and A_log
-    per value head; the gated RMSNorm over one value head (shared by the heads); out_proj Hv·Dv → h."""
+    """One Gated DeltaNet mixer on one rank (HF Qwen3NextGatedDeltaNet, docs/hybrid.md §2.2): in_proj_qkvz
+    h → q, k, v, z; in_proj_ba h → β, a (one each per value head); the bias-free depthwise conv over q, k, v;
+    dt_bias and A_log per value head; the gated RMSNorm over one value head (shared by the heads); out_proj
+    Hv·Dv → h."""
     h = m.hidden_size
     hv, key, value = gdn_widths(m, tensor)
     return (h * (2 * key + 2 * value) + h * 2 * hv + (2 * key + value) * m.linear_conv_kernel_dim + 2 * hv

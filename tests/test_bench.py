@@ -8,6 +8,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 
+from planner.catalog import load_catalog  # noqa: E402
 from planner.accuracy import SERVING_ACCURACY_PATH, TIME_ACCURACY_PATH, accuracy_table  # noqa: E402
 from planner.loader import load_data_file  # noqa: E402
 from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
@@ -15,6 +16,7 @@ from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
 import accuracy  # noqa: E402
 import allocator_replay  # noqa: E402
 import oracle_check  # noqa: E402
+import prices  # noqa: E402
 import serving  # noqa: E402
 import serving_memory  # noqa: E402
 import stats  # noqa: E402
@@ -167,6 +169,16 @@ def test_the_time_bands_the_planner_quotes_are_the_benchs_current_figures():
     """planner/data/time_accuracy.yaml and serving_accuracy.yaml are what `--write` would write now."""
     assert load_data_file(TIME_ACCURACY_PATH) == throughput.time_accuracy(throughput.run()[0])
     assert load_data_file(SERVING_ACCURACY_PATH) == serving.serving_accuracy(serving.run()[0])
+
+
+def test_the_price_document_is_the_catalogs_current_prices():
+    """docs/gpu-prices.md is what `python bench/prices.py --write` writes now, one row per catalog price."""
+    catalog = load_catalog()
+    text = prices.DOC.read_text(encoding="utf-8")
+    assert text == prices.document(catalog)
+    every = [p for gpu_id in catalog for o in catalog.offerings_of(gpu_id) for p in o.prices]
+    assert f"{len(every)} prices of {len(catalog)} GPU types" in text
+    assert sum(line.startswith("| `") and "no public price" not in line for line in text.splitlines()) == len(every)
 
 
 def test_a_band_by_hand():

@@ -1,6 +1,6 @@
 """Hybrid recurrent/attention models: parameter totals against published counts, the recurrent state by hand,
 vLLM's hybrid pool against published startup logs, the all-attention invariant and the pattern errors.
-Shapes and counts: the research notes hybrid.md §1-§3 and §6."""
+Shapes and counts: the research notes docs/hybrid.md §1-§3 and §6."""
 
 import dataclasses
 
@@ -22,7 +22,7 @@ from planner.perf.serving import _decode_read_bytes
 from planner.units import GiB
 
 NEMOTRON_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
-# Qwen3.5-35B-A3B's text tower (transformers Qwen3_5MoeTextConfig defaults, hybrid.md §1.3): 30 GDN + 10 attention
+# Qwen3.5-35B-A3B's text tower (transformers Qwen3_5MoeTextConfig defaults, docs/hybrid.md §1.3): 30 GDN + 10 attention
 QWEN35_MOE = dict(num_layers=40, hidden_size=2048, num_attention_heads=16, num_kv_heads=2, head_dim=256,
                   intermediate_size=512, vocab_size=248320, qk_norm=True, attn_output_gate=True, num_experts=256,
                   experts_per_token=8, moe_intermediate_size=512, shared_experts=1, shared_expert_gate=True,
@@ -224,7 +224,7 @@ def test_prefill_peak_of_a_mamba_2_layer_by_hand():
 
 
 def test_training_saves_of_the_recurrent_mixers_by_hand():
-    # hybrid.md §4: fused Mamba-2 2(h + 3I + 2GN + H) + 4G per token (Nemotron-H-8B: 61,696 + 32), the in_proj
+    # docs/hybrid.md §4: fused Mamba-2 2(h + 3I + 2GN + H) + 4G per token (Nemotron-H-8B: 61,696 + 32), the in_proj
     # input h counted with the norms; GDN on the HF path ≈ 74 KiB per token for Qwen3-Next (74,304 with the input)
     nemotron = plan_from_dict({"model": {"preset": "nemotron-h-8b"}})
     assert recurrent_acts(nemotron, 2, "M")[0] == 61_696 + 32 - 2 * 4096
@@ -245,7 +245,7 @@ def test_a_decode_step_reads_and_rewrites_the_state():
 
 
 def test_qwen3_5_moe_text_config_reads_its_layer_types_and_fp32_state():
-    # transformers Qwen3_5MoeTextConfig defaults (Qwen/Qwen3.5-35B-A3B), nested in text_config; hybrid.md §2.4
+    # transformers Qwen3_5MoeTextConfig defaults (Qwen/Qwen3.5-35B-A3B), nested in text_config; docs/hybrid.md §2.4
     text = {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
             "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320,
             "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,

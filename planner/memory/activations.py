@@ -230,7 +230,7 @@ GDN_A_WIDTH = 64
 
 def recurrent_acts(plan: Plan, b16: int, kind: str) -> tuple[int, str]:
     """Bytes per token one recurrent mixer saves for backward on one rank, beyond its input (the norm's output,
-    counted with the norms), and the formula (hybrid.md §4).
+    counted with the norms), and the formula (docs/hybrid.md §4).
 
     Mamba-2 (mamba_ssm mamba_split_conv1d_scan_combined, the HF training path with out_proj fused): in_proj's
     output zxbcdt (2I + 2GN + H), the scan output out_x (I) and the gated norm's fp32 rstd per group; the conv

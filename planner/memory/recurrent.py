@@ -1,5 +1,5 @@
 """Hybrid recurrent/attention models at inference: the recurrent layers' per-sequence state and vLLM's paged
-pool that holds it beside the attention KV cache (research: hybrid.md §3, vLLM 0.11-0.33 sources).
+pool that holds it beside the attention KV cache (research: docs/hybrid.md §3, vLLM 0.11-0.33 sources).
 
 A recurrent layer (Mamba-2 `M`, Gated DeltaNet `G`) keeps, per sequence, a conv state (the last K − 1 inputs of
 its depthwise conv) and a recurrent state (Mamba-2: heads × head_dim × state; GDN: value heads × Dv × Dk),
@@ -34,7 +34,7 @@ def layer_state_bytes(plan: Plan, kind: str, engine: str) -> tuple[int, int]:
     fp32 for GDN (fla chunk_delta_h: final_state dtype=torch.float32) and the model dtype for Mamba-2."""
     m, t = plan.model, plan.parallelism.tensor
     act = nbytes(plan.precision.activation_dtype)
-    # HF reads no state-dtype hint (hybrid.md §3.1): fla's GDN state is fp32, mamba_ssm's the model dtype
+    # HF reads no state-dtype hint (docs/hybrid.md §3.1): fla's GDN state is fp32, mamba_ssm's the model dtype
     state = nbytes(m.ssm_state_dtype or plan.precision.activation_dtype) if engine == "vllm" else (
         4 if kind == "G" else act)
     if kind == "M":
@@ -60,7 +60,7 @@ def state_bytes_per_sequence(plan: Plan, engine: str) -> int:
 
 def prefill_peak(plan: Plan, chunk: int, bc: int) -> int:
     """The largest moment of a recurrent mixer's forward over `chunk` tokens without gradients (0: no pattern),
-    from the shapes its kernels allocate (hybrid.md §4): Mamba-2, in_proj's output zxbcdt (2I + 2GN + H), the
+    from the shapes its kernels allocate (docs/hybrid.md §4): Mamba-2, in_proj's output zxbcdt (2I + 2GN + H), the
     conv output over x, B, C, the scan output (I) and its fp32 chunk states (H·P·N per chunk of MAMBA_CHUNK
     tokens); Gated DeltaNet, the projections (q, k, v, z, β, a), the conv output, q and k repeated to the value
     heads, the output (Hv·Dv) and the per-chunk states (Hv·Dk·Dv per GDN_CHUNK tokens, activation dtype)."""
@@ -87,7 +87,7 @@ def state_formula(m: Model) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class HybridPool:
-    """vLLM V1's paged pool for a hybrid model on one GPU (hybrid.md §3.4)."""
+    """vLLM V1's paged pool for a hybrid model on one GPU (docs/hybrid.md §3.4)."""
 
     block_tokens: int  # attention block size, raised so one attention page holds a Mamba page
     page_bytes: int  # one page: block_tokens × one attention layer's K and V per token (Mamba pages padded to it)

@@ -34,7 +34,7 @@ def _forward_flops(m: Model, s: int, flash: bool) -> float:
 
 
 def recurrent_flops_per_token(plan: Plan) -> float:
-    """The recurrent mixers' scans beyond their projections (hybrid.md §5, from the kernels' structure): Mamba-2's
+    """The recurrent mixers' scans beyond their projections (docs/hybrid.md §5, from the kernels' structure): Mamba-2's
     chunked SSD ≈ 2Q(GN + HP) + 4HPN (CB, the intra-chunk product, chunk states and their readout); Gated
     DeltaNet per value head ≈ 6·Dk·Dv + C(6Dk + 4Dv) + 2C²/3 (kkᵀ and qkᵀ, the triangular solve, w and u, the
     intra-chunk output, the state update and readout)."""

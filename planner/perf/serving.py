@@ -64,7 +64,7 @@ def _decode_read_bytes(plan: Plan) -> float:
         w_bytes -= moe * counts.expert * (m.num_experts - touched) * w_bytes / w_params
     # the cache a step reads grows from the prompt to the full context: the mean of the two ends
     mean_cache = (kv_cache_bytes(plan, inf.prompt_tokens) + kv_cache_bytes(plan, inf.context_tokens)) / 2
-    # hybrid models: each step reads and rewrites every recurrent layer's whole state (hybrid.md §5)
+    # hybrid models: each step reads and rewrites every recurrent layer's whole state (docs/hybrid.md §5)
     state = 2 * state_bytes_per_sequence(plan, "hf" if inf.gpu_memory_utilization is None else "vllm")
     return w_bytes + b * (mean_cache + state)
 
