@@ -95,6 +95,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         del out["workload"]["lora"]
     if task != "inference":
         del out["workload"]["inference"]
+    if plan.workload.objective == "next_token":  # the objective's keys are written for a post-training plan
+        del out["workload"]["objective"], out["workload"]["preference"]
+    elif plan.workload.objective != "preference":
+        del out["workload"]["preference"]
     return out
 
 

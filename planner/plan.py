@@ -31,6 +31,19 @@ FROZEN_WEIGHTS: dict[str, tuple[str, ...]] = {"lora": tuple(d for d in WEIGHT_DT
 MasterWeights = Literal["fp32", "none"]
 ZeroStage = Literal[0, 1, 2, 3]
 Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion", "muon", "sgd", "sgd_momentum"]
+# what the trained model optimizes: next_token (the language-model loss of pretraining and SFT), preference (a
+# pairwise preference loss over chosen and rejected completions: DPO and its family) or reward (a scalar-score
+# model trained on chosen/rejected pairs). PPO, GRPO and distillation are later values of this key.
+Objective = Literal["next_token", "preference", "reward"]
+OBJECTIVE_TASKS = ("finetune", "lora", "qlora")  # the base adaptations a post-training objective combines with
+# the preference losses: dpo (Rafailov et al. 2023, TRL loss_type "sigmoid"), ipo (loss_type "ipo"), simpo (Meng et
+# al. 2024: length-normalized, no reference) and orpo (Hong et al. 2024: SFT loss + odds ratio, no reference)
+PreferenceLoss = Literal["dpo", "ipo", "simpo", "orpo"]
+REFERENCE_FREE = ("simpo", "orpo")
+# where the reference log-probs come from: separate (a frozen copy of the model), adapters_disabled (the policy's
+# base with its LoRA adapters disabled: TRL with a PEFT model and ref_model None), precomputed (TRL
+# precompute_ref_log_probs: a pass before training) or none (reference-free losses)
+Reference = Literal["separate", "adapters_disabled", "precomputed", "none"]
 LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
 OptimizerLibrary = Literal["bitsandbytes", "torchao"]  # whose 8-bit AdamW: their state layouts differ
@@ -139,6 +152,27 @@ class Inference:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Preference:
+    """Pairwise preference training (workload.objective preference): chosen and rejected completions of each
+    prompt run as one batch of 2 × micro_batch_size sequences (huggingface/trl@f2cd577
+    trl/trainer/dpo_trainer.py DataCollatorForPreference: prompts repeated, chosen then rejected concatenated)."""
+
+    loss_type: PreferenceLoss = "dpo"  # dpo | ipo (need a reference) | simpo | orpo (reference-free)
+    # default: none for simpo and orpo; adapters_disabled for task lora and qlora; else separate
+    reference: Reference | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self, "workload.preference")
+        free = self.loss_type in REFERENCE_FREE
+        if self.reference not in (None, "none") and free:
+            raise bad("workload.preference.reference", self.reference, f"must be none: the {self.loss_type} loss uses no "
+                                                                       "reference model")
+        if self.reference == "none" and not free:
+            raise bad("workload.preference.reference", "none", f"needs a reference for the {self.loss_type} loss "
+                                                               "(separate, adapters_disabled or precomputed)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     task: Task = "pretrain"  # pretrain | finetune (full) | lora | qlora | inference
     sequence_length: int = field(default=4096, metadata=between(1, MAX_SEQUENCE))  # tokens per sequence
@@ -152,12 +186,39 @@ class Workload:
     train_tokens: int | None = field(default=None, metadata=between(1, 10**16))
     lora: Lora = field(default_factory=Lora)  # used by task lora and qlora
     inference: Inference = field(default_factory=Inference)  # used by task inference
+    objective: Objective = "next_token"  # next_token | preference | reward (with task finetune, lora or qlora)
+    preference: Preference = field(default_factory=Preference)  # used by objective preference
 
     def __post_init__(self) -> None:
         check_fields(self, "workload")
+        self._resolve_objective()
         if self.train_tokens is not None and self.steps is not None:
             raise bad("workload.train_tokens", self.train_tokens, "and workload.steps both set the job's"
                                                                   " length; give one")
+
+    def _resolve_objective(self) -> None:
+        """Check the objective against the task, and resolve the preference reference's default."""
+        pref = self.preference
+        if self.objective != "next_token" and self.task not in OBJECTIVE_TASKS:
+            raise bad("workload.objective", self.objective, f"post-trains a pretrained model: workload.task must be "
+                                                            f"finetune, lora or qlora, not {self.task}")
+        if self.objective != "preference":
+            if pref != Preference():
+                raise bad("workload.preference", _plain_fields(pref), "applies to workload.objective preference")
+            return
+        if pref.reference == "adapters_disabled" and self.task not in ADAPTER_TASKS:
+            raise bad("workload.preference.reference", "adapters_disabled", f"needs adapters to disable (workload.task"
+                                                                            f" lora or qlora, not {self.task})")
+        if pref.reference is None:
+            ref = "none" if pref.loss_type in REFERENCE_FREE else "adapters_disabled" if self.task in ADAPTER_TASKS \
+                else "separate"
+            object.__setattr__(self, "preference", replace(pref, reference=ref))
+
+    @property
+    def sequences_per_forward(self) -> int:
+        """Sequences of one micro-batch's forward: a chosen and a rejected completion per pair for preference and
+        reward training (TRL DPOTrainer and RewardTrainer concatenate them into one batch), else the micro-batch."""
+        return self.micro_batch_size * (1 if self.objective == "next_token" else 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -389,6 +450,11 @@ class Plan:
                       "needs parallelism.zero_stage 3 (parameters are fetched layer by layer)")
         self._check_weights()
         wl = self.workload
+        if wl.objective != "next_token" and self.parallelism.pipeline > 1:
+            # TRL's DPOTrainer and RewardTrainer run on accelerate (DDP, DeepSpeed ZeRO, FSDP): no pipeline stages
+            raise bad("parallelism.pipeline", self.parallelism.pipeline, f"is not modelled for workload.objective "
+                                                                         f"{wl.objective} (TRL trains without pipeline"
+                                                                         " parallelism)")
         if wl.task in ADAPTER_TASKS and self.model.mlp != "swiglu" and "gate" in wl.lora.targets:
             raise bad("workload.lora.targets", list(wl.lora.targets),
                       f"names gate, but a {UNGATED[self.model.mlp]} MLP has no gate projection")
@@ -579,6 +645,11 @@ class Plan:
         return wl.global_batch_size // (wl.micro_batch_size * self.parallelism.data)
 
 
+def _plain_fields(section: object) -> dict:
+    """A section's fields as a mapping, for an error's value."""
+    return {f.name: getattr(section, f.name) for f in fields(section)}
+
+
 def default_weights(task: str, activation_dtype: str, model: Model | None = None) -> str:
     """precision.weights when a plan leaves it out: NF4 for qlora (the QLoRA base); for inference, the dtype a
     preset's checkpoint ships in (DeepSeek-V3: fp8); else the activation dtype."""
@@ -590,7 +661,8 @@ def default_weights(task: str, activation_dtype: str, model: Model | None = None
 
 SECTIONS: dict[str, type] = {"workload": Workload, "precision": Precision, "techniques": Techniques,
                              "parallelism": Parallelism, "hardware": Hardware}
-NESTED: dict[tuple[str, str], type] = {("workload", "lora"): Lora, ("workload", "inference"): Inference}
+NESTED: dict[tuple[str, str], type] = {("workload", "lora"): Lora, ("workload", "inference"): Inference,
+                                       ("workload", "preference"): Preference}
 TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIONS)
 
 

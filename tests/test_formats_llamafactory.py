@@ -106,7 +106,7 @@ def test_pure_bf16_full_has_no_fp32_master():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (("stage: sft", "stage: dpo"), f"stage: dpo: {RL_WHY}"),
+    (("stage: sft", "stage: kto"), f"stage: kto: {RL_WHY}"),
     (("stage: sft", "stage: ppo"), f"stage: ppo: {RL_WHY}"),
     (("stage: sft", "stage: grpo"), "stage: 'grpo' is not one of: sft, pt, dpo, kto, ppo, rm"),
     (("finetuning_type: lora", "finetuning_type: oft"), "finetuning_type: oft: OFT's orthogonal adapters; the plan "
@@ -173,3 +173,13 @@ def test_corpus_plans_or_refuses_with_a_reason(path):
     except PlanError as exc:
         field, _, why = str(exc).partition(": ")
         assert field and len(why) > 20, str(exc)
+
+
+@pytest.mark.parametrize(("stage", "objective", "reference"), [("dpo", "preference", "adapters_disabled"),
+                                                                ("rm", "reward", None)])
+def test_dpo_and_rm_stages_read_as_post_training(stage, objective, reference):
+    """finetuning_args.py stage dpo (pref_loss sigmoid: DPO, the LoRA base as reference) and rm (a reward model)."""
+    text = (DATA / "qlora_qwen3.yaml").read_text().replace("stage: sft", f"stage: {stage}")
+    wl = plan_from_config(read(text), model={"preset": "qwen3-4b"}).workload
+    assert wl.objective == objective
+    assert (wl.preference.reference if objective == "preference" else None) == reference

@@ -23,9 +23,14 @@ from planner.formats.hf_trainer import ALL_LINEAR, MODULES, Args
 from planner.formats.reading import Reading, as_bool, as_int, as_number, as_text, choice, mapping, quiet_mapping
 
 FRAMEWORK = "hf_trainer"
-RL_WHY = "preference/RL training is not a workload the plan describes yet (issue 33)"
-# finetuning_args.py FinetuningArguments.stage: sft and pt train one model on next-token loss
-STAGES = {"sft": "sft", "pt": "pt", **dict.fromkeys(("dpo", "kto", "ppo", "rm"), "rl")}
+RL_WHY = "unpaired preference (KTO) and RL (PPO) training are not workloads the plan describes yet (issue 33)"
+# finetuning_args.py FinetuningArguments.stage: sft and pt train one model on next-token loss; dpo a pairwise
+# preference loss (workload.objective preference), rm a reward model (objective reward)
+STAGES = {"sft": "sft", "pt": "pt", "dpo": "dpo", "kto": "rl", "ppo": "rl", "rm": "rm"}
+# finetuning_args.py pref_loss (default sigmoid) → workload.preference.loss_type; the reference follows the plan's
+# default as LLaMA-Factory's does (train/dpo/workflow.py: no ref model for lora, the adapters disabled; orpo and
+# simpo use none: trainer.py `use_ref_model = pref_loss not in ["orpo", "simpo"]`)
+PREF_LOSSES = {"sigmoid": "dpo", "ipo": "ipo", "simpo": "simpo", "orpo": "orpo"}
 # finetuning_args.py: finetuning_type defaults to "lora"; lora_rank 8, lora_dropout 0.0, lora_target "all",
 # lora_alpha None (lora_rank × 2 in __post_init__)
 DEFAULT_TYPE, DEFAULT_RANK, DEFAULT_DROPOUT = "lora", 8, 0.0
@@ -103,6 +108,11 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
           "workload.task", task)
     if bits is not None:
         _quantization(cfg, r, as_int("quantization_bit", bits))
+    if stage in ("dpo", "rm"):
+        r.set("stage", "workload.objective", "preference" if stage == "dpo" else "reward")
+    if stage == "dpo":
+        r.set("pref_loss" if "pref_loss" in cfg else "pref_loss (absent: the default sigmoid)",
+              "workload.preference.loss_type", choice("pref_loss", cfg.get("pref_loss", "sigmoid"), PREF_LOSSES))
     return task
 
 

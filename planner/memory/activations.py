@@ -313,4 +313,4 @@ def causal_mask_bytes(ctx: StageContext) -> int:
     wl = ctx.plan.workload
     if ctx.plan.techniques.attention != "eager":
         return 0
-    return wl.micro_batch_size * wl.sequence_length ** 2 * (4 if ctx.autocast else ctx.bc) // ctx.plan.parallelism.context
+    return wl.sequences_per_forward * wl.sequence_length ** 2 * (4 if ctx.autocast else ctx.bc) // ctx.plan.parallelism.context

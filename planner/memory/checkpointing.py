@@ -69,7 +69,7 @@ def kept_key(ctx: StageContext) -> tuple:
     plan = ctx.plan
     tech, wl = plan.techniques, plan.workload
     return (ctx.layout, ctx.index, plan.precision, ctx.autocast, tech.activation_checkpointing, tech.checkpoint_every,
-            tech.attention, tech.compiled_blocks, tech.moe_capacity_factor, wl.micro_batch_size, wl.sequence_length,
+            tech.attention, tech.compiled_blocks, tech.moe_capacity_factor, wl.sequences_per_forward, wl.sequence_length,
             plan.parallelism.context, ctx.seq_div)
 
 

@@ -60,6 +60,10 @@ class Layout:
     largest: tuple[int, int]  # (dense, MoE) layers of the stage with the most layer parameters
     # hybrid models, each stage layer by layer on one rank: (layer parameters, of which norms, largest layer)
     patterns: tuple[tuple[int, int, int], ...]
+    # a reward model (AutoModelForSequenceClassification): a score head of h × 1 replaces the vocabulary head
+    # (huggingface/transformers LlamaForSequenceClassification: `self.score = nn.Linear(h, num_labels, bias=False)`,
+    # no lm_head; TRL RewardTrainer loads it with num_labels=1, huggingface/trl@f2cd577 trl/trainer/reward_trainer.py)
+    score_head: bool = False
     stages: tuple[StageParams, ...] = ()  # the parameters each stage's GPUs hold
 
 
@@ -67,12 +71,14 @@ def layout(plan: Plan) -> Layout:
     """The plan's model cut over its ranks (one cached object per cut)."""
     par, wl = plan.parallelism, plan.workload
     return _layout(plan.model, par.tensor, par.expert, par.pipeline, chunks_of(plan),
-                   wl.lora if wl.task in ("lora", "qlora") else None)
+                   wl.lora if wl.task in ("lora", "qlora") else None, wl.objective == "reward")
 
 
-# keyed by (model, tensor, expert, pipeline, chunks, adapters), all a cut reads: a search tries a few dozen cuts
+# keyed by (model, tensor, expert, pipeline, chunks, adapters, score head), all a cut reads: a search tries a few
+# dozen cuts
 @lru_cache(maxsize=256)
-def _layout(m: Model, tensor: int, expert: int, p: int, chunks: tuple[int, ...], lora: Lora | None) -> Layout:
+def _layout(m: Model, tensor: int, expert: int, p: int, chunks: tuple[int, ...], lora: Lora | None,
+            score_head: bool = False) -> Layout:
     layers = tuple(_stage_layers(m, chunks, p, s) for s in range(p))
     unsplit = param_counts(m, tensor)  # the experts unsplit: which stage holds the most layer parameters
     counts = param_counts(m, tensor, expert)
@@ -82,7 +88,8 @@ def _layout(m: Model, tensor: int, expert: int, p: int, chunks: tuple[int, ...],
                   shapes=MappingProxyType(projection_shapes(m, tensor)), pipeline=p, chunks=chunks,
                   split=tuple(sum(chunks[i::p]) for i in range(p)), indices=indices, layers=layers,
                   largest=max(layers, key=lambda s: _stage_weight(s, unsplit.layer, unsplit.moe_layer)),
-                  patterns=tuple(_pattern_params(counts, i) for i in indices) if m.layer_pattern else ())
+                  patterns=tuple(_pattern_params(counts, i) for i in indices) if m.layer_pattern else (),
+                  score_head=score_head)
     return replace(base, stages=tuple(_stage_params(base, s) for s in range(p)))
 
 
@@ -202,6 +209,10 @@ def _stage_params(lay: Layout, stage: int) -> StageParams:
     # the output head: its own table when untied; with tied embeddings and pipeline > 1 the last stage keeps a
     # copy of the embedding (Megatron), with pipeline = 1 it is the embedding itself
     head_params = table if last and (not m.tie_embeddings or p > 1) else 0
+    if lay.score_head:  # the h × 1 score head, its own weight (never tied), in place of the vocabulary head
+        table_head = head_params = m.hidden_size if last else 0
+    else:
+        table_head = table if last else 0
     layer_units = [(counts.layer, True, dense), (counts.moe_layer, True, moe)]
     if m.layer_pattern:  # hybrid: each layer's own mixer; its mixers' vectors count as linear (a few per mil)
         layer_params, norms, biggest = lay.patterns[stage]
@@ -217,10 +228,10 @@ def _stage_params(lay: Layout, stage: int) -> StageParams:
              if u and n]
     pair, pair_layers = _gathered_pair(units)
     rows, largest = _rows_and_largest(lay, dense, moe)
-    return StageParams(total=total, experts=moe * counts.experts, matmul=linear + (table if last else 0),
+    return StageParams(total=total, experts=moe * counts.experts, matmul=linear + table_head,
                        dense_layers=dense, moe_layers=moe, layer=biggest,
                        largest_unit=max(u for u, _, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
-                       embedding=embedding, head=table if last else 0, head_own=head_params, linear=linear,
+                       embedding=embedding, head=table_head, head_own=head_params, linear=linear,
                        linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(lay, stage, dense, moe))
 
 
@@ -332,6 +343,7 @@ def stage_context(plan: Plan, lay: Layout, index: int, detail: bool) -> StageCon
                         layers=lay.split[index], layout=lay, sp=lay.stages[index],
                         bc=nbytes(plan.precision.activation_dtype), autocast=autocast(plan),
                         lora=wl.task in ("lora", "qlora"), accum=plan.micro_batches_per_step,
-                        in_flight=in_flight(plan, index), tokens=wl.micro_batch_size * wl.sequence_length // par.context,
+                        in_flight=in_flight(plan, index),
+                        tokens=wl.sequences_per_forward * wl.sequence_length // par.context,
                         seq_div=par.tensor if par.sequence_parallel else 1, shard=shard, edp=shard // par.expert,
                         shard_note=note, unsharded_grads=unsharded_grads, unsharded_from=unsharded_from)

@@ -62,7 +62,7 @@ def _symmetric_workspace(plan: Plan, detail: bool) -> Item:
     get_symm_mem_workspace, _pipelined_produce_and_all2all); allocated through CUDA virtual memory, outside
     PyTorch's caching allocator."""
     wl, t = plan.workload, plan.parallelism.tensor
-    rows = -(-wl.micro_batch_size * wl.sequence_length // plan.parallelism.context // t)
+    rows = -(-wl.sequences_per_forward * wl.sequence_length // plan.parallelism.context // t)
     b = nbytes(plan.precision.activation_dtype)
     h = plan.model.hidden_size
     term = Product((Factor(2), Factor(rows), Factor(h), Factor(b)), prefix=f"2 × T/t × h × {b} B = ")

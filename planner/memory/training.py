@@ -11,6 +11,7 @@ from planner.memory import checkpointing, techniques
 from planner.memory.layout import Layout, StageContext, layout, stage_context
 from planner.memory.losses import Loss, loss
 from planner.memory.optimizers import Optimizer, optimizer, trainable
+from planner.memory.preference import reference_forward, reference_weights
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
 from planner.memory.runtime import allocator_reserve, held_bytes, reserve_formula, runtime_items, within_device
 from planner.memory.states import States, flat_elements, model_states
@@ -34,7 +35,8 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     sp, plan = ctx.sp, ctx.plan
     sv = checkpointing.saved(ctx)
     grads_held = st.grads if ctx.accum > 1 else _first_grads(ctx.detail)
-    held = (*st.static, grads_held, sv.forward)
+    static = (*st.static, reference_weights(ctx))
+    held = (*static, grads_held, sv.forward)
     tx = techniques.transients(ctx, sv.kept)
     # FSDP under pipelining keeps the stage's units gathered from a moment on, in place of the per-unit gather:
     # `gather` when backward ends, `early` until then (resharded after each forward unless kept from forward)
@@ -43,10 +45,15 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     early = per_unit if ctx.unsharded_from == "backward" else gather
     copy = techniques.reduce_scatter_copy(ctx, nbytes(plan.precision.gradients), total)  # the bucket's dtype
     fresh = partial(techniques.fresh_gradients, ctx, st.grad_dtype_bytes, opt.temp, total)
-    lo = loss(ctx) if ctx.last else None
+    # a reward model's score head makes one number per sequence: no vocabulary logits, no loss over them
+    lo = loss(ctx) if ctx.last and not ctx.layout.score_head else None
+    logits = item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None
     phases = [phase("forward", "end of forward: everything saved for backward is live", *held, sv.casts, early,
-                    tx.dequant, tx.fp8, tx.dora,
-                    item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None)]
+                    tx.dequant, tx.fp8, tx.dora, logits)]
+    ref = reference_forward(ctx, sv.kept)
+    if ref:
+        phases.append(phase("reference forward", "the frozen reference's no-grad forward while the policy's graph "
+                            "is held", *held, sv.casts, early, tx.dequant, logits, ref))
     if lo:
         # Liger's fused loss runs the head inside its forward: no head matmul saved for backward
         phases += _last_stage_phases(ctx, lo, held, sv.head_casts if lo.head_grad else sv.casts_bwd, early, fresh)
@@ -57,14 +64,14 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
                         *held, sv.casts_bwd, early, copy, *tx.work,
                         fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
     phases.append(phase("backward of the first layer", "the last layer backward reaches: gradients nearly all produced",
-                        *st.static, st.grads, sv.rest, sv.rest_casts, gather, copy, *tx.work,
+                        *static, st.grads, sv.rest, sv.rest_casts, gather, copy, *tx.work,
                         fresh(layer_unit, counted=True, largest=sp.largest_matrix)))
     if ctx.first and not ctx.lora:  # a frozen embedding has no backward
         tied = plan.model.tie_embeddings and plan.parallelism.pipeline == 1
-        phases.append(phase("embedding backward", "dense gradient of the embedding table", *st.static, st.grads,
+        phases.append(phase("embedding backward", "dense gradient of the embedding table", *static, st.grads,
                             sv.freed, gather, copy, fresh(sp.embedding, counted=not tied)))
     if not plan.techniques.optimizer_in_backward:  # optimizer in backward has no separate step
-        phases.append(phase("optimizer step", "activations freed; the optimizer updates the weights", *st.static,
+        phases.append(phase("optimizer step", "activations freed; the optimizer updates the weights", *static,
                             st.step_grads, techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total)))
     return phases, sv.host
 

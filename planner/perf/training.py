@@ -76,14 +76,14 @@ def _work(plan: Plan) -> _Work:
     casts), the precision, the micro-batch's tokens and their split, and the attention, compile and loss settings
     (the same for every GPU type, count, ZeRO stage and recomputation a search tries)."""
     par, tech, wl, lay = plan.parallelism, plan.techniques, plan.workload, layout(plan)
-    key = (lay, plan.framework, plan.precision, tech.attention, tech.compiled_blocks, tech.loss, wl.micro_batch_size,
+    key = (lay, plan.framework, plan.precision, tech.attention, tech.compiled_blocks, tech.loss, wl.sequences_per_forward,
            wl.sequence_length, par.context, par.sequence_parallel)
     return remembered(_WORK, key, partial(_work_of, plan, lay))
 
 
 def _work_of(plan: Plan, lay: Layout) -> _Work:
     m, par, wl = plan.model, plan.parallelism, plan.workload
-    tokens = wl.micro_batch_size * wl.sequence_length / par.context
+    tokens = wl.sequences_per_forward * wl.sequence_length / par.context
     keys = keys_per_query(plan, wl.sequence_length)
     dense, moe = lay.largest
     works = [(n, layer_work(plan, tokens, keys, is_moe)) for n, is_moe in ((dense, False), (moe, True)) if n]
@@ -93,13 +93,14 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
                  op_sac_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.op_sac_gemms),
                  tp_sides=tuple(tuple(g._replace(count=n * g.count) for n, w in works for g in w.tp_sides[side])
                                 for side in range(len(TP_SIDES))),
-                 other_gemms=(Gemm(1, tokens, m.hidden_size, vocab, matmul_elem(plan)),
+                 # a reward model's score head (h × 1) replaces the vocabulary head (planner/memory/layout.py)
+                 other_gemms=(Gemm(1, tokens, m.hidden_size, 1 if lay.score_head else vocab, matmul_elem(plan)),
                               *_adapter_gemms(plan, lay, tokens, dense + moe)),
                  attention_flops=sum(n * w.attention_flops for n, w in works),
                  attention_work=sum(n * w.attention_work for n, w in works),
                  elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
                  fp8_cast_bytes=tuple(sum(n * w.fp8_cast_bytes[i] for n, w in works) for i in range(3)),
-                 loss_bytes=tokens * vocab * LOSS_BYTES[plan.techniques.loss],
+                 loss_bytes=0 if lay.score_head else tokens * vocab * LOSS_BYTES[plan.techniques.loss],
                  dequant_bytes=_dequant_bytes(plan, lay, dense + moe), frozen=wl.task in ADAPTER_TASKS,
                  dense_layers=dense, moe_layers=moe, params=params, trainable=trainable)
 
@@ -207,7 +208,7 @@ def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe
     """Tensor-, context-, expert- and pipeline-parallel communication of the step's `steps` micro-batches."""
     m, par, wl = plan.model, plan.parallelism, plan.workload
     g = _groups(par)
-    tokens = wl.micro_batch_size * wl.sequence_length / par.context
+    tokens = wl.sequences_per_forward * wl.sequence_length / par.context
     act = tokens * m.hidden_size * nbytes(plan.precision.activation_dtype)
     passes = 3 if plan.techniques.activation_checkpointing == "full" else 2  # forward, backward (+ recomputation)
     items = []
@@ -372,11 +373,24 @@ def _compute_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int) -> list[Ti
                       hidden_s=0.0, formula=f"{steps} × ({mb.forward_memory:.4g} s + {mb.backward_memory:.4g} s) "
                                             f"at {r.hbm_bytes / 1e12:.2f} TB/s",
                       note="bytes moved by the elementwise ops (fused by torch.compile where it is on)")]
+    if _reference_forward(plan):
+        # the frozen reference's forward over the same chosen and rejected sequences, no backward
+        # (huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py _compute_loss: `with torch.no_grad(): ref_model(...)`)
+        items.append(TimeItem(name="reference_forward", label="Reference forward", kind="compute",
+                              seconds=steps * (mb.forward_compute + mb.forward_memory), hidden_s=0.0,
+                              formula=f"{steps} × ({mb.forward_compute:.4g} s + {mb.forward_memory:.4g} s) forward only",
+                              note="the reference model's no-grad forward over the policy's 2 × micro-batch sequences"))
     if mb.recompute:
         items.append(TimeItem(name="recompute", label="Recomputation", kind="compute", seconds=steps * mb.recompute,
                               hidden_s=0.0, formula=f"{steps} × {mb.recompute:.4g} s",
                               note=_recompute_note(plan)))
     return items
+
+
+def _reference_forward(plan: Plan) -> bool:
+    """A reference forward runs in each step (a separate reference, or the policy's base with adapters off)."""
+    wl = plan.workload
+    return wl.objective == "preference" and wl.preference.reference in ("separate", "adapters_disabled")
 
 
 def _recompute_note(plan: Plan) -> str:
@@ -415,7 +429,9 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     items += [i for i in extra if i is not None]
     wl = plan.workload
     peak, note = mfu_reference(r)
-    return step_of(items, tokens=wl.global_batch_size * wl.sequence_length, gpus=plan.hardware.count,
+    # a pair's chosen and rejected sequences are both trained on (Workload.sequences_per_forward)
+    pairs = wl.sequences_per_forward // wl.micro_batch_size
+    return step_of(items, tokens=wl.global_batch_size * pairs * wl.sequence_length, gpus=plan.hardware.count,
                    model_flops_per_token=model_flops_per_token(plan), peak_flops=peak, efficiency_note=note)
 
 

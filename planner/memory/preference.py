@@ -1,0 +1,66 @@
+"""Pairwise preference training (DPO and its family, workload.objective preference): the frozen reference model's
+weights and its no-grad forward, beside the policy's step. The policy's own terms (states, activations, logits)
+are the training step's at 2 × micro_batch_size sequences (Workload.sequences_per_forward): TRL's collator puts
+the chosen and the rejected completions of each pair in one batch (huggingface/trl@f2cd577
+trl/trainer/dpo_trainer.py DataCollatorForPreference, `prompts * 2` and `torch.cat` of chosen and rejected), and
+_compute_loss runs one forward of the policy over it."""
+
+from __future__ import annotations
+
+from planner.dtypes import QUANTIZED, quantized_bytes
+from planner.memory.checkpointing import Kept
+from planner.memory.layout import StageContext
+from planner.memory.result import Item
+from planner.memory.terms import Described, Factor, Product, Sum, item
+
+
+def reference_weights(ctx: StageContext) -> Item | None:
+    """A separate reference model's weights (workload.preference.reference separate), frozen, in the plan's
+    frozen-weights dtype: TRL builds it from the policy's model_init_kwargs, quantization_config included
+    (trl@f2cd577 dpo_trainer.py DPOTrainer.__init__ `create_model_from_path(ref_model_path,
+    **ref_model_init_kwargs)`), so a QLoRA plan's reference is NF4 too; projections in that dtype with their
+    scales, embeddings, norms and the head in the compute dtype (as the frozen base of lora/qlora). Under ZeRO-3 /
+    FSDP it is sharded like the policy, else every rank holds all of it (trl@f2cd577 trl/models/utils.py
+    prepare_deepspeed: "If ZeRO-3 is used, we shard both the active and reference model", other stages run it
+    at stage 0; prepare_fsdp wraps it with the policy's FSDP plugin). None without a separate reference
+    (adapters_disabled: the policy's base with its adapters off; precomputed: log-probs computed before training;
+    none: a reference-free loss)."""
+    wl = ctx.plan.workload
+    if wl.objective != "preference" or wl.preference.reference != "separate":
+        return None
+    sp, prec = ctx.sp, ctx.plan.precision
+    wdt = prec.weights
+    projections = Described(quantized_bytes(sp.linear, wdt, rows=sp.linear_rows, group_size=prec.quant_group_size,
+                                            double_quant=prec.double_quant),
+                            "{:,} projection params in {}" + (" + scales" if wdt in QUANTIZED else ""), (sp.linear, wdt))
+    whole = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(ctx.bc, "B")))))
+    zero3 = ctx.plan.parallelism.zero_stage == 3
+    return item("reference_weights", "Reference model (frozen)",
+                ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3),
+                "A frozen copy of the starting model, no gradients or optimizer states; "
+                + ("sharded with the policy (TRL prepare_deepspeed / prepare_fsdp)" if zero3 else
+                   "every rank holds all of it (TRL runs it at ZeRO stage 0 unless the policy is at 3)"), ctx.detail)
+
+
+def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
+    """The reference's forward under torch.no_grad, run after the policy's forward while the policy's graph and
+    logits are held (trl@f2cd577 dpo_trainer.py _compute_loss: `outputs = model(...)`, then
+    `with torch.no_grad(): ref_outputs = self.ref_model(...)` or the PEFT model under `use_adapter(...)` with its
+    adapters disabled): a no-grad layer frees its intermediates as it goes, so at most one layer's activations
+    exist (bounded by what the largest layer saves with grad), then the reference's logits over the 2B sequences
+    in the compute dtype and selective_log_softmax's one row of log-softmax at a time (trl@f2cd577
+    trl/trainer/utils.py selective_log_softmax: "loop to reduce peak mem consumption", one sequence's S × V per
+    iteration). None without a reference forward during training (precomputed or none)."""
+    wl = ctx.plan.workload
+    if wl.objective != "preference" or wl.preference.reference not in ("separate", "adapters_disabled"):
+        return None
+    vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
+    row = ctx.tokens // wl.sequences_per_forward  # one sequence's tokens on this GPU
+    term = Described(kept.full_layer + (ctx.tokens + row) * vocab * ctx.bc,
+                     "one layer's activations {:,} + (T + one sequence's {:,}) × V × {} (reference logits and one row's "
+                     "log-softmax) = {:,} + ({:,} + {:,}) × {:,} × {}",
+                     (kept.full_layer, row, ctx.bc, kept.full_layer, ctx.tokens, row, vocab, ctx.bc))
+    return item("reference_forward", "Reference forward (no grad)", term,
+                "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is "
+                "held", ctx.detail)
+

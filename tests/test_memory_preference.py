@@ -1,0 +1,140 @@
+"""Preference (DPO family) and reward plans, worked by hand on TINY (conftest: 2 layers, h 64, I 128, V 1,000,
+202,048 parameters of which the untied output head is V·h = 64,000), plus invariants over generated plans."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import TINY
+from planner.catalog import load_catalog
+from planner.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
+from planner.errors import PlanError
+from planner.memory import estimate
+from planner.perf import step_time
+
+P, V, H = 202_048, 1_000, 64
+PURE = {"compute": "bf16", "master_weights": "none"}
+LAYER = 128 * 2_448  # one layer's activations at T = 128: norms 16h + attention 400 + MLP 1,024 per token
+
+
+def tiny(task="finetune", objective="next_token", mb=2, preference=None, **sections):
+    wl = {"task": task, "sequence_length": 32, "micro_batch_size": mb, "objective": objective}
+    if preference:
+        wl["preference"] = preference
+    return plan_from_dict({"model": TINY, "workload": wl, "precision": PURE, **sections})
+
+
+def items(est):
+    return {i.name: i.bytes for i in est.items}
+
+
+def phase_items(est, name):
+    return {i.name: i.bytes for i in next(ph for ph in est.stages[0].phases if ph.name == name).items}
+
+
+def test_dpo_full_finetune_items_by_hand():
+    """Micro-batch 2 of 32 tokens: 2 × 2 sequences (chosen + rejected) = T 128 tokens through the policy."""
+    est = estimate(tiny(objective="preference"))
+    ref = phase_items(est, "reference forward")
+    assert ref["weights"] == P * 2 and ref["optimizer_states"] == P * 2 * 2
+    assert ref["reference_weights"] == P * 2  # a bf16 copy of every parameter, unsharded (ZeRO 0)
+    assert ref["activations"] == 2 * LAYER + 128 * 8 * H  # 2 layers + the final norm's fp32 input and output
+    assert ref["logits_loss"] == 128 * V * (2 + 4 + 4)  # the cross-entropy terms at T = 128
+    assert ref["reference_forward"] == LAYER + (128 + 32) * V * 2  # one layer + logits + one row's log-softmax
+
+
+def test_dpo_policy_terms_are_sft_at_twice_the_micro_batch():
+    dpo, sft = items(estimate(tiny(objective="preference"))), items(estimate(tiny(mb=4)))
+    assert dpo["activations"] == sft["activations"]
+
+
+def test_reward_model_has_a_score_head_and_no_logits():
+    est = estimate(tiny(objective="reward"))
+    got = items(est)
+    assert got["weights"] == (P - V * H + H) * 2  # the vocabulary head replaced by h × 1
+    assert "logits_loss" not in got
+    assert all("logits_loss" not in {i.name for i in ph.items} for ph in est.stages[0].phases)
+
+
+@pytest.mark.parametrize(("task", "preference", "reference"), [
+    ("finetune", None, "separate"), ("lora", None, "adapters_disabled"), ("qlora", None, "adapters_disabled"),
+    ("lora", {"loss_type": "simpo"}, "none"), ("finetune", {"loss_type": "orpo"}, "none"),
+    ("finetune", {"reference": "precomputed"}, "precomputed")])
+def test_the_reference_defaults_follow_loss_and_task(task, preference, reference):
+    assert tiny(task, "preference", preference=preference).workload.preference.reference == reference
+
+
+def test_no_reference_bytes_or_forward_without_a_separate_reference():
+    for plan in (tiny("lora", "preference"), tiny(objective="preference", preference={"reference": "precomputed"})):
+        names = {i.name for ph in estimate(plan).stages[0].phases for i in ph.items}
+        assert "reference_weights" not in names
+    assert "reference forward" in [ph.name for ph in estimate(tiny("lora", "preference")).stages[0].phases]
+
+
+def test_reference_is_sharded_under_zero3():
+    est = estimate(tiny(objective="preference", parallelism={"data": 2, "zero_stage": 3}))
+    assert phase_items(est, "reference forward")["reference_weights"] == P * 2 // 2
+
+
+@pytest.mark.parametrize(("workload", "message"), [
+    ({"task": "pretrain", "objective": "preference"},
+     "workload.objective: 'preference' post-trains a pretrained model: workload.task must be finetune, lora or "
+     "qlora, not pretrain"),
+    ({"task": "finetune", "objective": "preference", "preference": {"reference": "adapters_disabled"}},
+     "workload.preference.reference: 'adapters_disabled' needs adapters to disable (workload.task lora or qlora, "
+     "not finetune)"),
+    ({"task": "lora", "objective": "preference", "preference": {"loss_type": "simpo", "reference": "separate"}},
+     "workload.preference.reference: 'separate' must be none: the simpo loss uses no reference model"),
+    ({"task": "lora", "objective": "preference", "preference": {"reference": "none"}},
+     "workload.preference.reference: 'none' needs a reference for the dpo loss (separate, adapters_disabled or "
+     "precomputed)"),
+])
+def test_validation_messages(workload, message):
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": TINY, "workload": workload})
+    assert str(err.value) == message
+
+
+def test_preference_keys_need_the_preference_objective():
+    with pytest.raises(PlanError, match="applies to workload.objective preference"):
+        plan_from_dict({"model": TINY, "workload": {"task": "lora", "preference": {"loss_type": "ipo"}}})
+
+
+def test_pipeline_is_refused():
+    with pytest.raises(PlanError, match="is not modelled for workload.objective reward"):
+        tiny(objective="reward", parallelism={"pipeline": 2})
+
+
+@pytest.mark.parametrize("plan", [tiny("lora", "preference", preference={"loss_type": "ipo"}),
+                                  tiny(objective="reward"), tiny("qlora", "preference",
+                                                                 preference={"loss_type": "orpo"})])
+def test_round_trips(plan):
+    assert plan_from_yaml(plan_to_yaml(plan)) == plan
+    assert plan_from_query(plan_to_query(plan), {"model": TINY})[0] == plan
+
+
+def test_reference_forward_time_and_reward_head():
+    gpu = load_catalog()["h100-sxm-80gb"]
+    dpo = {i.name: i.seconds for i in step_time(tiny(objective="preference"), gpu).items}
+    pre = {i.name: i.seconds for i in step_time(tiny(objective="preference", preference={"reference": "precomputed"}),
+                                                 gpu).items}
+    assert dpo["reference_forward"] > 0 and "reference_forward" not in pre
+    assert dpo["compute"] == pre["compute"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(task=st.sampled_from(["finetune", "lora", "qlora"]), mb=st.integers(1, 4), zero=st.sampled_from([0, 3]),
+       loss=st.sampled_from(["dpo", "ipo"]))
+def test_invariants(task, mb, zero, loss):
+    par = {"data": 2, "zero_stage": zero}
+    plans = {ref: tiny(task, "preference", mb, {"loss_type": loss, "reference": ref}, parallelism=par)
+             for ref in ("separate", "precomputed")}
+    ests = {ref: estimate(p) for ref, p in plans.items()}
+    for est in ests.values():
+        for ph in est.stages[0].phases:  # items add up
+            assert ph.allocated_bytes == sum(i.bytes for i in ph.items if i.level == "allocated")
+    assert ests["precomputed"].peak_allocated_bytes <= ests["separate"].peak_allocated_bytes
+    sft = estimate(tiny(task, "next_token", mb, parallelism=par))
+    assert ests["precomputed"].peak_allocated_bytes >= sft.peak_allocated_bytes
+    reward = estimate(tiny(task, "reward", mb, parallelism=par))
+    assert all(i.name != "logits_loss" for ph in reward.stages[0].phases for i in ph.items)
