@@ -145,7 +145,8 @@ def test_unknown_keys_name_the_key_and_the_allowed_ones():
     with pytest.raises(PlanError) as err:
         plan(workload={"seq_len": 10})
     assert str(err.value) == ("workload.seq_len: unknown key; allowed keys are: global_batch_size, "
-                              "inference, lora, micro_batch_size, sequence_length, steps, task, train_tokens")
+                              "inference, lora, micro_batch_size, objective, preference, sequence_length, steps, task, "
+                              "train_tokens")
     with pytest.raises(PlanError, match=r"^hardwares: unknown key; allowed keys are: framework, framework_release, hardware, model, name, "):
         plan_from_dict({"model": TINY, "hardwares": {}})
 
