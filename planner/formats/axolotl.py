@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint, marked, training_defaults
 from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, mapping,
                                      quiet_mapping)
 from planner.plan import Plan
@@ -300,7 +300,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     _batch(cfg, r, gpus)
     rest = {key: value for key, value in cfg.items() if key != "base_model"}  # read: the preset or model_name
     r.sort_rest(rest, known=_TAKEN, ignored=IGNORED, unmodelled=UNMODELLED)
-    return r.imported()
+    return marked(r.imported(), training_defaults("Axolotl"))
 
 
 def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:

@@ -18,7 +18,8 @@ import yaml
 
 from planner.errors import PlanError, bad
 from planner.formats import accelerate
-from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, checkpoint, document
+from planner.formats.base import (Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, checkpoint, document,
+                                  marked, training_defaults)
 from planner.formats.reading import Reading, as_bool, as_int, as_number, choice, quiet_mapping
 from planner.formats.shell import environment, words
 from planner.plan import Plan
@@ -457,11 +458,12 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     doc = document(text)
     data = quiet_mapping(doc)
     if data:
-        return read_args(Args(values=data, dash="", gpus=gpus), led)
+        return marked(read_args(Args(values=data, dash="", gpus=gpus), led), training_defaults("TrainingArguments"))
     env, launcher, script = _split(doc.text)
     _environment(led, env)
     count = _launcher(led, launcher, gpus)
-    return read_args(Args(values=_flags(script), dash="--", gpus=count), led)
+    return marked(read_args(Args(values=_flags(script), dash="--", gpus=count), led),
+                  training_defaults("TrainingArguments"))
 
 
 # --- writing ------------------------------------------------------------------------------------------------------
