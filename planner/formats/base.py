@@ -111,11 +111,11 @@ def training_defaults(fmt: str, *, task: str = "", sequence: str = "") -> dict[s
     """What a training plan takes for the keys every plan needs (the task, the sequence length, the micro-batch)
     where a `fmt` config does not say them, with why: {plan key: (value, why)}; `task` and `sequence` replace the
     why of those two where the format has its own reason."""
-    return {"workload.task": (_WORKLOAD.task, task or f"a {fmt} config does not say what it trains: the plan's "
+    return {"workload.task": (_WORKLOAD.task, task or f"the {fmt} config does not say what it trains: the plan's "
                                                       f"default {_WORKLOAD.task}"),
-            "workload.sequence_length": (_WORKLOAD.sequence_length, sequence or f"a {fmt} config does not say the "
+            "workload.sequence_length": (_WORKLOAD.sequence_length, sequence or f"the {fmt} config does not say the "
                                          f"sequence length: the plan's default {_WORKLOAD.sequence_length}"),
-            "workload.micro_batch_size": (_WORKLOAD.micro_batch_size, f"a {fmt} config does not say the micro-batch: "
+            "workload.micro_batch_size": (_WORKLOAD.micro_batch_size, f"the {fmt} config does not say the micro-batch: "
                                           f"the plan's default {_WORKLOAD.micro_batch_size}")}
 
 
@@ -125,7 +125,7 @@ def serving_defaults(flag: str, engine: str) -> dict[str, tuple[Any, str]]:
     context = f"{flag} unset, {engine} takes the model's whole context: planned as the plan's default"
     return {"workload.inference.prompt_tokens": (_INFERENCE.prompt_tokens, f"{context} {_INFERENCE.prompt_tokens}"),
             "workload.inference.output_tokens": (_INFERENCE.output_tokens, f"{context} {_INFERENCE.output_tokens}"),
-            "workload.inference.batch_size": (_INFERENCE.batch_size, f"a {engine} command line does not say how many "
+            "workload.inference.batch_size": (_INFERENCE.batch_size, f"the {engine} command line does not say how many "
                                               f"requests run at once: the plan's default {_INFERENCE.batch_size}")}
 
 

@@ -191,7 +191,7 @@ def _dtype(led: Reading, args: Args, task: str) -> None:
     """dtype (torch_dtype before TRL 0.20): the dtype from_pretrained loads the parameters in. A full fine-tune then
     steps 16-bit parameters (no fp32 master); LoRA keeps the frozen base in it; 4-bit loading computes in it."""
     key = next((k for k in ("dtype", "torch_dtype") if args.has(k)), None)
-    if key is None:
+    if key is None or args.values[key] is None:  # a YAML null: from_pretrained's default, as when absent
         return
     if str(args.values[key]).lower() == "auto":
         led.note(args.name(key), "'auto' loads the checkpoint's own dtype (its config.json): give "

@@ -95,7 +95,7 @@ IGNORED = frozenset({
 ENGINE = Engine(name="sglang", framework="sglang", program=re.compile(r"sglang\.launch_server|\bsglang\s+serve\b"),
                 starts=(("-m", "sglang.launch_server"), ("sglang", "serve")), model_flags=("--model-path",),
                 flags=FLAGS, aliases=ALIASES, switches=SWITCHES, unmodelled=UNMODELLED, ignored=IGNORED,
-                model_key=name_weights)
+                model_key=name_weights, abbreviations=True)
 
 
 def detect(text: str | Document) -> bool:
