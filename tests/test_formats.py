@@ -7,7 +7,8 @@ import pytest
 
 from planner.errors import OverLimit, PlanError
 from planner.formats import FORMATS, detect, format_named, megatron, overlay, read_config, reading, torchtitan
-from planner.formats.base import get_key, preset_for, set_key
+from planner.formats.base import (Imported, KeyRead, get_key, marked, preset_for, serving_defaults, set_key,
+                                  training_defaults)
 
 
 @pytest.mark.parametrize("name, preset", [
@@ -127,3 +128,21 @@ def test_a_name_too_long_for_a_repo_is_no_preset():
     """The variant suffixes' regex is quadratic in a name's length: a 100 kB name is not tried."""
     assert preset_for("Llama-3.1-8B" + "-1234" * 20_000 + "x") is None
     assert preset_for("x" * 255) is None and preset_for("a/" * 300_000 + "Llama-3.1-8B") == "llama-3.1-8b"
+
+
+def test_marked_names_each_default_taken_and_leaves_the_plan_silent():
+    """A key the config sets stays as read; one it does not is read as its default, "(absent: why)"; the plan dict
+    stays silent on it, so a base plan laid under it keeps its own."""
+    from_config = Imported(format="x", plan={"workload": {"task": "lora"}},
+                           read=(KeyRead(source="adapter", plan_key="workload.task", value="lora"),))
+    out = marked(from_config, training_defaults("X"))
+    assert out.plan == from_config.plan
+    assert [(r.source, r.plan_key, r.value) for r in out.read] == [
+        ("adapter", "workload.task", "lora"),
+        ("(absent: the X config does not say the sequence length: the plan's default 4096)",
+         "workload.sequence_length", 4096),
+        ("(absent: the X config does not say the micro-batch: the plan's default 1)", "workload.micro_batch_size", 1)]
+    serving = marked(Imported(format="y", plan={}), serving_defaults("--len", "E"))
+    assert {r.plan_key: r.value for r in serving.read} == {
+        "workload.inference.prompt_tokens": 1024, "workload.inference.output_tokens": 256,
+        "workload.inference.batch_size": 1}

@@ -234,3 +234,40 @@ def test_a_deepspeed_file_name_is_read_in_linear_time():
     imported = read(text + "deepspeed: " + "zero0" * 20_000 + ".jsonx\n")
     assert "parallelism" not in imported.plan
     assert read(text + "deepspeed: ./configs/my_zero2-offload.json\n").plan["parallelism"] == {"zero_stage": 2}
+
+
+def test_nulls_read_as_absent():
+    """optimizer: null and gradient_checkpointing: null are Axolotl's None, its default: read as absent."""
+    r = read("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\noptimizer: null\ngradient_checkpointing: null\n")
+    reads = {(k.source, k.plan_key): k.value for k in r.read}
+    assert reads["optimizer (absent: the schema's adamw_torch_fused)", "precision.optimizer"] == "adamw"
+    assert reads["gradient_checkpointing (absent: false)", "techniques.activation_checkpointing"] == "none"
+    assert "optimizer: null (read as absent)" in r.ignored
+
+
+def test_lora_targets_by_module_path_and_the_mlp():
+    """A module path names its projection by its last part (routed experts' are not the dense MLP's);
+    lora_target_linear on a GeLU MLP (Falcon) has no gate."""
+    r = read("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_modules: [self_attn.q_proj, "
+             "mlp.down_proj, mlp.experts.down_proj]\n")
+    assert r.plan["workload"]["lora"]["targets"] == ["q", "down"]
+    assert any(n.startswith("lora_target_modules: 'mlp.experts.down_proj'") for n in r.unmodelled)
+    falcon = read("base_model: tiiuae/falcon-7b\nadapter: lora\nlora_target_linear: true\n")
+    assert falcon.plan["workload"]["lora"]["targets"] == ["q", "k", "v", "o", "up", "down"]
+    llama = read("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_linear: true\n")
+    assert llama.plan["workload"]["lora"]["targets"] == ["q", "k", "v", "o", "gate", "up", "down"]
+
+
+def test_expert_parallel_size():
+    """expert_parallel_size: experts over that many data ranks; without a GPU count, the fewest it runs on."""
+    text = "base_model: Qwen/Qwen3-30B-A3B\nexpert_parallel_size: 4\n"
+    alone, counted = read(text), read(text, gpus=8)
+    assert (alone.plan["parallelism"]["expert"], alone.plan["hardware"]["count"]) == (4, 4)
+    assert (counted.plan["parallelism"]["expert"], counted.plan["hardware"]["count"]) == (4, 8)
+    assert plan_from_dict(counted.plan).parallelism.data == 8
+
+
+def test_absent_micro_batch_is_named():
+    r = read("base_model: meta-llama/Llama-3.1-8B\n")
+    assert [k.source for k in r.read if k.plan_key == "workload.micro_batch_size"] == [
+        "(absent: the Axolotl config does not say the micro-batch: the plan's default 1)"]

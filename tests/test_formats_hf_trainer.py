@@ -273,3 +273,10 @@ def test_a_flag_of_many_values_is_read_in_linear_time():
     """Each value of a flag made a new list of all before it: 100,000 values, 5 billion copies."""
     imported = read("python train.py --per_device_train_batch_size 2 --report_to " + "x " * 100_000)
     assert imported.plan["workload"]["micro_batch_size"] == 2
+
+
+def test_null_dtype_is_from_pretrained_default():
+    """torch_dtype: null (alignment-handbook's DPO configs) is HfArgumentParser's None: as when absent."""
+    r = read("model_name_or_path: meta-llama/Llama-3.1-8B\ntorch_dtype: null\n")
+    assert "master_weights" not in r.plan.get("precision", {})
+    assert r.plan["workload"]["task"] == "finetune"

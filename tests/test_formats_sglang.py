@@ -17,9 +17,16 @@ def test_docs_commands():
     assert r.plan == {"framework": "sglang", "workload": {"task": "inference"},
                       "model": {"preset": "qwen3-next-80b-a3b"}, "parallelism": {"tensor": 4}}
     e = read((DATA / "qwen3-next-eagle.sh").read_text())
+    # --speculative-algo: argparse's abbreviation of --speculative-algorithm (allow_abbrev), read as it
     assert [u.split(":")[0] for u in e.unmodelled] == ["--speculative-num-steps", "--speculative-eagle-topk",
-                                                       "--speculative-num-draft-tokens"]
-    assert e.unknown == ("--speculative-algo",)  # argparse's abbreviation of --speculative-algorithm
+                                                       "--speculative-num-draft-tokens", "--speculative-algorithm"]
+    assert e.unknown == ()
+    cut = read("python -m sglang.launch_server --model-path x/y --mem-frac 0.7 --context-len 8192")
+    inference = cut.plan["workload"]["inference"]
+    assert (inference["gpu_memory_utilization"], inference["prompt_tokens"] + inference["output_tokens"]) == \
+        (0.7, 8192)
+    ambiguous = read("python -m sglang.launch_server --model-path x/y --speculative 3")
+    assert ambiguous.unknown == ("--speculative",)  # a prefix of several flags is none of them
 
 
 def test_flags():

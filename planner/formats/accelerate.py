@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, marked, training_defaults
 from planner.formats.reading import Reading, as_bool, as_int, as_mapping, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -290,7 +290,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
                 led.ignored.append(key)  # another distributed_type's options, or fp16 beside mixed_precision
         else:
             led.other(key, unmodelled=UNMODELLED, ignored=IGNORED)
-    return led.imported()
+    return marked(led.imported(), training_defaults("accelerate"))
 
 
 # --- writing ------------------------------------------------------------------------------------------------------

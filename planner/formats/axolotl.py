@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint, marked, training_defaults
 from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, mapping,
                                      quiet_mapping)
+from planner.models import presets
 from planner.plan import Plan
 
 # lora_target_modules names -> plan targets (HF module names of the Llama-style models)
@@ -130,15 +131,25 @@ def _lora(cfg: dict[str, Any], r: Reading) -> None:
         dora = as_bool("peft_use_dora", cfg["peft_use_dora"])
         r.set("peft_use_dora", "workload.lora.variant", "dora" if dora else "lora")
     modules = as_texts("lora_target_modules", cfg.get("lora_target_modules") or [])
-    targets = set(_ALL_LINEAR) if as_bool("lora_target_linear", cfg.get("lora_target_linear") or False) else set()
-    for module in modules:
-        if module in _TARGETS:
-            targets.add(_TARGETS[module])
+    linear = as_bool("lora_target_linear", cfg.get("lora_target_linear") or False)
+    targets = set(_linear_layers(r)) if linear else set()
+    for module in modules:  # a module's path ("self_attn.q_proj") names the projection by its last part
+        *path, last = module.split(".")
+        if last in _TARGETS and "experts" not in path:  # experts.*: an MoE's routed experts, not the dense MLP
+            targets.add(_TARGETS[last])
         else:
             r.unmodelled.append(f"lora_target_modules: {module!r} is no projection the plan's targets name")
     if targets:
-        r.set("lora_target_linear" if len(targets) == 7 and cfg.get("lora_target_linear") else "lora_target_modules",
+        r.set("lora_target_linear" if linear and targets == set(_linear_layers(r)) else "lora_target_modules",
               "workload.lora.targets", [t for t in _ALL_LINEAR if t in targets])
+
+
+def _linear_layers(r: Reading) -> list[str]:
+    """lora_target_linear's projections (peft all-linear: every linear layer of the blocks): a preset's GeLU or
+    squared-ReLU MLP has no gate projection."""
+    preset = r.plan.get("model", {}).get("preset")
+    gated = preset is None or presets()[preset].model.mlp == "swiglu"
+    return [t for t in _ALL_LINEAR if gated or t != "gate"]
 
 
 def _precision(cfg: dict[str, Any], r: Reading) -> None:
@@ -262,6 +273,7 @@ def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
     context = as_int("context_parallel_size", context)
     if context > 1:
         r.set("context_parallel_size", "parallelism.context", context)
+    _experts(cfg, r, gpus, context)
     if gpus is not None:
         if gpus % context:
             raise bad("context_parallel_size", context, f"must divide the GPU count ({gpus})")
@@ -274,6 +286,18 @@ def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
         r.set("max_steps", "workload.steps", as_int("max_steps", cfg["max_steps"]))
 
 
+def _experts(cfg: dict[str, Any], r: Reading, gpus: int | None, context: int) -> None:
+    """expert_parallel_size (the ExpertParallelPlugin's: routed experts sharded over that many of the data ranks);
+    without a GPU count, the fewest GPUs that run it (expert × context), said so."""
+    experts = as_int("expert_parallel_size", cfg.get("expert_parallel_size") or 1)
+    if experts == 1:
+        return
+    r.set("expert_parallel_size", "parallelism.expert", experts)
+    if gpus is None:
+        r.set("expert_parallel_size (absent a GPU count: the fewest GPUs it runs on)", "hardware.count",
+              experts * context)
+
+
 _TAKEN = frozenset({
     "base_model", "adapter", "load_in_4bit", "load_in_8bit", "bnb_config_kwargs", "lora_r", "lora_alpha",
     "lora_dropout", "peft_use_dora", "lora_target_modules", "lora_target_linear", "fp8", "fp16", "float16", "bf16",
@@ -281,13 +305,15 @@ _TAKEN = frozenset({
     "attn_implementation", *_LEGACY_ATTENTION, "torch_compile", "plugins", "liger_fused_linear_cross_entropy",
     "cut_cross_entropy", "fsdp", "fsdp_config", "fsdp_version", "deepspeed", "sequence_len", "sample_packing",
     "pad_to_sequence_len", "micro_batch_size", "gradient_accumulation_steps", "context_parallel_size",
-    "sequence_parallel_degree", "max_steps"})
+    "sequence_parallel_degree", "max_steps", "expert_parallel_size"})
 
 
 def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     """An Axolotl config read as a partial plan (see the module's docstring)."""
-    cfg = mapping(text)
     r = Reading(format="axolotl", plan={"framework": "axolotl"})
+    cfg = {key: value for key, value in mapping(text).items() if value is not None}
+    # a YAML null is the field's None, which Axolotl's schema and trainer builder take as unset: read as absent
+    r.ignored.extend(f"{key}: null (read as absent)" for key, value in mapping(text).items() if value is None)
     _model(cfg, r)
     if _task(cfg, r) != "finetune":
         _lora(cfg, r)
@@ -300,7 +326,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     _batch(cfg, r, gpus)
     rest = {key: value for key, value in cfg.items() if key != "base_model"}  # read: the preset or model_name
     r.sort_rest(rest, known=_TAKEN, ignored=IGNORED, unmodelled=UNMODELLED)
-    return r.imported()
+    return marked(r.imported(), training_defaults("Axolotl"))
 
 
 def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from planner.errors import OverLimit, PlanError
 from planner.loader import CONFIG, check_size
 from planner.models import presets
-from planner.plan import Plan
+from planner.plan import Inference, Plan, Workload
 
 Parsed = TypeVar("Parsed")
 
@@ -101,6 +101,41 @@ class Format:
     cannot_say: dict[str, str] = field(default_factory=dict)
     # read also takes files=, a function giving the text of a file the config names (None where there is none)
     reads_files: bool = False
+
+
+# the plan's own defaults, which a config that does not say a key gets (issue 31: each is named where taken)
+_WORKLOAD, _INFERENCE = Workload(), Inference()
+
+
+def training_defaults(fmt: str, *, task: str = "", sequence: str = "") -> dict[str, tuple[Any, str]]:
+    """What a training plan takes for the keys every plan needs (the task, the sequence length, the micro-batch)
+    where a `fmt` config does not say them, with why: {plan key: (value, why)}; `task` and `sequence` replace the
+    why of those two where the format has its own reason."""
+    return {"workload.task": (_WORKLOAD.task, task or f"the {fmt} config does not say what it trains: the plan's "
+                                                      f"default {_WORKLOAD.task}"),
+            "workload.sequence_length": (_WORKLOAD.sequence_length, sequence or f"the {fmt} config does not say the "
+                                         f"sequence length: the plan's default {_WORKLOAD.sequence_length}"),
+            "workload.micro_batch_size": (_WORKLOAD.micro_batch_size, f"the {fmt} config does not say the micro-batch: "
+                                          f"the plan's default {_WORKLOAD.micro_batch_size}")}
+
+
+def serving_defaults(flag: str, engine: str) -> dict[str, tuple[Any, str]]:
+    """What a serving plan takes where a server's command line does not say its context (`flag`: the engine then
+    takes the model's whole context) or how many requests run at once: {plan key: (value, why)}."""
+    context = f"{flag} unset, {engine} takes the model's whole context: planned as the plan's default"
+    return {"workload.inference.prompt_tokens": (_INFERENCE.prompt_tokens, f"{context} {_INFERENCE.prompt_tokens}"),
+            "workload.inference.output_tokens": (_INFERENCE.output_tokens, f"{context} {_INFERENCE.output_tokens}"),
+            "workload.inference.batch_size": (_INFERENCE.batch_size, f"the {engine} command line does not say how many "
+                                              f"requests run at once: the plan's default {_INFERENCE.batch_size}")}
+
+
+def marked(imported: Imported, defaults: Mapping[str, tuple[Any, str]]) -> Imported:
+    """The import with each key of `defaults` that the config does not set read as its default, "(absent: why)",
+    so that no value a plan needs comes from a default unnamed. The plan dict stays silent on it: laid over a base
+    plan (overlay), the base's value stands."""
+    reads = tuple(KeyRead(source=f"(absent: {why})", plan_key=key, value=value)
+                  for key, (value, why) in defaults.items() if get_key(imported.plan, key) is None)
+    return replace(imported, read=imported.read + reads)
 
 
 # why a config's framework_release reads back as the latest: no config names the release it runs under

@@ -96,6 +96,8 @@ class Engine:
     unmodelled: Mapping[str, str]  # flag → why it changes memory but no plan key says
     ignored: frozenset[str]  # flags that leave memory and step time alone
     underscores: bool = False  # flags may be spelt with underscores (vLLM's FlexibleArgumentParser)
+    # a flag may be cut to a prefix of one flag (argparse's allow_abbrev, on by default: SGLang's --mem-frac)
+    abbreviations: bool = False
     model_key: Callable[[str], tuple[tuple[str, Any], ...]] = field(default=lambda name: ())  # what a name says
 
 
@@ -156,7 +158,17 @@ def split_flags(args: list[str], engine: Engine) -> list[tuple[str, Any]]:
 def _canonical(name: str, engine: Engine) -> str:
     if engine.underscores and name.startswith("--"):
         name = "--" + name[2:].replace("_", "-")
-    return engine.aliases.get(name, name)
+    name = engine.aliases.get(name, name)
+    if engine.abbreviations and name.startswith("--") and name not in _known(engine):
+        whole = [flag for flag in _known(engine) if flag.startswith(name)]
+        return whole[0] if len(whole) == 1 else name  # argparse takes a prefix of one flag alone
+    return name
+
+
+def _known(engine: Engine) -> set[str]:
+    """Every flag the engine's tables name."""
+    return {*engine.flags, *engine.aliases.values(), *engine.switches, *engine.unmodelled, *engine.ignored,
+            *engine.model_flags}
 
 
 def _switches(engine: Engine) -> frozenset[str]:
@@ -166,8 +178,9 @@ def _switches(engine: Engine) -> frozenset[str]:
 def read_flags(pairs: list[tuple[str, Any]], env: list[str], engine: Engine, *, gpus: int | None,
                others: list[str] = ()) -> Imported:
     """Each flag read through the engine's table into a partial plan with the framework set."""
-    out = Reading(format=engine.name, plan={"framework": engine.framework, "workload": {"task": "inference"}},
+    out = Reading(format=engine.name, plan={"framework": engine.framework},
                   unknown=[f"line: {line[:80]}" for line in others])
+    out.set(f"{engine.name} (a server: it serves the model)", "workload.task", "inference")
     named = False
     for name, value in pairs:
         if name in engine.model_flags or (name == "" and not named):

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, document
+from planner.formats.base import (Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, document, marked,
+                                  training_defaults)
 from planner.formats.reading import Reading, as_bool, as_int, choice, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -389,7 +390,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
             SECTIONS[key](led, value)
         elif key not in BATCH_KEYS and key not in PRECISION_SECTIONS and key != "tensor_parallel":
             led.other(key, unmodelled=UNMODELLED, ignored=IGNORED)
-    return led.imported()
+    return marked(led.imported(), training_defaults("DeepSpeed"))
 
 
 # --- writing ------------------------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ import yaml
 
 from planner.errors import PlanError, bad
 from planner.formats import accelerate
-from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, checkpoint, document
+from planner.formats.base import (Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, checkpoint, document,
+                                  marked, training_defaults)
 from planner.formats.reading import Reading, as_bool, as_int, as_number, choice, quiet_mapping
 from planner.formats.shell import environment, words
 from planner.plan import Plan
@@ -190,7 +191,7 @@ def _dtype(led: Reading, args: Args, task: str) -> None:
     """dtype (torch_dtype before TRL 0.20): the dtype from_pretrained loads the parameters in. A full fine-tune then
     steps 16-bit parameters (no fp32 master); LoRA keeps the frozen base in it; 4-bit loading computes in it."""
     key = next((k for k in ("dtype", "torch_dtype") if args.has(k)), None)
-    if key is None:
+    if key is None or args.values[key] is None:  # a YAML null: from_pretrained's default, as when absent
         return
     if str(args.values[key]).lower() == "auto":
         led.note(args.name(key), "'auto' loads the checkpoint's own dtype (its config.json): give "
@@ -457,11 +458,12 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     doc = document(text)
     data = quiet_mapping(doc)
     if data:
-        return read_args(Args(values=data, dash="", gpus=gpus), led)
+        return marked(read_args(Args(values=data, dash="", gpus=gpus), led), training_defaults("TrainingArguments"))
     env, launcher, script = _split(doc.text)
     _environment(led, env)
     count = _launcher(led, launcher, gpus)
-    return read_args(Args(values=_flags(script), dash="--", gpus=count), led)
+    return marked(read_args(Args(values=_flags(script), dash="--", gpus=count), led),
+                  training_defaults("TrainingArguments"))
 
 
 # --- writing ------------------------------------------------------------------------------------------------------

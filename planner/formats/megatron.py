@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import OverLimit, bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, set_key
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, marked, set_key, training_defaults
 from planner.formats.reading import Reading, as_int, as_number, choice
 from planner.formats.shell import lines, words
 from planner.loader import CONFIG
@@ -407,7 +407,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     _rest(args, out)
     if model_name:
         out.model_name.append(model_name)
-    return out.imported()
+    return marked(out.imported(), training_defaults("Megatron-LM"))
 
 
 def _position_embedding(args: Args, out: Reading, incomplete: bool) -> None:

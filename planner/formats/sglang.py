@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document
+from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, marked, serving_defaults
 from planner.formats.cmdline import (SERVER_CANNOT_SAY, Engine, Flag, among, command_line, fraction, one, read_flags,
                                      split_flags, switch, write_command)
 from planner.formats.reading import as_int
@@ -95,7 +95,7 @@ IGNORED = frozenset({
 ENGINE = Engine(name="sglang", framework="sglang", program=re.compile(r"sglang\.launch_server|\bsglang\s+serve\b"),
                 starts=(("-m", "sglang.launch_server"), ("sglang", "serve")), model_flags=("--model-path",),
                 flags=FLAGS, aliases=ALIASES, switches=SWITCHES, unmodelled=UNMODELLED, ignored=IGNORED,
-                model_key=name_weights)
+                model_key=name_weights, abbreviations=True)
 
 
 def detect(text: str | Document) -> bool:
@@ -104,7 +104,8 @@ def detect(text: str | Document) -> bool:
 
 def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     env, args, others = command_line(document(text).text, ENGINE)
-    return read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others)
+    return marked(read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others),
+                  serving_defaults("--context-length", "SGLang"))
 
 
 def _precision_args(plan: Plan) -> list[tuple[str, object]]:

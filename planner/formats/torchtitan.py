@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import PlanError, bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, get_key, preset_for, set_key
+from planner.formats.base import (Document, Format, Imported, RELEASE_WHY, document, get_key, marked, preset_for,
+                                  set_key, training_defaults)
 from planner.formats.reading import Reading, as_bool, as_int, as_text, as_texts, choice
 from planner.formats.shell import environment, words
 from planner.formats.torchtitan_registry import Models, Registry, entry_keys, registry
@@ -93,6 +94,9 @@ COMPILE_SCOPES = {frozenset({"model"}): "blocks", frozenset({"loss"}): "loss",
                   frozenset({"model", "loss"}): "blocks_and_loss"}
 WRITE_COMPILE = {"blocks": ["model"], "loss": ["loss"], "blocks_and_loss": ["model", "loss"]}
 
+# the task of a torchtitan config, which names none
+TASK_WHY = ("torchtitan trains every parameter of the model it builds: read as pretrain (a run from a checkpoint "
+            "holds the same memory)")
 # JobConfig's own defaults where they differ from the torchtitan recipe's (planner/data/frameworks.yaml leaves
 # them to the plan's defaults, micro_batch_size 1 and sequence_length 4096): Training.local_batch_size 8,
 # Training.seq_len 2048 (torchtitan/config/job_config.py at v0.2.2, 73a0e69); written where a config leaves them out
@@ -243,7 +247,7 @@ def read(text: str | Document, *, gpus: int | None = None, overrides: str = "", 
     _rest(config, out)
     if model_name:
         out.model_name.append(model_name)
-    return out.imported()
+    return marked(out.imported(), training_defaults("torchtitan", task=TASK_WHY))
 
 
 def _registry(text: str) -> Registry | None:

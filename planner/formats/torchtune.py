@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint, document
+from planner.formats.base import (Document, Format, Imported, RELEASE_WHY, checkpoint, document, marked,
+                                  training_defaults)
 from planner.formats.reading import Reading, as_bool, as_int, as_number, mapping, quiet_mapping
 from planner.plan import Plan
 
@@ -170,6 +171,11 @@ def _model(model: Any, r: Reading) -> None:
         r.set("model.lora_attn_modules + model.apply_lora_to_mlp", "workload.lora.targets", _targets(model, r))
     if not preset:
         r.model_name.append(component)
+
+
+# the sequence length of a config whose tokenizer sets no max_seq_len
+SEQUENCE_WHY = ("tokenizer.max_seq_len unset: torchtune truncates no sample, each batch is as long as its longest; "
+                "planned at the plan's default 4096")
 
 
 def _tokenizer(cfg: dict[str, Any], r: Reading) -> int | None:
@@ -361,7 +367,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     _loss(cfg, r)
     _batch(cfg, r, data)
     _sort(cfg, r, single, task)
-    return r.imported()
+    return marked(r.imported(), training_defaults("torchtune", sequence=SEQUENCE_WHY))
 
 
 def _sort(cfg: dict[str, Any], r: Reading, single: bool, task: str) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 
 from planner.errors import bad, short
-from planner.formats.base import Document, Format, Imported, KeyRead, RELEASE_WHY, checkpoint, document, set_key
+from planner.formats.base import (Document, Format, Imported, KeyRead, RELEASE_WHY, checkpoint, document, marked,
+                                  serving_defaults, set_key)
 from planner.formats.cmdline import (SERVER_CANNOT_SAY, Engine, Flag, among, command_line, fraction, one, read_flags,
                                      split_flags, switch, write_command)
 from planner.formats.reading import as_int, quiet_mapping
@@ -176,9 +177,10 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     doc = document(text)
     config = _yaml_config(doc) if not ENGINE.program.search(doc.text) else None
     if config is not None:
-        return read_mapping(config, gpus=gpus)
+        return marked(read_mapping(config, gpus=gpus), serving_defaults("max-model-len", "vLLM"))
     env, args, others = command_line(doc.text, ENGINE)
-    return _prefix_default(read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others))
+    return marked(_prefix_default(read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others)),
+                  serving_defaults("--max-model-len", "vLLM"))
 
 
 def _prefix_default(imported: Imported) -> Imported:
