@@ -145,6 +145,8 @@ def express(row: dict) -> tuple[dict | None, str]:
         if "linear mask" in row["attention_impl"].lower():  # torchao --linear_causal_mask
             workload["inference"]["mask_buffer"] = False
         precision.update(_served_weights(quant))
+        if "dynamic activation" in quant:  # torchao int8dq / float8dq: the matmuls run in int8 / float8
+            workload["inference"]["dynamic_activation_quant"] = True
     if task in ("lora", "qlora"):
         workload.update(task=task, lora=_lora(row["peft_config"]))
         if task == "qlora":

@@ -39,7 +39,7 @@ def quantized_bytes(params: int, dtype: str, *, rows: int, group_size: int | Non
     - fp8: 1 byte each + one fp32 scale per output row (per-channel scaling).
     - int8 (LLM.int8, bitsandbytes): 1 byte each + one fp32 scale per output row (row-wise absmax).
     - int4 (GPTQ/AWQ): 4 bits each + per group of `group_size` input columns an fp16 scale and a packed 4-bit
-      zero point.
+      zero point (torchao's own int4 layout: tinygemm_int4_bytes).
     - nf4 (bitsandbytes): 4 bits each + one fp32 absmax per block of `group_size`; with double quantization the
       absmax is stored in 8 bits with one fp32 scale per 256 absmax values (Dettmers et al. 2023, §2).
     `rows` is the number of output rows (for per-row scales).
@@ -56,3 +56,20 @@ def quantized_bytes(params: int, dtype: str, *, rows: int, group_size: int | Non
     if double_quant:
         return packed + groups + 4 * -(-groups // 256)
     return packed + 4 * groups
+
+
+# torchao's int4_weight_only (TensorCoreTiledLayout, the tinygemm kernel; torchao v0.8.0) pads each weight to
+# in_features a multiple of 1024 and out_features a multiple of 8 (dtypes/uintx/tensor_core_tiled_layout.py
+# pre_process: find_multiple(in, 1024), find_multiple(out, 8)), packs two 4-bit values a byte
+# (aten._convert_weight_to_int4pack) and keeps a scale and a zero point in the weight's 16-bit dtype per group
+# of each padded row (quantization/utils.py pack_tinygemm_scales_and_zeros: [in/group, out, 2]).
+TINYGEMM_IN_MULTIPLE = 1024
+TINYGEMM_OUT_MULTIPLE = 8
+
+
+def tinygemm_int4_bytes(in_features: int, out_features: int, group_size: int, scale_bytes: int) -> int:
+    """Bytes of one weight in torchao's int4 tinygemm layout: packed 4-bit values of the padded matrix, and a
+    scale and a zero point (`scale_bytes` each) per group of each padded row."""
+    i = -(-in_features // TINYGEMM_IN_MULTIPLE) * TINYGEMM_IN_MULTIPLE
+    o = -(-out_features // TINYGEMM_OUT_MULTIPLE) * TINYGEMM_OUT_MULTIPLE
+    return i * o // 2 + -(-i // group_size) * o * 2 * scale_bytes

@@ -133,6 +133,10 @@ class Inference:
     # every nn.Linear, the output head's included (torchao generate.py): the quantized weights sit in segments
     # the 16-bit ones and their temporaries were freed from (planner/memory/quantize_load.py)
     quantize_on_load: bool = False
+    # torchao's dynamic activation quantization (int8_dynamic_activation_int8_weight,
+    # float8_dynamic_activation_float8_weight): each token's activations are quantized and the matmul runs in the
+    # weights' format (torch._int_mm, torch._scaled_mm), so no 16-bit copy of a weight is ever made
+    dynamic_activation_quant: bool = False
     # vLLM --enable-prefix-caching: a hybrid model's request holds 2 state blocks per Mamba group (the "align"
     # mode of vLLM 0.20-0.30) instead of 1; attention-only models are not affected
     prefix_caching: bool = False
@@ -625,6 +629,10 @@ class Plan:
             raise bad("workload.inference.quantize_on_load", True,
                       f"applies to served {', '.join(TORCHAO_WEIGHTS)} weights (torchao quantize_); the plan has "
                       f"task {task}, weights {weights}")
+        if self.workload.inference.dynamic_activation_quant and not (
+                self.workload.inference.quantize_on_load and weights in ("int8", "fp8")):
+            raise bad("workload.inference.dynamic_activation_quant", True,
+                      "applies to int8 or fp8 weights torchao quantizes on load (workload.inference.quantize_on_load)")
         if weights != prec.weights:  # resolved already (a plan's replace): the same precision, not rebuilt
             object.__setattr__(self, "precision", replace(prec, weights=weights))
 

@@ -133,6 +133,7 @@ TUNES: dict[str, tuple[str, tuple[Any, ...]]] = {
     "precision.quant_group_size": ("precision.weights", tuple(DEFAULT_GROUP_SIZE)),
     "precision.double_quant": ("precision.weights", ("nf4",)),
     "workload.inference.quantize_on_load": ("precision.weights", TORCHAO_WEIGHTS),
+    "workload.inference.dynamic_activation_quant": ("workload.inference.quantize_on_load", (True,)),
     "precision.kv_cache": ("workload.task", ("inference",)),
     "precision.optimizer_impl": ("precision.optimizer", ("adamw",)),
     **{key: ("workload.task", TRAINING_TASKS) for key in (

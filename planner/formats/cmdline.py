@@ -47,7 +47,8 @@ SERVER_CANNOT_SAY = {
     **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
                      "workload.inference.expand_kv", "workload.inference.math_sdpa_decode"),
                     "a generate() loop's: a server pages its KV cache"),
-    "workload.inference.quantize_on_load": "torchao generate.py's: a server loads its checkpoint as it is stored",
+    **dict.fromkeys(("workload.inference.quantize_on_load", "workload.inference.dynamic_activation_quant"),
+                    "torchao generate.py's: a server loads its checkpoint as it is stored"),
     "parallelism.async_tp": "a training technique",
 }
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 
 from planner.catalog import Gpu
-from planner.dtypes import QUANTIZED, nbytes, quantized_bytes
+from planner.dtypes import DEFAULT_GROUP_SIZE, QUANTIZED, nbytes, quantized_bytes, tinygemm_int4_bytes
 from planner.frameworks import load_frameworks
 from planner.memory.layout import Layout, attention_layers, layout, layout_attention_layers, stage_split
 from planner.memory.quantize_load import held_beyond_live
@@ -157,9 +157,31 @@ def _stage_weight_bytes(lay: Layout, prec: Precision, head: bool, stage: int) ->
     linear, rows = linear + quantized, rows + quantized // m.hidden_size
     tables = (counts.embedding if stage == 0 else 0) + head_params - quantized + (counts.final_norm if last else 0)
     others = norms + tables
-    return (quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,
-                            double_quant=prec.double_quant) + others * nbytes(prec.activation_dtype), linear + others)
+    if head and prec.weights == "int4" and not (moe or m.layer_pattern):  # torchao's int4: the tinygemm layout
+        projections = _tinygemm_bytes(lay, prec, dense, quantized)
+    else:
+        projections = quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,
+                                      double_quant=prec.double_quant)
+    return projections + others * nbytes(prec.activation_dtype), linear + others
 
+
+def _tinygemm_bytes(lay: Layout, prec: Precision, layers: int, head_params: int) -> int:
+    """torchao int4_weight_only's bytes of `layers` dense layers' projections and of a quantized output head
+    (`head_params` of them), each weight padded and with its bf16 scales and zero points (tinygemm_int4_bytes)."""
+    group, bc = prec.quant_group_size or DEFAULT_GROUP_SIZE["int4"], nbytes(prec.activation_dtype)
+    h = lay.model.hidden_size
+    per_layer = sum(tinygemm_int4_bytes(i, o, group, bc) for i, o in lay.shapes.values())
+    return layers * per_layer + (tinygemm_int4_bytes(h, head_params // h, group, bc) if head_params else 0)
+
+
+# torchao's float8_weight_only at v0.8.0 runs an eager matmul as F.linear(x, weight.dequantize())
+# (dtypes/floatx/float8_layout.py _linear_fp_act_fp8_weight_impl); the dequantization without a zero point is
+# `dequant = input.to(output_dtype); dequant = dequant * scale` (quantization/quant_primitives.py
+# _dequantize_affine_no_dtype_check), so two 16-bit copies of the weight are alive at once. int8_weight_only
+# casts the weight once and scales the matmul's output instead (uintx/plain_layout.py
+# _linear_fp_act_int8_weight_impl). Compiled decode steps fuse the cast into the matmul (inductor decomposes a
+# one-row mm into a pointwise product and a sum under coordinate_descent_tuning, which generate.py sets).
+TORCHAO_FP8_DEQUANT_COPIES = 2
 
 @dataclass(frozen=True, kw_only=True)
 class _Forward:
@@ -215,11 +237,15 @@ def _forward(plan: Plan, gpu: Gpu) -> _Forward:
     attn_peak = max(attn_peak, prefill_peak(plan, chunk, bc))  # hybrid models: the mixers' larger moment
     prefill = max(mlp_peak, attn_peak) + 3 * chunk * h * bc
     # a batch of more than a few tokens dequantizes each matrix for its matmul; torchao's int4 (TensorCoreTiledLayout:
-    # _linear_bf16_act_uint4_weight_impl calls the fused tinygemm torch.ops.aten._weight_int4pack_mm) does not
+    # _linear_bf16_act_uint4_weight_impl calls the fused tinygemm torch.ops.aten._weight_int4pack_mm) does not, nor
+    # its dynamic activation quantization (uintx/plain_layout.py _linear_int8_act_int8_weight_impl: int_scaled_matmul;
+    # floatx/float8_layout.py _linear_fp8_act_fp8_weight_impl: torch._scaled_mm)
     torchao = _quantized_on_load(plan)
-    if plan.precision.weights in QUANTIZED and not (torchao and plan.precision.weights == "int4"):
+    dequantizes = not (torchao and (plan.precision.weights == "int4" or inf.dynamic_activation_quant))
+    if plan.precision.weights in QUANTIZED and dequantizes:
         head = (h, param_counts(m, t).lm_head // h) if torchao else (0, 0)  # torchao's quantized head is one of them
-        prefill += max(i * o for i, o in (*shapes.values(), head)) * bc
+        copies = TORCHAO_FP8_DEQUANT_COPIES if torchao and plan.precision.weights == "fp8" else 1
+        prefill += copies * max(i * o for i, o in (*shapes.values(), head)) * bc
     vocab_r = param_counts(m, t).embedding // h
     return _Forward(chunk=chunk, mlp_peak=mlp_peak, attn_peak=attn_peak, prefill=prefill,
                     logits=inf.batch_size * vocab_r * (bc + 4), v_alive=v_alive)

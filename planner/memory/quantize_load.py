@@ -36,7 +36,9 @@ from planner.plan import Plan
 #   quant_primitives.py _quantize_affine_no_dtype_cast: torch.clamp(torch.round(input * (1.0 / scale)) +
 #   zero_point, ...) makes four bf16 tensors, then _quantize_affine's .to(torch.int8) the stored one (half).
 # - fp8 (float8_weight_only: no zero point): torch.clamp(input * scale.reciprocal(), ...) makes two, then
-#   .to(torch.float8_e4m3fn) (half).
+#   .to(torch.float8_e4m3fn) (half). float8_dynamic_activation_float8_weight asks for float32 scales
+#   (quant_api.py: scale_dtype=torch.float32), and a 16-bit weight times a float32 scale of shape [rows, 1] or
+#   [1, 1] promotes to float32: its two are twice the size ("fp8_fp32_scale").
 # - int4 (int4_weight_only, TensorCoreTiledLayout): from_hp_to_intx keeps the padded copy (pre_process: F.pad)
 #   to its end; the float zero-point domain makes four (torch.clamp(torch.round((input - min_val) / scale),
 #   ...)), then .to(torch.int32) (double); from_plain computes int_data[::, ::2] << 4 | int_data[::, 1::2] (two
@@ -46,6 +48,8 @@ _CHAIN4 = (("a", "t1", 1), ("a", "t2", 1), ("f", "t1"), ("a", "t3", 1), ("f", "t
 PROGRAMS = {
     "int8": _CHAIN4 + (("a", "q", 0.5), ("a", "params", None), ("f", "t4")),
     "fp8": (("a", "t1", 1), ("a", "t2", 1), ("f", "t1"), ("a", "q", 0.5), ("a", "params", None), ("f", "t2")),
+    "fp8_fp32_scale": (("a", "t1", 2), ("a", "t2", 2), ("f", "t1"), ("a", "q", 0.5), ("a", "params", None),
+                       ("f", "t2")),
     "int4": (("a", "padded", 1),) + _CHAIN4 + (
         ("a", "int32", 2), ("f", "t4"), ("a", "shifted", 1), ("a", "ored", 1), ("f", "shifted"), ("a", "uint8", 0.25),
         ("f", "ored"), ("a", "q", 0.25), ("f", "uint8"), ("a", "params", None), ("f", "int32"), ("f", "padded")),
@@ -68,6 +72,8 @@ def _linears(m: Model, tensor: int) -> tuple[tuple[int, int], ...]:
 def _params_bytes(i: int, o: int, dtype: str, group: int, bc: int) -> int:
     if dtype == "int4":
         return -(-i // group) * o * 2 * bc
+    if dtype == "fp8_fp32_scale":  # a float32 scale per row (PerRow; PerTensor keeps one)
+        return o * 4
     return o * (bc + (ZERO_POINT_BYTES if dtype == "int8" else 0))
 
 
@@ -78,8 +84,10 @@ def held_beyond_live(plan: Plan) -> int:
     m, prec, t = plan.model, plan.precision, plan.parallelism.tensor
     counts = param_counts(m, t)
     vocab = counts.embedding // m.hidden_size
+    fp32_scale = prec.weights == "fp8" and plan.workload.inference.dynamic_activation_quant
     return _replayed(_linears(m, t), max(stage_split(plan)), m.hidden_size, vocab,
-                     counts.lm_head > 0, prec.weights, prec.quant_group_size or DEFAULT_GROUP_SIZE["int4"], nbytes(prec.activation_dtype),
+                     counts.lm_head > 0, "fp8_fp32_scale" if fp32_scale else prec.weights,
+                     prec.quant_group_size or DEFAULT_GROUP_SIZE["int4"], nbytes(prec.activation_dtype),
                      plan.techniques.compile)
 
 
@@ -107,3 +115,62 @@ def _replayed(linears: tuple[tuple[int, int], ...], layers: int, h: int, vocab: 
     if captured:
         alloc.empty_cache()
     return alloc.reserved_bytes - alloc.allocated_bytes
+
+
+# --- A bitsandbytes 4-bit model that DeepSpeed ZeRO-3 partitions after loading it whole ----------------------------
+# transformers builds a quantized model without deepspeed.zero.Init (modeling_utils.py from_pretrained: `if
+# is_deepspeed_zero3_enabled() and not is_quantized`; huggingface/peft#1844, bitsandbytes#1249: "parameters first be
+# fully loaded to each GPU and then be sharded"), so every rank quantizes the whole model on its GPU
+# (bitsandbytes 0.43 nn.Params4bit._quantize: the 16-bit weight copied to the GPU, then functional.quantize_4bit
+# allocates an fp32 absmax per block, the packed output (two values a byte, in quant_storage) and, with
+# compress_statistics, the 8-bit absmax (quantize_blockwise), frees the fp32 absmax and returns; the 16-bit copy
+# goes once Params4bit holds the packed one). deepspeed.initialize then partitions every parameter in module order
+# (runtime/zero/partition_parameters.py _partition_param at v0.14.0: torch.empty(the rank's partition), a copy,
+# free_param of the whole); the quantization state is an attribute of the weight, not a parameter, and stays whole
+# on every rank. DeepSpeedZeroOptimizer_Stage3.__init__ defragments the trainable partitions and calls
+# get_accelerator().empty_cache() (runtime/zero/stage3.py defragment), which gives back only the segments that
+# hold no live block: every segment a partition was split off stays reserved whole.
+NF4_PROGRAM = (("a", "absmax", 4), ("a", "packed", None), ("a", "qabsmax", 1), ("f", "absmax"))
+
+
+def zero3_whole_load_reserved(plan: Plan) -> int:
+    """Bytes reserved after DeepSpeed ZeRO-3 partitioned a bitsandbytes nf4 model each rank loaded whole and
+    Stage 3 emptied the cache (the floor of every later reserved peak), or 0 where that does not happen:
+    another framework or stage, other weights, or partitions offloaded to the host."""
+    m, prec, par = plan.model, plan.precision, plan.parallelism
+    if not (plan.framework == "deepspeed" and par.zero_stage == 3 and prec.weights == "nf4"
+            and plan.techniques.offload == "none"):
+        return 0
+    counts = param_counts(m, 1)
+    shapes = projection_shapes(m, 1)
+    order = tuple(shapes[k] for k in ("q", "k", "v", "o", "gate", "up", "down") if k in shapes)
+    return _partitioned(order, m.num_layers, m.hidden_size, counts.embedding // m.hidden_size, counts.lm_head > 0,
+                        prec.quant_group_size or DEFAULT_GROUP_SIZE["nf4"], prec.double_quant,
+                        nbytes(prec.activation_dtype), par.data * par.context)
+
+
+@lru_cache(maxsize=64)
+def _partitioned(linears: tuple[tuple[int, int], ...], layers: int, h: int, vocab: int, head: bool, block: int,
+                 double_quant: bool, bc: int, world: int) -> int:
+    alloc = CachingAllocator()
+    params = [alloc.malloc(vocab * h * bc)]  # the embedding table (16-bit, as checkpointed)
+    for _ in range(layers):
+        for i, o in linears:
+            n = i * o
+            weight, live = alloc.malloc(n * bc), {}
+            for op in NF4_PROGRAM if double_quant else NF4_PROGRAM[:2]:
+                if op[0] == "f":
+                    alloc.free(live.pop(op[1]))
+                else:
+                    live[op[1]] = alloc.malloc(-(-n // 2) if op[2] is None else -(-n // block) * op[2])
+            alloc.free(weight)
+            params.append(live.pop("packed"))  # the quantization state stays whole beside it
+        params += [alloc.malloc(h * bc), alloc.malloc(h * bc)]  # the layer's two norms
+    params.append(alloc.malloc(h * bc))  # the final norm
+    if head:
+        params.append(alloc.malloc(vocab * h * bc))
+    for whole in params:  # module order; each partition is allocated before the whole tensor goes
+        alloc.malloc(-(-whole.size // world))
+        alloc.free(whole)
+    alloc.empty_cache()
+    return alloc.reserved_bytes

@@ -74,6 +74,7 @@ class Stage:
     reserved_bytes: int
     device_bytes: int
     host_bytes: int = 0  # pinned host memory of offloaded activations
+    loaded_bytes: int = 0  # reserved beyond the step's own peak: segments the model's load left (zero3_load)
     cache_flushed: bool = False  # fits only because the allocator releases its cache near capacity
 
     @property

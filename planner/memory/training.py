@@ -12,11 +12,13 @@ from planner.memory.layout import Layout, StageContext, layout, stage_context
 from planner.memory.losses import Loss, loss
 from planner.memory.optimizers import Optimizer, optimizer, trainable
 from planner.memory.preference import reference_forward, reference_weights
+from planner.memory.quantize_load import zero3_whole_load_reserved
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
 from planner.memory.runtime import allocator_reserve, held_bytes, reserve_formula, runtime_items, within_device
 from planner.memory.states import States, flat_elements, model_states
 from planner.memory.terms import fixed, item
 from planner.plan import Plan
+from planner.units import format_bytes
 
 
 def _last_stage_phases(ctx: StageContext, lo: Loss, held: tuple[Item, ...], casts_bwd: Item | None,
@@ -94,9 +96,13 @@ def stage(plan: Plan, lay: Layout, index: int, runtime_bytes: int, usable_bytes:
     # the allocator's reserve only grows, so the reserved peak is the largest over the phases
     held = [held_bytes(ph, plan.techniques.expandable_segments) for ph in phases]
     outside = runtime_bytes + max(ph.outside_bytes for ph in phases)
-    reserved, flushed = within_device(max(r for r, _ in held), max(least for _, least in held), outside, usable_bytes)
+    # what the model's load left reserved is a floor: the step's tensors reuse its free blocks, never release it
+    floor, stepped = zero3_whole_load_reserved(plan), max(r for r, _ in held)
+    reserved, flushed = within_device(max(stepped, floor), max(max(least for _, least in held), floor), outside,
+                                      usable_bytes)
     return Stage(index=index, layers=ctx.layers, micro_batches_in_flight=ctx.in_flight, phases=tuple(phases), peak=peak,
-                 reserved_bytes=reserved, device_bytes=reserved + outside, host_bytes=host, cache_flushed=flushed)
+                 reserved_bytes=reserved, device_bytes=reserved + outside, host_bytes=host, cache_flushed=flushed,
+                 loaded_bytes=max(0, floor - stepped))
 
 
 def _all_stages(plan: Plan, runtime_bytes: int, usable_bytes: int) -> tuple[Stage, ...]:
@@ -132,16 +138,31 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     edges = tuple(stage(plan, lay, i, runtime_bytes, gpu.usable_bytes, detail) for i in indices)
     worst = max(edges, key=lambda s: (s.device_bytes, -s.index))
     reserve = allocator_reserve(
-        "Allocator reserve", worst.reserved_bytes - worst.peak_allocated_bytes,
+        "Allocator reserve", worst.reserved_bytes - worst.peak_allocated_bytes - worst.loaded_bytes,
         reserve_formula(plan.techniques.expandable_segments, worst.cache_flushed),
         "Freed blocks the caching allocator keeps (its rules replayed on recorded steps: bench/allocator_replay.py)",
         detail)
-    return Estimate(plan=plan, gpu=gpu, items=worst.peak.items + (reserve,) + runtime, phase=worst.peak.name,
+    loaded = _whole_load(plan, worst.loaded_bytes, detail)
+    return Estimate(plan=plan, gpu=gpu, items=worst.peak.items + loaded + (reserve,) + runtime, phase=worst.peak.name,
                     stage=worst.index, peak_allocated_bytes=worst.peak_allocated_bytes,
                     peak_reserved_bytes=worst.reserved_bytes, device_bytes=worst.device_bytes,
                     usable_bytes=gpu.usable_bytes, host_bytes=host_bytes(plan, lay) + max(s.host_bytes for s in edges),
                     runtime_bytes=runtime_bytes, all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes),
                     cache_flushed=worst.cache_flushed)
+
+
+def _whole_load(plan: Plan, loaded: int, detail: bool) -> tuple[Item, ...]:
+    """The reserved bytes a ZeRO-3 rank keeps from loading the whole quantized model, beyond the step's own
+    reserve (planner/memory/quantize_load.py zero3_whole_load_reserved)."""
+    if not loaded:
+        return ()
+    floor = zero3_whole_load_reserved(plan)
+    formula = (f"{format_bytes(floor)} reserved once ZeRO-3 partitioned the {plan.precision.weights} model each "
+               f"rank loaded whole (replayed) − the step's own {format_bytes(floor - loaded)}")
+    return (item("zero3_load", "Segments left by loading the whole model", fixed(loaded, formula),
+                 "bitsandbytes models skip zero.Init: each rank quantizes the whole model, then DeepSpeed keeps its "
+                 "partitions in the segments the whole tensors held; empty_cache frees only empty segments",
+                 detail, "reserved"),)
 
 
 def states_floor(plan: Plan) -> int:
