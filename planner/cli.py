@@ -54,7 +54,7 @@ from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
 from planner.models import approximate_note, model_to_dict, presets
 from planner.perf import plan_time
-from planner.plan import Plan
+from planner.plan import Plan, context_note
 from planner.serving_log import vllm_log_table
 from planner.recommend import (DEFAULT_HEADROOM, MAX_GPUS, SEARCH_KEYS, RankBy, SearchOptions, max_batch_size,
                                max_micro_batch, max_prompt_tokens, max_sequence_length, min_gpus, recommend)
@@ -410,7 +410,9 @@ def _limits(plan: Plan, catalog: dict, headroom: float, budget_s: float) -> str:
         grow = [f"  most sequences at once: {f'{batch:,}' if batch else 'none fits'} "
                 f"({plan.workload.inference.context_tokens:,} tokens each)",
                 f"  longest prompt:         {f'{prompt:,} tokens' if prompt else 'none fits'} "
-                f"(batch {plan.workload.inference.batch_size:,}, {plan.workload.inference.output_tokens:,} output)"]
+                f"(batch {plan.workload.inference.batch_size:,}, {plan.workload.inference.output_tokens:,} output"
+                + (", the model's context window" if prompt and prompt + plan.workload.inference.output_tokens
+                   == plan.model.context_window else "") + ")"]
     else:
         mb, seq = max_micro_batch(plan, catalog, headroom=headroom), max_sequence_length(plan, catalog,
                                                                                         headroom=headroom)
@@ -418,7 +420,7 @@ def _limits(plan: Plan, catalog: dict, headroom: float, budget_s: float) -> str:
                 f"  longest sequence:    {f'{seq:,} tokens' if seq else 'none fits'}"]
     fewest, cut = min_gpus(plan, catalog, headroom=headroom, budget_s=budget_s)
     none = f"none found within the {budget_s:g} s budget (--budget)" if cut else "none fits"
-    return "\n".join([*filter(None, [approximate_note(plan.model)]),
+    return "\n".join([*filter(None, [approximate_note(plan.model), context_note(plan)]),
         f"on {plan.hardware.count} × {gpu} with the plan's strategy and {headroom:.0%} headroom:", *grow,
         f"fewest {gpu}: " + (f"{fewest.count} ({fewest.why.split(': ', 1)[1]})" if fewest else none)
         + (" (the search was cut by its budget: fewer may fit)" if fewest and cut else ""),

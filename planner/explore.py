@@ -8,11 +8,11 @@ from typing import Literal
 from planner.accuracy import time_accuracy
 from planner.catalog import Gpu
 from planner.errors import PlanError
-from planner.memory import Estimate, estimate
+from planner.memory import Estimate, Serving, estimate
 from planner.perf import plan_time
 from planner.plan import Plan, Techniques
 from planner.recommend import DEFAULT_HEADROOM, max_micro_batch, max_sequence_length
-from planner.units import format_bytes
+from planner.units import counted, format_bytes
 
 SweepKey = Literal["sequence_length", "micro_batch_size", "batch_size", "context_tokens"]
 
@@ -173,6 +173,24 @@ class Fix:
     time_factor: float | None  # seconds per token with the change over without (None: no time model here)
     # GPU-hours per token with the change over without: what the job costs, the time factor times the GPUs'
     gpu_hours_factor: float | None
+    # a serving engine's: the KV-cache budget with the change and vLLM's maximum concurrency at the plan's (new)
+    # max_model_len (None for training)
+    kv_budget_bytes: int | None = None
+    concurrency: float | None = None
+
+    @property
+    def text(self) -> str:
+        """One line: what the change gives and what it costs (serving: the KV budget and the concurrency)."""
+        gpus = self.plan.hardware.count
+        cost = "time not modelled" if self.gpu_hours_factor is None else (
+            f"{self.gpu_hours_factor:.2f}× the GPU-hours per token ({counted(gpus, 'GPU')} × "
+            f"{self.time_factor:.2f}× the time)")
+        if self.concurrency is None:
+            return (f"{self.change}: saves {format_bytes(self.saved_bytes)}, needs "
+                    f"{format_bytes(self.device_bytes)}; {cost}")
+        ctx = self.plan.workload.inference.context_tokens
+        return (f"{self.change}: KV cache {format_bytes(self.kv_budget_bytes or 0)} per GPU, "
+                f"{self.concurrency:.2f}x concurrency at {ctx:,} tokens per request; {cost}")
 
 
 def _seconds_per_token(plan: Plan, gpu: Gpu) -> float | None:
@@ -190,27 +208,61 @@ def _more_gpus(plan: Plan) -> list[tuple[str, dict]]:
             for k in (2, 4, 8)]
 
 
+# a serving engine's memory fraction is a fraction of the device: below 1 (SGLang's mem_fraction_static must be;
+# vLLM's gpu_memory_utilization may be 1.0, vllm/config/cache.py, but the engine's claim must fit what is free)
+FRACTION_STEP, MAX_FRACTION = 0.01, 0.99
+
+
+def _serving_variants(plan: Plan, serving: Serving) -> list[tuple[str, dict]]:
+    """A serving engine's single changes: the replica split tensor-parallel over 2, 4 and 8 times its GPUs (the same
+    GPU type), the engine's memory fraction raised (each step up to MAX_FRACTION; make_it_fit keeps the smallest
+    that fits), max_model_len cut to the longest the batch's KV cache holds, then the generation variants (fp8 KV
+    cache, quantized weights)."""
+    par, count, inf = plan.parallelism, plan.hardware.count, plan.workload.inference
+    out = [(f"tensor parallel {par.tensor * k} ({count * k} GPUs)",
+            {"parallelism": {"tensor": par.tensor * k}, "hardware": {"count": count * k}}) for k in (2, 4, 8)]
+    name = "mem_fraction_static" if inf.fraction_scope == "static" else "gpu_memory_utilization"
+    steps = int(round((MAX_FRACTION - inf.gpu_memory_utilization) / FRACTION_STEP))
+    out += [(f"{name} {u:.2f} (from {inf.gpu_memory_utilization:.2f})",
+             {"workload": {"inference": replace(inf, gpu_memory_utilization=u)}})
+            for u in (round(MAX_FRACTION - i * FRACTION_STEP, 2) for i in reversed(range(steps)))]
+    ctx = serving.max_context_tokens
+    if inf.output_tokens < ctx < inf.context_tokens:
+        out.append((f"max_model_len {ctx:,} (from {inf.context_tokens:,}; prompt {ctx - inf.output_tokens:,})",
+                    {"workload": {"inference": replace(inf, prompt_tokens=ctx - inf.output_tokens)}}))
+    return out + _variants(plan)
+
+
 def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
-    """The single changes (a technique, the micro-batch with accumulation, more GPUs) after which the plan fits
-    its GPU without the allocator releasing its cache, cheapest first: fewest GPU-hours per token (what the job
-    costs: more GPUs that shorten it pay for each of theirs), the fewest GPUs among those that tie, then least
-    time, then most memory saved."""
-    gpu, now = catalog[plan.hardware.gpu], estimate(plan, catalog, detail=False).device_bytes
+    """The single changes (a technique, the micro-batch with accumulation, more GPUs; a serving engine's, see
+    _serving_variants) after which the plan fits its GPU without the allocator releasing its cache, cheapest
+    first: fewest GPU-hours per token (what the job costs: more GPUs that shorten it pay for each of theirs), the
+    fewest GPUs among those that tie, then least time, then most memory saved. A serving fix says its KV-cache
+    budget and concurrency, which tell changes of the same memory apart."""
+    gpu, now = catalog[plan.hardware.gpu], estimate(plan, catalog, detail=False)
     base = _seconds_per_token(plan, gpu)
-    fixes = []
-    for label, change in _variants(plan) + _more_gpus(plan):
+    variants = (_serving_variants(plan, now.serving) if now.serving is not None else _variants(plan)
+                + _more_gpus(plan))
+    fixes: list[Fix] = []
+    for label, change in variants:
+        fraction = label.startswith(("gpu_memory_utilization", "mem_fraction_static"))
+        if fraction and any(f.change.startswith(label.split()[0]) for f in fixes):
+            continue  # a smaller raise already fits
         try:
             varied = _apply(plan, change)
             est = estimate(varied, catalog, detail=False)
         except PlanError:
             continue
-        if est.fits and not est.cache_flushed:
-            after = _seconds_per_token(varied, gpu)
-            factor = after / base if base and after else None
-            gpus = varied.hardware.count / plan.hardware.count
-            fixes.append(Fix(change=label, plan=varied, device_bytes=est.device_bytes,
-                             saved_bytes=now - est.device_bytes, time_factor=factor,
-                             gpu_hours_factor=None if factor is None else factor * gpus))
+        if not est.fits or est.cache_flushed:
+            continue
+        after = _seconds_per_token(varied, gpu)
+        factor = after / base if base and after else None
+        s = est.serving
+        fixes.append(Fix(change=label, plan=varied, device_bytes=est.device_bytes,
+                         saved_bytes=now.device_bytes - est.device_bytes, time_factor=factor,
+                         gpu_hours_factor=None if factor is None else factor * varied.hardware.count
+                         / plan.hardware.count,
+                         kv_budget_bytes=s and s.kv_budget_bytes, concurrency=s and s.max_concurrency))
     return sorted(fixes, key=_cost_order(fixes))
 
 

@@ -19,7 +19,7 @@ from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.models import Preset, approximate_note, presets
 from planner.perf import StepTime
-from planner.plan import Plan, section_keys
+from planner.plan import Plan, context_note, section_keys
 from planner.recommend import Candidate, Recommendation
 from planner.units import format_bytes, format_hours
 
@@ -42,8 +42,8 @@ def time_to_dict(time: StepTime, plan: Plan) -> dict[str, Any]:
 def estimate_to_dict(est: Estimate, time: StepTime | None = None) -> dict[str, Any]:
     """The JSON form (CLI `--format json`): totals, verdict, items at the peak, per-stage phases, the step's time
     (when given), the plan."""
-    note = approximate_note(est.plan.model)
-    return ({"approximate_model": note} if note else {}) | {
+    note, window = approximate_note(est.plan.model), context_note(est.plan)
+    return ({"approximate_model": note} if note else {}) | ({"context_window": window} if window else {}) | {
         "peak_allocated_bytes": est.peak_allocated_bytes,
         "peak_reserved_bytes": est.peak_reserved_bytes,
         "device_bytes": est.device_bytes,
@@ -61,7 +61,8 @@ def estimate_to_dict(est: Estimate, time: StepTime | None = None) -> dict[str, A
         "serving": None if est.serving is None else {
             "kv_budget_bytes": est.serving.kv_budget_bytes, "kv_bytes_per_token": est.serving.kv_bytes_per_token,
             "max_concurrent_sequences": est.serving.max_concurrent_sequences,
-            "max_context_tokens": est.serving.max_context_tokens},
+            "max_concurrency": est.serving.max_concurrency, "max_context_tokens": est.serving.max_context_tokens,
+            "cache_context_tokens": est.serving.cache_context_tokens, "context_window": est.serving.context_window},
         "gpu": est.gpu.id,
         "stages": [{"index": s.index, "layers": s.layers, "micro_batches_in_flight": s.micro_batches_in_flight,
                     "peak_phase": s.peak.name, "peak_allocated_bytes": s.peak_allocated_bytes,
@@ -187,7 +188,7 @@ def estimate_to_table(est: Estimate, time: StepTime | None = None) -> str:
     par = plan.parallelism
     lines = [
         plan.name or plan_title(plan, est.gpu.name),
-        *filter(None, [approximate_note(plan.model)]),
+        *filter(None, [approximate_note(plan.model), context_note(plan)]),
         f"{est.reason}",
         f"peak at: {est.phase}" + (f", pipeline stage {est.stage}" if par.pipeline > 1 else ""),
         *filter(None, [_framework_line(plan)]),

@@ -40,6 +40,13 @@ GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_d
             "linear_conv_kernel_dim")
 # config dtype names of the served SSM state (Nemotron-H mamba_ssm_cache_dtype, Qwen3.5 mamba_ssm_dtype)
 STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+# The keys vLLM reads a config's length from, the smallest given wins (vllm/config/model.py _get_and_verify_max_len:
+# possible_keys; its `model_max_length`, Command-R's, overrides them); rope types whose factor vLLM does not apply
+# again (their max_position_embeddings is already the scaled length); YaRN's length is
+# original_max_position_embeddings × factor
+LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_target_positions",
+               "max_sequence_length", "max_seq_length", "seq_len")
+UNSCALED_ROPE = ("su", "longrope", "llama3", "default")
 # key aliases, first present wins
 ALIASES = {
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
@@ -97,12 +104,35 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     if family in ("qwen3", "qwen3_moe", "gemma3_text") + QWEN_NEXT:  # per-head q_norm / k_norm (OLMo 2's: full-width)
         out["qk_norm"] = True
     out.update(_hybrid(config, family))
+    out["context_window"] = context_window(config, family)
     if out.get("kv_lora_rank"):
         out["num_kv_heads"] = heads
     try:
         return Model(**out)
     except PlanError as exc:  # the value read breaks a rule of the architecture (names the planner's field)
         raise PlanError("hf_config", str(exc)) from None
+
+
+def context_window(config: Mapping[str, Any], family: str) -> int | None:
+    """The longest sequence vLLM serves from this config without an override (None: the config gives no length;
+    vLLM then assumes 2,048, which is no property of the model)."""
+    lengths = [v for k in LENGTH_KEYS if _count(v := config.get(k))]
+    override = config.get("model_max_length")
+    window = override if _count(override) else min(lengths, default=None)
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if window is None or not isinstance(rope, Mapping) or "gemma3" in family:
+        return window
+    kind = rope.get("rope_type", rope.get("type"))
+    factor = rope.get("factor")
+    if kind in UNSCALED_ROPE or not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 0:
+        return window
+    if kind == "yarn" and _count(rope.get("original_max_position_embeddings")):
+        window = rope["original_max_position_embeddings"]
+    return int(window * factor)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _first(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:

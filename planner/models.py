@@ -46,6 +46,7 @@ MAX_HEAD_DIM = 4_096
 MAX_INTERMEDIATE = 1_048_576
 MAX_VOCAB = 4_194_304
 MIN_APPROX_PARAMS, MAX_APPROX_PARAMS = 50_000_000, 5_000_000_000_000  # model.params
+MAX_CONTEXT = 1 << 30  # model.context_window (the longest public windows are ~10 M tokens)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,6 +176,11 @@ class Model:
     # dtype of the recurrent (SSM / delta-rule) state when served; None: the activation dtype (vLLM's "auto").
     # Nemotron-H (vLLM >= 0.20 default, config mamba_ssm_cache_dtype) and Qwen3.5 (config mamba_ssm_dtype) use fp32
     ssm_state_dtype: DType | None = None
+    # The longest sequence (prompt + output) the checkpoint takes: its config.json length as vLLM derives it
+    # (vllm/config/model.py _get_and_verify_max_len: max_position_embeddings, times rope_scaling's factor unless
+    # rope_type is llama3 / longrope / su or the model is Gemma 3; YaRN: original_max_position_embeddings × factor).
+    # None: not known (a model built from a parameter count, or a config that gives no length).
+    context_window: int | None = field(default=None, metadata=between(1, MAX_CONTEXT))
     preset: str | None = field(default=None, metadata=text(100))
     # Set when the architecture was guessed from a parameter count alone (model_from_param_count); every
     # output then calls the plan approximate, and a plan file keeps only this count.
@@ -387,7 +393,7 @@ MODEL_KEYS = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num
               "attn_output_gate", "shared_expert_gate", "layer_pattern", "pattern_style", "mamba_num_heads",
               "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel", "linear_num_key_heads",
               "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-              "ssm_state_dtype")
+              "ssm_state_dtype", "context_window")
 _ARCH_KEYS = tuple(k for k in MODEL_KEYS if k != "preset")
 _MOE_KEYS = ("num_experts", "experts_per_token", "moe_intermediate_size", "shared_experts", "first_dense_layers")
 _WINDOW_KEYS = ("sliding_window", "global_attention_every")  # written out only where the model uses them
@@ -397,6 +403,7 @@ _GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_
              "linear_conv_kernel_dim")
 _HYBRID_KEYS = ("layer_pattern", "pattern_style", "ssm_state_dtype") + _MAMBA_KEYS + _GDN_KEYS
 _FLAG_KEYS = ("qk_norm", "attn_output_gate", "shared_expert_gate")  # written out only when set
+_OPTIONAL_KEYS = ("context_window",)  # written out only when known
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -531,6 +538,7 @@ def model_to_dict(m: Model) -> dict[str, Any]:
                 if not (k in _MOE_KEYS and not m.num_experts) and not (k in _WINDOW_KEYS and m.sliding_window is None)
                 and not (k in _MLA_KEYS and not m.mla) and not (k in _FLAG_KEYS and not getattr(m, k))
                 and not (k in _HYBRID_KEYS and not m.layer_pattern)
+                and not (k in _OPTIONAL_KEYS and getattr(m, k) is None)
                 and not (k in _MAMBA_KEYS and "M" not in (m.layer_pattern or ""))
                 and not (k in _GDN_KEYS and "G" not in (m.layer_pattern or ""))})
     return out

@@ -676,3 +676,28 @@ TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIO
 
 def section_keys(section: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(SECTIONS[section]))
+
+
+# what each serving engine does with a max_model_len beyond the config's length: vLLM raises ValueError unless the
+# environment variable is set (vllm/config/model.py _get_and_verify_max_len); SGLang likewise unless its
+# environment variable is set (sglang/srt/environ.py envs, which SGLang's own long-context tests override)
+LONG_CONTEXT_OVERRIDE = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
+
+
+def context_note(plan: Plan) -> str | None:
+    """The line every output carries when the plan's sequences outrun the model's context window (None when they do
+    not, or the window is not known). A serving engine refuses such a max_model_len; a generate() loop or a
+    training step runs it, on positions the model never saw (RoPE: NaN or garbage past the window)."""
+    window, wl = plan.model.context_window, plan.workload
+    length = wl.inference.context_tokens if wl.task == "inference" else wl.sequence_length
+    if window is None or length <= window:
+        return None
+    head = (f"{length:,} tokens per sequence exceed the model's context window of {window:,} "
+            f"(model.context_window, its config.json's length)")
+    if wl.task != "inference":
+        return head + ": positions past it were never trained; extend the window (RoPE scaling) to train them"
+    engine = plan.framework if plan.framework in LONG_CONTEXT_OVERRIDE else "vllm"
+    if wl.inference.gpu_memory_utilization is None:
+        return head + ": generation past it runs on positions the model never saw"
+    return (head + f": {engine} refuses this max_model_len unless {LONG_CONTEXT_OVERRIDE[engine]} (outputs past the "
+            f"window are unreliable); a rope_scaling override (YaRN) in the model's config extends it")

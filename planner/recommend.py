@@ -791,9 +791,10 @@ def max_batch_size(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
 
 def max_prompt_tokens(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
                       headroom: float = DEFAULT_HEADROOM) -> int | None:
-    """Inference: the longest prompt that fits with the plan's batch and output tokens."""
-    return _inference_limit(plan, catalog, headroom, "prompt_tokens",
-                            MAX_SEQUENCE - plan.workload.inference.output_tokens)
+    """Inference: the longest prompt that fits with the plan's batch and output tokens, within the model's context
+    window where it is known."""
+    longest = min(MAX_SEQUENCE, plan.model.context_window or MAX_SEQUENCE)
+    return _inference_limit(plan, catalog, headroom, "prompt_tokens", longest - plan.workload.inference.output_tokens)
 
 
 def min_gpus(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,

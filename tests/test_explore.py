@@ -78,3 +78,51 @@ def test_room_says_what_free_memory_buys():
                                                   "global_batch_size": 16}})
     said = room(plan, CATALOG)
     assert said.startswith("The free memory buys micro-batch up to ") and "sequences up to " in said
+
+
+def _served(preset: str, batch: int, prompt: int, output: int, **extra) -> object:
+    return plan_from_dict({"framework": "vllm", "model": {"preset": preset}, "workload": {"task": "inference",
+                           "inference": {"batch_size": batch, "prompt_tokens": prompt, "output_tokens": output,
+                                         "gpu_memory_utilization": 0.92, **extra}},
+                           "hardware": {"gpu": "h100-sxm-80gb", "count": 1}})
+
+
+def test_serving_concurrency_is_vllms_blocks_over_a_requests_blocks():
+    """vLLM's "Maximum concurrency for 8,192 tokens per request": the pool's whole 16-token blocks over the 512 a
+    request takes. Llama 3.1 8B: K and V × 32 layers × 8 KV heads × 128 × 2 B = 131,072 B a token, 2 MiB a block."""
+    serving = estimate(_served("llama-3.1-8b", 1, 7936, 256), CATALOG).serving
+    assert serving.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131_072
+    blocks = serving.kv_budget_bytes // (16 * 131_072)
+    assert serving.max_concurrency == blocks / 512 and serving.max_concurrent_sequences == blocks // 512
+
+
+def test_llama_3_1_serving_limit_is_its_context_window():
+    """Issue 30: "up to 430,528 tokens each" outran Llama 3.1's 131,072-token window."""
+    est = estimate(_served("llama-3.1-8b", 1, 7936, 256), CATALOG)
+    assert est.serving.cache_context_tokens > 131_072 == est.serving.max_context_tokens
+    assert est.reason.endswith(f"(batch 1: up to 131,072 tokens each, the model's context window; the cache holds "
+                               f"{est.serving.cache_context_tokens:,})")
+
+
+def test_qwen_32b_at_32k_on_one_h100_gets_tensor_parallel_with_its_concurrency():
+    """Issue 30: three options that all read "saves 2.40 GiB, needs 73.35 GiB", none tensor parallel."""
+    plan = _served("qwen2.5-32b", 2, 31744, 1024)
+    fixes = make_it_fit(plan, CATALOG)
+    tp2 = next(f for f in fixes if f.change == "tensor parallel 2 (2 GPUs)")
+    serving = estimate(tp2.plan, CATALOG).serving
+    # 64 layers × (K + V) × 4 of the 8 KV heads × 128 × 2 B = 131,072 B a token on each GPU; 2,048 blocks a request
+    assert serving.kv_bytes_per_token == 64 * 2 * 4 * 128 * 2
+    assert tp2.concurrency == (serving.kv_budget_bytes // (16 * 131_072)) / 2048 > 2
+    assert f"{tp2.concurrency:.2f}x concurrency at 32,768 tokens per request" in tp2.text
+    assert "(2 GPUs × " in tp2.text and tp2.plan.parallelism.tensor == 2
+    assert len({f.text for f in fixes}) == len(fixes) and len({f.concurrency for f in fixes}) == len(fixes)
+    assert {"fp8 KV cache", "int8 weights"} <= {f.change for f in fixes}
+    assert any(f.change.startswith("max_model_len ") for f in fixes)
+
+
+def test_a_plan_just_short_of_room_is_offered_the_smallest_memory_fraction_that_fits():
+    plan = _served("llama-3.1-8b", 56, 7936, 256)  # 56 requests of 8,192 tokens: 0.92's cache holds 55.5
+    assert not estimate(plan, CATALOG).fits
+    raised = [f for f in make_it_fit(plan, CATALOG) if f.change.startswith("gpu_memory_utilization")]
+    assert len(raised) == 1 and raised[0].change == "gpu_memory_utilization 0.93 (from 0.92)"
+    assert raised[0].concurrency >= 56 and "x concurrency at 8,192 tokens per request" in raised[0].text

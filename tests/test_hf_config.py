@@ -72,3 +72,28 @@ def test_a_hidden_size_that_is_no_integer_is_the_models_error_not_a_crash():
     """Found by the fuzzer: a GPT-2 config without n_inner derived 4 × n_embd before n_embd was checked."""
     with pytest.raises(PlanError, match=r"^hf_config: model.hidden_size: \{\} must be an integer from 1 to "):
         model_from_hf_config({"model_type": "gpt2", "n_embd": {}, "n_layer": 2, "n_head": 2, "vocab_size": 10})
+
+
+@pytest.mark.parametrize("keys, window", [
+    ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                                          "original_max_position_embeddings": 8192}}, 131072),
+    # Qwen2.5-Instruct's long-text recipe: YaRN factor 4 over 32,768
+    ({"max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                         "original_max_position_embeddings": 32768}}, 131072),
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}, 16384),  # scaled by vLLM
+    ({"max_position_embeddings": 4096, "n_positions": 2048}, 2048),  # the smallest length key wins
+    ({"max_position_embeddings": 4096, "model_max_length": 8192}, 8192),  # Command-R's key overrides
+    ({}, None),  # no length: not known (vLLM would assume 2,048)
+])
+def test_context_window_is_the_length_vllm_derives(keys, window):
+    config = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 512, "vocab_size": 1000, **keys}
+    assert model_from_hf_config(config).context_window == window
+
+
+def test_gemma3_length_is_not_scaled_again():
+    config = {"model_type": "gemma3", "text_config": {
+        "model_type": "gemma3_text", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 512, "vocab_size": 1000, "head_dim": 64, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0}}}
+    assert model_from_hf_config(config).context_window == 131072

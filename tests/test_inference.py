@@ -100,10 +100,11 @@ def test_sliding_window_caps_the_kv_cache():
     assert kv_cache_bytes(gemma, 8192) == per_layer * (21 * 8192 + 21 * 4096)
 
 
-def test_serving_an_all_windowed_model_has_no_context_limit():
+def test_serving_an_all_windowed_model_has_no_cache_limit_but_its_context_window():
     plan = plan_from_dict({"model": {"preset": "mistral-7b"}, "workload": {"task": "inference", "inference": {
         "gpu_memory_utilization": 0.9}}})
-    assert estimate(plan).serving.max_context_tokens == 16_777_216
+    serving = estimate(plan).serving
+    assert serving.cache_context_tokens == 16_777_216 and serving.max_context_tokens == 32_768  # config.json's
 
 
 def test_latent_attention_caches_the_latent_on_every_rank():

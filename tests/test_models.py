@@ -65,7 +65,7 @@ def test_validation_messages(changes, message):
 
 
 def test_unknown_model_key_lists_allowed():
-    with pytest.raises(PlanError, match=r"^model.layers: unknown key; allowed keys are: attn_output_gate, bias, "
+    with pytest.raises(PlanError, match=r"^model.layers: unknown key; allowed keys are: attn_output_gate, bias, context_window, "
                                         r"experts_per_token, "):
         model_from_dict({**TINY, "layers": 2})
 

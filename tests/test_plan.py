@@ -3,7 +3,7 @@ import pytest
 from conftest import TINY
 from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError
-from planner.plan import Plan, Precision
+from planner.plan import Plan, Precision, context_note
 
 
 def plan(**sections):
@@ -234,3 +234,25 @@ def test_deepspeed_pipeline_refuses_zero_2_and_3(zero_stage):
     with pytest.raises(PlanError, match="pipeline engine"):
         plan_from_dict(d)
     plan_from_dict({**d, "parallelism": {"pipeline": 2, "data": 2, "zero_stage": 1}})
+
+
+def _long(task_keys: dict, framework: str = "generic") -> Plan:
+    return plan_from_dict({"framework": framework, "model": {"preset": "qwen2.5-32b"}, "workload": task_keys,
+                           "hardware": {"gpu": "h100-sxm-80gb", "count": 8}, "parallelism": {"tensor": 8}})
+
+
+def test_a_sequence_past_the_context_window_is_said_and_how_the_engine_takes_it():
+    served = _long({"task": "inference", "inference": {"prompt_tokens": 40000, "output_tokens": 1000,
+                                                       "gpu_memory_utilization": 0.9}}, "vllm")
+    assert context_note(served) == (
+        "41,000 tokens per sequence exceed the model's context window of 32,768 (model.context_window, its "
+        "config.json's length): vllm refuses this max_model_len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (outputs past "
+        "the window are unreliable); a rope_scaling override (YaRN) in the model's config extends it")
+    trained = _long({"task": "finetune", "sequence_length": 65536, "global_batch_size": 8, "micro_batch_size": 1})
+    assert context_note(trained).endswith("positions past it were never trained; extend the window (RoPE scaling) "
+                                          "to train them")
+    at_window = _long({"task": "inference", "inference": {"prompt_tokens": 32768 - 256, "output_tokens": 256}})
+    assert context_note(at_window) is None
+    guessed = plan_from_dict({"model": {"params": "8B"}, "workload": {"sequence_length": 1_000_000,
+                                                                      "global_batch_size": 8}})
+    assert guessed.model.context_window is None and context_note(guessed) is None

@@ -17,7 +17,7 @@ from planner.dtypes import DEFAULT_GROUP_SIZE
 from planner.errors import PlanError
 from planner.frameworks import load_frameworks, lookup, without_keys
 from planner.hf_config import model_from_hf_config
-from planner.models import Preset, model_to_dict
+from planner.models import MAX_CONTEXT, Preset, model_to_dict
 from planner.plan import (ADAPTER_TASKS, EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH,
                           MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Plan, Precision, default_weights)
 from ui import worker
@@ -248,6 +248,8 @@ def _architecture() -> None:
         drawn(st.number_input, label, 0, 1_048_576, key=key)
     drawn(st.number_input, "Sliding window (0: none)", 0, MAX_SEQUENCE, key="sliding_window")
     drawn(st.number_input, "Global attention every n-th layer (0: none)", 0, 1024, key="global_attention_every")
+    drawn(st.number_input, "Context window (0: not known)", 0, MAX_CONTEXT, key="context_window",
+          help="The longest sequence the model takes (its config.json's max_position_embeddings, as vLLM reads it)")
     for key, label in MLA_INTS.items():
         drawn(st.number_input, label, 0, 1_048_576, key=key,
               help="Multi-head latent attention (DeepSeek-V2/V3); Head dim is then the non-RoPE query/key dim per head")

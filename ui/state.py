@@ -53,7 +53,7 @@ GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "
           "serving": ("gpu_memory_utilization", "max_num_seqs", "fraction_scope", "cuda_graphs")}
 # Plan keys a plan may leave out or set to None (unused MoE, windows, latent attention; "no limit" counts), and
 # the widget value that stands for "not set": a widget holding it adds nothing to the plan
-WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0,
+WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0, "context_window": 0,
                       "qk_norm": False, **dict.fromkeys(MLA_INTS, 0), "moe_capacity_factor": 0.0, "steps": 0,
                       "quant_group_size": 0, "prefill_chunk_tokens": 0, "pipeline_layers": "",
                       "max_num_seqs": 0, "reduce_bucket_elements": 0, "optimizer_block_size": 0,

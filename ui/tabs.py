@@ -19,7 +19,7 @@ from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.models import approximate_note
 from planner.perf import StepTime, plan_time, unsupported_compute
-from planner.plan import Plan
+from planner.plan import Plan, context_note
 from planner.recommend import (DEFAULT_HEADROOM, MAX_GPUS, SEARCH_KEYS, Candidate, RankBy, Recommendation,
                                SearchOptions, recommend)
 from planner.units import counted, format_bytes, format_hours, to_unit
@@ -110,7 +110,7 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalo
     st.caption(f"{plan.model.params.total / 1e9:.2f} B parameters"
                + (f" ({plan.model.params.active / 1e9:.2f} B active)" if plan.model.num_experts else "")
                + f" · {plan.workload.task} · {plan.hardware.count} × {result.gpu.name}")
-    if note := approximate_note(plan.model):
+    for note in filter(None, (approximate_note(plan.model), context_note(plan))):
         st.warning(note)
     (st.success if result.fits else st.error)(result.reason)
     st.caption(confidence_note(result))
@@ -147,11 +147,8 @@ def _fit_or_room(plan: Plan, result: Estimate, catalog: Catalog, catalog_key: st
         st.warning("No single change makes it fit this GPU: see Cheapest hardware for layouts and GPU types.")
         return
     with st.expander(f"{counted(len(fixes), 'way')} to make it fit, fewest GPU-hours first", expanded=True):
-        for n, f in enumerate(fixes[:6]):
-            slower = "time not modelled" if f.gpu_hours_factor is None else (
-                f"{f.gpu_hours_factor:.2f}× the GPU-hours per token, {f.time_factor:.2f}× the time")
-            st.button(f"{f.change}: saves {format_bytes(f.saved_bytes)}, needs {format_bytes(f.device_bytes)}; "
-                      f"{slower}", key=f"fix_{n}", on_click=load_into_widgets, args=(f.plan,))
+        for n, f in enumerate(fixes[:8]):
+            st.button(f.text, key=f"fix_{n}", on_click=load_into_widgets, args=(f.plan,))
 
 
 def timing(plan: Plan, time: StepTime | None) -> None:

@@ -151,7 +151,8 @@ def in_effect(plan: Plan, own: bool) -> dict[str, Any]:
     each section's keys (those of TUNES only while what they tune uses them), the pipeline's layers as cut, and,
     where `own` (a plan of the config's own framework), the framework and its release."""
     data, par = plan_to_dict(plan), plan.parallelism
-    flat = {f"model.{key}": getattr(plan.model, key) for key in MODEL_KEYS if key != "preset"}
+    # (the context window bounds the plan's lengths; no memory or time reads it)
+    flat = {f"model.{key}": getattr(plan.model, key) for key in MODEL_KEYS if key not in ("preset", "context_window")}
     for section in SECTIONS:
         flat.update(_leaves(data[section], f"{section}."))
     flat["parallelism.pipeline_layers"] = list(chunk_split(plan.model.num_layers, par.pipeline * par.virtual_stages,

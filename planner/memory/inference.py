@@ -382,9 +382,12 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     total = int((gpu.usable_bytes - (before if static else 0)) * inf.gpu_memory_utilization)
     charged = runtime_bytes - before
     budget = max(0, total - weights.bytes - workspace.bytes - sum(i.bytes for i in inside) - charged)
-    seq_bytes, concurrent, text, args = _paged(plan, budget)
+    seq_bytes, concurrent, concurrency, text, args = _paged(plan, budget)
+    longest = _longest(plan, budget // b)
     serving = Serving(kv_budget_bytes=budget, kv_bytes_per_token=kv_bytes_per_token(plan),
-                      max_concurrent_sequences=concurrent, max_context_tokens=_longest(plan, budget // b))
+                      max_concurrent_sequences=concurrent, max_concurrency=concurrency,
+                      max_context_tokens=min(longest, m.context_window or longest), cache_context_tokens=longest,
+                      context_window=m.context_window)
     kv = item("kv_cache", "KV cache (paged)", Described(b * seq_bytes, text, (b,) + args),
               f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'}"
               f"{' and recurrent-state pages' if m.pattern_count(RECURRENT) else ''} for the batch at full "
@@ -407,21 +410,24 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
                     serving=serving, all_stages=partial(tuple, (stage,)))
 
 
-def _paged(plan: Plan, budget: int) -> tuple[int, int, str, tuple]:
-    """(pool bytes of one sequence at full context, sequences the budget holds, the formula and its values).
-    Hybrid models: vLLM's shared pool of attention pages and recurrent-state pages padded to them (see
-    planner/memory/recurrent.py); a sequence holds its attention blocks and its state blocks."""
+def _paged(plan: Plan, budget: int) -> tuple[int, int, float, str, tuple]:
+    """(pool bytes of one sequence at full context, sequences the budget holds, vLLM's maximum concurrency: the
+    pool's whole blocks over one sequence's, the formula and its values). Hybrid models: vLLM's shared pool of
+    attention pages and recurrent-state pages padded to them (see planner/memory/recurrent.py); a sequence holds
+    its attention blocks and its state blocks."""
     ctx = plan.workload.inference.context_tokens
     if plan.model.pattern_count(RECURRENT):
         pool = hybrid_pool(plan, kv_bytes_per_token(plan) // attention_layers(plan))
         blocks = pool.blocks_per_sequence(ctx)
-        return (pool.sequence_bytes(ctx), pool.num_blocks(budget) // blocks,
+        return (pool.sequence_bytes(ctx), pool.num_blocks(budget) // blocks, pool.num_blocks(budget) / blocks,
                 "{} seq × {} blocks ({} attention + {} state) × {:,} B page × {} layers a group",
                 (blocks, pool.attention_groups * -(-ctx // pool.block_tokens), pool.mamba_groups * pool.mamba_blocks,
                  pool.page_bytes, pool.group_size))
     blocks_per_seq = -(-ctx // KV_BLOCK_TOKENS)
     seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
-    return (seq_bytes, budget // seq_bytes if seq_bytes else 0,
+    block_bytes = kv_cache_bytes(plan, KV_BLOCK_TOKENS)  # one block of every layer (vLLM: page size × layers)
+    pooled = budget // block_bytes * block_bytes if block_bytes else 0
+    return (seq_bytes, budget // seq_bytes if seq_bytes else 0, pooled / seq_bytes if seq_bytes else 0.0,
             "{} seq × {} blocks × {} tokens" + _windowed(plan, " (", ")"), (blocks_per_seq, KV_BLOCK_TOKENS))
 
 

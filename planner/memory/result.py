@@ -89,7 +89,16 @@ class Serving:
     kv_budget_bytes: int
     kv_bytes_per_token: int  # per sequence token, on one GPU
     max_concurrent_sequences: int  # at prompt + output tokens each
-    max_context_tokens: int  # for batch_size sequences
+    # vLLM's "Maximum concurrency for N tokens per request: X" (v1/core/kv_cache_utils.py
+    # get_max_concurrency_for_kv_cache_config): the pool's blocks over the blocks one request of N tokens takes
+    max_concurrency: float
+    max_context_tokens: int  # for batch_size sequences, at most the model's context window
+    cache_context_tokens: int  # what the KV cache would hold for each of batch_size sequences, window or not
+    context_window: int | None  # the model's (None: not known)
+
+    @property
+    def window_capped(self) -> bool:
+        return self.max_context_tokens < self.cache_context_tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,9 +147,12 @@ class Estimate:
         if self.serving is not None:
             inf, s = self.plan.workload.inference, self.serving
             if self.fits:
+                longest = (f"up to {s.max_context_tokens:,} tokens each, the model's context window; the cache "
+                           f"holds {s.cache_context_tokens:,}" if s.window_capped
+                           else f"up to {s.max_context_tokens:,} tokens each")
                 return (f"fits on {gpu}: the engine's {have} hold the weights and KV cache for "
                         f"{counted(s.max_concurrent_sequences, 'sequence')} of {inf.context_tokens:,} tokens "
-                        f"(batch {inf.batch_size}: up to {s.max_context_tokens:,} tokens each)")
+                        f"(batch {inf.batch_size}: {longest})")
             return (f"does not fit on {gpu}: the engine's {have} leave no room for the KV cache of "
                     f"{counted(inf.batch_size, 'sequence')} of {inf.context_tokens:,} tokens (needs {need})")
         if self.fits and self.cache_flushed:
