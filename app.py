@@ -4,6 +4,10 @@ The plan is the one piece of state. On a session's first run it comes from the U
 widgets (ui/state.py); the sidebar's widgets (ui/sidebar.py) build it back on every run, and it writes itself
 to the URL. The tabs (ui/tabs.py) show it. Adopting a recommendation or uploading a plan file loads a plan into
 the widgets the same way.
+
+The verdict's headline is drawn first, from the widget values as the last run drew them (ui/state.early_plan),
+so the browser shows it before it takes in the sidebar and the open tab; it is drawn again, in its place, where
+the sidebar's plan differs.
 """
 
 from __future__ import annotations
@@ -17,14 +21,22 @@ from planner.models import presets
 from planner.perf import plan_time
 from ui import tabs
 from ui.sidebar import sidebar
-from ui.state import current_plan_dict, link_query, show_error_at, start_session
+from ui.state import current_plan_dict, early_plan, link_query, show_error_at, start_session
 
 st.set_page_config(page_title="VRAM Planner", page_icon="🧮", layout="wide")
 start_session()
-catalog, catalog_key = sidebar(presets())
-
 for warning in st.session_state.get("link_warnings", []):
     st.warning(f"Share link: {warning}")
+notices, head = st.container(), st.empty()
+early = early_plan()
+try:
+    if early is not None:
+        with head.container():
+            tabs.headline(early[0], estimate(early[0], early[1]))
+except PlanError:
+    early = None
+catalog, catalog_key = sidebar(presets())
+st.session_state["drawn_catalog"] = (catalog, catalog_key)
 try:
     plan = plan_from_dict(current_plan_dict())
     result = estimate(plan, catalog)
@@ -33,13 +45,17 @@ try:
     st.query_params.from_dict(link_query(plan))
 except PlanError as exc:
     at_field = show_error_at(exc)
-    st.error(f"{exc}" + (" (shown at the field in the sidebar)" if at_field else ""))
+    notices.error(f"{exc}" + (" (shown at the field in the sidebar)" if at_field else ""))
     if "last_valid" not in st.session_state:
+        head.empty()
         st.stop()
     plan, result, time = st.session_state["last_valid"]
-    st.warning("Stale: the results below are of the last valid plan, until the error above is fixed.")
-
-tabs.verdict(plan, result, time, catalog, catalog_key)
+    notices.warning("Stale: the results below are of the last valid plan, until the error above is fixed.")
+    early = None
+if early is None or (early[0], early[2]) != (plan, catalog_key):
+    with head.container():
+        tabs.headline(plan, result)
+tabs.verdict_details(plan, result, time, catalog, catalog_key)
 # only the open tab runs (its search or sweeps are what a rerun would otherwise wait for)
 tab_plan, tab_time, tab_explore, tab_cheapest, tab_compare, tab_share = st.tabs(
     ["Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export"], key="view",

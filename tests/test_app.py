@@ -13,9 +13,10 @@ from planner.catalog import load_catalog
 from planner.choices import CHOICES
 from planner.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError
+from planner.memory import estimate
 from planner.plan import FROZEN_WEIGHTS
 from planner.recommend import recommend
-from ui import tabs, worker
+from ui import sidebar as ui_sidebar, state as ui_state, tabs, worker
 from ui.charts import ROW_PX
 from ui.state import PASTE_MAX_CHARS, PATHS, plan_dict
 
@@ -990,3 +991,40 @@ def test_serving_make_it_fit_says_kv_cache_concurrency_and_gpus():
     tp2 = next(label for label in labels if label.startswith("tensor parallel 2 (2 GPUs): KV cache "))
     assert "x concurrency at 32,768 tokens per request; " in tp2 and "(2 GPUs × " in tp2
     assert len(set(labels)) == len(labels) and all("x concurrency at " in label for label in labels)
+
+
+def test_the_verdict_is_drawn_before_the_sidebar_and_again_only_where_the_sidebar_changes_the_plan(monkeypatch):
+    """Issue 30 item 7: the browser shows the verdict before it takes in the sidebar's widgets. Each run draws the
+    headline from the last run's widgets first; it is drawn again, in its place, only where the sidebar's plan
+    differs, so the page shows one verdict, of the plan the link holds."""
+    calls = []
+    headline, sidebar = tabs.headline, ui_sidebar.sidebar
+    monkeypatch.setattr(tabs, "headline", lambda plan, result: (calls.append(("headline", plan.workload.task,
+                                                                             result.reason)), headline(plan, result)))
+    monkeypatch.setattr(ui_sidebar, "sidebar", lambda models: (calls.append(("sidebar",)), sidebar(models))[1])
+
+    def shown(at):
+        plan, _ = plan_from_query(dict(at.query_params), DEFAULT)
+        reason = estimate(plan, CATALOG).reason
+        verdicts = [a.value for a in [*at.success, *at.error] if a.value.startswith(("fits on", "does not fit on"))]
+        assert not at.exception and verdicts == [reason]
+        return reason
+
+    at = app()  # a first run draws the plan the link (here the default) loaded, before the sidebar
+    assert [c[0] for c in calls] == ["headline", "sidebar"] and calls[0][2] == shown(at)
+    first = calls[0][2]
+    assert not at.sidebar.get("empty")  # a valid plan's widgets have no slots for an error (the browser's work)
+    calls.clear()
+    at.number_input(key="sequence_length").set_value(16384).run()  # the same widgets: drawn once, first
+    assert [c[0] for c in calls] == ["headline", "sidebar"] and calls[0][2] == shown(at) != first
+    calls.clear()
+    at.selectbox(key="task").select("inference").run()  # no plan from the last run's widgets: drawn after them
+    assert [c[0] for c in calls] == ["sidebar", "headline"]
+    calls.clear()
+    at.selectbox(key="task").select("pretrain").run()
+    assert [c[0] for c in calls] == ["headline", "sidebar"] and calls[0][2] == shown(at)
+    other = plan_from_dict({"model": {"preset": "llama-3.1-70b"}})  # where the early plan is not the sidebar's,
+    monkeypatch.setattr(ui_state, "early_plan", lambda: (other, CATALOG, "project"))  # the sidebar's replaces it
+    calls.clear()
+    at.number_input(key="sequence_length").set_value(4096).run()
+    assert [c[0] for c in calls] == ["headline", "sidebar", "headline"] and calls[0][2] != calls[-1][2] == shown(at)

@@ -169,6 +169,21 @@ def current_plan_dict() -> dict[str, Any]:
     return with_hidden(state, state.get("shown", ()), state.get("plan_keys", ()))
 
 
+def early_plan() -> tuple[Plan, Catalog, str] | None:
+    """The plan of this run's widget values as the last run drew them, in that run's catalog (on a session's first
+    run: the plan the link loaded, in the project's catalog), so the page can draw the verdict before the sidebar,
+    whose hundred-odd widgets the browser takes longest over; the page draws it again where the sidebar's plan
+    differs. None where it does not read as a plan."""
+    s = st.session_state
+    s["error_field"] = None
+    try:
+        plan = plan_from_dict(current_plan_dict()) if "shown" in s else s.pop("link_plan", None)
+    except PlanError as exc:
+        s["error_field"] = exc.field  # its widget gets a slot for the error (`drawn`)
+        return None
+    return None if plan is None else (plan, *(s.get("drawn_catalog") or (project_catalog(), "project")))
+
+
 # The most text a paste box holds: the readers' own cap (planner/loader.py). The browser stops typing and pasting
 # there, and Streamlit cuts a longer value from any client to it, so no reader is handed more.
 PASTE_MAX_CHARS = CONFIG.max_bytes
@@ -194,11 +209,13 @@ def link_query(plan: Plan) -> dict[str, str]:
 
 
 def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
-    """Draw an input widget and note its key: the plan is built from the widgets drawn. A slot under it takes
-    the plan's error about it, once the plan is built (`show_error_at`)."""
+    """Draw an input widget and note its key: the plan is built from the widgets drawn. Under the widget of the
+    field the plan's error names (as `early_plan` found it), a slot takes that error once the plan is built
+    (`show_error_at`); the other widgets get none, which would be a hundred empty elements for the browser."""
     st.session_state.setdefault("drawing", []).append(key)
     value = widget(*args, key=key, **kwargs)
-    st.session_state.setdefault("slots", {})[key] = st.empty()  # this run's slot under the widget
+    if ".".join(PATHS.get(key, ())) == st.session_state.get("error_field"):
+        st.session_state.setdefault("slots", {})[key] = st.empty()  # this run's slot under the widget
     return value
 
 
@@ -226,7 +243,7 @@ def start_session() -> None:
                           else (plan_from_dict(DEFAULT_PLAN), []))
         load_into_widgets(plan)
         pinned = [st.query_params[key] for key in COMPARE_KEYS if key in st.query_params]
-        st.session_state.update(link_warnings=warnings, price=0.0, loaded=True, compare=pinned)
+        st.session_state.update(link_warnings=warnings, price=0.0, loaded=True, compare=pinned, link_plan=plan)
     if "pending_plan" in st.session_state:  # an uploaded plan file, loaded before any widget exists
         load_into_widgets(st.session_state.pop("pending_plan"))
     # Streamlit forgets the state of widgets not drawn in a run (the training inputs while the task is

@@ -106,6 +106,13 @@ def _search_inputs(plan: Plan, catalog: Catalog) -> dict:
 
 def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalog, catalog_key: str) -> None:
     """The plan's name, size, task and GPUs, its approximation warning, whether it fits, and how fast it runs."""
+    headline(plan, result)
+    verdict_details(plan, result, time, catalog, catalog_key)
+
+
+def headline(plan: Plan, result: Estimate) -> None:
+    """The plan's name, size, task and GPUs, its approximation warning and whether it fits: no widgets, so the page
+    can draw it before the sidebar and draw it again when the sidebar changes the plan."""
     st.header(plan.name or plan_title(plan, result.gpu.name))
     st.caption(f"{plan.model.params.total / 1e9:.2f} B parameters"
                + (f" ({plan.model.params.active / 1e9:.2f} B active)" if plan.model.num_experts else "")
@@ -114,6 +121,10 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalo
         st.warning(note)
     (st.success if result.fits else st.error)(result.reason)
     st.caption(confidence_note(result))
+
+
+def verdict_details(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalog, catalog_key: str) -> None:
+    """Under the headline: settings that do nothing, what makes it fit (or what the free memory buys), the speed."""
     for line in idle_settings(plan, catalog):
         st.info(line)
     _fit_or_room(plan, result, catalog, catalog_key)
