@@ -33,6 +33,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import get_args
@@ -52,7 +53,7 @@ from planner.formats import (FORMATS, export_config, format_named, plan_from_con
 from planner.formats.base import Imported
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
-from planner.models import approximate_note, model_to_dict, presets
+from planner.models import approximate_note, model_to_dict, preset_of_shape, presets, shape_note
 from planner.perf import plan_time
 from planner.plan import Plan, context_note
 from planner.serving_log import vllm_log_table
@@ -205,7 +206,13 @@ def _plan(args: argparse.Namespace) -> Plan:
 
 
 def _hf_model(source: str) -> dict:
-    return model_to_dict(model_from_hf_config(_hf_config_text(source)))
+    """--hf-config's model; where its architecture is exactly a preset's, it names that preset (noted on standard
+    error)."""
+    model = model_from_hf_config(_hf_config_text(source))
+    preset = preset_of_shape(model)
+    if preset:
+        print(f"note: {shape_note(source, preset)}", file=sys.stderr)
+    return model_to_dict(replace(model, preset=preset))
 
 
 def _plan_of_config(args: argparse.Namespace) -> tuple[Plan, Imported]:

@@ -9,7 +9,7 @@ with Mamba-2 or Gated DeltaNet mixers (`layer_pattern`: Qwen3-Next, Granite-4.0-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +37,7 @@ GDN_CHUNK = 64
 Norm = Literal["rmsnorm", "layernorm"]
 
 PRESETS_PATH = Path(__file__).parent / "data" / "models.yaml"
+ALIASES_PATH = Path(__file__).parent / "data" / "model_aliases.yaml"
 
 # Bounds that reject nonsense rather than print it (the largest public models are far inside them).
 MAX_LAYERS = 1_024
@@ -415,9 +416,6 @@ class Preset:
     source: str
     model: Model
     checkpoint_weights: str | None = None  # the dtype a quantized checkpoint is served in (None: the compute dtype)
-    # other Hugging Face repos whose config.json has exactly this architecture (Llama 3 8B and Llama 3.1 8B differ
-    # only in RoPE scaling and context length, which the memory does not depend on)
-    same_architecture: tuple[str, ...] = ()
 
 
 @cache
@@ -431,9 +429,41 @@ def presets() -> dict[str, Preset]:
             id=entry["id"], name=entry["name"], hf_id=entry["hf_id"],
             published_params=int(entry["published_params"]), source=entry["source"],
             model=Model(preset=entry["id"], **arch), checkpoint_weights=entry.get("checkpoint_weights"),
-            same_architecture=tuple(entry.get("same_architecture") or ()),
         )
     return table
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alias:
+    """A Hugging Face repo whose config.json has exactly a preset's architecture (planner/data/model_aliases.yaml)."""
+
+    repo: str
+    preset: str
+    evidence: str  # the config.json fields compared, and where they were read
+
+
+@cache
+def aliases() -> dict[str, Alias]:
+    """The alias table by repo id, each naming a preset."""
+    table: dict[str, Alias] = {}
+    for entry in load_data_file(ALIASES_PATH)["aliases"]:
+        if entry["preset"] not in presets() or entry["repo"] in table:
+            raise PlanError(ALIASES_PATH.name, f"{entry['repo']}: names no preset, or is listed twice")
+        table[entry["repo"]] = Alias(repo=entry["repo"], preset=entry["preset"], evidence=entry["evidence"])
+    return table
+
+
+def preset_of_shape(m: Model) -> str | None:
+    """The preset whose architecture `m` has exactly (every field a plan's model has: layers, hidden, heads, kv
+    heads, head dim, intermediate, vocab, tied embeddings, experts, window, ...), or None."""
+    plain = replace(m, preset=None)
+    return next((p.id for p in presets().values() if replace(p.model, preset=None) == plain), None)
+
+
+def shape_note(what: str, preset: str) -> str:
+    """The note of a config.json's model resolved as a preset by its shape (preset_of_shape)."""
+    return (f"model {what} resolved as preset {preset} by shape (its layers, hidden size, heads, kv heads, head dim, "
+            f"intermediate size, vocabulary and every other architecture field are {preset}'s)")
 
 
 # --- Parameter count only ------------------------------------------------------------------------------

@@ -141,9 +141,14 @@ def test_limits():
 
 def test_hf_config_replaces_the_model_or_makes_the_default_plan():
     config = str(ROOT / "tests" / "data" / "hf_configs" / "mixtral-8x7b.json")
-    with_plan = json.loads(run("estimate", EXAMPLE, "--hf-config", config, "--format", "json").stdout)
-    model = with_plan["plan"]["model"]
-    assert "preset" not in model and model["num_experts"] == 8 and model["experts_per_token"] == 2
+    result = run("estimate", EXAMPLE, "--hf-config", config, "--format", "json")
+    model = json.loads(result.stdout)["plan"]["model"]
+    # its architecture is the preset's exactly: it names the preset, and says so (planner/models.py preset_of_shape)
+    assert model["preset"] == "mixtral-8x7b" and model["num_experts"] == 8 and model["experts_per_token"] == 2
+    assert result.stderr == (f"note: model {config} resolved as preset mixtral-8x7b by shape (its layers, hidden "
+                             "size, heads, kv heads, head dim, intermediate size, vocabulary and every other "
+                             "architecture field are mixtral-8x7b's)\n")
+    with_plan = json.loads(result.stdout)
     assert with_plan["plan"]["parallelism"]["zero_stage"] == 3  # the rest of the example plan is kept
     alone = run("estimate", "--hf-config", config)
     assert alone.returncode == 0 and alone.stdout.startswith("mixtral-8x7b.json\ndoes not fit on NVIDIA H100")

@@ -17,7 +17,7 @@ from planner.codec import plan_from_dict, plan_to_dict
 from planner.dtypes import DEFAULT_GROUP_SIZE, TORCHAO_WEIGHTS
 from planner.errors import PlanError, bad, short
 from planner.formats import (accelerate, axolotl, deepspeed, hf_trainer, llamafactory, megatron, sglang, torchtitan,
-                             torchtune, vllm)
+                             torchtune, unsloth, vllm)
 from planner.formats.base import Document, Format, Imported, document, get_key
 from planner.formats.unread import unread_stack
 from planner.models import MODEL_KEYS
@@ -25,7 +25,8 @@ from planner.pipeline import chunk_split
 from planner.plan import EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, Plan
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    torchtitan.FORMAT, torchtune.FORMAT, axolotl.FORMAT, deepspeed.FORMAT, llamafactory.FORMAT, hf_trainer.FORMAT,
+    torchtitan.FORMAT, torchtune.FORMAT, axolotl.FORMAT, deepspeed.FORMAT, llamafactory.FORMAT, unsloth.FORMAT,
+    hf_trainer.FORMAT,
     accelerate.FORMAT, megatron.FORMAT, vllm.FORMAT, sglang.FORMAT)}
 
 
@@ -93,8 +94,9 @@ def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
 
 
 def read_lines(imported: Imported) -> list[str]:
-    """Each config key read and the plan key and value it became, a line each."""
-    return [f"{r.source} -> {r.plan_key}: {r.value}" for r in imported.read]
+    """Each config key read and the plan key and value it became, a line each, then how the reader took what it
+    says (a model name resolved by a rule)."""
+    return [f"{r.source} -> {r.plan_key}: {r.value}" for r in imported.read] + [f"note: {n}" for n in imported.notes]
 
 
 def unused_lines(imported: Imported) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from planner.errors import OverLimit, PlanError
 from planner.loader import CONFIG, check_size
-from planner.models import presets
+from planner.models import aliases, presets
 from planner.plan import Inference, Plan, Workload
 
 Parsed = TypeVar("Parsed")
@@ -46,6 +46,7 @@ class Imported:
     # the config's model name where it names one that is not a preset (the plan then needs --preset/--hf-config)
     model_name: str = ""
     unmodelled: tuple[str, ...] = ()  # "key: why" for keys that change memory but no plan key says
+    notes: tuple[str, ...] = ()  # how the reader took what the config says (the rule a model name resolved by)
     ignored: tuple[str, ...] = ()  # keys known to leave memory and time alone (learning rate, logging, ...)
     unknown: tuple[str, ...] = ()  # keys the reader does not know
 
@@ -179,31 +180,56 @@ def get_key(plan: dict[str, Any], dotted: str, default: Any = None) -> Any:
 # the longest last part of a model name that can name a repo: a Hugging Face repo's name has at most 96
 # characters, a file name at most 255 (and _VARIANT takes time quadratic in a name's length)
 MAX_NAME = 255
-# suffixes of a fine-tuned release that keeps its base model's architecture ("Llama-3.1-8B-Instruct")
-# and of a quantized one ("Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "Qwen2.5-7B-Instruct-AWQ")
-_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|fp16|bf16|fp8(-dynamic)?|awq|gptq(-int[48])?|bnb-4bit|\d{4}|"
-                      r"quantized\.\w+|w\d+a\d+))+$")
+# suffixes of a fine-tuned release that keeps its base model's architecture ("Llama-3.1-8B-Instruct",
+# "Qwen3-235B-A22B-Thinking-2507", "smollm2-1.7B-sft") and of a quantized repack of one
+# ("Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "Qwen2.5-7B-Instruct-AWQ", "Qwen3-30B-A3B-NVFP4"; Unsloth's
+# "llama-3-8b-bnb-4bit" and "-unsloth-bnb-4bit": unslothai/unsloth@015bdef unsloth/models/mapper.py maps each to
+# its 16-bit original). The weights' quantization is the config's to say, not the name's.
+_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|sft|thinking|fp16|bf16|fp8(-dynamic)?|nvfp4|awq|"
+                      r"gptq(-int[48])?|(unsloth-)?bnb-4bit|\d{4}|quantized\.\w+|w\d+a\d+))+$")
+ALIAS_RULE = "the alias table (planner/data/model_aliases.yaml: its config.json has the preset's architecture)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """The preset a config's model name means, and the rule that found it ("" where the name is the preset's own
+    id or repo)."""
+
+    preset: str
+    rule: str = ""
 
 
 def preset_for(name: str) -> str | None:
-    """The preset id a config's model name means: a preset id or a Hugging Face repo id (any case, with or without
-    its organisation, as a local path or a URL ending in one) of the preset or of a repo with its architecture
-    (`same_architecture` in models.yaml); an -Instruct/-Chat/-it/-Base or quantized variant of one is the same
-    architecture. None when it names none."""
+    """The preset id a config's model name means (resolve_model), or None."""
+    found = resolve_model(name)
+    return found.preset if found else None
+
+
+def resolve_model(name: str) -> Resolution | None:
+    """The preset a config's model name means: a preset id or its Hugging Face repo id (any case, with or without
+    its organisation, as a local path or a URL ending in one); a repo of the alias table (planner/data/
+    model_aliases.yaml); or either with its fine-tune or repack suffixes dropped (_VARIANT; Meta's "Meta-" prefix).
+    None when it names none."""
     wanted = name.strip().rstrip("/").lower()
     last = wanted.split("/")[-1]
     if len(last) > MAX_NAME:
         return None
-    repos = [(p.id, repo.lower().split("/")[-1])
-             for p in presets().values() for repo in (p.hf_id, *p.same_architecture)]
-    for preset in presets().values():
-        if wanted == preset.id:
-            return preset.id
-    for preset_id, repo in repos:
-        if last == repo:
-            return preset_id
+    if wanted in presets():
+        return Resolution(preset=wanted)
+    repos = [(p.id, p.hf_id, "") for p in presets().values()] + [(a.preset, a.repo, ALIAS_RULE)
+                                                                   for a in aliases().values()]
+    for preset_id, repo, rule in repos:
+        if last == repo.lower().split("/")[-1]:
+            return Resolution(preset=preset_id, rule=rule)
     bare = _bare(last)
-    return next((preset_id for preset_id, repo in repos if bare == _bare(repo)), None)
+    found = next(((preset_id, repo, rule) for preset_id, repo, rule in repos
+                  if bare == _bare(repo.split("/")[-1])), None)
+    if found is None:
+        return None
+    meta = " and Meta's prefix" if "meta-" in (last[:5], found[1].lower().split("/")[-1][:5]) else ""
+    return Resolution(preset=found[0], rule=f"its name and {found[1]}'s alike without fine-tune or repack suffixes"
+                                            f"{meta} (both {bare}; the weights' quantization is the config's, not "
+                                            f"the name's)" + (f", then {found[2]}" if found[2] else ""))
 
 
 def _bare(repo: str) -> str:

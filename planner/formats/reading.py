@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import PlanError, bad
-from planner.formats.base import Document, Imported, KeyRead, document, preset_for, set_key
+from planner.formats.base import Document, Imported, KeyRead, Resolution, document, resolve_model, set_key
 from planner.loader import CONFIG, int_fits, load_json, load_yaml
 
 # how the frameworks spell booleans in text (transformers HfArgumentParser string_to_bool, accelerate str_to_bool)
@@ -35,6 +35,7 @@ class Reading:
     ignored: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     model_name: list[str] = field(default_factory=list)  # at most one: the model a config names, not a preset
+    notes: list[str] = field(default_factory=list)  # how the reader took what the config says (Imported.notes)
 
     def set(self, source: str, plan_key: str, value: Any) -> None:
         """Set a plan key from a config key, and record it."""
@@ -57,18 +58,22 @@ class Reading:
             self.unknown.append(name or key)
 
     def model(self, source: str, name: str) -> str | None:
-        """The model a config names: its preset (returned), else its name for the caller to resolve."""
-        preset = preset_for(name)
-        if preset:
-            self.set(source, "model.preset", preset)
-        else:
+        """The model a config names: its preset (returned; the rule that found it noted, resolve_model), else its
+        name for the caller to resolve."""
+        found = resolve_model(name)
+        if found is None:
             self.model_name.append(name)
-        return preset
+            return None
+        self.set(source, "model.preset", found.preset)
+        if found.rule:
+            self.notes.append(model_note(name, found))
+        return found.preset
 
     def imported(self) -> Imported:
         return Imported(format=self.format, plan=self.plan, read=tuple(self.read),
                         model_name=self.model_name[0] if self.model_name else "",
-                        unmodelled=tuple(self.unmodelled), ignored=tuple(self.ignored), unknown=tuple(self.unknown))
+                        unmodelled=tuple(self.unmodelled), ignored=tuple(self.ignored), unknown=tuple(self.unknown),
+                        notes=tuple(self.notes))
 
     def sort_rest(self, cfg: dict[str, Any], *, known: frozenset[str], ignored: frozenset[str],
                   unmodelled: dict[str, str]) -> None:
@@ -86,6 +91,11 @@ class Reading:
                 self.ignored.append(key)
             else:
                 self.unknown.append(key)
+
+
+def model_note(name: str, found: Resolution) -> str:
+    """The import's note of a model name resolved by a rule."""
+    return f"model {name} resolved as preset {found.preset} by {found.rule}"
 
 
 def _top(source: str) -> str:

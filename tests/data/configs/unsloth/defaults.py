@@ -1,0 +1,7 @@
+# The project's own Unsloth script that leaves every argument to Unsloth's defaults but the model.
+from unsloth import FastLanguageModel
+from trl import SFTTrainer, SFTConfig
+
+model, tokenizer = FastLanguageModel.from_pretrained(model_name="Qwen/Qwen2.5-7B-Instruct")
+model = FastLanguageModel.get_peft_model(model)
+trainer = SFTTrainer(model=model, tokenizer=tokenizer, train_dataset=None, args=SFTConfig(max_steps=10))
