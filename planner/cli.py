@@ -11,7 +11,7 @@
     vram-planner choices [--format table|json]
     vram-planner formats
     vram-planner import CONFIG [--framework FORMAT] [--entry NAME] [--gpus N] [--gpu ID] [--preset ID] [--hf-config C]
-    vram-planner export PLAN.yaml --to FORMAT
+    vram-planner export PLAN.yaml --to FORMAT [--onto CONFIG]
     vram-planner vllm-log LOG [PLAN.yaml] [--catalog FILE]
     vram-planner measure PLAN.yaml [--dry-run] [--csv FILE] [--steps N] [--catalog FILE]
 
@@ -48,8 +48,8 @@ from planner.errors import PlanError, bad
 from planner.export import (estimate_to_json, estimate_to_table, estimate_to_yaml, formats_to_table,
                             frameworks_to_list, frameworks_to_table, frameworks_to_text, presets_to_list,
                             frontier_to_table, presets_to_table, recommendation_to_dict, recommendation_to_table)
-from planner.formats import (FORMATS, export_config, format_named, plan_from_config, read_config, read_lines,
-                             unused_lines)
+from planner.formats import (FORMATS, export_config, export_onto, format_named, plan_from_config, read_config,
+                             read_lines, unused_lines)
 from planner.formats.base import Imported
 from planner.hf_config import model_from_hf_config
 from planner.memory import estimate
@@ -162,6 +162,9 @@ def _config_commands(commands: argparse._SubParsersAction) -> None:
     exp = commands.add_parser("export", help="a plan as a framework's own config")
     exp.add_argument("plan", help="plan YAML; '-' reads standard input")
     exp.add_argument("--to", required=True, metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}")
+    exp.add_argument("--onto", metavar="CONFIG", help="the config the plan was imported from: written back with "
+                                                      "only the keys the plan changes edited (each change on "
+                                                      "standard error)")
     vlog = commands.add_parser("vllm-log", help="vLLM's start-up memory log beside the planner's figures")
     vlog.add_argument("log", help="the log as vLLM printed it; '-' reads standard input")
     vlog.add_argument("plan", nargs="?", help="plan YAML to compare with (default: the plan the log's arguments say)")
@@ -251,7 +254,14 @@ def _export(args: argparse.Namespace) -> str:
     """`export`: the plan as a framework config; each planned value it does not carry goes to standard error, with
     why and what the config runs instead."""
     fmt = format_named(args.to)
-    text, lost = export_config(plan_from_yaml(_read(args.plan)), fmt)
+    plan = plan_from_yaml(_read(args.plan))
+    if args.onto is None:
+        text, lost = export_config(plan, fmt)
+    else:
+        edited, lost = export_onto(plan, fmt, _read(args.onto))
+        text = edited.text
+        print("".join(f"changed {c.line()}\n" for c in edited.changes) or
+              f"unchanged: the plan changes none of {args.onto}'s keys\n", file=sys.stderr, end="")
     for key, (planned, runs) in lost.items():
         print(f"{fmt.name} cannot say {key} = {planned} ({fmt.cannot_say[key]}); the config runs {runs}",
               file=sys.stderr)

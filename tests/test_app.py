@@ -791,6 +791,22 @@ def test_a_pasted_framework_config_becomes_the_plan_and_says_what_it_left():
     assert "unknown key, not used: --some-future-flag" in [w.value for w in at.warning]
 
 
+def test_a_loaded_config_is_exported_edited_with_its_changes_listed():
+    line = "vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 2 --gpu-memory-utilization 0.85  # mine"
+    at = app(view="Share and export")
+    at.text_area(key="config_text").input(line)
+    at.button(key="load_config").click().run()
+    assert not at.exception and at.radio(key="export_onto").value == "edit the loaded config"
+    assert line in [c.value for c in at.code] and "unchanged: the plan changes none of pasted config's keys" in [
+        t.value for t in at.text]
+    at.slider(key="gpu_memory_utilization").set_value(0.9).run()
+    edited = line.replace("0.85", "0.9")
+    assert edited in [c.value for c in at.code]
+    assert "changed --gpu-memory-utilization: 0.85 → 0.9" in [t.value for t in at.text]
+    at.radio(key="export_onto").set_value("write a new config").run()
+    assert not any("# mine" in c.value for c in at.code)
+
+
 def test_an_unreadable_config_is_an_error_and_the_plan_stays():
     at = app(view="Share and export")
     at.text_area(key="config_text").input("hello: world").run()

@@ -9,7 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from planner.errors import PlanError
-from planner.formats import FORMATS, export_config, formats_for, plan_from_config, read_config, read_lines, unused_lines
+from planner.formats import (FORMATS, export_config, export_onto, formats_for, plan_from_config, read_config,
+                             read_lines, unused_lines)
+from planner.formats.base import get_key
 from planner.models import model_to_dict
 from planner.plan import Plan
 from planner.formats.base import Imported
@@ -18,6 +20,7 @@ from ui import worker
 from ui.state import PASTE_MAX_CHARS
 
 AUTO = "detect from the text"
+EDIT, WRITE = "edit the loaded config", "write a new config"
 UPLOAD_TYPES = ["toml", "yaml", "yml", "json", "sh", "txt", "log"]
 
 
@@ -33,24 +36,35 @@ def config_export(plan: Plan, stem: str) -> None:
     name = st.selectbox("Format", names, index=default, format_func=lambda n: FORMATS[n].label,
                         key=f"export_format_{plan.framework}")
     fmt = FORMATS[name]
+    loaded = st.session_state.get("imported_config")
+    onto = loaded is not None and loaded["format"] == fmt.name and st.radio(
+        "Write", [EDIT, WRITE], key="export_onto", horizontal=True) == EDIT
     try:
-        text, lost = export_config(plan, fmt)
+        if onto:
+            edited, lost = export_onto(plan, fmt, loaded["text"], base=loaded["plan"])
+            text = edited.text
+        else:
+            text, lost = export_config(plan, fmt)
     except PlanError as exc:
         st.info(f"{fmt.label} cannot run this plan: {exc}")
         return
-    st.download_button(f"Download {fmt.label}", text, file_name=f"{stem}{fmt.suffix}", key="download_config",
-                       on_click="ignore")
+    st.download_button(f"Download {fmt.label}", text, file_name=loaded["name"] if onto and "." in loaded["name"] else f"{stem}{fmt.suffix}",
+                       key="download_config", on_click="ignore")
+    if onto:
+        st.text("\n".join(f"changed {c.line()}" for c in edited.changes) or
+                f"unchanged: the plan changes none of {loaded['name']}'s keys")
     for key, (planned, runs) in lost.items():
         st.caption(f"{fmt.name} cannot say {key} = {planned} ({fmt.cannot_say[key]}); the config runs {runs}.")
     st.code(text, language={".toml": "toml", ".json": "json", ".yaml": "yaml", ".sh": "bash"}.get(fmt.suffix))
 
 
-def _queue(imported: Imported, plan: Plan, name: str) -> None:
+def _queue(imported: Imported, plan: Plan, name: str) -> Plan:
     """Queue the plan a config (or a log) says for the widgets: the current model, GPU and count where it is
     silent (the config's own count wins: a single-device recipe is 1 GPU; torchtitan's "-1 = the rest" then
     resolves from the current one)."""
     st.session_state["pending_plan"] = plan_from_config(
         imported, default_model=model_to_dict(plan.model), gpu=plan.hardware.gpu, gpus=plan.hardware.count, name=name)
+    return st.session_state["pending_plan"]
 
 
 def _load(text: str, source: str, plan: Plan) -> None:
@@ -58,7 +72,11 @@ def _load(text: str, source: str, plan: Plan) -> None:
     use is kept to show."""
     fmt = st.session_state.get("import_format", AUTO)
     imported = worker.read("config", read_config, text, format=None if fmt == AUTO else fmt)
-    _queue(imported, plan, source)
+    if get_key(imported.plan, "hardware.count") is None:  # read over the current count, as export edits it
+        imported = worker.read("config", read_config, text, format=imported.format, gpus=plan.hardware.count)
+    # the config itself, to export edited (ui config_export); its plan is what the plan's changes are made from
+    st.session_state["imported_config"] = {"text": text, "format": imported.format, "name": source,
+                                           "plan": _queue(imported, plan, source)}
     named = f"; the config names {imported.model_name!r}" if imported.model_name else ""
     kept = [] if "model" in imported.plan else [f"model: kept from the current plan ({plan.model.preset or 'custom'}"
                                                 f"{named})"]
@@ -103,6 +121,7 @@ def _report() -> None:
 
 def _load_log_plan(log: VllmLog, plan: Plan, catalog: dict) -> None:
     """Queue the plan a vLLM log's arguments say (the current model, GPU and count where it is silent)."""
+    st.session_state.pop("imported_config", None)  # the plan is the log's now: no config to edit
     try:
         _queue(plan_from_vllm_log(log, catalog), plan, "vLLM log")
     except PlanError as exc:  # a callback's exception would replace the page: shown under the log instead

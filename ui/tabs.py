@@ -377,6 +377,7 @@ def _plan_upload() -> None:
         try:
             text = plan_file.getvalue().decode("utf-8", errors="replace")
             st.session_state["pending_plan"] = worker.read("plan", plan_from_yaml, text)
+            st.session_state.pop("imported_config", None)  # the plan is the file's now: no config to edit
             st.session_state.pop("upload_error", None)
             st.rerun()
         except PlanError as exc:

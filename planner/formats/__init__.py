@@ -10,6 +10,7 @@ carry, with what it runs instead (export_config).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from planner.errors import PlanError, bad, short
 from planner.formats import (accelerate, axolotl, deepspeed, hf_trainer, llamafactory, megatron, sglang, torchtitan,
                              torchtune, unsloth, vllm)
 from planner.formats.base import Document, Format, Imported, document, get_key
+from planner.formats.edit import Edited, check_parsed, delta, edit_text, for_syntax, syntax, written_keys
 from planner.formats.unread import unread_stack
 from planner.models import MODEL_KEYS
 from planner.pipeline import chunk_split
@@ -211,6 +213,20 @@ def export_config(plan: Plan, fmt: Format) -> tuple[str, dict[str, tuple[Any, An
     """The plan as `fmt`'s config, and every key whose planned value it does not carry ({key: (planned, what the
     config runs)}; each is a key of `fmt.cannot_say`, which says why); a format whose framework does not run the
     plan's task is refused."""
+    _exportable(plan, fmt)
+    return _carried(plan, fmt, fmt.write(plan))
+
+
+def _carried(plan: Plan, fmt: Format, text: str) -> tuple[str, dict[str, tuple[Any, Any]]]:
+    """The config `text`, and the keys whose planned value it does not carry (changes)."""
+    try:
+        return text, changes(plan, fmt, text)
+    except PlanError as exc:  # the config runs a plan this planner refuses (a cut it cannot make, ...)
+        raise bad("--to", fmt.name, f"writes a config whose plan does not hold: {exc}") from None
+
+
+def _exportable(plan: Plan, fmt: Format) -> None:
+    """Refuse a read-only format, and one whose framework does not run the plan's task."""
     if fmt.write is None:
         raise bad("--to", fmt.name, "is read only: its configs are imported, not exported")
     offered = formats_for(plan)
@@ -218,8 +234,54 @@ def export_config(plan: Plan, fmt: Format) -> tuple[str, dict[str, tuple[Any, An
         kind = "serves models" if fmt.framework in INFERENCE_FRAMEWORKS else "trains models"
         allowed = ", ".join(f.name for f in offered)
         raise bad("--to", fmt.name, f"{kind}, and the plan's task is {plan.workload.task}; allowed: {allowed}")
-    text = fmt.write(plan)
+
+
+# the command a flag the original lacks is added to, and each flag's other spellings, of the command-line formats
+PROGRAMS: dict[str, re.Pattern[str]] = {
+    "vllm": vllm.ENGINE.program, "sglang": sglang.ENGINE.program, "megatron": re.compile(r"pretrain_\w+\.py"),
+    "hf_trainer": re.compile(r"\.py\b|\btrl\b"), "torchtitan": re.compile(r"torchrun|run_train\.sh|train\.py")}
+ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
+    engine.name: {flag: tuple(a for a, f in engine.aliases.items() if f == flag) +
+                  ((flag.replace("-", "_").replace("__", "--", 1),) if engine.underscores else ())
+                  for flag in {*engine.flags, *engine.aliases.values()}}
+    for engine in (vllm.ENGINE, sglang.ENGINE)}
+
+
+def imported_plan(plan: Plan, fmt: Format, original: str) -> Plan:
+    """The plan the original config says, which an edit compares the plan with: read with the GPU count it names
+    (the plan's where it names none), over the plan's GPU and, where it names none, the plan's model."""
     try:
-        return text, changes(plan, fmt, text)
-    except PlanError as exc:  # the config runs a plan this planner refuses (a cut it cannot make, ...)
-        raise bad("--to", fmt.name, f"writes a config whose plan does not hold: {exc}") from None
+        imported = fmt.read(original)
+    except PlanError:  # a config that needs the count to read (a global batch over the data ranks)
+        imported = None
+    if imported is None or get_key(imported.plan, "hardware.count") is None:
+        imported = fmt.read(original, gpus=plan.hardware.count)
+    planned = plan_to_dict(plan)
+    data = overlay({"hardware": {key: planned["hardware"][key] for key in KEPT_HARDWARE}}, imported.plan)
+    data.setdefault("model", planned["model"])
+    return plan_from_dict(data)
+
+
+def export_onto(plan: Plan, fmt: Format, original: str, base: Plan | None = None
+                ) -> tuple[Edited, dict[str, tuple[Any, Any]]]:
+    """The original config the plan was read from with only the keys whose planned value differs from `base` (the
+    plan the original says; read from it where not given) edited (planner/formats/edit.py), what it changed, and
+    the keys whose planned value the edited config does not carry (as export_config)."""
+    _exportable(plan, fmt)
+    if not fmt.detect(original):
+        raise PlanError("--onto", f"the config is not a {fmt.label}: give the config the plan was imported from")
+    base = imported_plan(plan, fmt, original) if base is None else base
+    try:
+        before = fmt.write(base)
+    except PlanError as exc:
+        raise bad("--onto", fmt.name, f"cannot be edited: the plan the original says cannot be written ({exc}); "
+                                      "export without the original") from None
+    kind = syntax(original, fmt.suffix)
+    if kind == "python":
+        raise bad("--onto", fmt.name, "config registries are Python functions, which an export does not edit; export "
+                                      "without the original (a TOML)")
+    moved = delta(written_keys(before, fmt.suffix), written_keys(fmt.write(plan), fmt.suffix))
+    edited = edit_text(original, kind, for_syntax(moved, kind), program=PROGRAMS.get(fmt.name),
+                       aliases=ALIASES.get(fmt.name))
+    check_parsed(kind, edited.text)
+    return edited, _carried(plan, fmt, edited.text)[1]
