@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from planner.codec import plan_from_dict
 from planner.errors import PlanError
 from planner.memory import estimate
-from planner.models import presets
 from planner.perf import plan_time
+from planner.plan.codec import plan_from_dict
+from planner.plan.models import presets
 from ui import tabs
 from ui.sidebar import sidebar
 from ui.state import current_plan_dict, early_plan, link_query, show_error_at, start_session
@@ -58,8 +58,8 @@ if early is None or (early[0], early[2]) != (plan, catalog_key):
 tabs.verdict_details(plan, result, time, catalog, catalog_key)
 # only the open tab runs (its search or sweeps are what a rerun would otherwise wait for)
 tab_plan, tab_time, tab_explore, tab_cheapest, tab_compare, tab_share = st.tabs(
-    ["Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export"], key="view",
-    on_change="rerun")
+    ["Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export"], key="view", on_change="rerun"
+)
 price = float(st.session_state.get("price") or 0.0)
 if tab_plan.open:
     with tab_plan:

@@ -22,11 +22,12 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from stats import ALL, error_table, groups, p90  # noqa: E402
+
 from planner.accuracy import ACCURACY_PATH, workload_class  # noqa: E402
 from planner.memory import estimate  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
+from planner.plan.codec import plan_from_dict  # noqa: E402
 from planner.units import GiB  # noqa: E402
-from stats import ALL, error_table, groups, p90  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "measured-dev.csv"
 
@@ -88,8 +89,13 @@ def _served_weights(quant: str) -> dict:
     keys: dict = {}
     if "nf4" in quant:
         keys |= {"weights": "nf4", "double_quant": "dq" in quant}
-    for needle, dtype in (("int8 weight", "int8"), ("int8 dynamic", "int8"), ("int4 weight", "int4"),
-                          ("float8 weight", "fp8"), ("float8 dynamic", "fp8")):
+    for needle, dtype in (
+        ("int8 weight", "int8"),
+        ("int8 dynamic", "int8"),
+        ("int4 weight", "int4"),
+        ("float8 weight", "fp8"),
+        ("float8 dynamic", "fp8"),
+    ):
         if needle in quant:
             keys["weights"] = dtype
     group = re.search(r"group (\d+)", quant)
@@ -111,15 +117,22 @@ def express(row: dict) -> tuple[dict | None, str]:
         if needle in row[column].lower():
             return None, why
     if "lit-gpt" in row["framework"].lower() and "fsdp" in row["fsdp_or_zero"].lower():
-        return None, ("lit-gpt's FSDP runs (Fabric at 8641822) materialize the whole model on every rank before "
-                      "sharding it: their peak (above the unsharded weights on 4 ranks) is that load, not a step")
+        return None, (
+            "lit-gpt's FSDP runs (Fabric at 8641822) materialize the whole model on every rank before "
+            "sharding it: their peak (above the unsharded weights on 4 ranks) is that load, not a step"
+        )
     if statistic(row) is None:
         return None, f"statistic not known ({row['measured_metric']})"
     family = row["arch_family"].lower()
-    model = {"num_layers": int(row["n_layers"]), "hidden_size": int(row["hidden"]),
-             "num_attention_heads": int(row["n_heads"]), "num_kv_heads": int(row["n_kv_heads"]),
-             "intermediate_size": int(row["ffn_dim"]), "vocab_size": int(row["vocab"]),
-             "tie_embeddings": row["tied_embeddings"] == "yes"}
+    model = {
+        "num_layers": int(row["n_layers"]),
+        "hidden_size": int(row["hidden"]),
+        "num_attention_heads": int(row["n_heads"]),
+        "num_kv_heads": int(row["n_kv_heads"]),
+        "intermediate_size": int(row["ffn_dim"]),
+        "vocab_size": int(row["vocab"]),
+        "tie_embeddings": row["tied_embeddings"] == "yes",
+    }
     if "neox" in family or "gelu" in family:
         model.update(mlp="gelu", norm="layernorm", bias="falcon" not in family)
     quant = row["quantization"].lower()
@@ -128,11 +141,23 @@ def express(row: dict) -> tuple[dict | None, str]:
     master = "fp32" if "fp32" in row["master_weights"].lower() else "none"
     opt_text = row["optimizer"].lower()
     paged, eight_bit = "paged" in opt_text, "8bit" in opt_text
-    optimizer = ("sgd" if "no adam state" in opt_text else "paged_adamw_8bit" if paged and eight_bit else
-                 "paged_adamw" if paged else "adamw_8bit" if eight_bit else "adamw")
+    optimizer = (
+        "sgd"
+        if "no adam state" in opt_text
+        else "paged_adamw_8bit"
+        if paged and eight_bit
+        else "paged_adamw"
+        if paged
+        else "adamw_8bit"
+        if eight_bit
+        else "adamw"
+    )
     task = row["task"].lower()
-    workload = {"task": "pretrain", "sequence_length": _first_int(row["seq_len"]),
-                "micro_batch_size": _first_int(row["micro_batch"])}
+    workload = {
+        "task": "pretrain",
+        "sequence_length": _first_int(row["seq_len"]),
+        "micro_batch_size": _first_int(row["micro_batch"]),
+    }
     precision = {"compute": compute, "master_weights": master, "optimizer": optimizer}
     if "fused" in opt_text:
         precision["optimizer_impl"] = "fused"
@@ -140,8 +165,10 @@ def express(row: dict) -> tuple[dict | None, str]:
         precision["fp8_recipe"] = "rowwise" if "rowwise" in quant else "tensorwise"
     if task.startswith("inference"):
         prompt, new = (int(x) for x in re.search(r"(\d+) prompt \+ (\d+) new", row["seq_len"]).groups())
-        workload = {"task": "inference", "inference": {"batch_size": _first_int(row["micro_batch"]),
-                                                       "prompt_tokens": prompt, "output_tokens": new}}
+        workload = {
+            "task": "inference",
+            "inference": {"batch_size": _first_int(row["micro_batch"]), "prompt_tokens": prompt, "output_tokens": new},
+        }
         if "linear mask" in row["attention_impl"].lower():  # torchao --linear_causal_mask
             workload["inference"]["mask_buffer"] = False
         precision.update(_served_weights(quant))
@@ -155,8 +182,9 @@ def express(row: dict) -> tuple[dict | None, str]:
             precision["weights"] = "fp32"
     ckpt = (row["act_ckpt"].split() or ["none"])[0].lower()
     ckpt = "selective_op" if "op-level" in row["act_ckpt"].lower() else ckpt
-    offload = "optimizer_and_params" if ("cpu" in row["offload"].lower() or "offload" in row["offload"].lower()) \
-        else "none"
+    offload = (
+        "optimizer_and_params" if ("cpu" in row["offload"].lower() or "offload" in row["offload"].lower()) else "none"
+    )
     sharding = row["fsdp_or_zero"].lower().replace("_", " ")
     zero = 3 if ("full shard" in sharding or "zero-3" in sharding or "zero3" in sharding) else 0
     plan = {
@@ -165,17 +193,26 @@ def express(row: dict) -> tuple[dict | None, str]:
         "workload": workload,
         "precision": precision,
         "framework": framework(row),
-        "techniques": {"activation_checkpointing": ckpt if ckpt in ("none", "full", "selective", "selective_op") else "none",
-                       "attention": "eager" if "eager" in row["attention_impl"].lower() else "flash",
-                       "offload": offload, "compile": row["compile"].lower() == "yes",
-                       "optimizer_in_backward": "optimizer_in_bwd=true" in opt_text.replace(" ", ""),
-                       "loss": "chunked" if "chunked" in row["loss_impl"].lower() else "full"},
-        "parallelism": {"data": int(row["dp_shard"]) * int(row["dp_replicate"]), "zero_stage": zero,
-                        # FSDP1 with use_orig_params: frozen and trainable weights share each block's flat parameter
-                        "flat_params": "fsdp1" in sharding
-                        and "use_orig_params=false" not in row["fsdp_or_zero"].lower().replace(" ", "")
-                        and task in ("lora", "qlora") and zero == 3,
-                        "tensor": int(row["tp"]), "pipeline": int(row["pp"]), "context": int(row["cp"])},
+        "techniques": {
+            "activation_checkpointing": ckpt if ckpt in ("none", "full", "selective", "selective_op") else "none",
+            "attention": "eager" if "eager" in row["attention_impl"].lower() else "flash",
+            "offload": offload,
+            "compile": row["compile"].lower() == "yes",
+            "optimizer_in_backward": "optimizer_in_bwd=true" in opt_text.replace(" ", ""),
+            "loss": "chunked" if "chunked" in row["loss_impl"].lower() else "full",
+        },
+        "parallelism": {
+            "data": int(row["dp_shard"]) * int(row["dp_replicate"]),
+            "zero_stage": zero,
+            # FSDP1 with use_orig_params: frozen and trainable weights share each block's flat parameter
+            "flat_params": "fsdp1" in sharding
+            and "use_orig_params=false" not in row["fsdp_or_zero"].lower().replace(" ", "")
+            and task in ("lora", "qlora")
+            and zero == 3,
+            "tensor": int(row["tp"]),
+            "pipeline": int(row["pp"]),
+            "context": int(row["cp"]),
+        },
     }
     return plan, ""
 
@@ -187,14 +224,24 @@ def summaries(rows: list[dict]) -> list[dict]:
         for key in ((r["workload"], r["stat"]), ("all", "all")):
             groups.setdefault(key, []).append(r["error_pct"])
     order = sorted(groups.items(), key=lambda g: (g[0][0] == "all", g[0]))  # the overall line last
-    return [{"workload": w, "stat": st, "rows": len(e), "median": statistics.median(abs(x) for x in e),
-             "p90": p90([abs(x) for x in e]), "signed": statistics.median(e)} for (w, st), e in order]
+    return [
+        {
+            "workload": w,
+            "stat": st,
+            "rows": len(e),
+            "median": statistics.median(abs(x) for x in e),
+            "p90": p90([abs(x) for x in e]),
+            "signed": statistics.median(e),
+        }
+        for (w, st), e in order
+    ]
 
 
 def predict(plan_dict: dict, stat: str) -> int:
     est = estimate(plan_from_dict(plan_dict))
-    return {"allocated": est.peak_allocated_bytes, "reserved": est.peak_reserved_bytes,
-            "device": est.device_bytes}[stat]
+    return {"allocated": est.peak_allocated_bytes, "reserved": est.peak_reserved_bytes, "device": est.device_bytes}[
+        stat
+    ]
 
 
 def run(path: Path = DATA) -> tuple[list[dict], list[tuple[str, str]]]:
@@ -207,12 +254,22 @@ def run(path: Path = DATA) -> tuple[list[dict], list[tuple[str, str]]]:
         stat = statistic(row)
         measured = float(row["measured_gib"])
         predicted = predict(plan, stat) / GiB
-        rows.append({"row": row["row_id"], "source": row["source_id"], "model": row["model"], "quality": row["quality"],
-                     "stat": stat,
-                     "framework": plan["framework"], "workload": workload_class(plan["workload"]["task"]),
-                     "config": f"s{row['seq_len']} b{row['micro_batch']} {row['attention_impl']}",
-                     "measured_gib": measured, "predicted_gib": predicted,
-                     "error_pct": 100 * (predicted - measured) / measured, "error": predicted / measured - 1})
+        rows.append(
+            {
+                "row": row["row_id"],
+                "source": row["source_id"],
+                "model": row["model"],
+                "quality": row["quality"],
+                "stat": stat,
+                "framework": plan["framework"],
+                "workload": workload_class(plan["workload"]["task"]),
+                "config": f"s{row['seq_len']} b{row['micro_batch']} {row['attention_impl']}",
+                "measured_gib": measured,
+                "predicted_gib": predicted,
+                "error_pct": 100 * (predicted - measured) / measured,
+                "error": predicted / measured - 1,
+            }
+        )
     return rows, skipped
 
 
@@ -227,15 +284,23 @@ def by_class(rows: list[dict]) -> dict[str, dict]:
     groups: dict[str, list[float]] = {}
     for r in rows:
         groups.setdefault(r["workload"], []).append(r["error_pct"])
-    return {w: {"rows": len(e), "median_pct": round(statistics.median(abs(x) for x in e), 1),
-                "p90_pct": round(p90([abs(x) for x in e]), 1), "signed_pct": round(statistics.median(e), 1)}
-            for w, e in sorted(groups.items())}
+    return {
+        w: {
+            "rows": len(e),
+            "median_pct": round(statistics.median(abs(x) for x in e), 1),
+            "p90_pct": round(p90([abs(x) for x in e]), 1),
+            "signed_pct": round(statistics.median(e), 1),
+        }
+        for w, e in sorted(groups.items())
+    }
 
 
 def write_accuracy(rows: list[dict]) -> None:
-    header = ("# Written by `python bench/accuracy.py --write` from bench/data/measured-dev.csv: how far the\n"
-              "# planner's memory has been off, per workload class over every statistic, in percent of the measured\n"
-              "# value (the error is (predicted - measured) / measured). planner/accuracy.py reads it.\n")
+    header = (
+        "# Written by `python bench/accuracy.py --write` from bench/data/measured-dev.csv: how far the\n"
+        "# planner's memory has been off, per workload class over every statistic, in percent of the measured\n"
+        "# value (the error is (predicted - measured) / measured). planner/accuracy.py reads it.\n"
+    )
     ACCURACY_PATH.write_text(header + yaml.safe_dump({"classes": by_class(rows)}, sort_keys=False))
 
 
@@ -246,17 +311,25 @@ def main() -> None:
     print("| row | model | framework | quality | config | statistic | measured GiB | predicted GiB | error % |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['row']} | {r['model']} | {r['framework']} | {r['quality']} | {r['config']} | {r['stat']} | "
-              f"{r['measured_gib']:.2f} | {r['predicted_gib']:.2f} | {r['error_pct']:+.1f} |")
+        print(
+            f"| {r['row']} | {r['model']} | {r['framework']} | {r['quality']} | {r['config']} | {r['stat']} | "
+            f"{r['measured_gib']:.2f} | {r['predicted_gib']:.2f} | {r['error_pct']:+.1f} |"
+        )
     errors = [abs(r["error_pct"]) for r in rows]
     if errors:
-        print(f"\n{len(rows)} rows expressed: median |error| {statistics.median(errors):.1f} %, "
-              f"p90 |error| {p90(errors):.1f} %")
-        print("\n| workload | statistic | rows | median abs error | p90 abs error | signed median |\n"
-              "|---|---|---|---|---|---|")
+        print(
+            f"\n{len(rows)} rows expressed: median |error| {statistics.median(errors):.1f} %, "
+            f"p90 |error| {p90(errors):.1f} %"
+        )
+        print(
+            "\n| workload | statistic | rows | median abs error | p90 abs error | signed median |\n"
+            "|---|---|---|---|---|---|"
+        )
         for g in summaries(rows):
-            print(f"| {g['workload']} | {g['stat']} | {g['rows']} | {g['median']:.1f} % | {g['p90']:.1f} % | "
-                  f"{g['signed']:+.1f} % |")
+            print(
+                f"| {g['workload']} | {g['stat']} | {g['rows']} | {g['median']:.1f} % | {g['p90']:.1f} % | "
+                f"{g['signed']:+.1f} % |"
+            )
         print("\nBy source (bench/data/measured-dev-sources.md):\n\n" + by_source(rows))
     reasons: dict[str, list[str]] = {}
     for row_id, why in skipped:

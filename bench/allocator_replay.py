@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.memory.allocator import Event, replay, round_size  # noqa: E402
-from planner.units import MiB, GiB  # noqa: E402
+from planner.units import GiB, MiB  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 
@@ -97,8 +97,13 @@ def main() -> None:
     rows = []
     for path in sorted(TRACES.glob("*.trace.gz")):
         measured = measure(path)
-        rows.append({"trace": path.name.removesuffix(".trace.gz"), "workload": workload(path),
-                     **{c: f"{measured[c]:.3f}" for c in COLUMNS}})
+        rows.append(
+            {
+                "trace": path.name.removesuffix(".trace.gz"),
+                "workload": workload(path),
+                **{c: f"{measured[c]:.3f}" for c in COLUMNS},
+            }
+        )
     print("| trace | workload | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 2) + "|")
     for r in rows:

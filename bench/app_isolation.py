@@ -22,19 +22,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fuzz import SHAPES  # noqa: E402
+
 from planner.catalog import load_catalog  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
 from planner.formats import read_config  # noqa: E402
+from planner.formats.vllm_log import parse_vllm_log  # noqa: E402
 from planner.memory import estimate  # noqa: E402
-from planner.recommend import SearchOptions, recommend  # noqa: E402
-from planner.serving_log import parse_vllm_log  # noqa: E402
+from planner.plan.codec import plan_from_dict  # noqa: E402
+from planner.search.recommend import SearchOptions, recommend  # noqa: E402
 from ui import worker  # noqa: E402
 from ui.state import PASTE_MAX_CHARS  # noqa: E402
 
-HEAVY = plan_from_dict({"model": {"preset": "qwen3-235b-a22b", "num_layers": 128, "num_experts": 256},
-                        "workload": {"micro_batch_size": 8192, "global_batch_size": 8192},
-                        "techniques": {"attention": "eager"}})
+HEAVY = plan_from_dict(
+    {
+        "model": {"preset": "qwen3-235b-a22b", "num_layers": 128, "num_experts": 256},
+        "workload": {"micro_batch_size": 8192, "global_batch_size": 8192},
+        "techniques": {"attention": "eager"},
+    }
+)
 LIGHT = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}})
 CATALOG = load_catalog()
 SEEN = [0]  # sequence lengths used so far: each light plan is new, as a changed input's is
@@ -118,14 +123,20 @@ def main() -> None:
     worker.read("config", str, "")
     alone = statistics.median(_light() for _ in range(5))
     seconds, shape = _slowest_read()
-    print(f"{len(PASTES)} paste shapes of {PASTE_MAX_CHARS:,} characters; the slowest read: {seconds:.2f} s of CPU "
-          f"({shape})\n")
-    print("| other sessions | light rerun, their work in the server process (s) | "
-          "light rerun, their work in worker processes (s) |")
+    print(
+        f"{len(PASTES)} paste shapes of {PASTE_MAX_CHARS:,} characters; the slowest read: {seconds:.2f} s of CPU "
+        f"({shape})\n"
+    )
+    print(
+        "| other sessions | light rerun, their work in the server process (s) | "
+        "light rerun, their work in worker processes (s) |"
+    )
     print("|---|---|---|")
     print(f"| none | {alone:.2f} | {alone:.2f} |")
-    for what, inline, in_worker in (("searching the heavy plan", _heavy_inline, _heavy_worker),
-                                    ("reading hostile pastes", _paste_inline, _paste_worker)):
+    for what, inline, in_worker in (
+        ("searching the heavy plan", _heavy_inline, _heavy_worker),
+        ("reading hostile pastes", _paste_inline, _paste_worker),
+    ):
         for sessions in (1, 4):
             print(f"| {sessions} {what} | {_with(inline, sessions):.2f} | {_with(in_worker, sessions):.2f} |")
 

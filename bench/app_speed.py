@@ -38,16 +38,24 @@ WAIT_MS = 120_000  # a step this slow is stuck, not slow
 VERDICT_JS = """() => [...document.querySelectorAll('[data-testid="stAlert"]')].map(e => e.textContent)
     .find(t => /^(fits on|does not fit on) /.test(t)) || null"""
 # Resolves with ms from the next Enter keydown to the first frame after the verdict's text differs from `old`
-ARM_JS = """old => { const verdict = """ + VERDICT_JS + """;
+ARM_JS = (
+    """old => { const verdict = """
+    + VERDICT_JS
+    + """;
   window.__changed = new Promise(done => { let t0 = null;
     document.addEventListener('keydown', e => { if (e.key === 'Enter') t0 = e.timeStamp; }, {capture: true, once: true});
     const seen = new MutationObserver(() => { const v = verdict();
       if (t0 !== null && v !== null && v !== old) { seen.disconnect();
         requestAnimationFrame(() => done(performance.now() - t0)); } });
     seen.observe(document.body, {subtree: true, childList: true, characterData: true}); }); }"""
+)
 # ms from navigation start to the first frame showing a verdict
-FIRST_JS = """() => new Promise(done => { const verdict = """ + VERDICT_JS + """;
+FIRST_JS = (
+    """() => new Promise(done => { const verdict = """
+    + VERDICT_JS
+    + """;
   const check = () => verdict() ? done(performance.now()) : requestAnimationFrame(check); check(); })"""
+)
 
 
 def _free_port() -> int:
@@ -59,9 +67,22 @@ def _free_port() -> int:
 def _serve() -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true", f"--server.port={port}",
-         "--server.address=127.0.0.1", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless=true",
+            f"--server.port={port}",
+            "--server.address=127.0.0.1",
+            "--browser.gatherUsageStats=false",
+            "--server.fileWatcherType=none",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(240):
         try:
@@ -113,8 +134,10 @@ def browser_table(changes: int, loads: int) -> None:
     proc, url = _serve()
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-                "--no-sandbox", "--disable-background-networking", "--disable-component-update"])
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--no-sandbox", "--disable-background-networking", "--disable-component-update"],
+            )
             firsts = []
             for _ in range(loads):
                 page, first = _open(browser, url)
@@ -129,8 +152,10 @@ def browser_table(changes: int, loads: int) -> None:
                 every += times
                 print(f"| {tab} | {statistics.median(times):.0f} | {_p90(times):.0f} |", flush=True)
             print(f"| every tab | {statistics.median(every):.0f} | {_p90(every):.0f} |")
-            print(f"\nfirst verdict after the page is asked for: median {statistics.median(firsts):.0f} ms, "
-                  f"worst {max(firsts):.0f} ms over {loads} fresh sessions")
+            print(
+                f"\nfirst verdict after the page is asked for: median {statistics.median(firsts):.0f} ms, "
+                f"worst {max(firsts):.0f} ms over {loads} fresh sessions"
+            )
             browser.close()
     finally:
         proc.terminate()

@@ -22,8 +22,8 @@ import argparse
 import json
 import math
 import random
-import sys
 import resource
+import sys
 import time
 import traceback
 import tracemalloc
@@ -33,26 +33,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.catalog import load_catalog, parse_catalog  # noqa: E402
-from planner.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
 from planner.formats import plan_from_config, read_config  # noqa: E402
-from planner.hf_config import model_from_hf_config  # noqa: E402
+from planner.formats.hf_config import model_from_hf_config  # noqa: E402
+from planner.formats.vllm_log import vllm_log_table  # noqa: E402
 from planner.loader import load_yaml  # noqa: E402
 from planner.memory import estimate  # noqa: E402
-from planner.models import presets  # noqa: E402
 from planner.perf import StepTime, plan_time  # noqa: E402
-from planner.recommend import recommend  # noqa: E402
-from planner.serving_log import vllm_log_table  # noqa: E402
+from planner.plan.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml  # noqa: E402
+from planner.plan.models import presets  # noqa: E402
+from planner.search.recommend import recommend  # noqa: E402
 
 PRESETS = sorted(presets())
 GPUS = frozenset(load_catalog())
 TASKS = ["pretrain", "finetune", "lora", "qlora", "inference"]
 # what a link is read against, as the app does: a plan that differs from the planner's defaults everywhere a
 # link could silently inherit from it
-DEFAULT = {"name": "default", "model": {"preset": "llama-3.1-8b"},
-           "workload": {"sequence_length": 4096, "micro_batch_size": 2, "global_batch_size": 64},
-           "precision": {"optimizer": "adamw_8bit"}, "techniques": {"activation_checkpointing": "full"},
-           "parallelism": {"data": 8, "zero_stage": 3}, "hardware": {"gpu": "a100-sxm-80gb"}}
+DEFAULT = {
+    "name": "default",
+    "model": {"preset": "llama-3.1-8b"},
+    "workload": {"sequence_length": 4096, "micro_batch_size": 2, "global_batch_size": 64},
+    "precision": {"optimizer": "adamw_8bit"},
+    "techniques": {"activation_checkpointing": "full"},
+    "parallelism": {"data": 8, "zero_stage": 3},
+    "hardware": {"gpu": "a100-sxm-80gb"},
+}
 
 
 def _sometimes_wrong(rng: random.Random, value, wrong=(0, -1, 10**12, "x", None, 1.5, [], {})):
@@ -69,43 +74,91 @@ def random_plan(rng: random.Random) -> dict:
         model = {"params": rng.choice(["125M", "1B", "7B", "13B", "70B", "5", "1e13", "3.3b"])}
     else:
         heads = rng.choice([1, 2, 4, 8, 12, 16, 32])
-        model = {"num_layers": w(rng.randint(1, 64)), "hidden_size": w(heads * rng.choice([16, 32, 64, 128])),
-                 "num_attention_heads": heads, "num_kv_heads": w(rng.choice([1, 2, heads])),
-                 "intermediate_size": w(rng.randint(8, 20000)), "vocab_size": w(rng.randint(2, 200_000)),
-                 "mlp": rng.choice(["swiglu", "gelu"]), "norm": rng.choice(["rmsnorm", "layernorm"]),
-                 "tie_embeddings": rng.random() < 0.5, "bias": rng.random() < 0.3}
+        model = {
+            "num_layers": w(rng.randint(1, 64)),
+            "hidden_size": w(heads * rng.choice([16, 32, 64, 128])),
+            "num_attention_heads": heads,
+            "num_kv_heads": w(rng.choice([1, 2, heads])),
+            "intermediate_size": w(rng.randint(8, 20000)),
+            "vocab_size": w(rng.randint(2, 200_000)),
+            "mlp": rng.choice(["swiglu", "gelu"]),
+            "norm": rng.choice(["rmsnorm", "layernorm"]),
+            "tie_embeddings": rng.random() < 0.5,
+            "bias": rng.random() < 0.3,
+        }
         if rng.random() < 0.2:
-            model.update(num_experts=rng.choice([2, 4, 8, 16]), experts_per_token=rng.choice([1, 2, 4]),
-                         moe_intermediate_size=rng.randint(8, 4000), shared_experts=rng.randint(0, 2))
+            model.update(
+                num_experts=rng.choice([2, 4, 8, 16]),
+                experts_per_token=rng.choice([1, 2, 4]),
+                moe_intermediate_size=rng.randint(8, 4000),
+                shared_experts=rng.randint(0, 2),
+            )
         if rng.random() < 0.1:
-            model.update(kv_lora_rank=rng.choice([32, 64, 512]), qk_rope_head_dim=rng.choice([0, 16, 64]),
-                         num_kv_heads=heads, q_lora_rank=rng.choice([None, 64, 1536]))
+            model.update(
+                kv_lora_rank=rng.choice([32, 64, 512]),
+                qk_rope_head_dim=rng.choice([0, 16, 64]),
+                num_kv_heads=heads,
+                q_lora_rank=rng.choice([None, 64, 1536]),
+            )
         if rng.random() < 0.1:
             model.update(sliding_window=rng.choice([16, 4096]), global_attention_every=rng.choice([0, 2, 6]))
-    workload: dict = {"task": task, "sequence_length": w(rng.choice([16, 128, 1024, 4096, 32768, 131072])),
-                      "micro_batch_size": w(rng.randint(1, 64))}
+    workload: dict = {
+        "task": task,
+        "sequence_length": w(rng.choice([16, 128, 1024, 4096, 32768, 131072])),
+        "micro_batch_size": w(rng.randint(1, 64)),
+    }
     if rng.random() < 0.3:
         workload["global_batch_size"] = w(rng.choice([8, 64, 1024]))
     if task in ("lora", "qlora"):
-        workload["lora"] = {"rank": w(rng.choice([1, 8, 64])),
-                            "targets": rng.sample(["q", "k", "v", "o", "gate", "up", "down"], rng.randint(1, 7)),
-                            "dropout": rng.choice([0.0, 0.05]), "variant": rng.choice(["lora", "lora", "dora"])}
+        workload["lora"] = {
+            "rank": w(rng.choice([1, 8, 64])),
+            "targets": rng.sample(["q", "k", "v", "o", "gate", "up", "down"], rng.randint(1, 7)),
+            "dropout": rng.choice([0.0, 0.05]),
+            "variant": rng.choice(["lora", "lora", "dora"]),
+        }
     if task == "inference":
-        workload = {"task": task, "inference": {
-            "batch_size": w(rng.randint(1, 256)), "prompt_tokens": w(rng.choice([1, 128, 4096, 100_000])),
-            "output_tokens": w(rng.choice([1, 64, 2048])),
-            **({"gpu_memory_utilization": w(rng.choice([0.5, 0.9])), "max_num_seqs": w(rng.choice([None, None, 512])),
-                "cuda_graphs": rng.random() < 0.8}
-               if rng.random() < 0.4 else {}),
-            **({"static_cache": True, "mask_buffer": rng.random() < 0.5} if rng.random() < 0.2 else {})}}
-    precision = {"compute": rng.choice(["bf16", "fp16", "fp32", "fp8"]),
-                 "master_weights": rng.choice(["fp32", "none"]),
-                 "optimizer": rng.choice(["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion",
-                                          "muon", "sgd", "sgd_momentum"]),
-                 "optimizer_impl": rng.choice(["foreach", "fused", "forloop"])}
+        workload = {
+            "task": task,
+            "inference": {
+                "batch_size": w(rng.randint(1, 256)),
+                "prompt_tokens": w(rng.choice([1, 128, 4096, 100_000])),
+                "output_tokens": w(rng.choice([1, 64, 2048])),
+                **(
+                    {
+                        "gpu_memory_utilization": w(rng.choice([0.5, 0.9])),
+                        "max_num_seqs": w(rng.choice([None, None, 512])),
+                        "cuda_graphs": rng.random() < 0.8,
+                    }
+                    if rng.random() < 0.4
+                    else {}
+                ),
+                **({"static_cache": True, "mask_buffer": rng.random() < 0.5} if rng.random() < 0.2 else {}),
+            },
+        }
+    precision = {
+        "compute": rng.choice(["bf16", "fp16", "fp32", "fp8"]),
+        "master_weights": rng.choice(["fp32", "none"]),
+        "optimizer": rng.choice(
+            [
+                "adamw",
+                "adamw_8bit",
+                "paged_adamw",
+                "paged_adamw_8bit",
+                "adafactor",
+                "lion",
+                "muon",
+                "sgd",
+                "sgd_momentum",
+            ]
+        ),
+        "optimizer_impl": rng.choice(["foreach", "fused", "forloop"]),
+    }
     if precision["optimizer"] in ("adamw_8bit", "paged_adamw_8bit") or rng.random() < 0.02:
-        precision.update(optimizer_library=rng.choice(["bitsandbytes", "torchao"]),
-                         optimizer_block_size=w(rng.choice([256, 2048])), fp32_embedding_states=rng.random() < 0.5)
+        precision.update(
+            optimizer_library=rng.choice(["bitsandbytes", "torchao"]),
+            optimizer_block_size=w(rng.choice([256, 2048])),
+            fp32_embedding_states=rng.random() < 0.5,
+        )
     if precision["compute"] == "fp8" or rng.random() < 0.02:
         precision["fp8_recipe"] = rng.choice(["tensorwise", "rowwise", "mxfp8", "nvfp4"])
         precision["fp8_all_gather"] = rng.random() < 0.3
@@ -113,25 +166,35 @@ def random_plan(rng: random.Random) -> dict:
         precision["weights"] = rng.choice(["bf16", "fp8", "int8", "int4", "nf4"])
     if task == "inference" and rng.random() < 0.5:
         precision["kv_cache"] = rng.choice(["bf16", "fp16", "fp8", "int8"])
-    techniques = {"activation_checkpointing": rng.choice(["none", "selective", "selective_op", "full", "every_k"]),
-                  "checkpoint_every": w(rng.choice([1, 2, 4, 100])),
-                  "attention": rng.choice(["flash", "eager"]),
-                  "offload": rng.choice(["none", "none", "optimizer", "optimizer_and_params"]),
-                  "optimizer_in_backward": rng.random() < 0.1, "loss": rng.choice(["full", "full", "chunked", "fused"]),
-                  "loss_chunks": w(rng.choice([1, 8, 32])), "compile": rng.random() < 0.3,
-                  "compile_scope": rng.choice(["blocks", "loss", "blocks_and_loss"]),
-                  "activation_offload": rng.random() < 0.15, "expandable_segments": rng.random() < 0.3}
+    techniques = {
+        "activation_checkpointing": rng.choice(["none", "selective", "selective_op", "full", "every_k"]),
+        "checkpoint_every": w(rng.choice([1, 2, 4, 100])),
+        "attention": rng.choice(["flash", "eager"]),
+        "offload": rng.choice(["none", "none", "optimizer", "optimizer_and_params"]),
+        "optimizer_in_backward": rng.random() < 0.1,
+        "loss": rng.choice(["full", "full", "chunked", "fused"]),
+        "loss_chunks": w(rng.choice([1, 8, 32])),
+        "compile": rng.random() < 0.3,
+        "compile_scope": rng.choice(["blocks", "loss", "blocks_and_loss"]),
+        "activation_offload": rng.random() < 0.15,
+        "expandable_segments": rng.random() < 0.3,
+    }
     moe = bool(model.get("num_experts")) or ("preset" in model and presets()[model["preset"]].model.num_experts)
     if rng.random() < (0.3 if moe else 0.02):  # mostly where it applies; now and then where it does not
         techniques["moe_capacity_factor"] = w(rng.choice([1.0, 1.25, 2.0]))
     tensor = rng.choice([1, 1, 2, 4, 8])
     data = w(rng.choice([1, 2, 8, 64]))
-    parallelism = {"data": data, "zero_stage": w(rng.randint(0, 3)), "tensor": tensor,
-                   "sequence_parallel": tensor > 1 and rng.random() < 0.5, "pipeline": rng.choice([1, 1, 2, 4]),
-                   "context": rng.choice([1, 1, 2]),
-                   "expert": rng.choice([1, 2, 8]) if moe or rng.random() < 0.02 else 1,
-                   "async_tp": tensor > 1 and rng.random() < 0.1,
-                   "flat_params": rng.random() < (0.3 if task in ("lora", "qlora") else 0.01)}
+    parallelism = {
+        "data": data,
+        "zero_stage": w(rng.randint(0, 3)),
+        "tensor": tensor,
+        "sequence_parallel": tensor > 1 and rng.random() < 0.5,
+        "pipeline": rng.choice([1, 1, 2, 4]),
+        "context": rng.choice([1, 1, 2]),
+        "expert": rng.choice([1, 2, 8]) if moe or rng.random() < 0.02 else 1,
+        "async_tp": tensor > 1 and rng.random() < 0.1,
+        "flat_params": rng.random() < (0.3 if task in ("lora", "qlora") else 0.01),
+    }
     if parallelism["async_tp"] and rng.random() < 0.9:  # mostly with what it needs
         parallelism["sequence_parallel"] = techniques["compile"] = True
     if parallelism["zero_stage"] in (1, 2, 3) and rng.random() < 0.2:
@@ -149,18 +212,36 @@ def random_plan(rng: random.Random) -> dict:
             parallelism["pipeline_layers"] = [rng.randint(1, 8) for _ in range(chunks + rng.choice([0, 0, 1]))]
         if rng.random() < 0.3:
             parallelism["pipeline_microbatches"] = w(rng.choice([1, 4, 8]))
-    if "global_batch_size" in workload and type(data) is int and type(workload["micro_batch_size"]) is int \
-            and rng.random() < 0.8:
+    if (
+        "global_batch_size" in workload
+        and type(data) is int
+        and type(workload["micro_batch_size"]) is int
+        and rng.random() < 0.8
+    ):
         workload["global_batch_size"] = workload["micro_batch_size"] * data * rng.choice([1, 4])
     serving = task == "inference" or rng.random() < 0.02  # now and then a framework that does not fit the task
-    framework = rng.choice(["generic"] * 3 + (["vllm", "sglang", "hf_generate", "gpt_fast"] if serving else
-                                              ["hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan",
-                                               "megatron", "axolotl"]))
-    plan = {"framework": framework, "model": model, "workload": workload, "precision": precision, "techniques": techniques,
-            "parallelism": parallelism,
-            **({"framework_release": rng.choice(["2025-01-15", "0.2.0", "9.9"])}
-               if framework != "generic" and rng.random() < 0.1 else {}),
-            "hardware": {"gpu": rng.choice(["h100-sxm-80gb", "a100-sxm-80gb", "l4-24gb", "mi300x-192gb", "tpu"])}}
+    framework = rng.choice(
+        ["generic"] * 3
+        + (
+            ["vllm", "sglang", "hf_generate", "gpt_fast"]
+            if serving
+            else ["hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan", "megatron", "axolotl"]
+        )
+    )
+    plan = {
+        "framework": framework,
+        "model": model,
+        "workload": workload,
+        "precision": precision,
+        "techniques": techniques,
+        "parallelism": parallelism,
+        **(
+            {"framework_release": rng.choice(["2025-01-15", "0.2.0", "9.9"])}
+            if framework != "generic" and rng.random() < 0.1
+            else {}
+        ),
+        "hardware": {"gpu": rng.choice(["h100-sxm-80gb", "a100-sxm-80gb", "l4-24gb", "mi300x-192gb", "tpu"])},
+    }
     if rng.random() < 0.02:  # an unknown key somewhere
         rng.choice([plan, plan["workload"], plan["precision"]])["bogus"] = 1
     return plan
@@ -190,7 +271,9 @@ def check_plan(d: dict, with_recommend: bool) -> str:
     assert all(isinstance(n, int) and n >= 0 for n in ints), "non-integer or negative bytes"
     assert sum(i.bytes for i in est.items if i.level == "allocated") == est.peak_allocated_bytes, "items do not add up"
     assert est.peak_allocated_bytes <= est.peak_reserved_bytes <= est.device_bytes, "totals out of order"
-    assert est.fits == (est.device_bytes <= est.usable_bytes and not est.host_short), "verdict disagrees with the totals"
+    assert est.fits == (est.device_bytes <= est.usable_bytes and not est.host_short), (
+        "verdict disagrees with the totals"
+    )
     assert plan_from_yaml(plan_to_yaml(plan)) == plan, "YAML round trip changed the plan"
     assert plan_from_query(plan_to_query(plan), DEFAULT)[0] == plan, "share link round trip changed the plan"
     check_time(plan_time(plan, est.gpu))
@@ -214,8 +297,11 @@ def malformed_inputs(rng: random.Random, valid_yaml: list[str]) -> tuple[str, ob
                 chars[rng.randrange(len(chars))] = rng.choice(":{}[]-&*!|>'\"\t\n#%@`\x00é")
             text = "".join(chars)
         elif choice == 2:  # alias bomb
-            text = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-                f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "model: *i\n"
+            text = (
+                "a: &a [x, x, x, x, x, x, x, x, x]\n"
+                + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+                + "model: *i\n"
+            )
         elif choice == 3:  # deep nesting
             depth = rng.choice([100, 1000, 5000])
             text = "model: " + "[" * depth + "]" * depth
@@ -227,17 +313,60 @@ def malformed_inputs(rng: random.Random, valid_yaml: list[str]) -> tuple[str, ob
             text = "name: " + "x" * rng.choice([300_000, 2_000_000]) + "\n"
         else:  # a wrong type in a known place
             key = rng.choice(["sequence_length", "micro_batch_size", "tensor", "optimizer", "num_layers", "rank"])
-            text = text.replace(f"{key}:", f"{key}: {rng.choice(['[1, 2]', '{a: 1}', 'true', '-3', '1e400', 'nan'])} #", 1)
+            text = text.replace(
+                f"{key}:", f"{key}: {rng.choice(['[1, 2]', '{a: 1}', 'true', '-3', '1e400', 'nan'])} #", 1
+            )
         return "yaml", text
-    keys = ["preset", "task", "sequence_length", "micro_batch_size", "tensor", "zero_stage", "gpu", "rank", "targets",
-            "num_layers", "hidden_size", "params", "batch_size", "gpu_memory_utilization", "bogus", "expert",
-            "kv_lora_rank", "moe_capacity_factor", "optimizer", "count"]
-    values = ["1", "0", "-1", "1e99", "nan", "inf", "", "x" * 300, "llama-3.1-8b", "qlora", "q,,zz", "[1]", "{a: 1}",
-              "true", "7B", "h100-sxm-80gb", "0.95", "&a [*a]", "%00", "é"]
+    keys = [
+        "preset",
+        "task",
+        "sequence_length",
+        "micro_batch_size",
+        "tensor",
+        "zero_stage",
+        "gpu",
+        "rank",
+        "targets",
+        "num_layers",
+        "hidden_size",
+        "params",
+        "batch_size",
+        "gpu_memory_utilization",
+        "bogus",
+        "expert",
+        "kv_lora_rank",
+        "moe_capacity_factor",
+        "optimizer",
+        "count",
+    ]
+    values = [
+        "1",
+        "0",
+        "-1",
+        "1e99",
+        "nan",
+        "inf",
+        "",
+        "x" * 300,
+        "llama-3.1-8b",
+        "qlora",
+        "q,,zz",
+        "[1]",
+        "{a: 1}",
+        "true",
+        "7B",
+        "h100-sxm-80gb",
+        "0.95",
+        "&a [*a]",
+        "%00",
+        "é",
+    ]
     params = {}
     for _ in range(rng.randint(1, 6)):
         key = rng.choice(keys)
-        params[key] = [rng.choice(values) for _ in range(rng.randint(1, 2))] if rng.random() < 0.2 else rng.choice(values)
+        params[key] = (
+            [rng.choice(values) for _ in range(rng.randint(1, 2))] if rng.random() < 0.2 else rng.choice(values)
+        )
     return "link", params
 
 
@@ -257,11 +386,26 @@ def check_input(kind: str, payload) -> str:
 
 # Structural mutation (issue 14): a valid document with one node replaced by a value of another shape: a
 # container where a scalar was, a scalar where a container was, nesting, huge and special numbers, long text.
-HOSTILE_VALUES = (lambda v: [v, v], lambda v: {"a": v}, lambda v: [[[[v]]]], lambda v: 10**40, lambda v: -(10**18),
-                  lambda v: float("nan"), lambda v: float("inf"), lambda v: "x" * 100_000, lambda v: True,
-                  lambda v: None, lambda v: list(range(100_000)), lambda v: "", lambda v: 2**31, lambda v: 0.5)
-HF_CONFIGS = [json.loads(p.read_text()) for p in sorted(
-    (Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs").glob("*.json"))]
+HOSTILE_VALUES = (
+    lambda v: [v, v],
+    lambda v: {"a": v},
+    lambda v: [[[[v]]]],
+    lambda v: 10**40,
+    lambda v: -(10**18),
+    lambda v: float("nan"),
+    lambda v: float("inf"),
+    lambda v: "x" * 100_000,
+    lambda v: True,
+    lambda v: None,
+    lambda v: list(range(100_000)),
+    lambda v: "",
+    lambda v: 2**31,
+    lambda v: 0.5,
+)
+HF_CONFIGS = [
+    json.loads(p.read_text())
+    for p in sorted((Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs").glob("*.json"))
+]
 SLOW_S = 2.0  # an input that takes longer than this is a bug: a hosted page must answer
 MEMORY_LIMIT_BYTES = 512 * 2**20  # an input that makes the heap grow more than this is a bug (a hosted worker)
 
@@ -332,8 +476,15 @@ def run(plans: int, inputs: int, seed: int, recommend_every: int = 50, slow_s: f
     return {"counts": counts, "bugs": bugs, "structural_peak_bytes": peak_bytes}
 
 
-def _structural(rng: random.Random, valid_plans: list[dict], inputs: int, seed: int, counts: dict,
-                bugs: list[str], slow_s: float | None) -> int:
+def _structural(
+    rng: random.Random,
+    valid_plans: list[dict],
+    inputs: int,
+    seed: int,
+    counts: dict,
+    bugs: list[str],
+    slow_s: float | None,
+) -> int:
     """The structural mutations, each under the memory limit and `slow_s` (None: untimed, as in the test suite,
     where a busy machine must not fail it); returns the largest heap growth of one."""
     worst = 0
@@ -354,8 +505,10 @@ def _structural(rng: random.Random, valid_plans: list[dict], inputs: int, seed: 
             if slow_s is not None and time.perf_counter() - start > slow_s:
                 bugs.append(f"structural input {i} took {time.perf_counter() - start:.1f} s (limit {slow_s:g} s)")
             if grown > MEMORY_LIMIT_BYTES:
-                bugs.append(f"structural input {i} grew the heap by {grown / 2**20:,.0f} MiB "
-                            f"(limit {MEMORY_LIMIT_BYTES / 2**20:,.0f} MiB)")
+                bugs.append(
+                    f"structural input {i} grew the heap by {grown / 2**20:,.0f} MiB "
+                    f"(limit {MEMORY_LIMIT_BYTES / 2**20:,.0f} MiB)"
+                )
     finally:
         tracemalloc.stop()
     return worst
@@ -377,40 +530,60 @@ def _alias_bomb(n: int) -> str:
 
 # an integer of n digits in each notation (YAML 1.1 reads 0777 as octal and 1:30 in base 60, TOML 0o777)
 NOTATIONS: dict[str, Callable[[int], str]] = {
-    "decimal": lambda n: "1" * n, "hex": lambda n: "0x" + "f" * n, "octal 0": lambda n: "0" + "7" * n,
-    "octal 0o": lambda n: "0o" + "7" * n, "binary": lambda n: "0b" + "1" * n,
-    "underscores": lambda n: "1_" * (n // 2) + "1", "base 60": lambda n: "1:" * (n // 2) + "1"}
+    "decimal": lambda n: "1" * n,
+    "hex": lambda n: "0x" + "f" * n,
+    "octal 0": lambda n: "0" + "7" * n,
+    "octal 0o": lambda n: "0o" + "7" * n,
+    "binary": lambda n: "0b" + "1" * n,
+    "underscores": lambda n: "1_" * (n // 2) + "1",
+    "base 60": lambda n: "1:" * (n // 2) + "1",
+}
 # where an integer goes: a plan's field, a torchtitan TOML's, a command line's flag
 HOLDERS: dict[str, Callable[[str], str]] = {
     "YAML": lambda number: f"model: {{preset: gpt2}}\nworkload: {{micro_batch_size: {number}}}\n",
     "TOML": lambda number: f'[model]\nflavor = "8B"\n[training]\nseq_len = {number}\n',
-    "command line": lambda number: f"vllm serve m --max-num-seqs {number}\n"}
+    "command line": lambda number: f"vllm serve m --max-num-seqs {number}\n",
+}
 SHAPES: dict[str, Callable[[int], str]] = {
-    "run of digits": lambda n: "1" * n, "run of dots": lambda n: "." * n, "run of {": lambda n: "{" * n,
-    "run of [": lambda n: "[" * n, "run of $": lambda n: "$" * n, "run of ${a:-": lambda n: "${a:-" * (n // 5),
-    "run of quotes": lambda n: "'\"" * (n // 2), "run of backslashes": lambda n: "\\" * n,
-    "run of '- '": lambda n: "- " * (n // 2), "run of #": lambda n: "#" * n, "run of []": lambda n: "[]" * (n // 2),
+    "run of digits": lambda n: "1" * n,
+    "run of dots": lambda n: "." * n,
+    "run of {": lambda n: "{" * n,
+    "run of [": lambda n: "[" * n,
+    "run of $": lambda n: "$" * n,
+    "run of ${a:-": lambda n: "${a:-" * (n // 5),
+    "run of quotes": lambda n: "'\"" * (n // 2),
+    "run of backslashes": lambda n: "\\" * n,
+    "run of '- '": lambda n: "- " * (n // 2),
+    "run of #": lambda n: "#" * n,
+    "run of []": lambda n: "[]" * (n // 2),
     "run of newlines": lambda n: "\n" * n,
     "log figures' digits": lambda n: f"Model loading took {'1' * n} GiB\nGPU KV cache size: {'1' * n} tokens\n",
     "log args: {": lambda n: "non-default args: {" * (n // 19),
     "log args: unary chain": lambda n: "non-default args: {'a': " + "-" * n + "1}",
-    "log args: not literals": lambda n: "non-default args: {" + ", ".join(
-        f"'k{i}': f(x)" for i in range(n // 14)) + "}",
-    "one word": lambda n: "vllm serve " + "a" * n, "many words": lambda n: "vllm serve m " + "a " * (n // 2),
-    "many flags": lambda n: "--num-layers 2 " + "--a " * (n // 4), "flag values": lambda n: "--a " + "x " * (n // 2),
+    "log args: not literals": lambda n: (
+        "non-default args: {" + ", ".join(f"'k{i}': f(x)" for i in range(n // 14)) + "}"
+    ),
+    "one word": lambda n: "vllm serve " + "a" * n,
+    "many words": lambda n: "vllm serve m " + "a " * (n // 2),
+    "many flags": lambda n: "--num-layers 2 " + "--a " * (n // 4),
+    "flag values": lambda n: "--a " + "x " * (n // 2),
     "doubling A=$A$A": lambda n: "A=x\n" + "A=$A$A\n" * n.bit_length() + "--seq-length $A --num-layers 2\n",
     "aliases of a long text": lambda n: "model: &a " + "x" * (n // 2) + "\nmax_num_seqs: [" + "*a, " * (n // 8) + "]\n",
     "alias bomb": _alias_bomb,
     "flow nesting": lambda n: "a: " + "[" * (n // 2) + "]" * (n // 2),
-    "flow mappings": lambda n: "a: " + "{b: " * (n // 4) + "1" + "}" * (n // 4), "block nesting": _indented,
+    "flow mappings": lambda n: "a: " + "{b: " * (n // 4) + "1" + "}" * (n // 4),
+    "block nesting": _indented,
     "flow values": lambda n: "[" + "1, " * (n // 3) + "1]",
     "block keys": lambda n: "".join(f"k{i}: {i}\n" for i in range(n // 10)),
     "TOML dotted key": lambda n: "a" + ".a" * (n // 2) + " = 1\n",
     "TOML inline tables": lambda n: "x = " + "{a = " * (n // 6) + "1" + "}" * (n // 6),
     "JSON nesting": lambda n: '{"a": ' + "[" * (n // 2) + "]" * (n // 2) + "}",
     "JSON integer": lambda n: '{"hidden_size": ' + "1" * n + "}",
-    **{f"integer: {name} in {holder}": (lambda n, number=number, put=put: put(number(n)))
-       for name, number in NOTATIONS.items() for holder, put in HOLDERS.items()},
+    **{
+        f"integer: {name} in {holder}": (lambda n, number=number, put=put: put(number(n)))
+        for name, number in NOTATIONS.items()
+        for holder, put in HOLDERS.items()
+    },
 }
 GPU_CATALOG = load_catalog()  # what a log is compared against
 READERS: dict[str, Callable[[str], object]] = {
@@ -473,8 +646,13 @@ def hostile(sizes: tuple[int, ...] = HOSTILE_SIZES, slow_s: float | None = SLOW_
         growth = max((g for seconds in cpu.values() for g in _growth(seconds)), default=None)
         if growth is not None and growth > SUPERLINEAR:
             bugs.append(f"{shape}: a reader's CPU time grows as size^{growth:.1f}")
-        rows[shape] = (len(sizes) * len(READERS), refused,
-                       max((t for seconds in cpu.values() for t in seconds.values()), default=0.0), heap, growth)
+        rows[shape] = (
+            len(sizes) * len(READERS),
+            refused,
+            max((t for seconds in cpu.values() for t in seconds.values()), default=0.0),
+            heap,
+            growth,
+        )
     return {"rows": rows, "bugs": bugs}
 
 
@@ -482,8 +660,11 @@ def _growth(seconds: dict[int, float]) -> list[float]:
     """The exponents of a reader's CPU time in size from each size to the next (where the larger is above
     GROWTH_FLOOR_S)."""
     sizes = sorted(seconds)
-    return [math.log(seconds[large] / max(seconds[small], 1e-4)) / math.log(large / small)
-            for small, large in zip(sizes, sizes[1:]) if seconds[large] >= GROWTH_FLOOR_S]
+    return [
+        math.log(seconds[large] / max(seconds[small], 1e-4)) / math.log(large / small)
+        for small, large in zip(sizes, sizes[1:])
+        if seconds[large] >= GROWTH_FLOOR_S
+    ]
 
 
 def hostile_table(rows: dict) -> str:
@@ -500,8 +681,11 @@ def main() -> None:
     parser.add_argument("--plans", type=int, default=10_000)
     parser.add_argument("--inputs", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--hostile-sizes", default=",".join(map(str, HOSTILE_SIZES)),
-                        help="sizes (characters) of each hostile shape, comma-separated")
+    parser.add_argument(
+        "--hostile-sizes",
+        default=",".join(map(str, HOSTILE_SIZES)),
+        help="sizes (characters) of each hostile shape, comma-separated",
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     result = run(args.plans, args.inputs, args.seed)
@@ -509,11 +693,15 @@ def main() -> None:
     result["bugs"] += shapes["bugs"]
     c = result["counts"]
     print(f"{args.plans:,} generated plans: {c['ok']:,} valid and checked, {c['invalid']:,} refused with PlanError")
-    print(f"{args.inputs:,} malformed YAML / link inputs: {c['rejected']:,} refused with PlanError, "
-          f"{c['accepted']:,} accepted (links fall back field by field)")
-    print(f"{args.inputs:,} structurally mutated plans and config.json files: {c['structural rejected']:,} refused "
-          f"with PlanError, {c['structural accepted']:,} accepted; each under {SLOW_S:g} s, the largest heap growth "
-          f"of one {result['structural_peak_bytes'] / 2**20:,.1f} MiB (limit {MEMORY_LIMIT_BYTES / 2**20:,.0f} MiB)")
+    print(
+        f"{args.inputs:,} malformed YAML / link inputs: {c['rejected']:,} refused with PlanError, "
+        f"{c['accepted']:,} accepted (links fall back field by field)"
+    )
+    print(
+        f"{args.inputs:,} structurally mutated plans and config.json files: {c['structural rejected']:,} refused "
+        f"with PlanError, {c['structural accepted']:,} accepted; each under {SLOW_S:g} s, the largest heap growth "
+        f"of one {result['structural_peak_bytes'] / 2**20:,.1f} MiB (limit {MEMORY_LIMIT_BYTES / 2**20:,.0f} MiB)"
+    )
     print(f"{len(SHAPES)} hostile shapes at {args.hostile_sizes} characters, each read as {', '.join(READERS)}:")
     print(hostile_table(shapes["rows"]))
     peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB

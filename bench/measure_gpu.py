@@ -2,8 +2,8 @@
 
 A grid driver over the package's measuring code (`vram-planner measure` measures one plan): each configuration
 is a plan (the `vram-planner/v1` dict) plus the Hugging Face architecture that realizes its `model` block
-(llama, qwen2, gpt2, mixtral); `planner/measure.py` turns it into a transformers config and
-`planner/measure_run.py` builds the model with random weights and runs the workload (see there), here in a fresh
+(llama, qwen2, gpt2, mixtral); `planner/measure/plan.py` turns it into a transformers config and
+`planner/measure/run.py` builds the model with random weights and runs the workload (see there), here in a fresh
 subprocess per configuration, so the CUDA context and the caching allocator start clean for every row.
 QLoRA and 8-bit AdamW rows are skipped with a reason when bitsandbytes is absent.
 
@@ -37,40 +37,129 @@ sys.path.insert(0, str(ROOT))
 
 import yaml
 
-from planner.codec import plan_from_dict
-from planner.measure import MEASURED_KEYS, append_csv, load_runner, normalize, nvidia_smi, predict, versions
+from planner.measure.plan import MEASURED_KEYS, append_csv, load_runner, normalize, nvidia_smi, predict, versions
+from planner.plan.codec import plan_from_dict
 
 MEASUREMENTS = ROOT / "bench" / "measurements"
 CHILD_TIMEOUT_S = 300
 RESULT_PREFIX = "MEASURE_GPU_RESULT "
 
 COLUMNS = [
-    "name", "arch", "status", "error", "plan_yaml",
-    "measured_peak_allocated_bytes", "measured_peak_reserved_bytes", "measured_device_bytes", "device_bytes_source",
-    "predicted_peak_allocated_bytes", "predicted_peak_reserved_bytes", "predicted_device_bytes",
-    "device", "driver_version", "cuda_version", "torch_version", "transformers_version", "peft_version",
-    "bitsandbytes_version", "wall_s", "timestamp",
+    "name",
+    "arch",
+    "status",
+    "error",
+    "plan_yaml",
+    "measured_peak_allocated_bytes",
+    "measured_peak_reserved_bytes",
+    "measured_device_bytes",
+    "device_bytes_source",
+    "predicted_peak_allocated_bytes",
+    "predicted_peak_reserved_bytes",
+    "predicted_device_bytes",
+    "device",
+    "driver_version",
+    "cuda_version",
+    "torch_version",
+    "transformers_version",
+    "peft_version",
+    "bitsandbytes_version",
+    "wall_s",
+    "timestamp",
 ]
 
-# --- Models: plan `model` blocks, each with the HF architecture that realizes it (planner.measure.hf_config) ---
+# --- Models: plan `model` blocks, each with the HF architecture that realizes it (planner.measure.plan.hf_config) ---
 MODELS: dict[str, tuple[str, dict]] = {
-    "gpt2-124m": ("gpt2", {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
-                           "intermediate_size": 3072, "vocab_size": 50257, "mlp": "gelu", "norm": "layernorm",
-                           "bias": True, "tie_embeddings": True}),
-    "gpt2-355m": ("gpt2", {"num_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
-                           "intermediate_size": 4096, "vocab_size": 50257, "mlp": "gelu", "norm": "layernorm",
-                           "bias": True, "tie_embeddings": True}),
-    "llama-134m": ("llama", {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "num_kv_heads": 12,
-                             "intermediate_size": 2048, "vocab_size": 32000}),
-    "qwen2-0.5b": ("qwen2", {"num_layers": 24, "hidden_size": 896, "num_attention_heads": 14, "num_kv_heads": 2,
-                             "intermediate_size": 4864, "vocab_size": 151936, "tie_embeddings": True}),
-    "llama-1b": ("llama", {"num_layers": 16, "hidden_size": 2048, "num_attention_heads": 32, "num_kv_heads": 8,
-                           "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256, "tie_embeddings": True}),
-    "llama-3b": ("llama", {"num_layers": 28, "hidden_size": 3072, "num_attention_heads": 24, "num_kv_heads": 8,
-                           "head_dim": 128, "intermediate_size": 8192, "vocab_size": 128256, "tie_embeddings": True}),
-    "mixtral-0.6b": ("mixtral", {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16, "num_kv_heads": 4,
-                                 "intermediate_size": 2816, "vocab_size": 32000, "num_experts": 8,
-                                 "experts_per_token": 2}),
+    "gpt2-124m": (
+        "gpt2",
+        {
+            "num_layers": 12,
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "intermediate_size": 3072,
+            "vocab_size": 50257,
+            "mlp": "gelu",
+            "norm": "layernorm",
+            "bias": True,
+            "tie_embeddings": True,
+        },
+    ),
+    "gpt2-355m": (
+        "gpt2",
+        {
+            "num_layers": 24,
+            "hidden_size": 1024,
+            "num_attention_heads": 16,
+            "intermediate_size": 4096,
+            "vocab_size": 50257,
+            "mlp": "gelu",
+            "norm": "layernorm",
+            "bias": True,
+            "tie_embeddings": True,
+        },
+    ),
+    "llama-134m": (
+        "llama",
+        {
+            "num_layers": 12,
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_kv_heads": 12,
+            "intermediate_size": 2048,
+            "vocab_size": 32000,
+        },
+    ),
+    "qwen2-0.5b": (
+        "qwen2",
+        {
+            "num_layers": 24,
+            "hidden_size": 896,
+            "num_attention_heads": 14,
+            "num_kv_heads": 2,
+            "intermediate_size": 4864,
+            "vocab_size": 151936,
+            "tie_embeddings": True,
+        },
+    ),
+    "llama-1b": (
+        "llama",
+        {
+            "num_layers": 16,
+            "hidden_size": 2048,
+            "num_attention_heads": 32,
+            "num_kv_heads": 8,
+            "head_dim": 64,
+            "intermediate_size": 8192,
+            "vocab_size": 128256,
+            "tie_embeddings": True,
+        },
+    ),
+    "llama-3b": (
+        "llama",
+        {
+            "num_layers": 28,
+            "hidden_size": 3072,
+            "num_attention_heads": 24,
+            "num_kv_heads": 8,
+            "head_dim": 128,
+            "intermediate_size": 8192,
+            "vocab_size": 128256,
+            "tie_embeddings": True,
+        },
+    ),
+    "mixtral-0.6b": (
+        "mixtral",
+        {
+            "num_layers": 8,
+            "hidden_size": 1024,
+            "num_attention_heads": 16,
+            "num_kv_heads": 4,
+            "intermediate_size": 2816,
+            "vocab_size": 32000,
+            "num_experts": 8,
+            "experts_per_token": 2,
+        },
+    ),
 }
 
 # precision modes: plan precision keys
@@ -89,9 +178,19 @@ OPTIMIZERS = {
 ALL_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"]
 
 
-def train_config(model: str, *, precision: str = "amp", optimizer: str = "adamw", ckpt: str = "none",
-                 attention: str = "flash", seq: int = 1024, batch: int = 1, task: str = "pretrain",
-                 lora: dict | None = None, double_quant: bool = False) -> dict:
+def train_config(
+    model: str,
+    *,
+    precision: str = "amp",
+    optimizer: str = "adamw",
+    ckpt: str = "none",
+    attention: str = "flash",
+    seq: int = 1024,
+    batch: int = 1,
+    task: str = "pretrain",
+    lora: dict | None = None,
+    double_quant: bool = False,
+) -> dict:
     arch, model_dict = MODELS[model]
     prec = {**PRECISIONS[precision], **OPTIMIZERS[optimizer]}
     workload: dict[str, Any] = {"task": task, "sequence_length": seq, "micro_batch_size": batch}
@@ -99,25 +198,42 @@ def train_config(model: str, *, precision: str = "amp", optimizer: str = "adamw"
         workload["lora"] = lora or {"rank": 16, "alpha": 32, "targets": ["q", "v"]}
     if task == "qlora":
         prec.update(weights="nf4", double_quant=double_quant)
-    parts = [model, task, precision, optimizer, f"ckpt-{ckpt}", "sdpa" if attention == "flash" else attention,
-             f"s{seq}", f"b{batch}"]
+    parts = [
+        model,
+        task,
+        precision,
+        optimizer,
+        f"ckpt-{ckpt}",
+        "sdpa" if attention == "flash" else attention,
+        f"s{seq}",
+        f"b{batch}",
+    ]
     if task in ("lora", "qlora"):
         parts.insert(2, f"r{workload['lora']['rank']}-{''.join(t[0] for t in workload['lora']['targets'])}")
         if double_quant:
             parts.insert(3, "dq")
-    plan = {"name": "_".join(parts), "model": copy.deepcopy(model_dict), "workload": workload, "precision": prec,
-            "techniques": {"activation_checkpointing": ckpt, "attention": attention}}
+    plan = {
+        "name": "_".join(parts),
+        "model": copy.deepcopy(model_dict),
+        "workload": workload,
+        "precision": prec,
+        "techniques": {"activation_checkpointing": ckpt, "attention": attention},
+    }
     return {"name": plan["name"], "arch": arch, "plan": plan}
 
 
 def inference_config(model: str, *, batch: int, prompt: int, output: int = 128, attention: str = "flash") -> dict:
     arch, model_dict = MODELS[model]
-    plan = {"name": f"{model}_inference_bf16_{'sdpa' if attention == 'flash' else attention}_b{batch}_p{prompt}_o{output}",
-            "model": copy.deepcopy(model_dict),
-            "workload": {"task": "inference",
-                         "inference": {"batch_size": batch, "prompt_tokens": prompt, "output_tokens": output}},
-            "precision": {"compute": "bf16", "master_weights": "none"},
-            "techniques": {"attention": attention}}
+    plan = {
+        "name": f"{model}_inference_bf16_{'sdpa' if attention == 'flash' else attention}_b{batch}_p{prompt}_o{output}",
+        "model": copy.deepcopy(model_dict),
+        "workload": {
+            "task": "inference",
+            "inference": {"batch_size": batch, "prompt_tokens": prompt, "output_tokens": output},
+        },
+        "precision": {"compute": "bf16", "master_weights": "none"},
+        "techniques": {"attention": attention},
+    }
     return {"name": plan["name"], "arch": arch, "plan": plan}
 
 
@@ -149,16 +265,39 @@ def grid() -> list[dict]:
     out.append(train_config("gpt2-355m", precision="amp", optimizer="adamw_fused", ckpt="full", seq=1024, batch=8))
     # LoRA and QLoRA
     out.append(train_config("llama-1b", task="lora", seq=2048, batch=2))
-    out.append(train_config("llama-1b", task="lora", seq=2048, batch=2, lora={"rank": 16, "alpha": 32,
-                                                                               "targets": ALL_TARGETS}))
-    out.append(train_config("llama-3b", task="lora", ckpt="full", seq=2048, batch=4,
-                            lora={"rank": 64, "alpha": 128, "targets": ALL_TARGETS}))
-    out.append(train_config("qwen2-0.5b", task="lora", seq=4096, batch=1, lora={"rank": 8, "alpha": 16,
-                                                                                "targets": ["q", "k", "v", "o"]}))
-    out.append(train_config("llama-1b", task="qlora", seq=2048, batch=2, lora={"rank": 16, "alpha": 32,
-                                                                                "targets": ALL_TARGETS}))
-    out.append(train_config("llama-3b", task="qlora", seq=2048, batch=2, double_quant=True,
-                            lora={"rank": 16, "alpha": 32, "targets": ALL_TARGETS}))
+    out.append(
+        train_config("llama-1b", task="lora", seq=2048, batch=2, lora={"rank": 16, "alpha": 32, "targets": ALL_TARGETS})
+    )
+    out.append(
+        train_config(
+            "llama-3b",
+            task="lora",
+            ckpt="full",
+            seq=2048,
+            batch=4,
+            lora={"rank": 64, "alpha": 128, "targets": ALL_TARGETS},
+        )
+    )
+    out.append(
+        train_config(
+            "qwen2-0.5b", task="lora", seq=4096, batch=1, lora={"rank": 8, "alpha": 16, "targets": ["q", "k", "v", "o"]}
+        )
+    )
+    out.append(
+        train_config(
+            "llama-1b", task="qlora", seq=2048, batch=2, lora={"rank": 16, "alpha": 32, "targets": ALL_TARGETS}
+        )
+    )
+    out.append(
+        train_config(
+            "llama-3b",
+            task="qlora",
+            seq=2048,
+            batch=2,
+            double_quant=True,
+            lora={"rank": 16, "alpha": 32, "targets": ALL_TARGETS},
+        )
+    )
     out.append(train_config("qwen2-0.5b", task="qlora", ckpt="full", seq=2048, batch=4, double_quant=True))
     # inference: batch × context
     for batch in (1, 8, 32):
@@ -179,8 +318,7 @@ def tiny(config: dict) -> dict:
     plan = config["plan"]
     config["name"] = plan["name"] = f"tiny_{config['name']}"
     m = plan["model"]
-    small = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
-             "vocab_size": 512}
+    small = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 512}
     mha = m.get("num_kv_heads", m["num_attention_heads"]) == m["num_attention_heads"]
     m.pop("head_dim", None)
     m.update(small)
@@ -196,18 +334,17 @@ def tiny(config: dict) -> dict:
     return config
 
 
-# --- Running a workload: planner/measure_run.py, in a fresh process per configuration ------------------------
+# --- Running a workload: planner/measure/run.py, in a fresh process per configuration ------------------------
 def run_child(config: dict, device: str, timeout: int = CHILD_TIMEOUT_S) -> dict:
     """run_config in a fresh Python process (clean CUDA context and allocator); its result, or an error row."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(config), "--device", device]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
-                             check=False)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(ROOT), check=False)
     except subprocess.TimeoutExpired:
         return {"status": "error", "error": f"timed out after {timeout} s"}
     for line in reversed(res.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
+            return json.loads(line[len(RESULT_PREFIX) :])
     tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
     return {"status": "error", "error": f"exit {res.returncode}: {' | '.join(tail)}"[:2000]}
 
@@ -215,11 +352,10 @@ def run_child(config: dict, device: str, timeout: int = CHILD_TIMEOUT_S) -> dict
 def _child_main(config_json: str, device: str) -> int:
     config = json.loads(config_json)
     try:
-        result = load_runner("measure_run").run_config(config, device)
+        result = load_runner("run").run_config(config, device)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the row's status
         oom = "out of memory" in str(exc).lower()
-        result = {"status": "oom" if oom else "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
-                  **versions()}
+        result = {"status": "oom" if oom else "error", "error": f"{type(exc).__name__}: {exc}"[:2000], **versions()}
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 
@@ -233,10 +369,25 @@ def make_row(config: dict, measured: dict, predicted: dict | None = None) -> dic
     """One CSV row from a configuration, its run's result and the planner's prediction."""
     predicted = predicted if predicted is not None else predict(config["plan"])
     row = {c: "" for c in COLUMNS}
-    row.update(name=config["name"], arch=config["arch"], plan_yaml=plan_yaml(config["plan"]),
-               timestamp=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-    for key in ("status", "error", "device", "driver_version", "cuda_version", "torch_version",
-                "transformers_version", "peft_version", "bitsandbytes_version", "wall_s", "device_bytes_source"):
+    row.update(
+        name=config["name"],
+        arch=config["arch"],
+        plan_yaml=plan_yaml(config["plan"]),
+        timestamp=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
+    for key in (
+        "status",
+        "error",
+        "device",
+        "driver_version",
+        "cuda_version",
+        "torch_version",
+        "transformers_version",
+        "peft_version",
+        "bitsandbytes_version",
+        "wall_s",
+        "device_bytes_source",
+    ):
         if measured.get(key) is not None:
             row[key] = measured[key]
     for key in MEASURED_KEYS:
@@ -269,14 +420,16 @@ def dry_run(configs: list[dict], stream=None) -> list[dict]:
         plan_from_dict(config["plan"])  # raises PlanError on an invalid plan
         pred = predict(config["plan"])
         rows.append({"name": config["name"], "arch": config["arch"], **pred})
-        print(f"{i:>3}  {config['name']:<58} {config['arch']:<8} {_gib(pred['peak_allocated_bytes']):>9} "
-              f"{_gib(pred['peak_reserved_bytes']):>9} {_gib(pred['device_bytes']):>10}", file=stream)
+        print(
+            f"{i:>3}  {config['name']:<58} {config['arch']:<8} {_gib(pred['peak_allocated_bytes']):>9} "
+            f"{_gib(pred['peak_reserved_bytes']):>9} {_gib(pred['device_bytes']):>10}",
+            file=stream,
+        )
     print(f"{len(rows)} configurations, every plan valid", file=stream)
     return rows
 
 
-def measure(configs: list[dict], device: str, out: Path, *, subprocesses: bool = True,
-            stream=None) -> list[dict]:
+def measure(configs: list[dict], device: str, out: Path, *, subprocesses: bool = True, stream=None) -> list[dict]:
     """Run each configuration (CPU mode: tiny shapes) and append its row to `out`."""
     stream = stream or sys.stdout
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -291,25 +444,33 @@ def measure(configs: list[dict], device: str, out: Path, *, subprocesses: bool =
         row = make_row(config, result, predicted)
         append_csv(out, [row], COLUMNS)  # row by row: a crashed grid keeps its finished rows
         rows.append(row)
-        print(f"[{i}/{len(configs)}] {config['name']}: {row['status']}"
-              + (f" alloc {_gib(row['measured_peak_allocated_bytes']).strip()} GiB"
-                 f" (predicted {_gib(predicted['peak_allocated_bytes']).strip()})"
-                 if row["measured_peak_allocated_bytes"] != "" else "")
-              + (f" — {row['error']}" if row["error"] else ""), file=stream, flush=True)
+        print(
+            f"[{i}/{len(configs)}] {config['name']}: {row['status']}"
+            + (
+                f" alloc {_gib(row['measured_peak_allocated_bytes']).strip()} GiB"
+                f" (predicted {_gib(predicted['peak_allocated_bytes']).strip()})"
+                if row["measured_peak_allocated_bytes"] != ""
+                else ""
+            )
+            + (f" — {row['error']}" if row["error"] else ""),
+            file=stream,
+            flush=True,
+        )
     print(f"{len(rows)} rows → {out}", file=stream)
     return rows
 
 
 def _in_process(config: dict, device: str) -> dict:
     try:
-        return load_runner("measure_run").run_config(config, device)
+        return load_runner("run").run_config(config, device)
     except Exception as exc:  # noqa: BLE001
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     what = ap.add_mutually_exclusive_group()
     what.add_argument("--grid", action="store_true", help="the ~60-configuration grid (the default)")
     what.add_argument("--config", help='one configuration as JSON: a plan dict, or {"arch": ..., "plan": {...}}')
@@ -328,10 +489,12 @@ def main(argv: list[str] | None = None) -> int:
         dry_run(configs)
         return 0
     try:
-        runner = load_runner("measure_run")
+        runner = load_runner("run")
     except ModuleNotFoundError as exc:
-        print(f"measure_gpu: {exc.name} is not installed; use --dry-run, or pip install \"vram-planner[measure]\"",
-              file=sys.stderr)
+        print(
+            f'measure_gpu: {exc.name} is not installed; use --dry-run, or pip install "vram-planner[measure]"',
+            file=sys.stderr,
+        )
         return 2
     if args.device.startswith("cuda") and not runner.cuda_available():
         print("measure_gpu: no CUDA device; use --device cpu for an end-to-end check", file=sys.stderr)

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
+from planner.plan.codec import plan_from_dict  # noqa: E402
 from planner.units import GiB  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "oracle-train.csv"
@@ -28,10 +28,15 @@ MLA_DATA = Path(__file__).resolve().parent / "data" / "oracle-mla.csv"  # DeepSe
 
 
 def plan_for(row: dict) -> dict:
-    model = {"num_layers": int(row["layers"]), "hidden_size": int(row["hidden"]),
-             "num_attention_heads": int(row["heads"]), "num_kv_heads": int(row["kv_heads"]),
-             "intermediate_size": int(row["intermediate"]), "vocab_size": int(row["vocab"]),
-             "tie_embeddings": row["tie_embeddings"] == "True"}
+    model = {
+        "num_layers": int(row["layers"]),
+        "hidden_size": int(row["hidden"]),
+        "num_attention_heads": int(row["heads"]),
+        "num_kv_heads": int(row["kv_heads"]),
+        "intermediate_size": int(row["intermediate"]),
+        "vocab_size": int(row["vocab"]),
+        "tie_embeddings": row["tie_embeddings"] == "True",
+    }
     if row["arch"] == "gpt2":
         model.update(mlp="gelu", norm="layernorm", bias=True)
     mixed = row["mixed_precision"] == "True"
@@ -41,35 +46,64 @@ def plan_for(row: dict) -> dict:
     return {
         "model": model,
         "workload": {"sequence_length": int(row["seq_len"]), "micro_batch_size": int(row["micro_batch"])},
-        "precision": {"compute": row["dtype"], "master_weights": "fp32" if mixed or row["dtype"] == "fp32" else "none",
-                      "optimizer": optimizer, "optimizer_impl": row["optimizer_impl"] or "foreach"},
-        "techniques": {"activation_checkpointing": row["activation_checkpointing"],
-                       "attention": "flash" if row["attention"] == "sdpa" else "eager"},
+        "precision": {
+            "compute": row["dtype"],
+            "master_weights": "fp32" if mixed or row["dtype"] == "fp32" else "none",
+            "optimizer": optimizer,
+            "optimizer_impl": row["optimizer_impl"] or "foreach",
+        },
+        "techniques": {
+            "activation_checkpointing": row["activation_checkpointing"],
+            "attention": "flash" if row["attention"] == "sdpa" else "eager",
+        },
     }
 
 
 def plan_for_mla(row: dict) -> dict:
     """A row of oracle-mla.csv (HF DeepseekV3ForCausalLM: latent attention, MoE from layer `first_dense`)."""
-    model = {"num_layers": int(row["layers"]), "hidden_size": int(row["hidden"]),
-             "num_attention_heads": int(row["heads"]), "num_kv_heads": int(row["heads"]), "head_dim": int(row["nope"]),
-             "intermediate_size": int(row["intermediate"]), "vocab_size": int(row["vocab"]), "tie_embeddings": False,
-             "kv_lora_rank": int(row["kv_lora_rank"]), "qk_rope_head_dim": int(row["rope"]), "v_head_dim": int(row["v"])}
+    model = {
+        "num_layers": int(row["layers"]),
+        "hidden_size": int(row["hidden"]),
+        "num_attention_heads": int(row["heads"]),
+        "num_kv_heads": int(row["heads"]),
+        "head_dim": int(row["nope"]),
+        "intermediate_size": int(row["intermediate"]),
+        "vocab_size": int(row["vocab"]),
+        "tie_embeddings": False,
+        "kv_lora_rank": int(row["kv_lora_rank"]),
+        "qk_rope_head_dim": int(row["rope"]),
+        "v_head_dim": int(row["v"]),
+    }
     if row["q_lora_rank"]:
         model["q_lora_rank"] = int(row["q_lora_rank"])
     if int(row["first_dense"]) < int(row["layers"]):
-        model.update(num_experts=int(row["num_experts"]), experts_per_token=int(row["experts_per_tok"]),
-                     moe_intermediate_size=int(row["moe_intermediate"]), shared_experts=int(row["shared_experts"]),
-                     first_dense_layers=int(row["first_dense"]))
+        model.update(
+            num_experts=int(row["num_experts"]),
+            experts_per_token=int(row["experts_per_tok"]),
+            moe_intermediate_size=int(row["moe_intermediate"]),
+            shared_experts=int(row["shared_experts"]),
+            first_dense_layers=int(row["first_dense"]),
+        )
     s, b = int(row["seq_len"]), int(row["micro_batch"])
     if row["task"] == "inference":
-        return {"model": model, "precision": {"compute": row["dtype"]},
-                "workload": {"task": "inference",
-                             "inference": {"prompt_tokens": s, "output_tokens": int(row["gen_tokens"]), "batch_size": b}}}
+        return {
+            "model": model,
+            "precision": {"compute": row["dtype"]},
+            "workload": {
+                "task": "inference",
+                "inference": {"prompt_tokens": s, "output_tokens": int(row["gen_tokens"]), "batch_size": b},
+            },
+        }
     mixed = row["mixed_precision"] == "True"
-    return {"model": model, "workload": {"sequence_length": s, "micro_batch_size": b},
-            "precision": {"compute": row["dtype"], "master_weights": "fp32" if mixed else "none", "optimizer": "adamw"},
-            "techniques": {"activation_checkpointing": row["activation_checkpointing"],
-                           "attention": "flash" if row["attention"] == "sdpa" else "eager"}}
+    return {
+        "model": model,
+        "workload": {"sequence_length": s, "micro_batch_size": b},
+        "precision": {"compute": row["dtype"], "master_weights": "fp32" if mixed else "none", "optimizer": "adamw"},
+        "techniques": {
+            "activation_checkpointing": row["activation_checkpointing"],
+            "attention": "flash" if row["attention"] == "sdpa" else "eager",
+        },
+    }
 
 
 def run(path: Path = DATA, mla_path: Path = MLA_DATA) -> list[dict]:
@@ -80,17 +114,26 @@ def run(path: Path = DATA, mla_path: Path = MLA_DATA) -> list[dict]:
         est = estimate(plan_from_dict(plan))
         predicted = est.peak_allocated_bytes - CUBLAS_WORKSPACE_BYTES
         oracle = int(row["peak_bytes"])
-        out.append({"label": row["label"], "arch": row["arch"], "oracle_gib": oracle / GiB,
-                    "predicted_gib": predicted / GiB, "error_pct": 100 * (predicted - oracle) / oracle,
-                    "oracle_at": f"{row['peak_phase']}:{row['peak_op'].removeprefix('aten.')}",
-                    "predicted_at": est.phase})
+        out.append(
+            {
+                "label": row["label"],
+                "arch": row["arch"],
+                "oracle_gib": oracle / GiB,
+                "predicted_gib": predicted / GiB,
+                "error_pct": 100 * (predicted - oracle) / oracle,
+                "oracle_at": f"{row['peak_phase']}:{row['peak_op'].removeprefix('aten.')}",
+                "predicted_at": est.phase,
+            }
+        )
     return out
 
 
 def summary(rows: list[dict]) -> str:
     errors = sorted(abs(r["error_pct"]) for r in rows)
     p90 = errors[round(0.9 * (len(errors) - 1))]
-    return f"{len(rows)} rows: median |error| {statistics.median(errors):.2f} %, p90 {p90:.2f} %, max {errors[-1]:.1f} %"
+    return (
+        f"{len(rows)} rows: median |error| {statistics.median(errors):.2f} %, p90 {p90:.2f} %, max {errors[-1]:.1f} %"
+    )
 
 
 def main() -> None:
@@ -100,13 +143,17 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for r in rows:
         if show_all or abs(r["error_pct"]) > 3:
-            print(f"| {r['label']} | {r['oracle_gib']:.3f} | {r['predicted_gib']:.3f} | {r['error_pct']:+.1f} | "
-                  f"{r['oracle_at']} | {r['predicted_at']} |")
+            print(
+                f"| {r['label']} | {r['oracle_gib']:.3f} | {r['predicted_gib']:.3f} | {r['error_pct']:+.1f} | "
+                f"{r['oracle_at']} | {r['predicted_at']} |"
+            )
     print()
     print("all:", summary(rows))
     print("Llama/Qwen-shaped:", summary([r for r in rows if r["arch"] in ("llama", "qwen2")]))
-    print("DeepSeek-V3-shaped (latent attention, MoE, generate):",
-          summary([r for r in rows if r["arch"] == "deepseek_v3"]))
+    print(
+        "DeepSeek-V3-shaped (latent attention, MoE, generate):",
+        summary([r for r in rows if r["arch"] == "deepseek_v3"]),
+    )
     print("GPT-2 (HF gelu_new unfused, dropout 0.1; not modelled):", summary([r for r in rows if r["arch"] == "gpt2"]))
 
 

@@ -23,9 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accuracy  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
+
 from planner.memory import estimate  # noqa: E402
-from planner.plan import Plan  # noqa: E402
+from planner.plan.codec import plan_from_dict  # noqa: E402
+from planner.plan.config import Plan  # noqa: E402
 from planner.units import GiB  # noqa: E402
 
 PLANNER = "planner"
@@ -66,18 +67,32 @@ def inputs(plan: Plan) -> Inputs:
     m, w, p, par = plan.model, plan.workload, plan.precision, plan.parallelism
     counts = m.params
     inference = w.task == "inference"
-    largest = max(counts.embedding, counts.lm_head, m.hidden_size * m.intermediate_size,
-                  m.hidden_size * m.q_width)
+    largest = max(counts.embedding, counts.lm_head, m.hidden_size * m.intermediate_size, m.hidden_size * m.q_width)
     return Inputs(
-        params=counts.total, embedding=counts.embedding + counts.lm_head, largest_layer=largest,
-        layers=m.num_layers, hidden=m.hidden_size, heads=m.num_attention_heads, kv_heads=m.num_kv_heads,
-        ffn=m.intermediate_size, vocab=m.vocab_size,
+        params=counts.total,
+        embedding=counts.embedding + counts.lm_head,
+        largest_layer=largest,
+        layers=m.num_layers,
+        hidden=m.hidden_size,
+        heads=m.num_attention_heads,
+        kv_heads=m.num_kv_heads,
+        ffn=m.intermediate_size,
+        vocab=m.vocab_size,
         seq=w.inference.prompt_tokens if inference else w.sequence_length,
         batch=w.inference.batch_size if inference else w.micro_batch_size,
         new_tokens=w.inference.output_tokens if inference else 0,
-        task=w.task, compute=p.compute, weights=p.weights or p.activation_dtype, master=p.master_weights,
-        optimizer=p.optimizer, zero=par.zero_stage, gpus=par.data, tensor=par.tensor, pipeline=par.pipeline,
-        recompute=plan.techniques.activation_checkpointing, flash=plan.techniques.attention != "eager")
+        task=w.task,
+        compute=p.compute,
+        weights=p.weights or p.activation_dtype,
+        master=p.master_weights,
+        optimizer=p.optimizer,
+        zero=par.zero_stage,
+        gpus=par.data,
+        tensor=par.tensor,
+        pipeline=par.pipeline,
+        recompute=plan.techniques.activation_checkpointing,
+        flash=plan.techniques.attention != "eager",
+    )
 
 
 def _full_training(x: Inputs) -> bool:
@@ -117,8 +132,7 @@ def accelerate_estimate(x: Inputs) -> float | None:
         sizes = {"model": fp32_size, "gradients": fp32_size, "optimizer": 2 * fp32_size, "step": 4 * fp32_size}
     else:
         half = fp32_size / 2
-        sizes = {"model": fp32_size, "gradients": fp32_size + half, "optimizer": 2 * fp32_size,
-                 "step": 2 * fp32_size}
+        sizes = {"model": fp32_size, "gradients": fp32_size + half, "optimizer": 2 * fp32_size, "step": 2 * fp32_size}
     return max(sizes.values())
 
 
@@ -213,7 +227,7 @@ def llm_analysis(x: Inputs) -> float | None:
         elif x.flash:
             compute = (2 * s * b * h + 4 * a * s * b) * act_bytes / t
         else:
-            compute = 2 * a * s ** 2 * b * act_bytes / t
+            compute = 2 * a * s**2 * b * act_bytes / t
         if inference:
             attn = max(3 * act_bytes * s * b * h / t, compute)
             mlp = max(act_bytes, act_bytes * ratio) * s * b * h / t
@@ -242,12 +256,18 @@ def llm_analysis(x: Inputs) -> float | None:
     return weights + optimizer + gradients + activations
 
 
-PEERS = {"16 B/param rule": rule16, "accelerate": accelerate_estimate, "DeepSpeed ZeRO": deepspeed_zero,
-         "Megatron-LM": megatron, "llm-analysis": llm_analysis}
+PEERS = {
+    "16 B/param rule": rule16,
+    "accelerate": accelerate_estimate,
+    "DeepSpeed ZeRO": deepspeed_zero,
+    "Megatron-LM": megatron,
+    "llm-analysis": llm_analysis,
+}
 
 
 def _cases() -> list[tuple[dict, dict, Plan]]:
     import csv
+
     cases = []
     for row in csv.DictReader(accuracy.DATA.open()):
         plan_dict, _ = accuracy.express(row)
@@ -270,8 +290,16 @@ def run() -> list[dict]:
             value = predicted[name]
             gib = None if value is None else value / GiB
             tools[name] = {"gib": gib, "error_pct": None if gib is None else 100 * (gib - measured) / measured}
-        out.append({"row": row["row_id"], "model": row["model"], "task": plan.workload.task, "stat": stat,
-                    "measured_gib": measured, "tools": tools})
+        out.append(
+            {
+                "row": row["row_id"],
+                "model": row["model"],
+                "task": plan.workload.task,
+                "stat": stat,
+                "measured_gib": measured,
+                "tools": tools,
+            }
+        )
     return out
 
 
@@ -303,11 +331,17 @@ def summary(rows: list[dict], seconds: dict[str, float] | None = None) -> list[d
         covered = [r for r in rows if r["tools"][name]["gib"] is not None]
         errors = [abs(r["tools"][name]["error_pct"]) for r in covered]
         planner_same = [abs(r["tools"][PLANNER]["error_pct"]) for r in covered]
-        out.append({"tool": name, "rows": len(covered), "row_ids": [r["row"] for r in covered],
-                    "median_abs_error_pct": statistics.median(errors) if errors else None,
-                    "p90_abs_error_pct": accuracy.p90(errors) if errors else None,
-                    "planner_median_same_rows": statistics.median(planner_same) if planner_same else None,
-                    "seconds_per_estimate": (seconds or {}).get(name)})
+        out.append(
+            {
+                "tool": name,
+                "rows": len(covered),
+                "row_ids": [r["row"] for r in covered],
+                "median_abs_error_pct": statistics.median(errors) if errors else None,
+                "p90_abs_error_pct": accuracy.p90(errors) if errors else None,
+                "planner_median_same_rows": statistics.median(planner_same) if planner_same else None,
+                "seconds_per_estimate": (seconds or {}).get(name),
+            }
+        )
     return out
 
 
@@ -320,17 +354,24 @@ def main() -> None:
     print("| row | model | task | statistic | measured GiB | " + " | ".join(TOOLS) + " |")
     print("|---|---|---|---|---|" + "---|" * len(TOOLS))
     for r in rows:
-        print(f"| {r['row']} | {r['model']} | {r['task']} | {r['stat']} | {r['measured_gib']:.2f} | "
-              + " | ".join(_cell(r["tools"][t]) for t in TOOLS) + " |")
+        print(
+            f"| {r['row']} | {r['model']} | {r['task']} | {r['stat']} | {r['measured_gib']:.2f} | "
+            + " | ".join(_cell(r["tools"][t]) for t in TOOLS)
+            + " |"
+        )
     print("\nCells: predicted GiB (signed error %); n/a = the tool cannot describe the row.\n")
-    print("| tool | rows covered | median abs error % | p90 abs error % | planner median on the same rows % | "
-          "time per estimate |")
+    print(
+        "| tool | rows covered | median abs error % | p90 abs error % | planner median on the same rows % | "
+        "time per estimate |"
+    )
     print("|---|---|---|---|---|---|")
     for s in summary(rows, timings()):
-        fmt = (lambda v: "-" if v is None else f"{v:.1f}")
-        print(f"| {s['tool']} | {s['rows']} / {len(rows)} | {fmt(s['median_abs_error_pct'])} | "
-              f"{fmt(s['p90_abs_error_pct'])} | {fmt(s['planner_median_same_rows'])} | "
-              f"{s['seconds_per_estimate'] * 1e6:.1f} µs |")
+        fmt = lambda v: "-" if v is None else f"{v:.1f}"
+        print(
+            f"| {s['tool']} | {s['rows']} / {len(rows)} | {fmt(s['median_abs_error_pct'])} | "
+            f"{fmt(s['p90_abs_error_pct'])} | {fmt(s['planner_median_same_rows'])} | "
+            f"{s['seconds_per_estimate'] * 1e6:.1f} µs |"
+        )
 
 
 if __name__ == "__main__":

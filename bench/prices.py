@@ -40,8 +40,10 @@ def _spread(offerings: list[Offering]) -> str:
     for kind in KINDS:
         usd = sorted(p.usd_per_gpu_hour for o in offerings for p in o.prices if p.kind == kind)
         if usd:
-            parts.append(f"{kind.replace('_', ' ')} ${usd[0]:.2f}–{usd[-1]:.2f} (median "
-                         f"${statistics.median(usd):.2f}, {len(usd)} {'price' if len(usd) == 1 else 'prices'})")
+            parts.append(
+                f"{kind.replace('_', ' ')} ${usd[0]:.2f}–{usd[-1]:.2f} (median "
+                f"${statistics.median(usd):.2f}, {len(usd)} {'price' if len(usd) == 1 else 'prices'})"
+            )
     return "; ".join(parts) or "no public price"
 
 
@@ -51,15 +53,19 @@ def gpu_section(catalog: Catalog, gpu_id: str) -> list[str]:
     lines = [f"## {catalog[gpu_id].name} (`{gpu_id}`)", "", f"Per GPU-hour: {_spread(offerings)}.", ""]
     if not offerings:
         return lines + ["No offering in the catalog.", ""]
-    lines += ["| offering | provider | instance | kind | $/GPU-h | date | source | note |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| offering | provider | instance | kind | $/GPU-h | date | source | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for o in offerings:
         head = f"| `{o.id}` | {_cell(o.provider)} | {_cell(o.instance)} ({o.gpus_per_instance} GPUs)"
         if not o.prices:
             lines.append(f"{head} | — | — | — | no public price found | {_cell(o.note)} |")
         for p in o.prices:
-            lines.append(f"{head} | {p.kind.replace('_', ' ')} | {p.usd_per_gpu_hour:.2f} | {p.date} | "
-                         f"{_cell(p.source)} | {_cell(p.note)} |")
+            lines.append(
+                f"{head} | {p.kind.replace('_', ' ')} | {p.usd_per_gpu_hour:.2f} | {p.date} | "
+                f"{_cell(p.source)} | {_cell(p.note)} |"
+            )
     return lines + [""]
 
 

@@ -18,22 +18,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stats import ALL, band, error_table, groups  # noqa: E402
-
 import yaml  # noqa: E402
+from stats import ALL, band, error_table, groups  # noqa: E402
 
 from planner.accuracy import SERVING_ACCURACY_PATH  # noqa: E402
 from planner.catalog import Gpu, load_catalog  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
 from planner.memory.inference import kv_cache_bytes, weight_bytes  # noqa: E402
 from planner.perf import throughput  # noqa: E402
-from planner.plan import Plan  # noqa: E402
+from planner.plan.codec import plan_from_dict  # noqa: E402
+from planner.plan.config import Plan  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "serving.csv"
 # the preset of each checkpoint family the rows name
-PRESETS = {"Llama-2-7b": "llama-2-7b", "Llama-2-70b": "llama-2-70b", "Llama-3.1-8B": "llama-3.1-8b",
-           "Llama-3.1-70B": "llama-3.1-70b", "Llama-3.1-405B": "llama-3.1-405b"}
+PRESETS = {
+    "Llama-2-7b": "llama-2-7b",
+    "Llama-2-70b": "llama-2-70b",
+    "Llama-3.1-8B": "llama-3.1-8b",
+    "Llama-3.1-70B": "llama-3.1-70b",
+    "Llama-3.1-405B": "llama-3.1-405b",
+}
 # gpt-fast's generate.py generates 200 tokens unless told otherwise (its README does not say)
 GPT_FAST_OUTPUT_TOKENS = 200
 # The peer rule, the rule of thumb for generation speed: every decode step reads each GPU's weights and each
@@ -50,12 +54,21 @@ def plan_of(row: dict) -> dict:
     weights = row["weights_dtype"]
     compute = "fp8" if weights == "fp8" else "fp16" if weights == "fp16" else "bf16"  # int8/int4: weight-only
     output = int(row["output_tokens"]) if row["output_tokens"] else GPT_FAST_OUTPUT_TOKENS
-    return {"name": row["id"], "model": {"preset": _preset(row["hf_model_id"])},
-            "workload": {"task": "inference", "inference": {
-                "batch_size": int(row["batch_size"]), "prompt_tokens": int(row["input_tokens"]),
-                "output_tokens": output}},
-            "precision": {"compute": compute, "weights": weights, "kv_cache": row["kv_cache_dtype"] or compute},
-            "parallelism": {"tensor": int(row["tensor_parallel"])}, "hardware": {"gpu": row["gpu"]}}
+    return {
+        "name": row["id"],
+        "model": {"preset": _preset(row["hf_model_id"])},
+        "workload": {
+            "task": "inference",
+            "inference": {
+                "batch_size": int(row["batch_size"]),
+                "prompt_tokens": int(row["input_tokens"]),
+                "output_tokens": output,
+            },
+        },
+        "precision": {"compute": compute, "weights": weights, "kv_cache": row["kv_cache_dtype"] or compute},
+        "parallelism": {"tensor": int(row["tensor_parallel"])},
+        "hardware": {"gpu": row["gpu"]},
+    }
 
 
 def roofline(plan: Plan, gpu: Gpu) -> float:
@@ -89,21 +102,40 @@ def run(peer: bool = False) -> tuple[list[dict], list[tuple[str, str]]]:
         gpus = plan.parallelism.tensor if row["per"] == "server" else 1  # the GPUs the row's figure is for
         predicted = throughput(plan, gpu).output_tokens_per_second_per_gpu * gpus
         measured = float(row["output_tokens_per_s"])
-        rows.append({"row": row["id"], "engine": row["engine"], "model": row["model"], "gpu": row["gpu"],
-                     "tensor": plan.parallelism.tensor, "weights": row["weights_dtype"],
-                     "batch": plan.workload.inference.batch_size, "per": row["per"], "measured": measured,
-                     "predicted": predicted, "error": predicted / measured - 1})
+        rows.append(
+            {
+                "row": row["id"],
+                "engine": row["engine"],
+                "model": row["model"],
+                "gpu": row["gpu"],
+                "tensor": plan.parallelism.tensor,
+                "weights": row["weights_dtype"],
+                "batch": plan.workload.inference.batch_size,
+                "per": row["per"],
+                "measured": measured,
+                "predicted": predicted,
+                "error": predicted / measured - 1,
+            }
+        )
         if peer:
-            rows[-1] |= {"source": row["source_id"], "moe": bool(plan.model.num_experts),
-                         "roofline": roofline(plan, gpu) * gpus / measured - 1}
+            rows[-1] |= {
+                "source": row["source_id"],
+                "moe": bool(plan.model.num_experts),
+                "roofline": roofline(plan, gpu) * gpus / measured - 1,
+            }
     return rows, skipped
 
 
 def table(rows: list[dict]) -> str:
     """The errors' statistics, the planner's beside the peer rule's, over every row, per source, per engine, per
     GPU type and for dense and MoE rows."""
-    grouped = groups(rows, lambda r: f"source {r['source']}", lambda r: f"engine {r['engine']}",
-                     lambda r: f"GPU {r['gpu']}", lambda r: "MoE rows" if r["moe"] else "dense rows")
+    grouped = groups(
+        rows,
+        lambda r: f"source {r['source']}",
+        lambda r: f"engine {r['engine']}",
+        lambda r: f"GPU {r['gpu']}",
+        lambda r: "MoE rows" if r["moe"] else "dense rows",
+    )
     return error_table(grouped, [("planner", "error", ALL), ("bandwidth roofline", "roofline", ALL)])
 
 
@@ -113,21 +145,27 @@ def serving_accuracy(rows: list[dict]) -> dict:
 
 
 def write_serving_accuracy(rows: list[dict]) -> None:
-    header = ("# Written by `python bench/serving.py --write` from bench/data/serving.csv: how far the serving time\n"
-              "# model's generated tokens/s has been off (predicted / measured - 1, in percent) over the fixed-batch\n"
-              "# rows. planner/accuracy.py reads it.\n")
+    header = (
+        "# Written by `python bench/serving.py --write` from bench/data/serving.csv: how far the serving time\n"
+        "# model's generated tokens/s has been off (predicted / measured - 1, in percent) over the fixed-batch\n"
+        "# rows. planner/accuracy.py reads it.\n"
+    )
     SERVING_ACCURACY_PATH.write_text(header + yaml.safe_dump(serving_accuracy(rows), sort_keys=False))
 
 
 def main() -> list[dict]:
     rows, skipped = run(peer=True)
-    print("| row | engine | model | GPU | TP | weights | batch | tokens/s per | measured | predicted | error "
-          "| bandwidth roofline error |")
+    print(
+        "| row | engine | model | GPU | TP | weights | batch | tokens/s per | measured | predicted | error "
+        "| bandwidth roofline error |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['row']} | {r['engine']} | {r['model']} | {r['gpu']} | {r['tensor']} | {r['weights']} | "
-              f"{r['batch']} | {r['per']} | {r['measured']:,.1f} | {r['predicted']:,.1f} | {r['error']:+.0%} | "
-              f"{r['roofline']:+.0%} |")
+        print(
+            f"| {r['row']} | {r['engine']} | {r['model']} | {r['gpu']} | {r['tensor']} | {r['weights']} | "
+            f"{r['batch']} | {r['per']} | {r['measured']:,.1f} | {r['predicted']:,.1f} | {r['error']:+.0%} | "
+            f"{r['roofline']:+.0%} |"
+        )
     print()
     print(table(rows))
     print()

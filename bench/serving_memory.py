@@ -24,12 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.catalog import load_catalog  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
 from planner.frameworks import load_frameworks  # noqa: E402
 from planner.memory import estimate  # noqa: E402
 from planner.memory.inference import KV_BLOCK_TOKENS, SERVING_PREFILL_TOKENS  # noqa: E402
-from planner.models import presets  # noqa: E402
+from planner.plan.codec import plan_from_dict  # noqa: E402
+from planner.plan.models import presets  # noqa: E402
 from planner.units import GiB  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "serving-memory.csv"
@@ -53,15 +53,26 @@ SAME_ARCHITECTURE = {
 CHECKPOINT_SUFFIXES = ("-Instruct", "-FP8")
 # the GPU column's name (before any parenthesis) → catalog id; the A100 80GB rows do not say SXM or PCIe,
 # which have the same memory
-GPUS = {"H100-80GB": "h100-sxm-80gb", "A100-80GB": "a100-sxm-80gb", "L4-24GB": "l4-24gb",
-        "RTX 3090 24GB": "rtx-3090-24gb"}
+GPUS = {
+    "H100-80GB": "h100-sxm-80gb",
+    "A100-80GB": "a100-sxm-80gb",
+    "L4-24GB": "l4-24gb",
+    "RTX 3090 24GB": "rtx-3090-24gb",
+}
 # (column, needle, reason): checked in order, the first match makes the row unplannable
 NOT_PLANNABLE = [
     ("model_hf_id", "unknown", "the model is not stated"),
-    ("dtype_quant", "mxfp4", "MXFP4 expert weights (4.25 bits, attention left in bf16) and attention sinks: "
-                             "no weight dtype or attention the plan describes"),
-    ("notes", "multimodal", "multimodal: the vision encoder's weights and the engine's encoder-cache profiling "
-                            "are not in the plan"),
+    (
+        "dtype_quant",
+        "mxfp4",
+        "MXFP4 expert weights (4.25 bits, attention left in bf16) and attention sinks: "
+        "no weight dtype or attention the plan describes",
+    ),
+    (
+        "notes",
+        "multimodal",
+        "multimodal: the vision encoder's weights and the engine's encoder-cache profiling are not in the plan",
+    ),
 ]
 
 
@@ -112,10 +123,18 @@ def _inference(row: dict) -> dict:
     KV budget)."""
     chunk = number(row["max_num_batched_tokens"])
     context = number(row["max_model_len"]) or (chunk or SERVING_PREFILL_TOKENS) + 1
-    keys = {**ENGINE_DEFAULTS.get(row["engine"], {}), "batch_size": 1, "prompt_tokens": int(context) - 1,
-            "output_tokens": 1, "cuda_graphs": row["enforce_eager"].strip().lower() != "true"}
-    for key, column in (("gpu_memory_utilization", "gpu_mem_util"), ("max_num_seqs", "max_num_seqs"),
-                        ("prefill_chunk_tokens", "max_num_batched_tokens")):
+    keys = {
+        **ENGINE_DEFAULTS.get(row["engine"], {}),
+        "batch_size": 1,
+        "prompt_tokens": int(context) - 1,
+        "output_tokens": 1,
+        "cuda_graphs": row["enforce_eager"].strip().lower() != "true",
+    }
+    for key, column in (
+        ("gpu_memory_utilization", "gpu_mem_util"),
+        ("max_num_seqs", "max_num_seqs"),
+        ("prefill_chunk_tokens", "max_num_batched_tokens"),
+    ):
         value = number(row[column])
         if value is not None:
             keys[key] = value if key == "gpu_memory_utilization" else int(value)
@@ -137,11 +156,16 @@ def release_of(row: dict) -> dict:
 
 def plan_of(row: dict) -> dict:
     """The plan dict of a plannable row."""
-    return {"name": row_id(row), "framework": FRAMEWORKS[row["engine"]], **release_of(row),
-            "model": {"preset": preset_of(row["model_hf_id"])},
-            "parallelism": {"tensor": int(row["tp"])}, "hardware": {"gpu": gpu_of(row)},
-            "precision": _precision(row["dtype_quant"]),
-            "workload": {"task": "inference", "inference": _inference(row)}}
+    return {
+        "name": row_id(row),
+        "framework": FRAMEWORKS[row["engine"]],
+        **release_of(row),
+        "model": {"preset": preset_of(row["model_hf_id"])},
+        "parallelism": {"tensor": int(row["tp"])},
+        "hardware": {"gpu": gpu_of(row)},
+        "precision": _precision(row["dtype_quant"]),
+        "workload": {"task": "inference", "inference": _inference(row)},
+    }
 
 
 def _page(row: dict, framework: str) -> int:
@@ -173,13 +197,23 @@ def compare(row: dict) -> dict:
     logged_gib, logged_tokens = number(row["kv_cache_gib"]), number(row["kv_tokens"])
     error, basis = _error(logged_gib, logged_tokens, s.kv_budget_bytes, tokens)
     gpu = plan.hardware.gpu + (" (implied)" if "implied" in row["gpu"] else "")
-    return {"row": row_id(row), "source": row["source"], "model": row["model_hf_id"], "engine": row["engine"],
-            "version": row["vllm_version"], "gpu": gpu, "tensor": plan.parallelism.tensor,
-            "fraction": plan.workload.inference.gpu_memory_utilization,
-            "weights": (number(row["weights_gib"]), items["weights"] / GiB),
-            "activations": (number(row["activation_peak_gib"]), items["activations"] / GiB),
-            "kv_gib": (logged_gib, s.kv_budget_bytes / GiB), "kv_tokens": (logged_tokens, tokens),
-            "error": error, "basis": basis, "fits": est.fits}
+    return {
+        "row": row_id(row),
+        "source": row["source"],
+        "model": row["model_hf_id"],
+        "engine": row["engine"],
+        "version": row["vllm_version"],
+        "gpu": gpu,
+        "tensor": plan.parallelism.tensor,
+        "fraction": plan.workload.inference.gpu_memory_utilization,
+        "weights": (number(row["weights_gib"]), items["weights"] / GiB),
+        "activations": (number(row["activation_peak_gib"]), items["activations"] / GiB),
+        "kv_gib": (logged_gib, s.kv_budget_bytes / GiB),
+        "kv_tokens": (logged_tokens, tokens),
+        "error": error,
+        "basis": basis,
+        "fits": est.fits,
+    }
 
 
 def rows_with_ids() -> list[dict]:
@@ -220,13 +254,18 @@ def _error_cell(r: dict) -> str:
 
 
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| row | model | engine | version | GPU | TP | fraction | weights GiB | activation peak GiB | "
-             "KV budget GiB | KV tokens | KV error |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | model | engine | version | GPU | TP | fraction | weights GiB | activation peak GiB | "
+        "KV budget GiB | KV tokens | KV error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['row']} | {r['model'].split('/')[-1]} | {ENGINE_LABELS[r['engine']]} | {r['version']} | "
-                     f"{r['gpu']} | {r['tensor']} | {r['fraction']:.2f} | {_pair(r['weights'], '.2f')} | "
-                     f"{_pair(r['activations'], '.2f')} | {_pair(r['kv_gib'], '.2f')} | "
-                     f"{_pair(r['kv_tokens'], ',.0f')} | {_error_cell(r)} |")
+        lines.append(
+            f"| {r['row']} | {r['model'].split('/')[-1]} | {ENGINE_LABELS[r['engine']]} | {r['version']} | "
+            f"{r['gpu']} | {r['tensor']} | {r['fraction']:.2f} | {_pair(r['weights'], '.2f')} | "
+            f"{_pair(r['activations'], '.2f')} | {_pair(r['kv_gib'], '.2f')} | "
+            f"{_pair(r['kv_tokens'], ',.0f')} | {_error_cell(r)} |"
+        )
     return lines
 
 
@@ -238,9 +277,15 @@ def summary(rows: list[dict]) -> list[str]:
         mine = [r for r in rows if r["engine"] == engine]
         errors = [r["error"] for r in mine if r["error"] is not None]
         failed = [r for r in mine if r["basis"] == "failed"]
-        line = (f"{ENGINE_LABELS[engine]}: {len(errors)} rows, KV budget median |error| "
+        line = (
+            (
+                f"{ENGINE_LABELS[engine]}: {len(errors)} rows, KV budget median |error| "
                 f"{statistics.median(abs(e) for e in errors):.1%}, signed median {statistics.median(errors):+.1%}, "
-                f"max |error| {max(abs(e) for e in errors):.1%}") if errors else f"{ENGINE_LABELS[engine]}: no errors"
+                f"max |error| {max(abs(e) for e in errors):.1%}"
+            )
+            if errors
+            else f"{ENGINE_LABELS[engine]}: no errors"
+        )
         if failed:
             agree = sum(r["kv_gib"][1] == 0 for r in failed)
             line += f"; {len(failed)} failed start(s), {agree} of them planned with no KV room"

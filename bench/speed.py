@@ -19,30 +19,42 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.catalog import load_catalog  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
 from planner.memory import estimate  # noqa: E402
-from planner.recommend import recommend  # noqa: E402
+from planner.plan.codec import plan_from_dict  # noqa: E402
+from planner.search.recommend import recommend  # noqa: E402
 
 PLANS = {
-    "Llama 3.2 1B, seq 2048, 1 GPU": {"model": {"preset": "llama-3.2-1b"},
-                                      "workload": {"sequence_length": 2048, "micro_batch_size": 4}},
-    "Llama 3.1 8B, seq 4096, batch 64": {"model": {"preset": "llama-3.1-8b"},
-                                         "workload": {"sequence_length": 4096, "micro_batch_size": 2,
-                                                      "global_batch_size": 64}},
-    "Llama 3.1 8B on 1T tokens": {"model": {"preset": "llama-3.1-8b"},
-                                  "workload": {"sequence_length": 8192, "global_batch_size": 512,
-                                               "train_tokens": 10**12}},
+    "Llama 3.2 1B, seq 2048, 1 GPU": {
+        "model": {"preset": "llama-3.2-1b"},
+        "workload": {"sequence_length": 2048, "micro_batch_size": 4},
+    },
+    "Llama 3.1 8B, seq 4096, batch 64": {
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"sequence_length": 4096, "micro_batch_size": 2, "global_batch_size": 64},
+    },
+    "Llama 3.1 8B on 1T tokens": {
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"sequence_length": 8192, "global_batch_size": 512, "train_tokens": 10**12},
+    },
     "Qwen2.5 7B QLoRA": {"model": {"preset": "qwen2.5-7b"}, "workload": {"task": "qlora", "sequence_length": 4096}},
-    "Llama 3.1 70B, seq 8192, batch 512": {"model": {"preset": "llama-3.1-70b"},
-                                           "workload": {"sequence_length": 8192, "global_batch_size": 512}},
-    "Llama 3.1 70B serving (vLLM)": {"model": {"preset": "llama-3.1-70b"}, "framework": "vllm",
-                                     "workload": {"task": "inference",
-                                                  "inference": {"batch_size": 32, "gpu_memory_utilization": 0.9}},
-                                     "parallelism": {"zero_stage": 0}},
-    "Llama 3.1 405B, seq 8192, batch 1024": {"model": {"preset": "llama-3.1-405b"},
-                                             "workload": {"sequence_length": 8192, "global_batch_size": 1024}},
-    "DeepSeek-V3, seq 4096, batch 1920": {"model": {"preset": "deepseek-v3"},
-                                          "workload": {"sequence_length": 4096, "global_batch_size": 1920}},
+    "Llama 3.1 70B, seq 8192, batch 512": {
+        "model": {"preset": "llama-3.1-70b"},
+        "workload": {"sequence_length": 8192, "global_batch_size": 512},
+    },
+    "Llama 3.1 70B serving (vLLM)": {
+        "model": {"preset": "llama-3.1-70b"},
+        "framework": "vllm",
+        "workload": {"task": "inference", "inference": {"batch_size": 32, "gpu_memory_utilization": 0.9}},
+        "parallelism": {"zero_stage": 0},
+    },
+    "Llama 3.1 405B, seq 8192, batch 1024": {
+        "model": {"preset": "llama-3.1-405b"},
+        "workload": {"sequence_length": 8192, "global_batch_size": 1024},
+    },
+    "DeepSeek-V3, seq 4096, batch 1920": {
+        "model": {"preset": "deepseek-v3"},
+        "workload": {"sequence_length": 4096, "global_batch_size": 1920},
+    },
 }
 LARGE = ("Llama 3.1 405B, seq 8192, batch 1024", "DeepSeek-V3, seq 4096, batch 1920")
 
@@ -59,8 +71,10 @@ def timed(fn, repeat: int) -> list[float]:
 def main(repeat: int = 5) -> None:
     catalog = load_catalog()
     print(f"catalog: {len(catalog)} GPU types, {len(catalog.offerings)} offerings; default 30-day deadline, no budget")
-    print("| plan | estimate ms | search ms, cold | search ms, warm | search over one estimate, warm | candidates "
-          "| recommended |")
+    print(
+        "| plan | estimate ms | search ms, cold | search ms, warm | search over one estimate, warm | candidates "
+        "| recommended |"
+    )
     print("|---|---|---|---|---|---|---|")
     over: dict[str, float] = {}
     for name, data in PLANS.items():
@@ -72,10 +86,12 @@ def main(repeat: int = 5) -> None:
         over[name] = warm - est
         best = rec.best
         answer = "none" if best is None else f"{best.count * best.replicas:,} × {best.gpu.id} ({best.offering.id})"
-        print(f"| {name} | {est:.2f} | {cold:.0f} | {warm:.0f} | {over[name]:.0f} | {len(rec.candidates)} | "
-              f"{answer} |")
-    print(f"\nsearch over one estimate: median {statistics.median(over.values()):.0f} ms over the plans (goal ≤ 100); "
-          + ", ".join(f"{n.split(',')[0]} {over[n]:.0f} ms" for n in LARGE) + " (goal ≤ 300 each)")
+        print(f"| {name} | {est:.2f} | {cold:.0f} | {warm:.0f} | {over[name]:.0f} | {len(rec.candidates)} | {answer} |")
+    print(
+        f"\nsearch over one estimate: median {statistics.median(over.values()):.0f} ms over the plans (goal ≤ 100); "
+        + ", ".join(f"{n.split(',')[0]} {over[n]:.0f} ms" for n in LARGE)
+        + " (goal ≤ 300 each)"
+    )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,14 @@ def pct(x: float) -> float:
 def band(errors: list[float]) -> dict:
     """What planner/accuracy.py's TimeBand reads for a class of runs, in percent: the median and the p90 of
     |error|, the signed median, and the 10th and 90th percentiles of the signed error (8 runs in 10 between)."""
-    return {"rows": len(errors), "median_pct": pct(statistics.median(map(abs, errors))),
-            "p90_pct": pct(p90([abs(e) for e in errors])), "signed_pct": pct(statistics.median(errors)),
-            "low_pct": pct(quantile(errors, 0.1)), "high_pct": pct(quantile(errors, 0.9))}
+    return {
+        "rows": len(errors),
+        "median_pct": pct(statistics.median(map(abs, errors))),
+        "p90_pct": pct(p90([abs(e) for e in errors])),
+        "signed_pct": pct(statistics.median(errors)),
+        "low_pct": pct(quantile(errors, 0.1)),
+        "high_pct": pct(quantile(errors, 0.9)),
+    }
 
 
 def groups(rows: list[dict], *labels: Callable[[dict], str]) -> list[tuple[str, list[dict]]]:

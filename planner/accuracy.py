@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
-from planner.loader import load_data_file
+from planner.loader import DATA_DIR, load_data_file
 from planner.memory import Estimate
-from planner.plan import Plan
+from planner.plan.config import Plan
 from planner.units import format_bytes, format_seconds
 
-ACCURACY_PATH = Path(__file__).parent / "data" / "accuracy.yaml"
+ACCURACY_PATH = DATA_DIR / "accuracy.yaml"
 WorkloadClass = Literal["full training", "adapters", "generation"]
 
 
@@ -55,15 +54,17 @@ def confidence_note(est: Estimate) -> str:
     """One line for the verdict: how far plans of this kind have been off, as a range of the device total."""
     low, high, acc = likely_range(est)
     lean = "low" if acc.signed_pct < 0 else "high"
-    return (f"Against {acc.rows} published measurements of {acc.workload} runs, the planner was off by "
-            f"{acc.median_pct:.1f} % (median) and at most {acc.p90_pct:.1f} % in 9 of 10, leaning {lean} "
-            f"({acc.signed_pct:+.1f} %): this plan's {format_bytes(est.device_bytes)} is likely "
-            f"{format_bytes(low)}–{format_bytes(high)}.")
+    return (
+        f"Against {acc.rows} published measurements of {acc.workload} runs, the planner was off by "
+        f"{acc.median_pct:.1f} % (median) and at most {acc.p90_pct:.1f} % in 9 of 10, leaning {lean} "
+        f"({acc.signed_pct:+.1f} %): this plan's {format_bytes(est.device_bytes)} is likely "
+        f"{format_bytes(low)}–{format_bytes(high)}."
+    )
 
 
 # --- The time model ------------------------------------------------------------------------------------------
-TIME_ACCURACY_PATH = Path(__file__).parent / "data" / "time_accuracy.yaml"
-SERVING_ACCURACY_PATH = Path(__file__).parent / "data" / "serving_accuracy.yaml"
+TIME_ACCURACY_PATH = DATA_DIR / "time_accuracy.yaml"
+SERVING_ACCURACY_PATH = DATA_DIR / "serving_accuracy.yaml"
 TimeClass = Literal["dense training", "MoE training", "generation"]
 
 
@@ -106,8 +107,11 @@ class TimeAccuracy:
         return f"{band.median_pct:.0f} % off at the median ({band.signed_pct:+.0f} % signed) on {band.rows} published MoE runs"
 
     def vendor_note(self, vendor: str) -> str:
-        return ("other GPUs of its vendor were checked" if vendor in self.vendors else
-                f"no run on any {vendor} GPU either, so its software stack's efficiency is unmeasured")
+        return (
+            "other GPUs of its vendor were checked"
+            if vendor in self.vendors
+            else f"no run on any {vendor} GPU either, so its software stack's efficiency is unmeasured"
+        )
 
 
 @cache
@@ -118,8 +122,14 @@ def _time_accuracy_file() -> dict:
 @cache
 def time_accuracy() -> TimeAccuracy:
     raw = {key: value for key, value in _time_accuracy_file().items() if key != "classes"}
-    return TimeAccuracy(**{**raw, "gpus": tuple(raw["gpus"]), "vendors": tuple(raw["vendors"]),
-                            "gpu_signed_pct": tuple(raw["gpu_signed_pct"].items())})
+    return TimeAccuracy(
+        **{
+            **raw,
+            "gpus": tuple(raw["gpus"]),
+            "vendors": tuple(raw["vendors"]),
+            "gpu_signed_pct": tuple(raw["gpu_signed_pct"].items()),
+        }
+    )
 
 
 @cache
@@ -158,7 +168,9 @@ def time_note(plan: Plan, seconds: float, what: str | None = None) -> str:
         return f"No published {time_class(plan)} run checks the time model."
     low, high, band = likely
     lean = "fast" if band.signed_pct > 0 else "slow"
-    return (f"Against {band.rows} published {band.kind} runs, the time model was off by {band.median_pct:.1f} % "
-            f"(median), leaning {lean} ({band.signed_pct:+.1f} %); 8 in 10 ran at {1 + band.low_pct / 100:.2f}–"
-            f"{1 + band.high_pct / 100:.2f} × its time: {what} of {format_seconds(seconds)} is likely "
-            f"{format_seconds(low)}–{format_seconds(high)}.")
+    return (
+        f"Against {band.rows} published {band.kind} runs, the time model was off by {band.median_pct:.1f} % "
+        f"(median), leaning {lean} ({band.signed_pct:+.1f} %); 8 in 10 ran at {1 + band.low_pct / 100:.2f}–"
+        f"{1 + band.high_pct / 100:.2f} × its time: {what} of {format_seconds(seconds)} is likely "
+        f"{format_seconds(low)}–{format_seconds(high)}."
+    )

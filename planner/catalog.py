@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from planner.errors import PlanError, bad
-from planner.loader import CATALOG, load_yaml
+from planner.loader import CATALOG, DATA_DIR, load_yaml
 from planner.units import from_gib
 
-PACKAGED_CATALOG = Path(__file__).resolve().parent / "data" / "gpu_catalog.yaml"
+PACKAGED_CATALOG = DATA_DIR / "gpu_catalog.yaml"
 CHECKOUT_CATALOG = Path(__file__).resolve().parent.parent / "gpu_catalog.yaml"
 CATALOG_PATH = CHECKOUT_CATALOG if CHECKOUT_CATALOG.is_file() else PACKAGED_CATALOG
 CATALOG_SCHEMA = "vram-planner-catalog/v2"
@@ -126,8 +126,10 @@ class Offering:
     def refuses(self, count: int) -> str | None:
         """Why `count` GPUs cannot be rented this way (None: they can)."""
         if count > self.gpus_per_instance and self.network == "none":
-            return (f"{self.id} sells single {self.gpus_per_instance}-GPU instances with no network between them: "
-                    f"{count:,} GPUs would span {self.instances(count):,}")
+            return (
+                f"{self.id} sells single {self.gpus_per_instance}-GPU instances with no network between them: "
+                f"{count:,} GPUs would span {self.instances(count):,}"
+            )
         if self.max_gpus is not None and count > self.max_gpus:
             return f"{self.id} sells clusters of at most {self.max_gpus:,} GPUs"
         return None
@@ -144,24 +146,37 @@ def offering_view(gpu: Gpu, offering: Offering) -> Gpu:
     fabric = offering.instance_link == "fabric"
     per_instance, rate = offering.gpus_per_instance, offering.network_gbit_per_s_per_gpu
     network = None if offering.network == "none" else gpu.network_gb_per_s if rate is None else rate / 8
-    return replace(gpu, gpus_per_node=per_instance,
-                   fast_domain_gpus=min(gpu.fast_domain_gpus or 1, per_instance) if fabric else per_instance,
-                   link_gb_per_s=gpu.link_gb_per_s if fabric else None,
-                   peer_gb_per_s=gpu.peer_gb_per_s if fabric else None,
-                   allreduce_busbw_gb_per_s=gpu.allreduce_busbw_gb_per_s if fabric else None,
-                   network_gb_per_s=network)
+    return replace(
+        gpu,
+        gpus_per_node=per_instance,
+        fast_domain_gpus=min(gpu.fast_domain_gpus or 1, per_instance) if fabric else per_instance,
+        link_gb_per_s=gpu.link_gb_per_s if fabric else None,
+        peer_gb_per_s=gpu.peer_gb_per_s if fabric else None,
+        allreduce_busbw_gb_per_s=gpu.allreduce_busbw_gb_per_s if fabric else None,
+        network_gb_per_s=network,
+    )
 
 
 def generic_offering(gpu: Gpu) -> Offering:
     """The GPU in its usual server, unpriced: what a plan naming no offering runs on (its view is the GPU
     itself), and what the recommender searches for a GPU type the catalog lists no offering of."""
     net = gpu.network_gb_per_s
-    return Offering(id=f"{gpu.id}.server", gpu=gpu.id, provider="no offering in the catalog", provider_class="own",
-                    instance=f"{gpu.gpus_per_node}-GPU server", gpus_per_instance=gpu.gpus_per_node,
-                    instance_link="fabric", host_memory_gib_per_gpu=None, cpu_cores_per_gpu=None,
-                    network="none" if net is None else "infiniband" if net >= 25 else "ethernet",
-                    network_gbit_per_s_per_gpu=None if net is None else net * 8,
-                    max_gpus=gpu.gpus_per_node if net is None else 1_048_576, spec_source=gpu.spec_source, prices=())
+    return Offering(
+        id=f"{gpu.id}.server",
+        gpu=gpu.id,
+        provider="no offering in the catalog",
+        provider_class="own",
+        instance=f"{gpu.gpus_per_node}-GPU server",
+        gpus_per_instance=gpu.gpus_per_node,
+        instance_link="fabric",
+        host_memory_gib_per_gpu=None,
+        cpu_cores_per_gpu=None,
+        network="none" if net is None else "infiniband" if net >= 25 else "ethernet",
+        network_gbit_per_s_per_gpu=None if net is None else net * 8,
+        max_gpus=gpu.gpus_per_node if net is None else 1_048_576,
+        spec_source=gpu.spec_source,
+        prices=(),
+    )
 
 
 class Catalog(Mapping[str, Gpu]):
@@ -188,8 +203,10 @@ class Catalog(Mapping[str, Gpu]):
     def subset(self, gpu_ids: Iterable[str]) -> Catalog:
         """The catalog of these GPU types and their offerings."""
         keep = set(gpu_ids)
-        return Catalog({k: g for k, g in self.gpus.items() if k in keep},
-                       {k: o for k, o in self.offerings.items() if o.gpu in keep})
+        return Catalog(
+            {k: g for k, g in self.gpus.items() if k in keep},
+            {k: o for k, o in self.offerings.items() if o.gpu in keep},
+        )
 
     def with_offerings(self, extra: Iterable[Offering]) -> Catalog:
         """This catalog with `extra` offerings added (one with an id already listed replaces it)."""
@@ -217,8 +234,11 @@ def plan_gpu(catalog: Mapping[str, Gpu], gpu_id: str, offering_id: str | None, c
     offering = offerings_of(catalog).get(offering_id)
     if offering is None or offering.gpu != gpu_id:
         known = [o.id for o in offerings_of(catalog).values() if o.gpu == gpu_id]
-        raise bad("hardware.offering", offering_id, f"is not an offering of {gpu_id} in the catalog; known: "
-                                                    f"{', '.join(known) or 'none'}")
+        raise bad(
+            "hardware.offering",
+            offering_id,
+            f"is not an offering of {gpu_id} in the catalog; known: {', '.join(known) or 'none'}",
+        )
     if why := offering.refuses(count):
         raise bad("hardware.count", count, f"cannot be rented as planned: {why}")
     return offering_view(gpu, offering), offering.host_bytes()
@@ -227,12 +247,30 @@ def plan_gpu(catalog: Mapping[str, Gpu], gpu_id: str, offering_id: str | None, c
 # --- Reading and checking a catalog file ---------------------------------------------------------------------
 _FIELDS = {f.name: f for f in fields(Gpu)}
 _TEXT = {"id", "name", "vendor", "usable_memory_source", "memory_type", "interconnect", "spec_source"}
-_MAY_BE_ABSENT = {"matmul_efficiency", "fp8_matmul_efficiency", "link_gb_per_s", "peer_gb_per_s", "fast_domain_gpus",
-                  "pcie_gb_per_s", "network_gb_per_s", "allreduce_busbw_gb_per_s", "perf_source", "sm_count",
-                  "sm_source"}
+_MAY_BE_ABSENT = {
+    "matmul_efficiency",
+    "fp8_matmul_efficiency",
+    "link_gb_per_s",
+    "peer_gb_per_s",
+    "fast_domain_gpus",
+    "pcie_gb_per_s",
+    "network_gb_per_s",
+    "allreduce_busbw_gb_per_s",
+    "perf_source",
+    "sm_count",
+    "sm_source",
+}
 _POSITIVE = {"memory_gb", "usable_memory_gib", "memory_bandwidth_tb_per_s", "fp32_tflops"}
-_OPTIONAL_POSITIVE = {"bf16_tflops", "fp16_tflops", "fp8_tflops", "link_gb_per_s", "peer_gb_per_s",
-                      "pcie_gb_per_s", "network_gb_per_s", "allreduce_busbw_gb_per_s"}
+_OPTIONAL_POSITIVE = {
+    "bf16_tflops",
+    "fp16_tflops",
+    "fp8_tflops",
+    "link_gb_per_s",
+    "peer_gb_per_s",
+    "pcie_gb_per_s",
+    "network_gb_per_s",
+    "allreduce_busbw_gb_per_s",
+}
 _FRACTIONS = {"matmul_efficiency", "fp8_matmul_efficiency"}
 _ID = re.compile(r"[a-z0-9][a-z0-9.-]{0,99}")
 _DATE = re.compile(r"20\d\d-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?")
@@ -279,8 +317,11 @@ def _check_entry(index: int, entry: Any) -> Gpu:
             raise bad(f"{label}.{key}", value, "must be an integer from 1 to 1024")
     # vendors' "80 GB" HBM is 80 GiB physically, so the usable GiB can approach but never pass the label's number
     if entry["usable_memory_gib"] > entry["memory_gb"]:
-        raise bad(f"{label}.usable_memory_gib", entry["usable_memory_gib"], f"exceeds memory_gb "
-                  f"({entry['memory_gb']}); usable memory is a GiB (2^30 B) figure below the label")
+        raise bad(
+            f"{label}.usable_memory_gib",
+            entry["usable_memory_gib"],
+            f"exceeds memory_gb ({entry['memory_gb']}); usable memory is a GiB (2^30 B) figure below the label",
+        )
     return Gpu(**entry)
 
 
@@ -320,8 +361,12 @@ def _check_shape(label: str, entry: dict) -> None:
         if key == "max_gpus" and value is None and entry["network"] != "none":
             continue  # not published
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_048_576:
-            raise bad(f"{label}.{key}", value, "must be an integer from 1 to 1,048,576" + (
-                " (or null where the largest cluster is not published)" if key == "max_gpus" else ""))
+            raise bad(
+                f"{label}.{key}",
+                value,
+                "must be an integer from 1 to 1,048,576"
+                + (" (or null where the largest cluster is not published)" if key == "max_gpus" else ""),
+            )
     for key in ("host_memory_gib_per_gpu", "cpu_cores_per_gpu"):
         if entry[key] is not None and not (_is_number(entry[key]) and 0 < entry[key] <= 1_000_000):
             raise bad(f"{label}.{key}", entry[key], "must be a positive number or null")
@@ -329,14 +374,21 @@ def _check_shape(label: str, entry: dict) -> None:
     if network == "none" and rate is not None:
         raise bad(f"{label}.network_gbit_per_s_per_gpu", rate, "must be null where network is none")
     if network != "none" and rate is not None and not (_is_number(rate) and 0 < rate <= 100_000):
-        raise bad(f"{label}.network_gbit_per_s_per_gpu", rate, f"must be a positive Gb/s figure, or null where "
-                                                               f"the {network} network's rate is not published")
+        raise bad(
+            f"{label}.network_gbit_per_s_per_gpu",
+            rate,
+            f"must be a positive Gb/s figure, or null where the {network} network's rate is not published",
+        )
     if network == "none" and entry["max_gpus"] != entry["gpus_per_instance"]:
-        raise bad(f"{label}.max_gpus", entry["max_gpus"], f"must equal gpus_per_instance "
-                                                          f"({entry['gpus_per_instance']}) where network is none")
+        raise bad(
+            f"{label}.max_gpus",
+            entry["max_gpus"],
+            f"must equal gpus_per_instance ({entry['gpus_per_instance']}) where network is none",
+        )
     if entry["max_gpus"] is not None and entry["max_gpus"] < entry["gpus_per_instance"]:
-        raise bad(f"{label}.max_gpus", entry["max_gpus"], f"must be at least gpus_per_instance "
-                                                          f"({entry['gpus_per_instance']})")
+        raise bad(
+            f"{label}.max_gpus", entry["max_gpus"], f"must be at least gpus_per_instance ({entry['gpus_per_instance']})"
+        )
 
 
 def check_offering(label: str, entry: Any) -> Offering:
@@ -375,9 +427,12 @@ def parse_catalog(text: str) -> Catalog:
     """Validate catalog YAML text: GPU entries by id (in file order) and their offerings."""
     raw = load_yaml(text, CATALOG)
     if isinstance(raw, dict) and raw.get("schema") == "vram-planner-catalog/v1":
-        raise PlanError("gpu_catalog.schema", "vram-planner-catalog/v1 is the old format: move each GPU's price_* "
-                                              "fields into an entry of 'offerings' and write schema "
-                                              f"{CATALOG_SCHEMA} (see the project's gpu_catalog.yaml)")
+        raise PlanError(
+            "gpu_catalog.schema",
+            "vram-planner-catalog/v1 is the old format: move each GPU's price_* "
+            "fields into an entry of 'offerings' and write schema "
+            f"{CATALOG_SCHEMA} (see the project's gpu_catalog.yaml)",
+        )
     if not isinstance(raw, dict) or set(raw) != {"schema", "gpus", "offerings"}:
         raise PlanError("gpu_catalog", "must be a mapping with exactly the keys 'schema', 'gpus' and 'offerings'")
     if raw["schema"] != CATALOG_SCHEMA:

@@ -16,8 +16,11 @@ class _Short(reprlib.Repr):
     """reprlib's cut repr, with an integer too wide to write in decimal named by its width instead."""
 
     def repr_int(self, x: int, level: int) -> str:
-        return super().repr_int(x, level) if x.bit_length() <= _WRITTEN_INT_BITS else \
-            f"<an integer of {x.bit_length():,} bits>"
+        return (
+            super().repr_int(x, level)
+            if x.bit_length() <= _WRITTEN_INT_BITS
+            else f"<an integer of {x.bit_length():,} bits>"
+        )
 
 
 # A value reads in full up to these sizes and is cut beyond them ("[1, 2, 3, ...]", "'xxxx...xxx'"), so that
@@ -48,8 +51,13 @@ class PlanError(ValueError):
     def __reduce__(self) -> tuple:
         """Pickled as its fields (the app reads a stranger's text in a worker process, ui/worker.py, and the
         error comes back): the keyword-only value and NO_VALUE's identity survive."""
-        return _rebuilt, (type(self), self.field, self.rule, self.value is NO_VALUE, None if self.value is NO_VALUE
-                          else self.value)
+        return _rebuilt, (
+            type(self),
+            self.field,
+            self.rule,
+            self.value is NO_VALUE,
+            None if self.value is NO_VALUE else self.value,
+        )
 
 
 def _rebuilt(cls: type[PlanError], field: str, rule: str, no_value: bool, value: Any) -> PlanError:
@@ -67,5 +75,6 @@ def bad(field: str, value: Any, rule: str) -> PlanError:
 
 
 def unknown_key(section: str, key: str, allowed: Iterable[str]) -> PlanError:
-    return PlanError(f"{section}.{key}" if section else key,
-                     f"unknown key; allowed keys are: {', '.join(sorted(allowed))}")
+    return PlanError(
+        f"{section}.{key}" if section else key, f"unknown key; allowed keys are: {', '.join(sorted(allowed))}"
+    )

@@ -15,14 +15,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
-from pathlib import Path
 from typing import Any, get_args
 
 from planner.errors import bad
-from planner.loader import load_data_file
-from planner.plan import NESTED, SECTIONS, Framework, Plan
+from planner.loader import DATA_DIR, load_data_file
+from planner.plan.config import NESTED, SECTIONS, Framework, Plan
 
-FRAMEWORKS_PATH = Path(__file__).parent / "data" / "frameworks.yaml"
+FRAMEWORKS_PATH = DATA_DIR / "frameworks.yaml"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,11 +38,17 @@ class Setting:
     @property
     def condition(self) -> str:
         """The condition in words, e.g. 'workload.task in finetune; parallelism.data ≥ 2' ('' when always)."""
-        words = [f"{key} ≥ {rule['min']}" if isinstance(rule, dict) else
-                 f"{key} {'in' if len(rule) > 1 else '='} {', '.join(str(v) for v in rule)}" for key, rule in self.when]
+        words = [
+            f"{key} ≥ {rule['min']}"
+            if isinstance(rule, dict)
+            else f"{key} {'in' if len(rule) > 1 else '='} {', '.join(str(v) for v in rule)}"
+            for key, rule in self.when
+        ]
         if self.since or self.until:
-            words.append("release " + " ".join(w for w in (self.since and f"from {self.since}",
-                                                           self.until and f"before {self.until}") if w))
+            words.append(
+                "release "
+                + " ".join(w for w in (self.since and f"from {self.since}", self.until and f"before {self.until}") if w)
+            )
         return "; ".join(words)
 
 
@@ -65,8 +70,9 @@ class Recipe:
             return datetime.date.fromisoformat(release)
         except ValueError:
             known = ", ".join(self.releases) or "none tagged"
-            raise bad("framework_release", release, f"is not a release of {self.name} ({known}) or a date "
-                                                    f"YYYY-MM-DD") from None
+            raise bad(
+                "framework_release", release, f"is not a release of {self.name} ({known}) or a date YYYY-MM-DD"
+            ) from None
 
 
 def _leaf_default(key: str) -> Any:
@@ -99,10 +105,23 @@ def load_frameworks() -> dict[str, Recipe]:
             for key in (s["key"], *(k for k, _ in when)):
                 if not _known_key(key):  # a data error, caught by the tests
                     raise ValueError(f"frameworks.yaml: {name}: {key!r} is not a plan key")
-            settings.append(Setting(key=s["key"], value=s["value"], source=s["source"], when=when,
-                                    since=_date(s.get("since")), until=_date(s.get("until"))))
-        recipes[name] = Recipe(name=name, label=entry["label"], summary=entry["summary"], settings=tuple(settings),
-                               releases={str(k): _date(v) for k, v in (entry.get("releases") or {}).items()})
+            settings.append(
+                Setting(
+                    key=s["key"],
+                    value=s["value"],
+                    source=s["source"],
+                    when=when,
+                    since=_date(s.get("since")),
+                    until=_date(s.get("until")),
+                )
+            )
+        recipes[name] = Recipe(
+            name=name,
+            label=entry["label"],
+            summary=entry["summary"],
+            settings=tuple(settings),
+            releases={str(k): _date(v) for k, v in (entry.get("releases") or {}).items()},
+        )
     return recipes
 
 
@@ -193,8 +212,9 @@ def apply_framework(data: dict) -> dict:
 def provenance(plan: Plan) -> list[tuple[Setting, bool]]:
     """Each setting the plan's framework makes for this plan, and whether the plan keeps its value (True) or
     overrides it."""
-    settings = applicable(plan.framework, lambda key: _attribute(plan, key, default=_leaf_default(key)),
-                          plan.framework_release)
+    settings = applicable(
+        plan.framework, lambda key: _attribute(plan, key, default=_leaf_default(key)), plan.framework_release
+    )
     return [(setting, _attribute(plan, setting.key) == setting.value) for setting in settings]
 
 

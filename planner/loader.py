@@ -24,6 +24,9 @@ import yaml
 
 from planner.errors import OverLimit, PlanError
 
+# the package's own data files (presets, aliases, recipes, the catalog, the accuracy bands), shipped with it
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Kind:
@@ -39,8 +42,13 @@ class Kind:
 PLAN = Kind(what="plan", noun="a plan", max_bytes=256 * 1024, prefix="")
 # the project's catalog is ~150 KB; a megabyte is far beyond any real one
 CATALOG = Kind(what="gpu_catalog", noun="a catalog", max_bytes=1024 * 1024, prefix="gpu_catalog ")
-HF_CONFIG = Kind(what="hf_config", noun="a config.json", max_bytes=1024 * 1024, prefix="hf_config ",
-                 size_hint=" (a config.json is a few KB)")
+HF_CONFIG = Kind(
+    what="hf_config",
+    noun="a config.json",
+    max_bytes=1024 * 1024,
+    prefix="hf_config ",
+    size_hint=" (a config.json is a few KB)",
+)
 # a framework's config (planner/formats: a torchtune YAML, a DeepSpeed JSON, a Megatron script, ...) is a few KB
 # (the longest of tests/data/configs: 11 KB); every reader's time is linear in it, and the cap bounds it (a
 # framework config is parsed as YAML, TOML and shell text to detect its format)
@@ -140,19 +148,30 @@ class _Loader(yaml.SafeLoader):
         """A node's (values, characters, levels) with every alias expanded, from its children's."""
         if isinstance(node, yaml.ScalarNode):
             return 1, len(node.value), 1
-        children = [self.sizes[id(n)] for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) \
+        children = (
+            [self.sizes[id(n)] for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
             else [self.sizes[id(n)] for n in node.value]
-        return (1 + sum(c[0] for c in children), sum(c[1] for c in children),
-                1 + max((c[2] for c in children), default=0))
+        )
+        return (
+            1 + sum(c[0] for c in children),
+            sum(c[1] for c in children),
+            1 + max((c[2] for c in children), default=0),
+        )
 
     def _expand(self, values: int, characters: int) -> None:
         self.values, self.characters = self.values + values, self.characters + characters
         if self.values > MAX_EXPANDED_NODES:
-            raise OverLimit(self.kind.what, f"expands to more than {MAX_EXPANDED_NODES:,} values through its "
-                                            f"aliases; that is not {self.kind.noun}")
+            raise OverLimit(
+                self.kind.what,
+                f"expands to more than {MAX_EXPANDED_NODES:,} values through its aliases; that is not {self.kind.noun}",
+            )
         if self.characters > self.kind.max_bytes:
-            raise OverLimit(self.kind.what, f"expands to more than {self.kind.max_bytes:,} characters of text "
-                                            f"through its aliases; that is not {self.kind.noun}")
+            raise OverLimit(
+                self.kind.what,
+                f"expands to more than {self.kind.max_bytes:,} characters of text "
+                f"through its aliases; that is not {self.kind.noun}",
+            )
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         if len(node.value) > MAX_INT_TEXT:
@@ -226,21 +245,27 @@ def _no_duplicates(kind: Kind) -> Callable[[list[tuple[str, Any]]], dict[str, An
                 raise _duplicate(kind, key)
             out[key] = value
         return out
+
     return hook
 
 
 def _int_of(kind: Kind) -> Callable[[str], int]:
     def parse(digits: str) -> int:
         if len(digits.lstrip("-")) > MAX_INT_DIGITS:
-            raise PlanError(kind.what, f"holds an integer of {len(digits.lstrip('-')):,} digits; no value of "
-                                       f"{kind.noun} has more than {MAX_INT_DIGITS}")
+            raise PlanError(
+                kind.what,
+                f"holds an integer of {len(digits.lstrip('-')):,} digits; no value of "
+                f"{kind.noun} has more than {MAX_INT_DIGITS}",
+            )
         return int(digits)
+
     return parse
 
 
 def _no_constant(kind: Kind) -> Callable[[str], float]:
     def parse(constant: str) -> float:  # NaN, Infinity, -Infinity: Python's extension, not JSON (RFC 8259 §6)
         raise PlanError(kind.what, f"not valid JSON ({constant} is not a JSON number)")
+
     return parse
 
 
@@ -249,8 +274,9 @@ def load_json(text: str, kind: Kind = HF_CONFIG) -> Any:
     check_size(text, kind)
     _check_brackets(text, kind)
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates(kind), parse_int=_int_of(kind),
-                          parse_constant=_no_constant(kind))
+        return json.loads(
+            text, object_pairs_hook=_no_duplicates(kind), parse_int=_int_of(kind), parse_constant=_no_constant(kind)
+        )
     except json.JSONDecodeError as exc:
         raise PlanError(kind.what, f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
@@ -302,5 +328,6 @@ def check_size(text: str, kind: Kind) -> None:
 
 def load_data_file(path: Path) -> Any:
     """One of the package's own data files (planner/data/*.yaml), as strictly as a user's file."""
-    return load_yaml(path.read_text(), Kind(what=path.name, noun="a data file", max_bytes=1024 * 1024,
-                                            prefix=f"{path.name} "))
+    return load_yaml(
+        path.read_text(), Kind(what=path.name, noun="a data file", max_bytes=1024 * 1024, prefix=f"{path.name} ")
+    )

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.codec import plan_from_dict
 from planner.formats import overlay
 from planner.formats.base import Imported
-from planner.plan import Plan
+from planner.plan.codec import plan_from_dict
+from planner.plan.config import Plan
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 
@@ -23,8 +23,12 @@ def config_text(fmt: str, name: str) -> str:
 
 def accounted(imported: Imported) -> set[str]:
     """Every config key the reader says something about: read, unmodelled, ignored or unknown."""
-    return ({r.source for r in imported.read} | {n.split(": ", 1)[0] for n in imported.unmodelled}
-            | set(imported.ignored) | set(imported.unknown))
+    return (
+        {r.source for r in imported.read}
+        | {n.split(": ", 1)[0] for n in imported.unmodelled}
+        | set(imported.ignored)
+        | set(imported.unknown)
+    )
 
 
 def built(imported: Imported, preset: str = "llama-3.1-8b") -> Plan:

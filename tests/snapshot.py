@@ -22,14 +22,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 import accuracy  # noqa: E402
 import serving as serving_bench  # noqa: E402
 import throughput as throughput_bench  # noqa: E402
+
 from planner.errors import PlanError  # noqa: E402
-from planner.export import candidate_to_dict, estimate_to_dict  # noqa: E402
 from planner.memory import estimate  # noqa: E402
-from planner.models import presets  # noqa: E402
-from planner.codec import plan_from_dict  # noqa: E402
 from planner.perf import StepTime, flops_per_token, job_hours, plan_time, throughput  # noqa: E402
-from planner.recommend import (SearchOptions, max_micro_batch, max_sequence_length, min_gpus,  # noqa: E402
-                               recommend)
+from planner.plan.codec import plan_from_dict  # noqa: E402
+from planner.plan.models import presets  # noqa: E402
+from planner.search.recommend import (
+    SearchOptions,
+    max_micro_batch,
+    max_sequence_length,
+    min_gpus,  # noqa: E402
+    recommend,
+)
+from planner.views.export import candidate_to_dict, estimate_to_dict  # noqa: E402
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
@@ -39,99 +45,164 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "pretrain-1gpu": {},
     "finetune-fsdp8-full-ckpt": {
         "workload": {"task": "finetune", "sequence_length": 8192, "micro_batch_size": 2},
-        "parallelism": {"data": 8, "zero_stage": 3}, "techniques": {"activation_checkpointing": "full"}},
+        "parallelism": {"data": 8, "zero_stage": 3},
+        "techniques": {"activation_checkpointing": "full"},
+    },
     "autocast-ddp2-eager-accum": {
         "workload": {"sequence_length": 1024, "micro_batch_size": 2, "global_batch_size": 8},
-        "parallelism": {"data": 2}, "techniques": {"attention": "eager", "activation_checkpointing": "selective"}},
+        "parallelism": {"data": 2},
+        "techniques": {"attention": "eager", "activation_checkpointing": "selective"},
+    },
     "lora-all-linear-dropout": {
-        "workload": {"task": "lora", "sequence_length": 2048, "micro_batch_size": 2,
-                     "lora": {"rank": 16, "targets": ["q", "k", "v", "o", "gate", "up", "down"], "dropout": 0.05}},
-        "techniques": {"activation_checkpointing": "selective"}},
+        "workload": {
+            "task": "lora",
+            "sequence_length": 2048,
+            "micro_batch_size": 2,
+            "lora": {"rank": 16, "targets": ["q", "k", "v", "o", "gate", "up", "down"], "dropout": 0.05},
+        },
+        "techniques": {"activation_checkpointing": "selective"},
+    },
     "qlora-nf4-paged-8bit": {
         "workload": {"task": "qlora", "sequence_length": 4096},
         "precision": {"double_quant": True, "optimizer": "paged_adamw_8bit"},
-        "techniques": {"activation_checkpointing": "full", "loss": "chunked"}},
+        "techniques": {"activation_checkpointing": "full", "loss": "chunked"},
+    },
     "dora-zero3-every-k": {
         "workload": {"task": "lora", "lora": {"variant": "dora", "targets": ["q", "v", "down"]}},
         "parallelism": {"data": 4, "zero_stage": 3},
-        "techniques": {"activation_checkpointing": "every_k", "checkpoint_every": 3}},
+        "techniques": {"activation_checkpointing": "every_k", "checkpoint_every": 3},
+    },
     "tp2-sp-pp2-interleaved-zero1": {
         "workload": {"global_batch_size": 32},
-        "parallelism": {"data": 2, "zero_stage": 1, "tensor": 2, "sequence_parallel": True, "pipeline": 2,
-                        "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}},
+        "parallelism": {
+            "data": 2,
+            "zero_stage": 1,
+            "tensor": 2,
+            "sequence_parallel": True,
+            "pipeline": 2,
+            "pipeline_schedule": "interleaved_1f1b",
+            "virtual_stages": 2,
+        },
+    },
     "pp4-gpipe-zero2-lion": {
-        "workload": {"global_batch_size": 16}, "precision": {"optimizer": "lion", "optimizer_impl": "forloop"},
-        "parallelism": {"data": 2, "zero_stage": 2, "pipeline": 4, "pipeline_schedule": "gpipe"}},
-    "deepspeed-zero2-reduce-bucket": {
-        "framework": "deepspeed", "parallelism": {"data": 8, "zero_stage": 2}},
+        "workload": {"global_batch_size": 16},
+        "precision": {"optimizer": "lion", "optimizer_impl": "forloop"},
+        "parallelism": {"data": 2, "zero_stage": 2, "pipeline": 4, "pipeline_schedule": "gpipe"},
+    },
+    "deepspeed-zero2-reduce-bucket": {"framework": "deepspeed", "parallelism": {"data": 8, "zero_stage": 2}},
     "nvfp4-torchtitan-sac-fsdp8": {
-        "framework": "torchtitan", "workload": {"sequence_length": 8192}, "techniques": {"compile": True},
-        "precision": {"compute": "fp8", "fp8_recipe": "nvfp4"}, "parallelism": {"data": 8},
-        "hardware": {"gpu": "b200-180gb"}},
+        "framework": "torchtitan",
+        "workload": {"sequence_length": 8192},
+        "techniques": {"compile": True},
+        "precision": {"compute": "fp8", "fp8_recipe": "nvfp4"},
+        "parallelism": {"data": 8},
+        "hardware": {"gpu": "b200-180gb"},
+    },
     "fp8-rowwise-compile-sac-fsdp4": {
         "workload": {"sequence_length": 8192},
         "precision": {"compute": "fp8", "fp8_recipe": "rowwise", "fp8_all_gather": True},
         "parallelism": {"data": 4, "zero_stage": 3},
-        "techniques": {"compile": True, "activation_checkpointing": "selective_op"}},
+        "techniques": {"compile": True, "activation_checkpointing": "selective_op"},
+    },
     "nvfp4-fused-loss-muon": {
         "precision": {"compute": "fp8", "fp8_recipe": "nvfp4", "optimizer": "muon"},
-        "techniques": {"loss": "fused"}},
+        "techniques": {"loss": "fused"},
+    },
     "cp2-offload-zero2-adafactor": {
         "workload": {"sequence_length": 16384},
         "precision": {"optimizer": "adafactor"},
-        "parallelism": {"data": 2, "zero_stage": 2, "context": 2}, "techniques": {"offload": "optimizer"}},
+        "parallelism": {"data": 2, "zero_stage": 2, "context": 2},
+        "techniques": {"offload": "optimizer"},
+    },
     "offload-params-zero3-act-offload": {
         "parallelism": {"data": 2, "zero_stage": 3},
-        "techniques": {"offload": "optimizer_and_params", "activation_offload": True,
-                       "activation_checkpointing": "full"}},
+        "techniques": {
+            "offload": "optimizer_and_params",
+            "activation_offload": True,
+            "activation_checkpointing": "full",
+        },
+    },
     "pure-bf16-opt-in-bwd-sgd": {
         "precision": {"master_weights": "none", "optimizer": "sgd_momentum"},
-        "techniques": {"optimizer_in_backward": True}},
+        "techniques": {"optimizer_in_backward": True},
+    },
     "async-tp-compile-torchtitan": {
-        "framework": "torchtitan", "workload": {"sequence_length": 8192},
+        "framework": "torchtitan",
+        "workload": {"sequence_length": 8192},
         "parallelism": {"data": 2, "tensor": 2, "zero_stage": 3, "async_tp": True},
-        "techniques": {"compile": True}},
+        "techniques": {"compile": True},
+    },
     "torchtune-finetune": {"framework": "torchtune", "workload": {"task": "finetune"}},
-    "deepspeed-zero3-lora": {"framework": "deepspeed", "workload": {"task": "lora"},
-                             "parallelism": {"data": 8, "zero_stage": 3}},
+    "deepspeed-zero3-lora": {
+        "framework": "deepspeed",
+        "workload": {"task": "lora"},
+        "parallelism": {"data": 8, "zero_stage": 3},
+    },
     "moe-ep4-capacity": {
-        "parallelism": {"data": 4, "expert": 4, "zero_stage": 1}, "techniques": {"moe_capacity_factor": 1.25}},
+        "parallelism": {"data": 4, "expert": 4, "zero_stage": 1},
+        "techniques": {"moe_capacity_factor": 1.25},
+    },
     "inference-hf-generate": {
         "framework": "hf_generate",
-        "workload": {"task": "inference", "inference": {"batch_size": 4, "prompt_tokens": 2048, "output_tokens": 512}}},
+        "workload": {"task": "inference", "inference": {"batch_size": 4, "prompt_tokens": 2048, "output_tokens": 512}},
+    },
     "inference-gpt-fast-compiled-int8": {
-        "framework": "gpt_fast", "techniques": {"compile": True}, "precision": {"weights": "int8"},
-        "workload": {"task": "inference", "inference": {"batch_size": 2, "prompt_tokens": 2000, "output_tokens": 200}}},
+        "framework": "gpt_fast",
+        "techniques": {"compile": True},
+        "precision": {"weights": "int8"},
+        "workload": {"task": "inference", "inference": {"batch_size": 2, "prompt_tokens": 2000, "output_tokens": 200}},
+    },
     "inference-int4-eager-chunked": {
-        "workload": {"task": "inference",
-                     "inference": {"batch_size": 2, "prompt_tokens": 1024, "prefill_chunk_tokens": 512}},
-        "precision": {"weights": "int4", "kv_cache": "fp8"}, "techniques": {"attention": "eager"}},
+        "workload": {
+            "task": "inference",
+            "inference": {"batch_size": 2, "prompt_tokens": 1024, "prefill_chunk_tokens": 512},
+        },
+        "precision": {"weights": "int4", "kv_cache": "fp8"},
+        "techniques": {"attention": "eager"},
+    },
     "inference-pp2-batch8": {
         "workload": {"task": "inference", "inference": {"batch_size": 8, "prompt_tokens": 512, "output_tokens": 512}},
-        "parallelism": {"pipeline": 2}},
+        "parallelism": {"pipeline": 2},
+    },
     "serving-vllm-tp2": {
-        "framework": "vllm", "hardware": {"gpu": "h100-sxm-80gb"},
-        "workload": {"task": "inference", "inference": {"batch_size": 16, "prompt_tokens": 4096, "output_tokens": 1024,
-                                                        "gpu_memory_utilization": 0.9}},
-        "parallelism": {"tensor": 2}},
+        "framework": "vllm",
+        "hardware": {"gpu": "h100-sxm-80gb"},
+        "workload": {
+            "task": "inference",
+            "inference": {
+                "batch_size": 16,
+                "prompt_tokens": 4096,
+                "output_tokens": 1024,
+                "gpu_memory_utilization": 0.9,
+            },
+        },
+        "parallelism": {"tensor": 2},
+    },
 }
 
 # Plans whose recommendations, limits and job time are pinned too (the search is slower than an estimate).
 SEARCHED: dict[str, dict[str, Any]] = {
-    "llama-3.1-8b-fsdp8": {"model": {"preset": "llama-3.1-8b"},
-                           "workload": {"sequence_length": 8192, "micro_batch_size": 2, "steps": 1000},
-                           "parallelism": {"data": 8, "zero_stage": 3},
-                           "techniques": {"activation_checkpointing": "full"}},
+    "llama-3.1-8b-fsdp8": {
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"sequence_length": 8192, "micro_batch_size": 2, "steps": 1000},
+        "parallelism": {"data": 8, "zero_stage": 3},
+        "techniques": {"activation_checkpointing": "full"},
+    },
     "qwen2.5-7b-qlora": {"model": {"preset": "qwen2.5-7b"}, "workload": {"task": "qlora", "train_tokens": 10**8}},
     "mixtral-8x7b-lora": {"model": {"preset": "mixtral-8x7b"}, "workload": {"task": "lora"}},
-    "llama-3.1-70b-serving": {"model": {"preset": "llama-3.1-70b"}, "framework": "vllm",
-                              "workload": {"task": "inference",
-                                           "inference": {"batch_size": 32, "gpu_memory_utilization": 0.9}}},
-    "qwen3-8b-generate": {"model": {"preset": "qwen3-8b"},
-                          "workload": {"task": "inference", "inference": {"batch_size": 8}}},
-    "llama-3.1-8b-pretrain-1t-tokens": {"model": {"preset": "llama-3.1-8b"},
-                                        "workload": {"sequence_length": 8192, "global_batch_size": 512,
-                                                     "train_tokens": 10**12}},
+    "llama-3.1-70b-serving": {
+        "model": {"preset": "llama-3.1-70b"},
+        "framework": "vllm",
+        "workload": {"task": "inference", "inference": {"batch_size": 32, "gpu_memory_utilization": 0.9}},
+    },
+    "qwen3-8b-generate": {
+        "model": {"preset": "qwen3-8b"},
+        "workload": {"task": "inference", "inference": {"batch_size": 8}},
+    },
+    "llama-3.1-8b-pretrain-1t-tokens": {
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"sequence_length": 8192, "global_batch_size": 512, "train_tokens": 10**12},
+    },
 }
 # The recommender's options of the plans above that are not asked with the defaults (a 30-day deadline)
 SEARCH_OPTIONS: dict[str, SearchOptions] = {
@@ -144,8 +215,13 @@ def _time_entry(time: StepTime | None) -> dict[str, Any] | None:
     """The time model's numbers, compactly: the step, its rates and each item's seconds (exposed, hidden)."""
     if time is None:
         return None
-    return {"step_time_s": time.step_time_s, "tokens_per_s_per_gpu": time.tokens_per_s_per_gpu, "mfu": time.mfu,
-            "bound": time.bound, "items": {i.name: [i.seconds, i.hidden_s] for i in time.items}}
+    return {
+        "step_time_s": time.step_time_s,
+        "tokens_per_s_per_gpu": time.tokens_per_s_per_gpu,
+        "mfu": time.mfu,
+        "bound": time.bound,
+        "items": {i.name: [i.seconds, i.hidden_s] for i in time.items},
+    }
 
 
 def _estimate_entry(data: dict[str, Any]) -> dict[str, Any]:
@@ -168,11 +244,13 @@ def searched() -> dict[str, Any]:
         plan = plan_from_dict(data)
         est = estimate(plan)
         rec = recommend(plan, options=SEARCH_OPTIONS.get(name, SearchOptions()))
-        entry: dict[str, Any] = {"flops_per_token": flops_per_token(plan),
-                                 "recommend": [candidate_to_dict(c) for c in rec.candidates[:5]],
-                                 "frontier": [candidate_to_dict(c) for c in rec.frontier()],
-                                 "ties": [c.offering.id for c in rec.ties()],
-                                 "max_micro_batch": max_micro_batch(plan)}
+        entry: dict[str, Any] = {
+            "flops_per_token": flops_per_token(plan),
+            "recommend": [candidate_to_dict(c) for c in rec.candidates[:5]],
+            "frontier": [candidate_to_dict(c) for c in rec.frontier()],
+            "ties": [c.offering.id for c in rec.ties()],
+            "max_micro_batch": max_micro_batch(plan),
+        }
         fewest, _ = min_gpus(plan)
         entry["min_gpus"] = None if fewest is None else candidate_to_dict(fewest)
         if plan.workload.task == "inference":
@@ -187,20 +265,26 @@ def searched() -> dict[str, Any]:
 
 def accuracy_rows() -> dict[str, Any]:
     rows, skipped = accuracy.run()
-    return {"rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
-            "skipped": [[row, why] for row, why in skipped]}
+    return {
+        "rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
+        "skipped": [[row, why] for row, why in skipped],
+    }
 
 
 def throughput_rows() -> dict[str, Any]:
     rows, skipped = throughput_bench.run()
-    return {"rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
-            "skipped": [[row, why] for row, why in skipped]}
+    return {
+        "rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
+        "skipped": [[row, why] for row, why in skipped],
+    }
 
 
 def serving_rows() -> dict[str, Any]:
     rows, skipped = serving_bench.run()
-    return {"rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
-            "skipped": [[row, why] for row, why in skipped]}
+    return {
+        "rows": {r["row"]: {k: v for k, v in r.items() if k != "row"} for r in rows},
+        "skipped": [[row, why] for row, why in skipped],
+    }
 
 
 def files() -> dict[str, Any]:

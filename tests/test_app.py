@@ -6,17 +6,19 @@ from urllib.parse import parse_qsl
 
 import pyarrow as pa
 import pytest
+from conftest import ROOT
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
 from planner.catalog import load_catalog
-from planner.choices import CHOICES
-from planner.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
 from planner.errors import PlanError
 from planner.memory import estimate
-from planner.plan import FROZEN_WEIGHTS
-from planner.recommend import recommend
-from ui import sidebar as ui_sidebar, state as ui_state, tabs, worker
+from planner.plan.choices import CHOICES
+from planner.plan.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
+from planner.plan.config import FROZEN_WEIGHTS
+from planner.search.recommend import recommend
+from ui import sidebar as ui_sidebar
+from ui import state as ui_state
+from ui import tabs, worker
 from ui.charts import ROW_PX
 from ui.state import PASTE_MAX_CHARS, PATHS, plan_dict
 
@@ -49,12 +51,21 @@ def test_first_page_shows_a_real_plan():
     assert not at.exception
     assert at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×8: needs ")
     # issue 17: next to the verdict, how far plans of this kind have been off, as a range
-    assert any(c.value.startswith("Against 10 published measurements of full training runs") and " is likely " in
-               c.value for c in at.caption)
+    assert any(
+        c.value.startswith("Against 10 published measurements of full training runs") and " is likely " in c.value
+        for c in at.caption
+    )
     assert "Memory over the step" in [h.value for h in at.subheader]  # the timeline of the moments
     # issue 30: 'bound by' was a metric whose value ('memory bandwidth') the page cut at 1280 px: it is a line
-    assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU", "peak allocated",
-                                           "peak reserved", "device", "usable"]
+    assert [m.label for m in at.metric] == [
+        "seconds per step",
+        "tokens/s per GPU",
+        "MFU",
+        "peak allocated",
+        "peak reserved",
+        "device",
+        "usable",
+    ]
     assert any(c.value.startswith("Bound by **") for c in at.caption)
     served = app({"task": "inference", "zero_stage": "0"})
     assert any(c.value.startswith("Bound by **memory bandwidth**: ") for c in served.caption)
@@ -64,8 +75,14 @@ def test_first_page_shows_a_real_plan():
 
 
 def test_share_link_round_trip():
-    query = {"preset": "llama-3.1-70b", "task": "qlora", "rank": "16", "targets": "q,v,down",
-             "sequence_length": "2048", "gpu": "a100-sxm-80gb"}
+    query = {
+        "preset": "llama-3.1-70b",
+        "task": "qlora",
+        "rank": "16",
+        "targets": "q,v,down",
+        "sequence_length": "2048",
+        "gpu": "a100-sxm-80gb",
+    }
     at = app(query)
     assert not at.exception and not page_warnings(at)
     assert at.selectbox(key="preset").value == "llama-3.1-70b" and at.number_input(key="rank").value == 16
@@ -76,12 +93,15 @@ def test_share_link_round_trip():
     assert at.query_params["rank"] == "32"
 
 
-@pytest.mark.parametrize("query", [
-    {"tensor": "7", "sequence_length": "-5", "bogus": "1"},
-    {"preset": "no-such-model", "gpu": "tpu"},
-    {"task": "inference", "batch_size": "1e99", "gpu_memory_utilization": "lots"},
-    {"targets": "q,,zz", "task": "lora", "rank": "0"},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"tensor": "7", "sequence_length": "-5", "bogus": "1"},
+        {"preset": "no-such-model", "gpu": "tpu"},
+        {"task": "inference", "batch_size": "1e99", "gpu_memory_utilization": "lots"},
+        {"targets": "q,,zz", "task": "lora", "rank": "0"},
+    ],
+)
 def test_tampered_links_warn_and_never_crash(query):
     at = app(query)
     assert not at.exception
@@ -120,7 +140,9 @@ def test_each_input_group_changes_the_plan():
 def test_an_unnamed_plan_is_titled_from_what_it_is():
     """Issue 17: after switching to 70B QLoRA the heading says so; no name goes into the link or the file."""
     at = app()
-    assert at.header[0].value == "Llama 3.1 8B pre-training on 8 × NVIDIA H100 SXM 80GB" and "name" not in at.query_params
+    assert (
+        at.header[0].value == "Llama 3.1 8B pre-training on 8 × NVIDIA H100 SXM 80GB" and "name" not in at.query_params
+    )
     at.selectbox(key="preset").select("llama-3.1-70b").run()
     at.selectbox(key="task").select("qlora").run()
     assert at.header[0].value.startswith("Llama 3.1 70B QLoRA on ") and "name" not in at.query_params
@@ -154,8 +176,16 @@ def test_a_served_preset_takes_its_checkpoints_dtype():
 
 def test_a_plan_that_does_not_fit_offers_the_changes_that_make_it_fit():
     """Issue 17: 70B QLoRA at 8k does not fit one H100; one click on full checkpointing makes it fit."""
-    at = app({"preset": "llama-3.1-70b", "task": "qlora", "sequence_length": "8192", "data": "1", "zero_stage": "0",
-              "global_batch_size": "1"})
+    at = app(
+        {
+            "preset": "llama-3.1-70b",
+            "task": "qlora",
+            "sequence_length": "8192",
+            "data": "1",
+            "zero_stage": "0",
+            "global_batch_size": "1",
+        }
+    )
     assert not at.exception and at.error[0].value.startswith("does not fit")
     button = at.button(key="fix_0")
     assert button.label.startswith("full activation checkpointing: saves ")
@@ -168,8 +198,10 @@ def test_a_plan_that_does_not_fit_offers_the_changes_that_make_it_fit():
 def test_a_setting_that_changes_nothing_says_so():
     at = app()
     at.selectbox(key="activation_checkpointing").select("selective").run()
-    assert not at.exception and any(i.value.startswith("techniques.activation_checkpointing: selective changes no "
-                                                       "memory in this plan") for i in at.info)
+    assert not at.exception and any(
+        i.value.startswith("techniques.activation_checkpointing: selective changes no memory in this plan")
+        for i in at.info
+    )
 
 
 def test_zero_and_deepspeed_inputs_show_only_where_there_are_ranks_to_shard_over():
@@ -185,8 +217,11 @@ def test_zero_and_deepspeed_inputs_show_only_where_there_are_ranks_to_shard_over
 def test_a_gpu_without_the_compute_dtype_says_the_plan_cannot_run():
     at = app({"gpu": "a100-sxm-80gb", "compute": "fp8"})
     assert not at.exception
-    assert any(e.value == "NVIDIA A100 SXM 80GB: no fp8 tensor cores; plan another compute dtype (bf16 or fp16 runs "
-               "there): the plan cannot run as written (no time estimate)." for e in at.error)
+    assert any(
+        e.value == "NVIDIA A100 SXM 80GB: no fp8 tensor cores; plan another compute dtype (bf16 or fp16 runs "
+        "there): the plan cannot run as written (no time estimate)."
+        for e in at.error
+    )
 
 
 def test_eight_bit_optimizer_inputs_appear_with_it_and_leave_with_it():
@@ -203,6 +238,7 @@ def test_eight_bit_optimizer_inputs_appear_with_it_and_leave_with_it():
 def test_expandable_segments_shrink_the_allocator_reserve():
     def reserve(at):
         return table(at, "formula").set_index("item").loc["Allocator reserve", "formula"]
+
     at = app()
     assert "default segments" in reserve(at)
     at.checkbox(key="expandable_segments").check().run()
@@ -237,8 +273,19 @@ def test_the_recommender_table_has_one_row_per_gpu_type_in_a_persons_units():
     """Issue 17: human units and headers, the whole reason, the best row of each GPU type (all of them below)."""
     at = app(view="Cheapest hardware")
     best = table(at, "$ (job)")
-    assert list(best.columns) == ["GPU", "offering", "GPUs", "strategy", "GiB per GPU", "$ per GPU-hour",
-                                  "$ per hour", "time (job)", "$ (job)", "within", "why"]
+    assert list(best.columns) == [
+        "GPU",
+        "offering",
+        "GPUs",
+        "strategy",
+        "GiB per GPU",
+        "$ per GPU-hour",
+        "$ per hour",
+        "time (job)",
+        "$ (job)",
+        "within",
+        "why",
+    ]
     assert best["GPU"].is_unique and len(best) > 1 and best["why"].str.len().min() > 40  # the whole reason
     assert (best["GiB per GPU"] == best["GiB per GPU"].round(1)).all() and best["GiB per GPU"].between(1, 300).all()
     # issue 30: '$ per GPU-hour' is one GPU's price: the hour of all the GPUs paid for is a whole multiple of it
@@ -272,7 +319,9 @@ def test_the_recommender_takes_the_clis_search_options():
     """Issue 17: vendors and GPU types, keys kept as the plan has them (--fix), an MFU (--mfu), most GPUs."""
     at = app(view="Cheapest hardware")
     at.multiselect(key="search_vendors").set_value(["AMD"]).run()
-    assert not at.exception and set(table(at, "$ (job)")["GPU"]) <= {g.name for g in CATALOG.values() if g.vendor == "AMD"}
+    assert not at.exception and set(table(at, "$ (job)")["GPU"]) <= {
+        g.name for g in CATALOG.values() if g.vendor == "AMD"
+    }
     at.multiselect(key="search_vendors").set_value(["NVIDIA"]).run()
     at.multiselect(key="search_fixed").set_value(["count", "gpu"]).run()
     at.number_input(key="search_mfu").set_value(0.4).run()
@@ -281,7 +330,11 @@ def test_the_recommender_takes_the_clis_search_options():
     assert any("job time at 40% model FLOPs utilization" in c.value for c in at.caption)
     at.multiselect(key="search_providers").set_value(["hyperscaler"]).run()
     assert not at.exception and set(table(at, "$ (job)")["offering"].str.split(":").str[0]) <= {
-        "AWS", "Google Cloud", "Microsoft Azure", "Oracle Cloud (OCI)"}
+        "AWS",
+        "Google Cloud",
+        "Microsoft Azure",
+        "Oracle Cloud (OCI)",
+    }
 
 
 def test_an_offering_shapes_the_plan_and_your_own_joins_the_search():
@@ -290,19 +343,27 @@ def test_an_offering_shapes_the_plan_and_your_own_joins_the_search():
     at.selectbox(key="offering").select(lambda_8x).run()
     assert not at.exception and at.query_params["offering"] == lambda_8x
     at.number_input(key="count").set_value(16).run()  # a single instance without a network cannot span
-    assert any(e.value.startswith("hardware.count: 16 cannot be rented as planned: lambda-h100-sxm-8x sells single "
-                                  "8-GPU instances") for e in at.error)
+    assert any(
+        e.value.startswith(
+            "hardware.count: 16 cannot be rented as planned: lambda-h100-sxm-8x sells single 8-GPU instances"
+        )
+        for e in at.error
+    )
     at = app(view="Cheapest hardware")
     at.text_input(key="own_name").set_value("Our cluster")
     at.number_input(key="own_price").set_value(0.05)
     at.button(key="FormSubmitter:own_offering-Add offering").click().run()
     assert not at.exception and "own-our-cluster" in {o.id for o in at.session_state["own_offerings"]}
-    assert at.success[-1].value.startswith("**Recommended:** ") and "on Our cluster (8-GPU node)" in at.success[-1].value
+    assert (
+        at.success[-1].value.startswith("**Recommended:** ") and "on Our cluster (8-GPU node)" in at.success[-1].value
+    )
 
 
 def test_a_serving_plan_is_sized_to_a_throughput_target_within_latency_bounds():
-    at = app({"task": "inference", "zero_stage": "0", "gpu_memory_utilization": "0.9", "batch_size": "8"},
-             view="Cheapest hardware")
+    at = app(
+        {"task": "inference", "zero_stage": "0", "gpu_memory_utilization": "0.9", "batch_size": "8"},
+        view="Cheapest hardware",
+    )
     at.number_input(key="target_rps").set_value(10.0).run()
     at.number_input(key="target_tpot").set_value(50.0).run()
     assert not at.exception
@@ -343,12 +404,20 @@ def test_plan_upload_and_a_bad_file():
 
 # Plans whose files hold values in keys the app does not draw for them (the issue-14 reproduction first)
 UPLOADED_PLANS = [
-    {"model": {"preset": "qwen3-14b"}, "workload": {"task": "inference", "global_batch_size": 256,
-                                                    "sequence_length": 8192}},
-    {"model": {"preset": "llama-3.2-1b"}, "workload": {"train_tokens": 10**11},
-     "techniques": {"activation_checkpointing": "full", "checkpoint_every": 3, "loss_chunks": 4}},
-    {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 2, "pipeline": 4},
-     "workload": {"global_batch_size": 16, "micro_batch_size": 2}},
+    {
+        "model": {"preset": "qwen3-14b"},
+        "workload": {"task": "inference", "global_batch_size": 256, "sequence_length": 8192},
+    },
+    {
+        "model": {"preset": "llama-3.2-1b"},
+        "workload": {"train_tokens": 10**11},
+        "techniques": {"activation_checkpointing": "full", "checkpoint_every": 3, "loss_chunks": 4},
+    },
+    {
+        "model": {"preset": "llama-3.1-8b"},
+        "parallelism": {"data": 2, "pipeline": 4},
+        "workload": {"global_batch_size": 16, "micro_batch_size": 2},
+    },
 ]
 
 
@@ -366,9 +435,15 @@ def test_an_uploaded_plan_comes_back_exactly(plan):
 
 def test_hidden_values_the_plan_refuses_after_an_edit_are_dropped():
     at = app(view="Share and export")
-    text = plan_to_yaml(plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "techniques": {"compile": True},
-                                        "parallelism": {"data": 8, "zero_stage": 3, "pipeline": 2,
-                                                        "pipeline_schedule": "gpipe"}}))
+    text = plan_to_yaml(
+        plan_from_dict(
+            {
+                "model": {"preset": "llama-3.2-1b"},
+                "techniques": {"compile": True},
+                "parallelism": {"data": 8, "zero_stage": 3, "pipeline": 2, "pipeline_schedule": "gpipe"},
+            }
+        )
+    )
     at.file_uploader(key="plan_upload").upload("plan.yaml", text.encode(), "application/x-yaml").run()
     at.selectbox(key="task").set_value("inference").run()  # ZeRO is a training setting
     assert not at.exception and not at.error
@@ -392,8 +467,14 @@ def test_a_heavy_link_searches_in_a_worker_within_the_apps_budget(monkeypatch):
 
     real = worker.run
     monkeypatch.setattr(worker, "run", spy)
-    heavy = {"preset": "qwen3-235b-a22b", "num_layers": "128", "num_experts": "256", "micro_batch_size": "8192",
-             "global_batch_size": "8192", "attention": "eager"}
+    heavy = {
+        "preset": "qwen3-235b-a22b",
+        "num_layers": "128",
+        "num_experts": "256",
+        "micro_batch_size": "8192",
+        "global_batch_size": "8192",
+        "attention": "eager",
+    }
     at = app(heavy, view="Cheapest hardware")
     assert not at.exception and searches
     for fn, options, kwargs in searches:
@@ -409,8 +490,10 @@ def test_uploaded_catalog_and_a_bad_one():
     at = app()
     at.file_uploader(key="catalog_upload").upload("bad.yaml", b"gpus: 3", "application/x-yaml").run()
     assert not at.exception
-    assert any(e.value == "gpu_catalog: must be a mapping with exactly the keys 'schema', 'gpus' and 'offerings'"
-               for e in at.error)
+    assert any(
+        e.value == "gpu_catalog: must be a mapping with exactly the keys 'schema', 'gpus' and 'offerings'"
+        for e in at.error
+    )
 
 
 def test_downloads_and_share_link_are_offered():
@@ -443,8 +526,9 @@ def test_pasted_hf_config_becomes_the_custom_model_and_errors_show():
     assert at.query_params["num_experts"] == "128" and at.query_params["zero_stage"] == "3"  # the rest is kept
     at.text_area(key="hf_text").input('{"model_type": "llama", "hidden_size": 4096}')
     at.button(key="hf_import").click().run()
-    assert not at.exception and any(e.value.startswith("config.json: hf_config: missing num_hidden_layers or n_layer")
-                                    for e in at.error)
+    assert not at.exception and any(
+        e.value.startswith("config.json: hf_config: missing num_hidden_layers or n_layer") for e in at.error
+    )
     assert at.number_input(key="num_experts").value == 128  # a bad config changes nothing
 
 
@@ -457,8 +541,9 @@ def test_parameter_count_mode_is_marked_approximate_and_shareable():
     plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
     assert not warnings and plan.model.approx_params == 13_000_000_000
     at.text_input(key="params_text").input("lots").run()
-    assert not at.exception and any(e.value == "model.params: 'lots' must be a parameter count like 13B, 770M or 1.5e9"
-                                    for e in at.error)
+    assert not at.exception and any(
+        e.value == "model.params: 'lots' must be a parameter count like 13B, 770M or 1.5e9" for e in at.error
+    )
     linked = app({"params": "70B", "task": "lora"})
     assert linked.selectbox(key="preset").value == "params" and linked.text_input(key="params_text").value == "70B"
     assert linked.warning[0].value.startswith("APPROXIMATE: architecture guessed from 70B parameters (63 layers")
@@ -467,11 +552,14 @@ def test_parameter_count_mode_is_marked_approximate_and_shareable():
 def test_random_tampered_links_never_show_an_exception():
     import random
     import sys
+
     sys.path.insert(0, str(ROOT / "bench"))
     import fuzz
+
     rng = random.Random(3)
-    links = [p for kind, p in (fuzz.malformed_inputs(rng, ["model: {preset: gpt2}\n"]) for _ in range(40))
-             if kind == "link"]
+    links = [
+        p for kind, p in (fuzz.malformed_inputs(rng, ["model: {preset: gpt2}\n"]) for _ in range(40)) if kind == "link"
+    ]
     for params in links[:6]:  # bench/fuzz.py's link generator: unknown keys, repeats, NaN, 1e99, YAML in values
         query = {k: v[-1] if isinstance(v, list) else v for k, v in params.items()}
         at = app(query)
@@ -525,8 +613,16 @@ def test_framework_sets_its_recipe_and_shows_what_it_set():
 
 
 def test_new_technique_widgets_reach_the_plan():
-    at = app({"preset": "llama-3.1-8b", "pipeline": "4", "data": "2", "tensor": "1", "zero_stage": "1",
-              "global_batch_size": "16"})
+    at = app(
+        {
+            "preset": "llama-3.1-8b",
+            "pipeline": "4",
+            "data": "2",
+            "tensor": "1",
+            "zero_stage": "1",
+            "global_batch_size": "16",
+        }
+    )
     at.selectbox(key="pipeline_schedule").set_value("interleaved_1f1b").run()
     # an interleaved schedule with one virtual stage is the plan's error, not silently corrected
     assert not at.exception and at.error[0].value.startswith("parallelism.virtual_stages: 1 must be 2 or more")
@@ -543,8 +639,9 @@ def test_an_uneven_pipeline_split_is_typed_in_and_shared():
     is the plan's error, and the link carries the list."""
     at = app({"preset": "llama-3.1-405b", "pipeline": "8", "tensor": "8", "data": "1", "global_batch_size": "8"})
     at.selectbox(key="pipeline_split").select("even").run()
-    assert not at.exception and at.error[0].value.startswith("parallelism.pipeline: 8 does not divide model."
-                                                             "num_layers (126) into 8 even chunks")
+    assert not at.exception and at.error[0].value.startswith(
+        "parallelism.pipeline: 8 does not divide model.num_layers (126) into 8 even chunks"
+    )
     at.text_input(key="pipeline_layers").input("12, 17,17,17,17,17,17,12").run()
     assert not at.exception and at.error[0].value.startswith("does not fit on NVIDIA H100 SXM 80GB ×64")
     assert at.query_params["pipeline_layers"] == "12,17,17,17,17,17,17,12"
@@ -582,7 +679,9 @@ def test_sglang_serves_with_its_static_fraction():
     at = app({"preset": "llama-3.1-8b", "data": "1"})
     at.selectbox(key="framework").select("sglang").run()
     assert not at.exception and not at.error
-    assert at.selectbox(key="fraction_scope").value == "static" and at.slider(key="gpu_memory_utilization").value == 0.88
+    assert (
+        at.selectbox(key="fraction_scope").value == "static" and at.slider(key="gpu_memory_utilization").value == 0.88
+    )
     assert at.query_params["framework"] == "sglang"
 
 
@@ -600,7 +699,8 @@ def test_rules_the_app_no_longer_retypes_show_the_plans_own_error():
     assert not at.exception and not at.error and at.query_params["fp8_all_gather"] == "true"  # ZeRO-3
     at.selectbox(key="zero_stage").select(2).run()
     assert "precision.fp8_all_gather: True needs parallelism.zero_stage 3 (FSDP all-gathers weights)" in [
-        e.value for e in at.error]
+        e.value for e in at.error
+    ]
 
 
 def test_a_task_offers_the_weights_the_plan_allows_and_starts_from_its_default():
@@ -617,8 +717,8 @@ def test_a_task_offers_the_weights_the_plan_allows_and_starts_from_its_default()
 def _sidebar_page(plan: dict):
     import streamlit as st
 
-    from planner.models import presets
-    from planner.codec import plan_from_dict
+    from planner.plan.codec import plan_from_dict
+    from planner.plan.models import presets
     from ui.sidebar import sidebar
     from ui.state import load_into_widgets
 
@@ -630,22 +730,55 @@ def _sidebar_page(plan: dict):
 
 SIDEBAR_PLANS = [
     {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}},
-    {"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora", "lora": {"rank": 16, "variant": "dora",
-                                                                                  "targets": ["q", "v", "down"]}},
-     "precision": {"weights": "int4", "quant_group_size": 64}},
-    {"model": {"preset": "qwen3-8b"}, "framework": "vllm", "workload": {"task": "inference", "inference": {
-        "batch_size": 8, "prefill_chunk_tokens": 512}}, "precision": {"kv_cache": "fp8"}},
-    {"model": {"preset": "deepseek-v2-lite"}, "framework": "torchtitan",
-     "precision": {"compute": "fp8", "fp8_recipe": "rowwise", "fp8_all_gather": True},
-     "techniques": {"compile": True, "moe_capacity_factor": 1.25, "activation_checkpointing": "every_k",
-                    "checkpoint_every": 3},
-     "parallelism": {"data": 2, "tensor": 2, "sequence_parallel": True, "async_tp": True, "pipeline": 3,
-                     "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 3},
-     "workload": {"global_batch_size": 16, "steps": 100}},
-    {"model": {"num_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 1024,
-               "vocab_size": 32000, "mlp": "gelu", "norm": "layernorm", "bias": True, "num_experts": 8,
-               "experts_per_token": 2, "sliding_window": 256, "global_attention_every": 2},
-     "workload": {"task": "lora", "lora": {"targets": ["q", "k", "v", "o", "up", "down"]}}},
+    {
+        "model": {"preset": "llama-3.1-70b"},
+        "workload": {"task": "qlora", "lora": {"rank": 16, "variant": "dora", "targets": ["q", "v", "down"]}},
+        "precision": {"weights": "int4", "quant_group_size": 64},
+    },
+    {
+        "model": {"preset": "qwen3-8b"},
+        "framework": "vllm",
+        "workload": {"task": "inference", "inference": {"batch_size": 8, "prefill_chunk_tokens": 512}},
+        "precision": {"kv_cache": "fp8"},
+    },
+    {
+        "model": {"preset": "deepseek-v2-lite"},
+        "framework": "torchtitan",
+        "precision": {"compute": "fp8", "fp8_recipe": "rowwise", "fp8_all_gather": True},
+        "techniques": {
+            "compile": True,
+            "moe_capacity_factor": 1.25,
+            "activation_checkpointing": "every_k",
+            "checkpoint_every": 3,
+        },
+        "parallelism": {
+            "data": 2,
+            "tensor": 2,
+            "sequence_parallel": True,
+            "async_tp": True,
+            "pipeline": 3,
+            "pipeline_schedule": "interleaved_1f1b",
+            "virtual_stages": 3,
+        },
+        "workload": {"global_batch_size": 16, "steps": 100},
+    },
+    {
+        "model": {
+            "num_layers": 4,
+            "hidden_size": 512,
+            "num_attention_heads": 8,
+            "intermediate_size": 1024,
+            "vocab_size": 32000,
+            "mlp": "gelu",
+            "norm": "layernorm",
+            "bias": True,
+            "num_experts": 8,
+            "experts_per_token": 2,
+            "sliding_window": 256,
+            "global_attention_every": 2,
+        },
+        "workload": {"task": "lora", "lora": {"targets": ["q", "k", "v", "o", "up", "down"]}},
+    },
     {"model": {"params": "13B"}, "techniques": {"loss": "chunked", "loss_chunks": 4}},
 ]
 
@@ -667,11 +800,21 @@ def test_sidebar_draws_a_plan_that_state_builds_back_unchanged(plan):
 
 
 def test_state_leaves_hidden_widgets_out_and_passes_the_rest_as_they_are():
-    values = {"task": "inference", "master_weights": "none", "tensor": 1, "sequence_parallel": True,
-              "preset": "gpt2", "num_experts": 0, "experts_per_token": 2, "steps": 0, "targets": []}
+    values = {
+        "task": "inference",
+        "master_weights": "none",
+        "tensor": 1,
+        "sequence_parallel": True,
+        "preset": "gpt2",
+        "num_experts": 0,
+        "experts_per_token": 2,
+        "steps": 0,
+        "targets": [],
+    }
     assert plan_dict(values, ["task", "preset"]) == {"model": {"preset": "gpt2"}, "workload": {"task": "inference"}}
-    built = plan_dict(values, ["preset", "tensor", "sequence_parallel", "num_experts", "experts_per_token", "steps",
-                               "targets"])
+    built = plan_dict(
+        values, ["preset", "tensor", "sequence_parallel", "num_experts", "experts_per_token", "steps", "targets"]
+    )
     assert built == {"model": {"preset": "gpt2"}, "parallelism": {"tensor": 1, "sequence_parallel": True}}
     with pytest.raises(PlanError, match="needs parallelism.tensor > 1"):
         plan_from_dict(built)
@@ -702,9 +845,9 @@ def _tab_page(plan: dict, tab: str):
 
     from planner.catalog import load_catalog
     from planner.memory import estimate
-    from planner.codec import plan_from_dict
     from planner.perf import plan_time
-    from planner.recommend import recommend
+    from planner.plan.codec import plan_from_dict
+    from planner.search.recommend import recommend
     from ui import tabs
 
     plan, catalog = plan_from_dict(plan), load_catalog()
@@ -722,8 +865,12 @@ def _tab_page(plan: dict, tab: str):
         tabs.share(plan, result, plan_time(plan, result.gpu), catalog)
 
 
-TAB_PLAN = {"model": {"preset": "llama-3.2-1b"}, "framework": "torchtitan", "workload": {"global_batch_size": 4},
-            "parallelism": {"data": 1, "pipeline": 2}}
+TAB_PLAN = {
+    "model": {"preset": "llama-3.2-1b"},
+    "framework": "torchtitan",
+    "workload": {"global_batch_size": 4},
+    "parallelism": {"data": 1, "pipeline": 2},
+}
 
 
 def test_breakdown_tab_for_a_pipelined_framework_plan():
@@ -762,20 +909,29 @@ def test_cheapest_and_explore_tabs():
     assert at.button(key="adopt_0") and table(at, "$ (job)")["GPU"][0] == at.session_state["rec"].best.gpu.name
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "explore"), default_timeout=60).run()
     assert not at.exception and [s.value for s in at.subheader] == [
-        "Memory vs sequence length", "Memory vs micro batch size", "What each technique saves"]
+        "Memory vs sequence length",
+        "Memory vs micro batch size",
+        "What each technique saves",
+    ]
 
 
 def test_share_tab_links_the_plan():
     at = AppTest.from_function(_tab_page, args=(TAB_PLAN, "share"), default_timeout=30).run()
-    assert not at.exception and at.header[0].value == "Llama 3.2 1B pre-training on 2 × NVIDIA H100 SXM 80GB" and at.success
+    assert (
+        not at.exception
+        and at.header[0].value == "Llama 3.2 1B pre-training on 2 × NVIDIA H100 SXM 80GB"
+        and at.success
+    )
     assert [m.label for m in at.metric] == ["seconds per step", "tokens/s per GPU", "MFU"]
     query = dict(parse_qsl(at.code[0].value.split("?", 1)[1]))
     plan, warnings = plan_from_query(query, DEFAULT)
     assert not warnings and plan_to_dict(plan) == plan_to_dict(plan_from_dict(TAB_PLAN))
 
 
-VLLM_LINE = ("vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 2 --max-model-len 8192 "
-             "--gpu-memory-utilization 0.85 --some-future-flag 3")
+VLLM_LINE = (
+    "vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 2 --max-model-len 8192 "
+    "--gpu-memory-utilization 0.85 --some-future-flag 3"
+)
 
 
 def test_a_pasted_framework_config_becomes_the_plan_and_says_what_it_left():
@@ -785,8 +941,13 @@ def test_a_pasted_framework_config_becomes_the_plan_and_says_what_it_left():
     assert not at.exception
     plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
     assert not warnings and plan.model.preset == "qwen2.5-7b" and plan.framework == "vllm"
-    assert (plan.workload.task, plan.parallelism.tensor, plan.workload.inference.gpu_memory_utilization,
-            plan.workload.inference.context_tokens, plan.hardware.count) == ("inference", 2, 0.85, 8192, 8)
+    assert (
+        plan.workload.task,
+        plan.parallelism.tensor,
+        plan.workload.inference.gpu_memory_utilization,
+        plan.workload.inference.context_tokens,
+        plan.hardware.count,
+    ) == ("inference", 2, 0.85, 8192, 8)
     assert any(s.value.startswith("Loaded pasted config as vLLM") for s in at.success)
     assert "unknown key, not used: --some-future-flag" in [w.value for w in at.warning]
 
@@ -798,7 +959,8 @@ def test_a_loaded_config_is_exported_edited_with_its_changes_listed():
     at.button(key="load_config").click().run()
     assert not at.exception and at.radio(key="export_onto").value == "edit the loaded config"
     assert line in [c.value for c in at.code] and "unchanged: the plan changes none of pasted config's keys" in [
-        t.value for t in at.text]
+        t.value for t in at.text
+    ]
     at.slider(key="gpu_memory_utilization").set_value(0.9).run()
     edited = line.replace("0.85", "0.9")
     assert edited in [c.value for c in at.code]
@@ -811,32 +973,47 @@ def test_an_unreadable_config_is_an_error_and_the_plan_stays():
     at = app(view="Share and export")
     at.text_area(key="config_text").input("hello: world").run()
     at.button(key="load_config").click().run()
-    assert not at.exception and any(e.value.startswith("Config: config: is not a config this planner reads")
-                                    for e in at.error)
+    assert not at.exception and any(
+        e.value.startswith("Config: config: is not a config this planner reads") for e in at.error
+    )
     assert at.query_params["preset"] == "llama-3.1-8b"
 
 
-SERVING_PLAN = {"model": {"preset": "qwen2.5-7b"}, "framework": "vllm", "hardware": {"count": 2},
-                "parallelism": {"tensor": 2}, "workload": {"task": "inference", "inference": {
-                    "gpu_memory_utilization": 0.85, "prompt_tokens": 7936, "output_tokens": 256}}}
+SERVING_PLAN = {
+    "model": {"preset": "qwen2.5-7b"},
+    "framework": "vllm",
+    "hardware": {"count": 2},
+    "parallelism": {"tensor": 2},
+    "workload": {
+        "task": "inference",
+        "inference": {"gpu_memory_utilization": 0.85, "prompt_tokens": 7936, "output_tokens": 256},
+    },
+}
 
 
 def test_share_tab_writes_the_plan_as_its_frameworks_config():
     at = AppTest.from_function(_tab_page, args=(SERVING_PLAN, "share"), default_timeout=30).run()
     assert not at.exception and at.selectbox(key="export_format_vllm").value == "vllm"
-    assert at.selectbox(key="export_format_vllm").options == ["vLLM server command line (vllm serve)",
-                                                        "SGLang server command line (sglang.launch_server)"]
+    assert at.selectbox(key="export_format_vllm").options == [
+        "vLLM server command line (vllm serve)",
+        "SGLang server command line (sglang.launch_server)",
+    ]
     command = next(c.value for c in at.code if "vllm serve" in c.value)
     assert "--tensor-parallel-size 2" in command and "--gpu-memory-utilization 0.85" in command
     assert "--max-model-len 8192" in command
     assert "Download vLLM server command line (vllm serve)" in {b.label for b in at.get("download_button")}
 
 
-
 def test_a_pasted_vllm_log_stands_beside_the_serving_plan():
     log = (ROOT / "examples" / "vllm-llama-3-8b-h100.log").read_text()
-    plan = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference", "inference": {
-        "gpu_memory_utilization": 0.9, "prompt_tokens": 7936, "output_tokens": 256}}}
+    plan = {
+        "model": {"preset": "llama-3.1-8b"},
+        "framework": "vllm",
+        "workload": {
+            "task": "inference",
+            "inference": {"gpu_memory_utilization": 0.9, "prompt_tokens": 7936, "output_tokens": 256},
+        },
+    }
     at = AppTest.from_function(_tab_page, args=(plan, "share"), default_timeout=30).run()
     at.text_area(key="vllm_log").input(log).run()
     assert not at.exception
@@ -849,19 +1026,26 @@ def test_a_vllm_log_of_another_model_is_refused_and_one_of_another_size_noted():
     """Issue 30: a 70B plan beside a log that serves Llama 3 8B is refused; beside one that names no model, the
     weights' mismatch heads the table."""
     logs = ROOT / "tests" / "data" / "vllm-logs"
-    plan = {"model": {"preset": "llama-3.1-70b"}, "framework": "vllm", "workload": {"task": "inference"},
-            "parallelism": {"tensor": 4}, "hardware": {"count": 4}}
+    plan = {
+        "model": {"preset": "llama-3.1-70b"},
+        "framework": "vllm",
+        "workload": {"task": "inference"},
+        "parallelism": {"tensor": 4},
+        "hardware": {"count": 4},
+    }
     at = AppTest.from_function(_tab_page, args=(plan, "share"), default_timeout=30).run()
     at.text_area(key="vllm_log").input((ROOT / "examples" / "vllm-llama-3-8b-h100.log").read_text()).run()
     assert not at.exception and [e.value for e in at.error] == [
         "vLLM log: model: 'llama-3.1-70b' is not the model the log serves (meta-llama/Meta-Llama-3-8B, preset "
-        "llama-3.1-8b); compare a plan of that model, or the log's own plan"]
+        "llama-3.1-8b); compare a plan of that model, or the log's own plan"
+    ]
     at.text_area(key="vllm_log").input((logs / "v1-0.8-pr17122.log").read_text()).run()
     assert not at.exception and not at.error
     assert [w.value for w in at.warning] == [
         "The log's weights take 14.99 GiB per GPU, the plan's 32.86 GiB (2.19 ×): the plan's model, "
         "tensor-parallel degree or weight dtype is likely not the log's, and then its rows compare two different "
-        "runs."]
+        "runs."
+    ]
 
 
 def test_a_vllm_logs_own_plan_loads_from_a_training_plan():
@@ -873,18 +1057,25 @@ def test_a_vllm_logs_own_plan_loads_from_a_training_plan():
     assert not at.exception
     plan, _ = plan_from_query(dict(at.query_params), DEFAULT)
     assert (plan.model.preset, plan.framework, plan.workload.inference.gpu_memory_utilization, plan.hardware.gpu) == (
-        "llama-3.1-8b", "vllm", 0.9, "h100-sxm-80gb")
+        "llama-3.1-8b",
+        "vllm",
+        0.9,
+        "h100-sxm-80gb",
+    )
 
 
 def test_a_vllm_log_whose_plan_is_refused_says_so_under_the_log():
-    log = ("INFO [utils.py:1] non-default args: {'model': 'meta-llama/Llama-3.1-8B', 'tensor_parallel_size': 3}\n"
-           "INFO [gpu_model_runner.py:1] Model loading took 14.99 GiB and 3.6 seconds\n")
+    log = (
+        "INFO [utils.py:1] non-default args: {'model': 'meta-llama/Llama-3.1-8B', 'tensor_parallel_size': 3}\n"
+        "INFO [gpu_model_runner.py:1] Model loading took 14.99 GiB and 3.6 seconds\n"
+    )
     at = app(view="Share and export")
     at.text_area(key="vllm_log").input(log).run()
     at.button(key="load_log_plan").click().run()
     assert not at.exception
     assert "The log's plan: hardware.count: 8 is not a multiple of tensor × pipeline × context (3 × 1 × 1)" in [
-        e.value for e in at.error]
+        e.value for e in at.error
+    ]
     assert at.query_params["preset"] == "llama-3.1-8b" and "tensor" not in at.query_params  # the plan stays
 
 
@@ -903,8 +1094,17 @@ def test_the_estimate_and_the_recommender_hold_offloading_to_one_host_ram_figure
     """Issue 30: a 70B full fine-tune on 8 × H100 offloading its optimizer fit in the verdict (the plan's host RAM
     per GPU) while the recommender, with the GPU, count and offering kept, held it to the offering's and said
     nothing fits, without saying host RAM was why."""
-    query = {"preset": "llama-3.1-70b", "task": "finetune", "sequence_length": "2048", "global_batch_size": "8",
-             "offload": "optimizer", "activation_checkpointing": "full", "count": "8", "zero_stage": "3", "offering": "runpod-h100-sxm-secure"}
+    query = {
+        "preset": "llama-3.1-70b",
+        "task": "finetune",
+        "sequence_length": "2048",
+        "global_batch_size": "8",
+        "offload": "optimizer",
+        "activation_checkpointing": "full",
+        "count": "8",
+        "zero_stage": "3",
+        "offering": "runpod-h100-sxm-secure",
+    }
     at = app({**query, "host_memory_gib_per_gpu": "200"}, view="Cheapest hardware")
     assert not at.exception and at.success[0].value.startswith("fits on NVIDIA H100 SXM 80GB ×8")
     at.multiselect(key="search_fixed").set_value(["gpu", "count", "offering", "offload"]).run()
@@ -962,11 +1162,23 @@ def test_the_job_is_given_in_tokens_as_well_as_steps():
 
 def test_make_it_fit_ranks_by_gpu_hours_and_says_both_factors():
     """Issue 30: '8 GPUs, 0.13× the time per token' stood above a free 'micro-batch 1, 1.01×'."""
-    at = app({"preset": "llama-3.2-3b", "task": "finetune", "optimizer": "adamw_8bit", "sequence_length": "4096",
-              "micro_batch_size": "2", "global_batch_size": "16", "data": "1", "zero_stage": "0"})
+    at = app(
+        {
+            "preset": "llama-3.2-3b",
+            "task": "finetune",
+            "optimizer": "adamw_8bit",
+            "sequence_length": "4096",
+            "micro_batch_size": "2",
+            "global_batch_size": "16",
+            "data": "1",
+            "zero_stage": "0",
+        }
+    )
     assert not at.exception and at.error[0].value.startswith("does not fit")
     first = at.button(key="fix_0").label
-    assert first.startswith("micro-batch 1 (same global batch): saves ") and "× the GPU-hours per token (1 GPU × " in first
+    assert (
+        first.startswith("micro-batch 1 (same global batch): saves ") and "× the GPU-hours per token (1 GPU × " in first
+    )
     assert any(e.label.endswith("to make it fit, fewest GPU-hours first") for e in at.expander)
 
 
@@ -978,8 +1190,11 @@ def _explore_recommended(at) -> set[str]:
         for blob in (b for b in blobs if b):
             table_ = pa.ipc.open_stream(blob).read_all()
             if "series" in table_.column_names:
-                names |= {s.removesuffix(" (recommended)") for s in table_.column("series").to_pylist()
-                          if s.endswith(" (recommended)")}
+                names |= {
+                    s.removesuffix(" (recommended)")
+                    for s in table_.column("series").to_pylist()
+                    if s.endswith(" (recommended)")
+                }
     return names
 
 
@@ -1000,8 +1215,18 @@ def test_every_view_shows_the_one_recommendation():
 def test_serving_make_it_fit_says_kv_cache_concurrency_and_gpus():
     """Issue 30: a 32k Qwen2.5-32B on one H100 was offered three lines of the same "saves 2.40 GiB, needs 73.35
     GiB", none tensor parallel; each line now says its KV cache, its concurrency and its GPUs."""
-    at = app({"preset": "qwen2.5-32b", "task": "inference", "gpu_memory_utilization": "0.92", "batch_size": "2",
-              "prompt_tokens": "31744", "output_tokens": "1024", "gpu": "h100-sxm-80gb", "count": "1"})
+    at = app(
+        {
+            "preset": "qwen2.5-32b",
+            "task": "inference",
+            "gpu_memory_utilization": "0.92",
+            "batch_size": "2",
+            "prompt_tokens": "31744",
+            "output_tokens": "1024",
+            "gpu": "h100-sxm-80gb",
+            "count": "1",
+        }
+    )
     assert not at.exception and at.error[0].value.startswith("does not fit")
     labels = [b.label for b in at.button if b.key and b.key.startswith("fix_")]
     tp2 = next(label for label in labels if label.startswith("tensor parallel 2 (2 GPUs): KV cache "))
@@ -1015,8 +1240,11 @@ def test_the_verdict_is_drawn_before_the_sidebar_and_again_only_where_the_sideba
     differs, so the page shows one verdict, of the plan the link holds."""
     calls = []
     headline, sidebar = tabs.headline, ui_sidebar.sidebar
-    monkeypatch.setattr(tabs, "headline", lambda plan, result: (calls.append(("headline", plan.workload.task,
-                                                                             result.reason)), headline(plan, result)))
+    monkeypatch.setattr(
+        tabs,
+        "headline",
+        lambda plan, result: (calls.append(("headline", plan.workload.task, result.reason)), headline(plan, result)),
+    )
     monkeypatch.setattr(ui_sidebar, "sidebar", lambda models: (calls.append(("sidebar",)), sidebar(models))[1])
 
     def shown(at):

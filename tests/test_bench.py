@@ -8,11 +8,6 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from planner.catalog import load_catalog  # noqa: E402
-from planner.accuracy import SERVING_ACCURACY_PATH, TIME_ACCURACY_PATH, accuracy_table  # noqa: E402
-from planner.loader import load_data_file  # noqa: E402
-from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
-
 import accuracy  # noqa: E402
 import allocator_replay  # noqa: E402
 import oracle_check  # noqa: E402
@@ -21,6 +16,11 @@ import serving  # noqa: E402
 import serving_memory  # noqa: E402
 import stats  # noqa: E402
 import throughput  # noqa: E402
+
+from planner.accuracy import SERVING_ACCURACY_PATH, TIME_ACCURACY_PATH, accuracy_table  # noqa: E402
+from planner.catalog import load_catalog  # noqa: E402
+from planner.loader import load_data_file  # noqa: E402
+from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
 
 
 def test_accuracy_expresses_rows_and_explains_the_rest():
@@ -56,14 +56,17 @@ def test_accuracy_summarizes_each_source():
     assert [line.split(" | ")[0].removeprefix("| ") for line in table[2:]] == ["all", *sources]
     peft = [r["error"] for r in rows if r["source"] == "peft-docs-70b"]
     line = next(x for x in table if x.startswith("| peft-docs-70b |"))
-    assert line == (f"| peft-docs-70b | {len(peft)} | {statistics.median(map(abs, peft)):.1%} | "
-                    f"{accuracy.p90([abs(e) for e in peft]):.1%} | {statistics.median(peft):+.1%} |")
+    assert line == (
+        f"| peft-docs-70b | {len(peft)} | {statistics.median(map(abs, peft)):.1%} | "
+        f"{accuracy.p90([abs(e) for e in peft]):.1%} | {statistics.median(peft):+.1%} |"
+    )
 
 
 def test_the_accuracy_the_app_quotes_is_the_benchs_current_figure():
     rows, _ = accuracy.run()
     assert {name: vars(a) | {"workload": name} for name, a in accuracy_table().items()} == {
-        name: {"workload": name, **figures} for name, figures in accuracy.by_class(rows).items()}
+        name: {"workload": name, **figures} for name, figures in accuracy.by_class(rows).items()
+    }
 
 
 def test_oracle_terms_hold_for_llama_and_qwen_shapes():
@@ -95,12 +98,14 @@ def test_serving_compares_every_fixed_batch_row():
 def test_the_error_table_works_out_each_groups_statistics():
     """Six hand-made rows. The p90 of n values is the one at round(0.9 (n − 1)) in sorted order: the 5th of 6
     (round(4.5) is 4), the largest of 2, 3 or 4."""
-    rows = [{"source": "a", "gpu": "x", "error": 0.10, "peer": -0.40},
-            {"source": "a", "gpu": "y", "error": -0.30, "peer": 0.20},
-            {"source": "a", "gpu": "y", "error": 0.05, "peer": 0.00},
-            {"source": "b", "gpu": "x", "error": 0.50, "peer": 0.10},
-            {"source": "b", "gpu": "y", "error": -0.20, "peer": -0.10},
-            {"source": "b", "gpu": "y", "error": 0.60, "peer": 0.30}]
+    rows = [
+        {"source": "a", "gpu": "x", "error": 0.10, "peer": -0.40},
+        {"source": "a", "gpu": "y", "error": -0.30, "peer": 0.20},
+        {"source": "a", "gpu": "y", "error": 0.05, "peer": 0.00},
+        {"source": "b", "gpu": "x", "error": 0.50, "peer": 0.10},
+        {"source": "b", "gpu": "y", "error": -0.20, "peer": -0.10},
+        {"source": "b", "gpu": "y", "error": 0.60, "peer": 0.30},
+    ]
     grouped = stats.groups(rows, lambda r: f"source {r['source']}", lambda r: f"GPU {r['gpu']}")
     assert stats.error_table(grouped, [("planner", "error", stats.ALL), ("peer", "peer", ("median", "signed"))]) == (
         "| group | rows | planner median abs error | planner p90 abs error | planner signed median "
@@ -110,7 +115,8 @@ def test_the_error_table_works_out_each_groups_statistics():
         "| source a | 3 | 10.0% | 30.0% | +5.0% | 20.0% | +0.0% |\n"
         "| source b | 3 | 50.0% | 60.0% | +50.0% | 10.0% | +10.0% |\n"
         "| GPU x | 2 | 30.0% | 50.0% | +30.0% | 25.0% | -15.0% |\n"
-        "| GPU y | 4 | 25.0% | 60.0% | -7.5% | 15.0% | +10.0% |")
+        "| GPU y | 4 | 25.0% | 60.0% | -7.5% | 15.0% | +10.0% |"
+    )
 
 
 def test_throughput_table_has_a_line_per_source_gpu_and_dense_or_moe():
@@ -158,7 +164,9 @@ def test_allocator_replay_reproduces_its_recorded_rows_and_the_planner_takes_the
     for name in ("gpt2-124m_train_s1024_mb8", "llama3.2-1b_lora-qv-r16_s2048_mb2"):  # the two quickest
         measured = allocator_replay.measure(allocator_replay.TRACES / f"{name}.trace.gz")
         row = next(r for r in rows if r["trace"] == name)
-        assert {c: f"{measured[c]:.3f}" for c in allocator_replay.COLUMNS} == {c: row[c] for c in allocator_replay.COLUMNS}
+        assert {c: f"{measured[c]:.3f}" for c in allocator_replay.COLUMNS} == {
+            c: row[c] for c in allocator_replay.COLUMNS
+        }
     medians = allocator_replay.training_medians(rows)
     for expandable, mode in ((False, "default"), (True, "expandable")):
         assert RESERVE_FRACTION[expandable] == round(medians[f"{mode}_reserve"], 2)
@@ -185,8 +193,14 @@ def test_a_band_by_hand():
     """Ten errors −0.3 … +0.6: median |e| of 0.1, 0.1, 0.2, 0.2, 0.3, 0.3, 0.4, 0.4, 0.5, 0.6 is 0.3; p90 of |e|
     the 9th (index round(8.1) = 8) 0.5; signed median (0.2 + 0.3) / 2; 10th and 90th percentiles at indices 1 and 8."""
     errors = [-0.3, -0.1, 0.1, 0.2, 0.2, 0.3, 0.4, 0.4, 0.5, 0.6]
-    assert stats.band(errors) == {"rows": 10, "median_pct": 30.0, "p90_pct": 50.0, "signed_pct": 25.0,
-                                  "low_pct": -10.0, "high_pct": 50.0}
+    assert stats.band(errors) == {
+        "rows": 10,
+        "median_pct": 30.0,
+        "p90_pct": 50.0,
+        "signed_pct": 25.0,
+        "low_pct": -10.0,
+        "high_pct": 50.0,
+    }
 
 
 def test_a100_against_h100_matches_the_published_pairs():
@@ -194,8 +208,11 @@ def test_a100_against_h100_matches_the_published_pairs():
     the model leans to the H100 by under 15 % at the median (-10 % now) and stays within 35 % on each pair (the
     worst, -30 %: MPT-13b on 128 A100s against 8 H100s, where the two runs' batches and GPU counts differ)."""
     rows, _ = throughput.run()
-    pairs = [p for p in throughput.relative_speeds(rows) if p["gpus"][1] == "h100-sxm-80gb"
-             and p["gpus"][0].startswith("a100")]
+    pairs = [
+        p
+        for p in throughput.relative_speeds(rows)
+        if p["gpus"][1] == "h100-sxm-80gb" and p["gpus"][0].startswith("a100")
+    ]
     errors = [p["predicted"] / p["measured"] - 1 for p in pairs]
     assert len(pairs) == 13
     assert max(abs(e) for e in errors) < 0.35

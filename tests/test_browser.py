@@ -17,12 +17,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from planner.catalog import load_catalog
-from planner.codec import plan_from_dict
 from planner.memory import estimate
 from planner.perf import plan_time
+from planner.plan.codec import plan_from_dict
 from ui.state import DEFAULT_PLAN
 
 CHROMIUM = "/usr/bin/chromium"
@@ -50,9 +50,22 @@ def server():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true", f"--server.port={port}",
-         "--server.address=127.0.0.1", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless=true",
+            f"--server.port={port}",
+            "--server.address=127.0.0.1",
+            "--browser.gatherUsageStats=false",
+            "--server.fileWatcherType=none",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
@@ -72,8 +85,10 @@ def server():
 def test_plan_change_and_share_link_in_chromium(server, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-gpu"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-gpu"],
+        )
         sync_api.expect.set_options(timeout=WAIT)
         page = _page(browser)
         page.goto(server)
@@ -151,8 +166,10 @@ def _memory_over_the_step_reads_in_step_order(page, tmp_path) -> None:
     chart = _chart(svg)
     assert _rows(chart) == [ph.name for ph in stage.phases]
     assert min(b["h"] for b in chart["bars"]) >= ROW_MIN_PX
-    px = {ph.name: sum(b["w"] for b in chart["bars"] if _row_of(chart, b["mid"]) == ph.name) / ph.allocated_bytes
-          for ph in stage.phases}
+    px = {
+        ph.name: sum(b["w"] for b in chart["bars"] if _row_of(chart, b["mid"]) == ph.name) / ph.allocated_bytes
+        for ph in stage.phases
+    }
     assert max(px.values()) / min(px.values()) < 1.01, px  # one scale: each row's length is its live bytes
     (peak,) = [t for t in chart["marks"] if t["text"].startswith("peak ")]
     assert _row_of(chart, peak["y"] + peak["h"] / 2) == est.phase
@@ -233,7 +250,7 @@ def _configs_in_and_out(browser, server, tmp_path) -> None:
     saved = tmp_path / download.value.suggested_filename
     download.value.save_as(saved)
     assert saved.suffix == ".toml" and "[parallelism]" in saved.read_text()
-    config = (Path(__file__).parent / "data" / "configs" / "torchtune" / "llama3_1_8B_lora_single_device.yaml")
+    config = Path(__file__).parent / "data" / "configs" / "torchtune" / "llama3_1_8B_lora_single_device.yaml"
     page.get_by_role("textbox", name="…or paste it").fill(config.read_text())
     page.get_by_role("button", name="Load the pasted config").click()
     page.get_by_text(re.compile(r"^Loaded pasted config as torchtune")).first.wait_for()

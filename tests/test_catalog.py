@@ -4,18 +4,41 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.catalog import (CATALOG_PATH, CHECKOUT_CATALOG, DEFAULT_HOST_GIB_PER_GPU, PACKAGED_CATALOG, Catalog,
-                             check_offering, generic_offering, load_catalog, offering_view, parse_catalog,
-                             parse_offerings, plan_gpu)
+from planner.catalog import (
+    CATALOG_PATH,
+    CHECKOUT_CATALOG,
+    DEFAULT_HOST_GIB_PER_GPU,
+    PACKAGED_CATALOG,
+    Catalog,
+    check_offering,
+    generic_offering,
+    load_catalog,
+    offering_view,
+    parse_catalog,
+    parse_offerings,
+    plan_gpu,
+)
 from planner.errors import PlanError
 
 RAW = yaml.safe_load(CATALOG_PATH.read_text())
 ROOT = Path(__file__).resolve().parent.parent
 # an offering as a user writes one: "our cluster: 512 × H100, 8 per node, 400 Gb/s per GPU, $2.10/h"
-OURS = {"id": "our-cluster", "gpu": "h100-sxm-80gb", "provider": "us", "provider_class": "own", "instance": "8x node",
-        "gpus_per_instance": 8, "instance_link": "fabric", "host_memory_gib_per_gpu": 256, "cpu_cores_per_gpu": 16,
-        "network": "infiniband", "network_gbit_per_s_per_gpu": 400, "max_gpus": 512, "spec_source": "our wiki",
-        "prices": [{"kind": "on_demand", "usd_per_gpu_hour": 2.10, "date": "2026-11-01", "source": "our finance team"}]}
+OURS = {
+    "id": "our-cluster",
+    "gpu": "h100-sxm-80gb",
+    "provider": "us",
+    "provider_class": "own",
+    "instance": "8x node",
+    "gpus_per_instance": 8,
+    "instance_link": "fabric",
+    "host_memory_gib_per_gpu": 256,
+    "cpu_cores_per_gpu": 16,
+    "network": "infiniband",
+    "network_gbit_per_s_per_gpu": 400,
+    "max_gpus": 512,
+    "spec_source": "our wiki",
+    "prices": [{"kind": "on_demand", "usd_per_gpu_hour": 2.10, "date": "2026-11-01", "source": "our finance team"}],
+}
 
 
 def text(gpus, offerings=()):
@@ -72,38 +95,61 @@ def test_whole_instances_are_rented_and_a_plan_spans_instances_only_over_a_netwo
     assert ours.refuses(512) is None
     assert ours.refuses(513) == "our-cluster sells clusters of at most 512 GPUs"
     single = check_offering("x", {**OURS, "network": "none", "network_gbit_per_s_per_gpu": None, "max_gpus": 8})
-    assert single.refuses(16) == ("our-cluster sells single 8-GPU instances with no network between them: 16 GPUs "
-                                  "would span 2")
+    assert single.refuses(16) == (
+        "our-cluster sells single 8-GPU instances with no network between them: 16 GPUs would span 2"
+    )
     catalog = Catalog(load_catalog().gpus, {"our-cluster": single})
     with pytest.raises(PlanError) as err:
         plan_gpu(catalog, "h100-sxm-80gb", "our-cluster", 16)
     assert (err.value.field, err.value.value) == ("hardware.count", 16)
     assert plan_gpu(catalog, "h100-sxm-80gb", "our-cluster", 8)[1] == 256 * 2**30
     assert plan_gpu(catalog, "h100-sxm-80gb", None, 64)[1] == DEFAULT_HOST_GIB_PER_GPU * 2**30
-    with pytest.raises(PlanError, match=r"^hardware.offering: 'nope' is not an offering of h100-sxm-80gb in the "
-                                        r"catalog; known: our-cluster$"):
+    with pytest.raises(
+        PlanError,
+        match=r"^hardware.offering: 'nope' is not an offering of h100-sxm-80gb in the "
+        r"catalog; known: our-cluster$",
+    ):
         plan_gpu(catalog, "h100-sxm-80gb", "nope", 8)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"network": "none"}, "offering our-cluster.network_gbit_per_s_per_gpu: 400 must be null where network is none"),
-    ({"network": "pigeon"}, "offering our-cluster.network: 'pigeon' must be one of: none, ethernet, infiniband, "
-                            "roce, efa"),
-    ({"max_gpus": 4}, "offering our-cluster.max_gpus: 4 must be at least gpus_per_instance (8)"),
-    ({"gpus_per_instance": 0}, "offering our-cluster.gpus_per_instance: 0 must be an integer from 1 to 1,048,576"),
-    ({"prices": [{"kind": "spot", "usd_per_gpu_hour": 1, "date": "soon", "source": "x"}]},
-     "offering our-cluster.prices[0].date: 'soon' must be a quoted date YYYY-MM-DD or YYYY-MM"),
-    ({"prices": [{"kind": "spot", "usd_per_gpu_hour": -1, "date": "2026-01", "source": "x"}]},
-     "offering our-cluster.prices[0].usd_per_gpu_hour: -1 must be a price above 0 and at most 10,000 USD per "
-     "GPU-hour"),
-    ({"prices": [{"kind": "spot", "usd_per_gpu_hour": 1, "date": "2026-01", "source": "x"}] * 2},
-     "offering our-cluster.prices: has two prices of one kind; keep the one the offering is rented at"),
-    ({"id": "Our Cluster"}, "offering Our Cluster.id: 'Our Cluster' must be lowercase letters, digits, '.' and '-' "
-                            "(at most 100)"),
-    ({"speed": 1}, "offering our-cluster.speed: unknown field; allowed fields are: id, gpu, provider, provider_class, "
-                   "instance, gpus_per_instance, instance_link, host_memory_gib_per_gpu, cpu_cores_per_gpu, network, "
-                   "network_gbit_per_s_per_gpu, max_gpus, spec_source, prices, note"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"network": "none"},
+            "offering our-cluster.network_gbit_per_s_per_gpu: 400 must be null where network is none",
+        ),
+        (
+            {"network": "pigeon"},
+            "offering our-cluster.network: 'pigeon' must be one of: none, ethernet, infiniband, roce, efa",
+        ),
+        ({"max_gpus": 4}, "offering our-cluster.max_gpus: 4 must be at least gpus_per_instance (8)"),
+        ({"gpus_per_instance": 0}, "offering our-cluster.gpus_per_instance: 0 must be an integer from 1 to 1,048,576"),
+        (
+            {"prices": [{"kind": "spot", "usd_per_gpu_hour": 1, "date": "soon", "source": "x"}]},
+            "offering our-cluster.prices[0].date: 'soon' must be a quoted date YYYY-MM-DD or YYYY-MM",
+        ),
+        (
+            {"prices": [{"kind": "spot", "usd_per_gpu_hour": -1, "date": "2026-01", "source": "x"}]},
+            "offering our-cluster.prices[0].usd_per_gpu_hour: -1 must be a price above 0 and at most 10,000 USD per "
+            "GPU-hour",
+        ),
+        (
+            {"prices": [{"kind": "spot", "usd_per_gpu_hour": 1, "date": "2026-01", "source": "x"}] * 2},
+            "offering our-cluster.prices: has two prices of one kind; keep the one the offering is rented at",
+        ),
+        (
+            {"id": "Our Cluster"},
+            "offering Our Cluster.id: 'Our Cluster' must be lowercase letters, digits, '.' and '-' (at most 100)",
+        ),
+        (
+            {"speed": 1},
+            "offering our-cluster.speed: unknown field; allowed fields are: id, gpu, provider, provider_class, "
+            "instance, gpus_per_instance, instance_link, host_memory_gib_per_gpu, cpu_cores_per_gpu, network, "
+            "network_gbit_per_s_per_gpu, max_gpus, spec_source, prices, note",
+        ),
+    ],
+)
 def test_offering_errors_name_the_offering_and_field(change, message):
     with pytest.raises(PlanError) as err:
         check_offering("offerings[0]", {**OURS, **change})
@@ -117,8 +163,10 @@ def test_an_offerings_file_adds_to_the_catalog_and_names_unknown_gpus(tmp_path):
     assert catalog.offerings["our-cluster"].prices[0].usd_per_gpu_hour == 2.10
     assert len(catalog.offerings) == len(load_catalog().offerings) + 1
     with pytest.raises(PlanError) as err:
-        parse_offerings(yaml.safe_dump({"schema": "vram-planner-offerings/v1",
-                                        "offerings": [{**OURS, "gpu": "h900"}]}), load_catalog())
+        parse_offerings(
+            yaml.safe_dump({"schema": "vram-planner-offerings/v1", "offerings": [{**OURS, "gpu": "h900"}]}),
+            load_catalog(),
+        )
     assert str(err.value).startswith("offering our-cluster.gpu: 'h900' is not a GPU of the catalog; known: h100-sxm")
     with pytest.raises(PlanError, match=r"^offerings.schema: 'v9' is not 'vram-planner-offerings/v1'$"):
         parse_offerings(yaml.safe_dump({"schema": "v9", "offerings": []}), load_catalog())
@@ -129,16 +177,17 @@ def test_missing_unknown_duplicate_and_unit_errors_name_entry_and_field():
     missing = {k: v for k, v in entry.items() if k != "fp32_tflops"}
     with pytest.raises(PlanError) as err:
         parse_catalog(text([missing]))
-    assert str(err.value) == ("gpu_catalog h100-sxm-80gb.fp32_tflops: missing (use null where a figure does"
-                              " not exist)")
+    assert str(err.value) == ("gpu_catalog h100-sxm-80gb.fp32_tflops: missing (use null where a figure does not exist)")
     with pytest.raises(PlanError, match=r"^gpu_catalog h100-sxm-80gb.memory_tb: unknown field"):
         parse_catalog(text([{**entry, "memory_tb": 1}]))
     with pytest.raises(PlanError, match=r"^gpu_catalog h100-sxm-80gb: duplicate id$"):
         parse_catalog(text([entry, entry]))
     with pytest.raises(PlanError) as err:
         parse_catalog(text([{**entry, "usable_memory_gib": 85.5}]))
-    assert str(err.value) == ("gpu_catalog h100-sxm-80gb.usable_memory_gib: 85.5 exceeds memory_gb (80); "
-                              "usable memory is a GiB (2^30 B) figure below the label")
+    assert str(err.value) == (
+        "gpu_catalog h100-sxm-80gb.usable_memory_gib: 85.5 exceeds memory_gb (80); "
+        "usable memory is a GiB (2^30 B) figure below the label"
+    )
     with pytest.raises(PlanError, match=r"memory_bandwidth_tb_per_s: '3 TB/s' must be a positive number"):
         parse_catalog(text([{**entry, "memory_bandwidth_tb_per_s": "3 TB/s"}]))
     with pytest.raises(PlanError, match=r"^offering our-cluster: duplicate id$"):
@@ -146,13 +195,19 @@ def test_missing_unknown_duplicate_and_unit_errors_name_entry_and_field():
 
 
 def test_file_level_errors(tmp_path):
-    with pytest.raises(PlanError, match=r"^gpu_catalog: must be a mapping with exactly the keys 'schema', 'gpus' "
-                                        r"and 'offerings'$"):
+    with pytest.raises(
+        PlanError,
+        match=r"^gpu_catalog: must be a mapping with exactly the keys 'schema', 'gpus' "
+        r"and 'offerings'$",
+    ):
         parse_catalog("- 1")
     with pytest.raises(PlanError, match=r"^gpu_catalog.schema: 'v0' is not"):
         parse_catalog(yaml.safe_dump({"schema": "v0", "gpus": [], "offerings": []}))
-    with pytest.raises(PlanError, match=r"^gpu_catalog.schema: vram-planner-catalog/v1 is the old format: move each "
-                                        r"GPU's price_\* fields into an entry of 'offerings'"):
+    with pytest.raises(
+        PlanError,
+        match=r"^gpu_catalog.schema: vram-planner-catalog/v1 is the old format: move each "
+        r"GPU's price_\* fields into an entry of 'offerings'",
+    ):
         parse_catalog(yaml.safe_dump({"schema": "vram-planner-catalog/v1", "gpus": []}))
     with pytest.raises(PlanError, match=r"^gpu_catalog: nested too deeply to be a catalog$"):
         parse_catalog("gpus: " + "[" * 5000 + "]" * 5000)
@@ -166,8 +221,9 @@ def test_file_level_errors(tmp_path):
 
 
 def test_a_duplicated_key_in_an_entry_is_refused_not_the_last_one_kept():
-    entry = yaml.safe_dump({"schema": "vram-planner-catalog/v2", "gpus": [RAW["gpus"][0]], "offerings": []},
-                           sort_keys=False)
+    entry = yaml.safe_dump(
+        {"schema": "vram-planner-catalog/v2", "gpus": [RAW["gpus"][0]], "offerings": []}, sort_keys=False
+    )
     doubled = entry.replace("  usable_memory_gib: 79.18\n", "  usable_memory_gib: 79.18\n  usable_memory_gib: 10\n")
     assert doubled != entry
     with pytest.raises(PlanError) as err:

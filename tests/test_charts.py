@@ -1,14 +1,21 @@
 """Chart specs built from planner results (the browser test checks they render)."""
 
 from planner.catalog import load_catalog
-from planner.explore import sweep
 from planner.memory import estimate
-from planner.codec import plan_from_dict
-from planner.recommend import recommend
 from planner.perf import step_time
-from planner.recommend import SearchOptions
-from ui.charts import (ITEM_COLORS, ROW_PX, breakdown_chart, frontier_chart, recommendation_chart, sweep_chart,
-                       time_chart, timeline_chart)
+from planner.plan.codec import plan_from_dict
+from planner.search.explore import sweep
+from planner.search.recommend import SearchOptions, recommend
+from ui.charts import (
+    ITEM_COLORS,
+    ROW_PX,
+    breakdown_chart,
+    frontier_chart,
+    recommendation_chart,
+    sweep_chart,
+    time_chart,
+    timeline_chart,
+)
 
 CATALOG = load_catalog()
 PLAN = plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {"sequence_length": 2048}})
@@ -25,8 +32,15 @@ def test_breakdown_chart_stacks_the_items_against_usable_memory():
     items = [r for r in rows if r["kind"] == "item"]
     assert [r["item"] for r in items] == [i.label for i in est.items if i.bytes]
     assert [r for r in rows if r["kind"] == "limit"] == [
-        {"kind": "limit", "item": "usable", "GiB": 79.18, "counts in": "", "order": len(items),
-         "text": "usable 79.18 GiB"}]
+        {
+            "kind": "limit",
+            "item": "usable",
+            "GiB": 79.18,
+            "counts in": "",
+            "order": len(items),
+            "text": "usable 79.18 GiB",
+        }
+    ]
     assert len(spec["layer"]) == 3 and spec["layer"][1]["mark"]["type"] == "rule"
 
 
@@ -36,14 +50,22 @@ def _colors(est) -> dict[str, str]:
 
 
 SERVING = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference"}}
-LORA_ZERO3 = {"model": {"preset": "llama-3.1-8b"}, "framework": "deepspeed", "workload": {"task": "qlora"},
-              "parallelism": {"data": 8, "zero_stage": 3}}
+LORA_ZERO3 = {
+    "model": {"preset": "llama-3.1-8b"},
+    "framework": "deepspeed",
+    "workload": {"task": "qlora"},
+    "parallelism": {"data": 8, "zero_stage": 3},
+}
 
 
 def test_each_item_keeps_its_colour_in_every_plan():
     """Issue 17: activations are one colour whatever else the plan holds; every item the planner draws has one."""
-    plans = [PLAN, plan_from_dict(SERVING), plan_from_dict(LORA_ZERO3),
-             plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}})]
+    plans = [
+        PLAN,
+        plan_from_dict(SERVING),
+        plan_from_dict(LORA_ZERO3),
+        plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}}),
+    ]
     for plan in plans:
         est = estimate(plan, CATALOG)
         colors = _colors(est)
@@ -87,8 +109,9 @@ def test_the_cost_chart_names_what_it_counts_and_labels_every_bar():
 
 
 def test_frontier_chart_has_each_cheapest_types_frontier_and_the_deadline():
-    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"global_batch_size": 256,
-                                                                             "train_tokens": 10**12}})
+    plan = plan_from_dict(
+        {"model": {"preset": "llama-3.1-8b"}, "workload": {"global_batch_size": 256, "train_tokens": 10**12}}
+    )
     rec = recommend(plan, CATALOG, SearchOptions(deadline_hours=14 * 24))
     rows = _rows(frontier_chart(rec, types=3).to_dict())
     points = [r for r in rows if r["kind"] == "point"]
@@ -107,7 +130,9 @@ def test_time_chart_shows_the_critical_path_and_the_hidden_communication():
     plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3}})
     time = step_time(plan, CATALOG["h100-sxm-80gb"])
     rows = _rows(time_chart(time).to_dict())
-    assert {r["item"] for r in rows if r["part"] == "on the critical path"} == {i.label for i in time.items if i.seconds}
+    assert {r["item"] for r in rows if r["part"] == "on the critical path"} == {
+        i.label for i in time.items if i.seconds
+    }
     hidden = [r for r in rows if r["part"] == "hidden behind compute"]
     assert [r["item"] for r in hidden] == ["Data-parallel collectives"]
 

@@ -1,16 +1,19 @@
-"""Exploring around a plan (planner/explore.py): settings that change nothing, and what techniques save."""
+"""Exploring around a plan (planner/search/explore.py): settings that change nothing, and what techniques save."""
 
 import pytest
 
 from planner.accuracy import time_accuracy
 from planner.catalog import load_catalog
-from planner.codec import plan_from_dict
-from planner.explore import idle_settings, make_it_fit, room, savings
 from planner.memory import estimate
+from planner.plan.codec import plan_from_dict
+from planner.search.explore import idle_settings, make_it_fit, room, savings
 
 CATALOG = load_catalog()
-EIGHT_B = {"model": {"preset": "llama-3.1-8b"}, "parallelism": {"data": 8, "zero_stage": 3},
-           "workload": {"sequence_length": 8192, "micro_batch_size": 2, "global_batch_size": 16}}
+EIGHT_B = {
+    "model": {"preset": "llama-3.1-8b"},
+    "parallelism": {"data": 8, "zero_stage": 3},
+    "workload": {"sequence_length": 8192, "micro_batch_size": 2, "global_batch_size": 16},
+}
 
 
 def test_selective_checkpointing_under_flash_attention_says_it_changes_nothing():
@@ -20,7 +23,8 @@ def test_selective_checkpointing_under_flash_attention_says_it_changes_nothing()
     assert idle_settings(plan, CATALOG) == [
         f"techniques.activation_checkpointing: selective changes no memory in this plan (the same "
         f"{device / 2**30:.2f} GiB as none): Megatron's selective recomputation drops the attention scores, which "
-        "flash attention never keeps"]
+        "flash attention never keeps"
+    ]
 
 
 def test_a_setting_that_saves_memory_is_not_called_idle():
@@ -41,7 +45,9 @@ def test_savings_rank_the_techniques_the_plan_does_not_use_yet():
 def test_a_plan_that_does_not_fit_is_shown_the_changes_that_make_it_fit():
     """Issue 17: Llama 3.1 70B QLoRA at 8k on one H100 fits with full checkpointing (its recomputation costs a
     forward: the step is slower), and every fix listed fits."""
-    plan = plan_from_dict({"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora", "sequence_length": 8192}})
+    plan = plan_from_dict(
+        {"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora", "sequence_length": 8192}}
+    )
     assert not estimate(plan, CATALOG).fits
     fixes = make_it_fit(plan, CATALOG)
     assert fixes[0].change == "full activation checkpointing" and fixes[0].time_factor > 1.2
@@ -54,9 +60,13 @@ def test_more_gpus_that_finish_sooner_for_as_many_gpu_hours_rank_after_a_free_ch
     """Issue 30: make-it-fit ranked '8 GPUs, 0.13x the time per token' above a free 'micro-batch 1, 1.01x': it
     read time per token alone. Eight GPUs for an eighth of the time are as many GPU-hours; within the time model's
     error (its median error on a ratio of two predictions) the change needing no more GPUs comes first."""
-    plan = plan_from_dict({"model": {"preset": "llama-3.2-3b"}, "precision": {"optimizer": "adamw_8bit"},
-                           "workload": {"task": "finetune", "sequence_length": 4096, "micro_batch_size": 2,
-                                        "global_batch_size": 16}})
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "llama-3.2-3b"},
+            "precision": {"optimizer": "adamw_8bit"},
+            "workload": {"task": "finetune", "sequence_length": 4096, "micro_batch_size": 2, "global_batch_size": 16},
+        }
+    )
     assert not estimate(plan, CATALOG).fits
     fixes = {f.change: f for f in make_it_fit(plan, CATALOG)}
     eight, mb1 = fixes["8 GPUs (data parallel 8, ZeRO-3)"], fixes["micro-batch 1 (same global batch)"]
@@ -74,17 +84,31 @@ def test_more_gpus_make_a_full_fine_tune_fit():
 
 
 def test_room_says_what_free_memory_buys():
-    plan = plan_from_dict(EIGHT_B | {"workload": {"sequence_length": 1024, "micro_batch_size": 1,
-                                                  "global_batch_size": 16}})
+    plan = plan_from_dict(
+        EIGHT_B | {"workload": {"sequence_length": 1024, "micro_batch_size": 1, "global_batch_size": 16}}
+    )
     said = room(plan, CATALOG)
     assert said.startswith("The free memory buys micro-batch up to ") and "sequences up to " in said
 
 
 def _served(preset: str, batch: int, prompt: int, output: int, **extra) -> object:
-    return plan_from_dict({"framework": "vllm", "model": {"preset": preset}, "workload": {"task": "inference",
-                           "inference": {"batch_size": batch, "prompt_tokens": prompt, "output_tokens": output,
-                                         "gpu_memory_utilization": 0.92, **extra}},
-                           "hardware": {"gpu": "h100-sxm-80gb", "count": 1}})
+    return plan_from_dict(
+        {
+            "framework": "vllm",
+            "model": {"preset": preset},
+            "workload": {
+                "task": "inference",
+                "inference": {
+                    "batch_size": batch,
+                    "prompt_tokens": prompt,
+                    "output_tokens": output,
+                    "gpu_memory_utilization": 0.92,
+                    **extra,
+                },
+            },
+            "hardware": {"gpu": "h100-sxm-80gb", "count": 1},
+        }
+    )
 
 
 def test_serving_concurrency_is_vllms_blocks_over_a_requests_blocks():
@@ -100,8 +124,10 @@ def test_llama_3_1_serving_limit_is_its_context_window():
     """Issue 30: "up to 430,528 tokens each" outran Llama 3.1's 131,072-token window."""
     est = estimate(_served("llama-3.1-8b", 1, 7936, 256), CATALOG)
     assert est.serving.cache_context_tokens > 131_072 == est.serving.max_context_tokens
-    assert est.reason.endswith(f"(batch 1: up to 131,072 tokens each, the model's context window; the cache holds "
-                               f"{est.serving.cache_context_tokens:,})")
+    assert est.reason.endswith(
+        f"(batch 1: up to 131,072 tokens each, the model's context window; the cache holds "
+        f"{est.serving.cache_context_tokens:,})"
+    )
 
 
 def test_qwen_32b_at_32k_on_one_h100_gets_tensor_parallel_with_its_concurrency():

@@ -7,24 +7,35 @@ import pytest
 
 from planner.errors import OverLimit, PlanError
 from planner.formats import FORMATS, detect, format_named, megatron, overlay, read_config, reading, torchtitan
-from planner.formats.base import (Imported, KeyRead, get_key, marked, preset_for, serving_defaults, set_key,
-                                  training_defaults)
+from planner.formats.base import (
+    Imported,
+    KeyRead,
+    get_key,
+    marked,
+    preset_for,
+    serving_defaults,
+    set_key,
+    training_defaults,
+)
 
 
-@pytest.mark.parametrize("name, preset", [
-    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
-    ("meta-llama/llama-3.1-8b-instruct", "llama-3.1-8b"),  # any case; an instruct release is the base's shape
-    ("./assets/hf/Llama-3.1-8B", "llama-3.1-8b"),  # a local copy named for the repo
-    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
-    ("google/gemma-2-9b-it", "gemma-2-9b"),
-    ("neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "llama-3.1-70b"),  # a quantized release
-    ("Qwen/Qwen2.5-7B-Instruct-AWQ", "qwen2.5-7b"),
-    ("NousResearch/Meta-Llama-3-8B", "llama-3.1-8b"),  # a mirror of a repo of the preset's architecture
-    ("casperhansen/llama-3-70b-fp16", "llama-3.1-70b"),
-    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"),
-    ("llama-3.1-70b", "llama-3.1-70b"),  # a preset id
-    ("acme/secret-model-7b", None),
-])
+@pytest.mark.parametrize(
+    "name, preset",
+    [
+        ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
+        ("meta-llama/llama-3.1-8b-instruct", "llama-3.1-8b"),  # any case; an instruct release is the base's shape
+        ("./assets/hf/Llama-3.1-8B", "llama-3.1-8b"),  # a local copy named for the repo
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+        ("google/gemma-2-9b-it", "gemma-2-9b"),
+        ("neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "llama-3.1-70b"),  # a quantized release
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "qwen2.5-7b"),
+        ("NousResearch/Meta-Llama-3-8B", "llama-3.1-8b"),  # a mirror of a repo of the preset's architecture
+        ("casperhansen/llama-3-70b-fp16", "llama-3.1-70b"),
+        ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"),
+        ("llama-3.1-70b", "llama-3.1-70b"),  # a preset id
+        ("acme/secret-model-7b", None),
+    ],
+)
 def test_preset_for_names(name, preset):
     assert preset_for(name) == preset
 
@@ -41,8 +52,11 @@ def test_overlay_merges_sections_and_copies():
     base = {"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "pretrain", "sequence_length": 4096}}
     over = {"workload": {"sequence_length": 8192}, "framework": "torchtitan"}
     out = overlay(base, over)
-    assert out == {"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "pretrain", "sequence_length": 8192},
-                   "framework": "torchtitan"}
+    assert out == {
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"task": "pretrain", "sequence_length": 8192},
+        "framework": "torchtitan",
+    }
     assert base["workload"]["sequence_length"] == 4096
 
 
@@ -56,9 +70,11 @@ def test_unknown_format_and_undetectable_text():
 CONFIGS = Path(__file__).parent / "data" / "configs"
 STORED = sorted((path.parent.name, path) for path in CONFIGS.glob("*/*") if path.name != "SOURCES.md")
 # small configs of each format: detected as their own format only
-OWN = [("torchtune", "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\nbatch_size: 2\n"),
-       ("deepspeed", '{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}'),
-       ("vllm", "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2 --max-model-len 8192")]
+OWN = [
+    ("torchtune", "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\nbatch_size: 2\n"),
+    ("deepspeed", '{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}'),
+    ("vllm", "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2 --max-model-len 8192"),
+]
 
 
 @pytest.mark.parametrize("name, path", STORED, ids=[f"{n}/{p.name}" for n, p in STORED])
@@ -109,15 +125,22 @@ def test_detecting_and_reading_a_config_parses_it_once(monkeypatch, name, path):
     assert len(registries) <= 1 and (len(registries) == 1 or not python)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{" * 2000, "config: nested too deeply to be a framework config"),
-    ("model: &a " + "x" * 100_000 + "\nmax_num_seqs: [" + ", ".join(["*a"] * 3_000) + "]\n",
-     "config: expands to more than 262,144 characters of text through its aliases; that is not a framework config"),
-    ("A=x\n" + "A=$A$A\n" * 20 + "--num-layers 2 --seq-length $A\n",
-     "config: substitutes shell variables more than 10,000 times or into more than 262,144 characters; that is "
-     "not a script"),
-    ("x" * (2 * 1024 * 1024), "config: 2,097,152 bytes is larger than the 262,144-byte limit"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{" * 2000, "config: nested too deeply to be a framework config"),
+        (
+            "model: &a " + "x" * 100_000 + "\nmax_num_seqs: [" + ", ".join(["*a"] * 3_000) + "]\n",
+            "config: expands to more than 262,144 characters of text through its aliases; that is not a framework config",
+        ),
+        (
+            "A=x\n" + "A=$A$A\n" * 20 + "--num-layers 2 --seq-length $A\n",
+            "config: substitutes shell variables more than 10,000 times or into more than 262,144 characters; that is "
+            "not a script",
+        ),
+        ("x" * (2 * 1024 * 1024), "config: 2,097,152 bytes is larger than the 262,144-byte limit"),
+    ],
+)
 def test_a_document_over_a_limit_is_refused_for_it_not_as_no_config(text, message):
     with pytest.raises(OverLimit) as err:
         detect(text)
@@ -133,16 +156,25 @@ def test_a_name_too_long_for_a_repo_is_no_preset():
 def test_marked_names_each_default_taken_and_leaves_the_plan_silent():
     """A key the config sets stays as read; one it does not is read as its default, "(absent: why)"; the plan dict
     stays silent on it, so a base plan laid under it keeps its own."""
-    from_config = Imported(format="x", plan={"workload": {"task": "lora"}},
-                           read=(KeyRead(source="adapter", plan_key="workload.task", value="lora"),))
+    from_config = Imported(
+        format="x",
+        plan={"workload": {"task": "lora"}},
+        read=(KeyRead(source="adapter", plan_key="workload.task", value="lora"),),
+    )
     out = marked(from_config, training_defaults("X"))
     assert out.plan == from_config.plan
     assert [(r.source, r.plan_key, r.value) for r in out.read] == [
         ("adapter", "workload.task", "lora"),
-        ("(absent: the X config does not say the sequence length: the plan's default 4096)",
-         "workload.sequence_length", 4096),
-        ("(absent: the X config does not say the micro-batch: the plan's default 1)", "workload.micro_batch_size", 1)]
+        (
+            "(absent: the X config does not say the sequence length: the plan's default 4096)",
+            "workload.sequence_length",
+            4096,
+        ),
+        ("(absent: the X config does not say the micro-batch: the plan's default 1)", "workload.micro_batch_size", 1),
+    ]
     serving = marked(Imported(format="y", plan={}), serving_defaults("--len", "E"))
     assert {r.plan_key: r.value for r in serving.read} == {
-        "workload.inference.prompt_tokens": 1024, "workload.inference.output_tokens": 256,
-        "workload.inference.batch_size": 1}
+        "workload.inference.prompt_tokens": 1024,
+        "workload.inference.output_tokens": 256,
+        "workload.inference.batch_size": 1,
+    }

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.codec import plan_from_dict
 from planner.errors import PlanError
 from planner.formats import FORMATS, detect, overlay, round_trip
 from planner.formats.axolotl import FORMAT, read, write
+from planner.plan.codec import plan_from_dict
 
 DATA = Path(__file__).parent / "data" / "configs" / "axolotl"
 ALL = ["q", "k", "v", "o", "gate", "up", "down"]
@@ -25,21 +25,35 @@ def test_lora_8bit_is_qlora_on_int8():
     imported = _read("lora-8b.yml")
     # Llama 3's architecture is Llama 3.1's (models.yaml same_architecture)
     assert imported.model_name == "" and imported.plan["model"] == {"preset": "llama-3.1-8b"}
-    assert imported.plan["workload"] == {"task": "qlora", "lora": {"rank": 32, "alpha": 16, "dropout": 0.05,
-                                                                   "targets": ALL},
-                                         "sequence_length": 4096, "micro_batch_size": 2}
-    assert imported.plan["precision"] == {"weights": "int8", "compute": "bf16", "optimizer": "adamw_8bit",
-                                          "optimizer_library": "bitsandbytes"}
+    assert imported.plan["workload"] == {
+        "task": "qlora",
+        "lora": {"rank": 32, "alpha": 16, "dropout": 0.05, "targets": ALL},
+        "sequence_length": 4096,
+        "micro_batch_size": 2,
+    }
+    assert imported.plan["precision"] == {
+        "weights": "int8",
+        "compute": "bf16",
+        "optimizer": "adamw_8bit",
+        "optimizer_library": "bitsandbytes",
+    }
     assert imported.plan["techniques"] == {"activation_checkpointing": "full", "attention": "flash"}
-    assert imported.unmodelled == (NO_GPUS, "lora_modules_to_save: these modules (often embed_tokens and lm_head) "
-                                            "train fully: gradients and optimizer states for them too")
+    assert imported.unmodelled == (
+        NO_GPUS,
+        "lora_modules_to_save: these modules (often embed_tokens and lm_head) "
+        "train fully: gradients and optimizer states for them too",
+    )
     assert imported.unknown == () and "base_model" not in imported.ignored
 
 
 def test_qlora_nf4_double_quant_paged():
     imported = _read("qlora.yml", gpus=1)
-    assert imported.plan["precision"] == {"weights": "nf4", "double_quant": True, "compute": "bf16",
-                                          "optimizer": "paged_adamw"}
+    assert imported.plan["precision"] == {
+        "weights": "nf4",
+        "double_quant": True,
+        "compute": "bf16",
+        "optimizer": "paged_adamw",
+    }
     assert imported.plan["workload"]["global_batch_size"] == 8
     assert imported.plan["hardware"] == {"count": 1}
     assert imported.unmodelled == () and imported.unknown == ()
@@ -49,20 +63,29 @@ def test_full_fine_tune_names_llama_3_1():
     imported = _read("fft-8b.yaml")
     assert imported.plan["model"] == {"preset": "llama-3.1-8b"}  # NousResearch/Meta-Llama-3.1-8B
     assert imported.plan["workload"] == {"task": "finetune", "sequence_length": 8192, "micro_batch_size": 1}
-    assert imported.plan["precision"] == {"compute": "bf16", "optimizer": "paged_adamw_8bit",
-                                          "optimizer_library": "bitsandbytes"}
+    assert imported.plan["precision"] == {
+        "compute": "bf16",
+        "optimizer": "paged_adamw_8bit",
+        "optimizer_library": "bitsandbytes",
+    }
     plan_from_dict(overlay({"hardware": {"gpu": "h100-sxm-80gb"}}, imported.plan))  # it plans
 
 
 def test_liger_fsdp():
     imported = _read("fft-8b-liger-fsdp.yaml", gpus=8)
-    assert imported.plan["techniques"] == {"activation_checkpointing": "full", "attention": "flash", "loss": "fused",
-                                           "offload": "optimizer_and_params"}
+    assert imported.plan["techniques"] == {
+        "activation_checkpointing": "full",
+        "attention": "flash",
+        "loss": "fused",
+        "offload": "optimizer_and_params",
+    }
     assert imported.plan["parallelism"] == {"zero_stage": 3}
     assert imported.plan["workload"]["global_batch_size"] == 64
-    assert imported.unmodelled == ("liger_rope: Liger's fused RoPE saves fewer intermediates",
-                                   "liger_rms_norm: Liger's fused RMSNorm saves fewer intermediates",
-                                   "liger_glu_activation: Liger's fused SwiGLU saves fewer intermediates")
+    assert imported.unmodelled == (
+        "liger_rope: Liger's fused RoPE saves fewer intermediates",
+        "liger_rms_norm: Liger's fused RMSNorm saves fewer intermediates",
+        "liger_glu_activation: Liger's fused SwiGLU saves fewer intermediates",
+    )
     assert "fsdp_config.sync_module_states" in imported.ignored and imported.unknown == ()
     assert {k.source.split(" ")[0] for k in imported.read} >= {"plugins", "fsdp_config", "gradient_accumulation_steps"}
 
@@ -83,22 +106,34 @@ def test_deepspeed_file_name_and_defaults():
     assert imported.plan["techniques"]["offload"] == "optimizer_and_params"
     assert imported.plan["techniques"]["activation_checkpointing"] == "none"  # schema default false
     assert imported.plan["precision"] == {"compute": "bf16", "optimizer": "adamw", "optimizer_impl": "fused"}
-    assert imported.unmodelled[0] == ("deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json: the stage is "
-                                       "read from the file's name, not the file (its buckets and precision are the "
-                                       "DeepSpeed defaults)")
+    assert imported.unmodelled[0] == (
+        "deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json: the stage is "
+        "read from the file's name, not the file (its buckets and precision are the "
+        "DeepSpeed defaults)"
+    )
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("adapter: qlora", "adapter: prefix"), "adapter: 'prefix' must be lora or qlora (or absent: full fine-tuning)"),
-    (("load_in_4bit: true", "load_in_4bit: false"), "adapter: 'qlora' needs load_in_4bit: true"),
-    (("lora_r: 32", "lora_r: -1"), "lora_r: -1 must be an integer ≥ 1"),
-    (("lora_target_linear: true", "lora_target_modules: 3"), "lora_target_modules: 3 must be a list of text"),
-    (("optimizer: paged_adamw_32bit", "optimizer: [adamw]"), "optimizer: ['adamw'] must be text"),
-    (("adapter: qlora", "adapter:"), "load_in_4bit: True needs an adapter (lora or qlora): a quantized base trains "
-                                     "adapters only"),
-    (("gradient_checkpointing: true", "gradient_checkpointing: sometimes"),
-     "gradient_checkpointing: 'sometimes' must be true, false, offload or offload_disk"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            ("adapter: qlora", "adapter: prefix"),
+            "adapter: 'prefix' must be lora or qlora (or absent: full fine-tuning)",
+        ),
+        (("load_in_4bit: true", "load_in_4bit: false"), "adapter: 'qlora' needs load_in_4bit: true"),
+        (("lora_r: 32", "lora_r: -1"), "lora_r: -1 must be an integer ≥ 1"),
+        (("lora_target_linear: true", "lora_target_modules: 3"), "lora_target_modules: 3 must be a list of text"),
+        (("optimizer: paged_adamw_32bit", "optimizer: [adamw]"), "optimizer: ['adamw'] must be text"),
+        (
+            ("adapter: qlora", "adapter:"),
+            "load_in_4bit: True needs an adapter (lora or qlora): a quantized base trains adapters only",
+        ),
+        (
+            ("gradient_checkpointing: true", "gradient_checkpointing: sometimes"),
+            "gradient_checkpointing: 'sometimes' must be true, false, offload or offload_disk",
+        ),
+    ],
+)
 def test_bad_values_name_the_key(edit, message):
     with pytest.raises(PlanError) as err:
         read((DATA / "qlora.yml").read_text().replace(*edit))
@@ -114,69 +149,125 @@ def test_detect():
     assert not FORMAT.detect("base_model: x") and not FORMAT.detect(": [")
     with pytest.raises(PlanError) as err:
         read("a: [")
-    assert str(err.value) == ("config: not valid YAML at line 1, column 5 (expected the node content, but found "
-                              "'<stream end>')")
+    assert str(err.value) == (
+        "config: not valid YAML at line 1, column 5 (expected the node content, but found '<stream end>')"
+    )
     with pytest.raises(PlanError) as err:
         read("a: 1\na: 2\n")
     assert str(err.value) == "config a: duplicated key (line 2)"  # planner/loader.py refuses it
 
 
-GRID = [dict(task=t, gpus=g, zero=z, opt=o, loss=loss, ckpt=c)
-        for t, g, z, o, loss, c in itertools.product(("finetune", "lora", "qlora"), (1, 4), (0, 1, 2, 3),
-                                                     ("adamw", "paged_adamw_8bit", "adamw_8bit", "paged_adamw"),
-                                                     ("full", "fused"), ("none", "full"))]
+GRID = [
+    dict(task=t, gpus=g, zero=z, opt=o, loss=loss, ckpt=c)
+    for t, g, z, o, loss, c in itertools.product(
+        ("finetune", "lora", "qlora"),
+        (1, 4),
+        (0, 1, 2, 3),
+        ("adamw", "paged_adamw_8bit", "adamw_8bit", "paged_adamw"),
+        ("full", "fused"),
+        ("none", "full"),
+    )
+]
 
 
 @pytest.mark.parametrize("case", GRID, ids=lambda c: "-".join(map(str, c.values())))
 def test_round_trip(case):
-    data = {"framework": "axolotl", "model": {"preset": "qwen2.5-7b"},
-            "workload": {"task": case["task"], "sequence_length": 2048, "micro_batch_size": 2, "steps": 30,
-                         "global_batch_size": 8 * case["gpus"],
-                         "lora": {"rank": 16, "alpha": 32, "targets": ["q", "k", "down"], "dropout": 0.1}},
-            "precision": {"optimizer": case["opt"]}, "hardware": {"count": case["gpus"]},
-            "techniques": {"activation_checkpointing": case["ckpt"], "loss": case["loss"], "compile": True,
-                           "attention": "eager", "activation_offload": True},
-            "parallelism": {"zero_stage": case["zero"]}}
+    data = {
+        "framework": "axolotl",
+        "model": {"preset": "qwen2.5-7b"},
+        "workload": {
+            "task": case["task"],
+            "sequence_length": 2048,
+            "micro_batch_size": 2,
+            "steps": 30,
+            "global_batch_size": 8 * case["gpus"],
+            "lora": {"rank": 16, "alpha": 32, "targets": ["q", "k", "down"], "dropout": 0.1},
+        },
+        "precision": {"optimizer": case["opt"]},
+        "hardware": {"count": case["gpus"]},
+        "techniques": {
+            "activation_checkpointing": case["ckpt"],
+            "loss": case["loss"],
+            "compile": True,
+            "attention": "eager",
+            "activation_offload": True,
+        },
+        "parallelism": {"zero_stage": case["zero"]},
+    }
     if case["task"] not in ("lora", "qlora"):
         del data["workload"]["lora"]
     assert round_trip(plan_from_dict(data), FORMAT) == {}
 
 
 def test_round_trip_int8_dora_fsdp_offload():
-    plan = plan_from_dict({"framework": "axolotl", "model": {"preset": "llama-3.1-70b"},
-                           "workload": {"task": "qlora", "lora": {"variant": "dora"}}, "hardware": {"count": 8},
-                           "precision": {"weights": "int8", "compute": "fp16"},
-                           "techniques": {"offload": "optimizer_and_params"}, "parallelism": {"zero_stage": 3}})
+    plan = plan_from_dict(
+        {
+            "framework": "axolotl",
+            "model": {"preset": "llama-3.1-70b"},
+            "workload": {"task": "qlora", "lora": {"variant": "dora"}},
+            "hardware": {"count": 8},
+            "precision": {"weights": "int8", "compute": "fp16"},
+            "techniques": {"offload": "optimizer_and_params"},
+            "parallelism": {"zero_stage": 3},
+        }
+    )
     assert round_trip(plan, FORMAT) == {}
 
 
 def test_write_refuses_what_it_cannot_say():
-    plan = plan_from_dict({"framework": "axolotl", "model": {"preset": "llama-3.1-8b"},
-                           "techniques": {"loss": "chunked"}})
+    plan = plan_from_dict(
+        {"framework": "axolotl", "model": {"preset": "llama-3.1-8b"}, "techniques": {"loss": "chunked"}}
+    )
     with pytest.raises(PlanError) as err:
         write(plan)
-    assert str(err.value) == ("techniques.loss: 'chunked' cannot be said: Axolotl's losses are HF's (full) or fused "
-                              "(Liger, Cut Cross Entropy)")
+    assert str(err.value) == (
+        "techniques.loss: 'chunked' cannot be said: Axolotl's losses are HF's (full) or fused "
+        "(Liger, Cut Cross Entropy)"
+    )
 
 
-@pytest.mark.parametrize("extra, plan_keys, note", [
-    ("gradient_checkpointing: offload\n", {"techniques.activation_checkpointing": "full",
-                                           "techniques.activation_offload": True}, None),
-    ("attn_implementation: eager\ntorch_compile: auto\n", {"techniques.attention": "eager",
-                                                          "techniques.compile": True}, None),
-    ("plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n", {"techniques.loss": "fused"},
-     None),
-    ("fp8: true\nfp8_enable_fsdp_float8_all_gather: true\n", {"precision.compute": "fp8",
-                                                             "precision.fp8_all_gather": True}, None),
-    ("deepspeed: deepspeed_configs/zero2.json\n", {"parallelism.zero_stage": 2},
-     "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its buckets and "
-     "precision are the DeepSpeed defaults)"),
-    ("deepspeed: my_ds.json\n", {}, "deepspeed: my_ds.json: the ZeRO stage is in that file, which is not read"),
-    ("unfrozen_parameters: ['lm_head.*']\n", {}, "unfrozen_parameters: only these parameters train; the plan trains "
-                                                 "every weight"),
-    ("lora_target_modules: [q_proj, gate_up_proj]\nlora_target_linear: false\n", {"workload.lora.targets": ["q"]},
-     "lora_target_modules: 'gate_up_proj' is no projection the plan's targets name"),
-])
+@pytest.mark.parametrize(
+    "extra, plan_keys, note",
+    [
+        (
+            "gradient_checkpointing: offload\n",
+            {"techniques.activation_checkpointing": "full", "techniques.activation_offload": True},
+            None,
+        ),
+        (
+            "attn_implementation: eager\ntorch_compile: auto\n",
+            {"techniques.attention": "eager", "techniques.compile": True},
+            None,
+        ),
+        (
+            "plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n",
+            {"techniques.loss": "fused"},
+            None,
+        ),
+        (
+            "fp8: true\nfp8_enable_fsdp_float8_all_gather: true\n",
+            {"precision.compute": "fp8", "precision.fp8_all_gather": True},
+            None,
+        ),
+        (
+            "deepspeed: deepspeed_configs/zero2.json\n",
+            {"parallelism.zero_stage": 2},
+            "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its buckets and "
+            "precision are the DeepSpeed defaults)",
+        ),
+        ("deepspeed: my_ds.json\n", {}, "deepspeed: my_ds.json: the ZeRO stage is in that file, which is not read"),
+        (
+            "unfrozen_parameters: ['lm_head.*']\n",
+            {},
+            "unfrozen_parameters: only these parameters train; the plan trains every weight",
+        ),
+        (
+            "lora_target_modules: [q_proj, gate_up_proj]\nlora_target_linear: false\n",
+            {"workload.lora.targets": ["q"]},
+            "lora_target_modules: 'gate_up_proj' is no projection the plan's targets name",
+        ),
+    ],
+)
 def test_keys_in_a_config(extra, plan_keys, note):
     text = (DATA / "qlora.yml").read_text().replace("gradient_checkpointing: true\n", "")
     text = text.replace("lora_target_linear: true\n", "").replace("attn_implementation: flash_attention_2\n", "")
@@ -197,19 +288,29 @@ def test_unknown_keys_are_listed():
 
 
 def test_round_trip_fp8_context_parallel():
-    plan = plan_from_dict({"framework": "axolotl", "model": {"preset": "llama-3.1-8b"}, "hardware": {"count": 8},
-                           "workload": {"task": "finetune", "sequence_length": 16384},
-                           "precision": {"compute": "fp8", "fp8_all_gather": True},
-                           "parallelism": {"zero_stage": 3, "context": 2}})
+    plan = plan_from_dict(
+        {
+            "framework": "axolotl",
+            "model": {"preset": "llama-3.1-8b"},
+            "hardware": {"count": 8},
+            "workload": {"task": "finetune", "sequence_length": 16384},
+            "precision": {"compute": "fp8", "fp8_all_gather": True},
+            "parallelism": {"zero_stage": 3, "context": 2},
+        }
+    )
     assert round_trip(plan, FORMAT) == {}
 
 
 HOSTILE = [None, -1, 10**30, 2.5, "x", [[1]], ["q_proj", [1]], {"_component_": 5, "zero_optimization": 5}]
 
 
-@pytest.mark.parametrize("fmt, names", [
-    ("torchtune", ("llama3_1_8B_lora_single_device.yaml", "llama3_1_70B_full.yaml")),
-    ("axolotl", ("lora-8b.yml", "fft-8b-liger-fsdp.yaml"))])
+@pytest.mark.parametrize(
+    "fmt, names",
+    [
+        ("torchtune", ("llama3_1_8B_lora_single_device.yaml", "llama3_1_70B_full.yaml")),
+        ("axolotl", ("lora-8b.yml", "fft-8b-liger-fsdp.yaml")),
+    ],
+)
 def test_hostile_values_raise_plan_errors_only(fmt, names):
     """Each key of two stored configs (and of their sections) set to each hostile value: read either plans or
     raises PlanError, never another exception."""
@@ -248,8 +349,10 @@ def test_nulls_read_as_absent():
 def test_lora_targets_by_module_path_and_the_mlp():
     """A module path names its projection by its last part (routed experts' are not the dense MLP's);
     lora_target_linear on a GeLU MLP (Falcon) has no gate."""
-    r = read("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_modules: [self_attn.q_proj, "
-             "mlp.down_proj, mlp.experts.down_proj]\n")
+    r = read(
+        "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_modules: [self_attn.q_proj, "
+        "mlp.down_proj, mlp.experts.down_proj]\n"
+    )
     assert r.plan["workload"]["lora"]["targets"] == ["q", "down"]
     assert any(n.startswith("lora_target_modules: 'mlp.experts.down_proj'") for n in r.unmodelled)
     falcon = read("base_model: tiiuae/falcon-7b\nadapter: lora\nlora_target_linear: true\n")
@@ -270,4 +373,5 @@ def test_expert_parallel_size():
 def test_absent_micro_batch_is_named():
     r = read("base_model: meta-llama/Llama-3.1-8B\n")
     assert [k.source for k in r.read if k.plan_key == "workload.micro_batch_size"] == [
-        "(absent: the Axolotl config does not say the micro-batch: the plan's default 1)"]
+        "(absent: the Axolotl config does not say the micro-batch: the plan's default 1)"
+    ]

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.codec import plan_to_dict
 from planner.errors import PlanError
 from planner.formats import FORMATS, plan_from_config, read_config
 from planner.formats.base import Imported, get_key
-from planner.plan import Plan
+from planner.plan.codec import plan_to_dict
+from planner.plan.config import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("VRAM_PLANNER_SHARED") or ROOT.parent / "shared") / "configs"
@@ -34,8 +34,12 @@ RATE = 0.97
 # the plan keys every imported plan must read from its config or name as taken from a default ("(absent: why)");
 # the global batch follows from them (micro-batch × data × the accumulation a config says, 1 where silent)
 TRAINING_KEYS = ("workload.task", "workload.sequence_length", "workload.micro_batch_size")
-SERVING_KEYS = ("workload.task", "workload.inference.prompt_tokens", "workload.inference.output_tokens",
-                "workload.inference.batch_size")
+SERVING_KEYS = (
+    "workload.task",
+    "workload.inference.prompt_tokens",
+    "workload.inference.output_tokens",
+    "workload.inference.batch_size",
+)
 
 # every file refused, by a fragment of its reason: runs the planner does not describe (evaluation, generation,
 # quantization, preference/RL and QAT recipes), templates with placeholders, and files of another kind
@@ -44,34 +48,71 @@ REFUSED = {
     "axolotl": {"cloud__baseten.yaml": NOT_A_CONFIG, "cloud__modal.yaml": NOT_A_CONFIG},
     "deepspeed": {
         "dse__compression__bert__config__ds_config_TEMPLATE.json": "'BATCH_SIZE_PER_GPU' must be an integer",
-        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2-medium_1clmetric_TEMPLATE.json":
-            "'GB_SIZE' must be an integer",
-        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2_TEMPLATE.json":
-            "'GB_SIZE' must be an integer",
-        "dse__training__tensor_parallel__hf_integration__configs__ds_config_temp.json": NOT_A_CONFIG},
+        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2-medium_1clmetric_TEMPLATE.json": "'GB_SIZE' must be an integer",
+        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2_TEMPLATE.json": "'GB_SIZE' must be an integer",
+        "dse__training__tensor_parallel__hf_integration__configs__ds_config_temp.json": NOT_A_CONFIG,
+    },
     "hf_trainer": {"examples__scripts__rloo__L33.sh": NOT_A_CONFIG},
     "torchtune": {
-        **{name: "is not a recipe this reader knows" for name in (
-            "eleuther_evaluation.yaml", "generation.yaml", "quantization.yaml", "llama2__1B_qat_single_device.yaml",
-            "llama2__7B_lora_dpo.yaml", "llama2__7B_lora_dpo_single_device.yaml", "llama2__7B_qat_full.yaml",
-            "llama3_1__8B_full_dpo.yaml", "llama3_1__8B_lora_dpo.yaml", "llama3_1__8B_qat_full.yaml",
-            "llama3_1__evaluation.yaml", "llama3_2__3B_qat_lora.yaml", "llama3_2__evaluation.yaml",
-            "llama3_2_vision__11B_evaluation.yaml", "llama3__8B_qat_full.yaml", "llama3__8B_qat_lora.yaml",
-            "mistral__evaluation.yaml", "phi3__evaluation.yaml", "phi4__evaluation.yaml",
-            "qwen2_5__1.5B_qat_single_device.yaml", "qwen2_5__3B_qat_single_device.yaml", "qwen3__0.6B_qat_full.yaml",
-            "qwen3__1.7B_qat_full.yaml", "qwen3__1.7B_qat_lora.yaml", "qwen3__32B_qat_lora.yaml",
-            "qwen3__4B_qat_full.yaml", "qwen3__4B_qat_lora.yaml", "qwen3__8B_qat_full.yaml", "qwen3__8B_qat_lora.yaml",
-            "qwen3__evaluation.yaml")},
+        **{
+            name: "is not a recipe this reader knows"
+            for name in (
+                "eleuther_evaluation.yaml",
+                "generation.yaml",
+                "quantization.yaml",
+                "llama2__1B_qat_single_device.yaml",
+                "llama2__7B_lora_dpo.yaml",
+                "llama2__7B_lora_dpo_single_device.yaml",
+                "llama2__7B_qat_full.yaml",
+                "llama3_1__8B_full_dpo.yaml",
+                "llama3_1__8B_lora_dpo.yaml",
+                "llama3_1__8B_qat_full.yaml",
+                "llama3_1__evaluation.yaml",
+                "llama3_2__3B_qat_lora.yaml",
+                "llama3_2__evaluation.yaml",
+                "llama3_2_vision__11B_evaluation.yaml",
+                "llama3__8B_qat_full.yaml",
+                "llama3__8B_qat_lora.yaml",
+                "mistral__evaluation.yaml",
+                "phi3__evaluation.yaml",
+                "phi4__evaluation.yaml",
+                "qwen2_5__1.5B_qat_single_device.yaml",
+                "qwen2_5__3B_qat_single_device.yaml",
+                "qwen3__0.6B_qat_full.yaml",
+                "qwen3__1.7B_qat_full.yaml",
+                "qwen3__1.7B_qat_lora.yaml",
+                "qwen3__32B_qat_lora.yaml",
+                "qwen3__4B_qat_full.yaml",
+                "qwen3__4B_qat_lora.yaml",
+                "qwen3__8B_qat_full.yaml",
+                "qwen3__8B_qat_lora.yaml",
+                "qwen3__evaluation.yaml",
+            )
+        },
         **{name: "GRPOSimpleLoss' is not a loss" for name in ("dev__3B_full_grpo.yaml", "dev__qwen3B_sync_grpo.yaml")},
-        **{name: "the config must name its optimizer" for name in (  # generation and async GRPO: no optimizer
-            "dev__qwen3B_async_grpo.yaml", "llama3_1__70B_generation_distributed.yaml",
-            "llama3_3__70B_generation_distributed.yaml", "llama3__70B_generation_distributed.yaml")},
-        "mistral__7B_full_ppo_low_memory.yaml": NOT_A_CONFIG},
-    "vllm": {"Google__Gemma4__L85.sh": "'<n_of_tokens>' must be an integer",
-             "NVIDIA__Nemotron-3-Nano-30B-A3B__L102.sh": "'$KV_CACHE_DTYPE' is not one of",
-             **{name: NOT_A_CONFIG for name in (  # vLLM recipes' benchmark YAMLs, not `vllm serve --config` files
-                 "OpenAI__GPT-OSS_Blackwell.yaml", "OpenAI__GPT-OSS_EAGLE3_Hopper.yaml",
-                 "OpenAI__GPT-OSS_Hopper.yaml")}},
+        **{
+            name: "the config must name its optimizer"
+            for name in (  # generation and async GRPO: no optimizer
+                "dev__qwen3B_async_grpo.yaml",
+                "llama3_1__70B_generation_distributed.yaml",
+                "llama3_3__70B_generation_distributed.yaml",
+                "llama3__70B_generation_distributed.yaml",
+            )
+        },
+        "mistral__7B_full_ppo_low_memory.yaml": NOT_A_CONFIG,
+    },
+    "vllm": {
+        "Google__Gemma4__L85.sh": "'<n_of_tokens>' must be an integer",
+        "NVIDIA__Nemotron-3-Nano-30B-A3B__L102.sh": "'$KV_CACHE_DTYPE' is not one of",
+        **{
+            name: NOT_A_CONFIG
+            for name in (  # vLLM recipes' benchmark YAMLs, not `vllm serve --config` files
+                "OpenAI__GPT-OSS_Blackwell.yaml",
+                "OpenAI__GPT-OSS_EAGLE3_Hopper.yaml",
+                "OpenAI__GPT-OSS_Hopper.yaml",
+            )
+        },
+    },
 }
 
 
@@ -88,13 +129,16 @@ class Outcome:
 def _import(path: Path) -> Outcome:
     """A file through `vram-planner import`'s path: read (a file it names read from beside it), then planned with
     the stand-in model where it names none or one that is not a preset. Only a PlanError is caught."""
+
     def beside(name: str) -> str | None:
         found = path.parent / name
         return found.read_text() if found.is_file() else None
+
     try:
         imported = read_config(path.read_text(), files=beside)
-        plan = plan_from_config(imported, model=STAND_IN if imported.model_name else None, default_model=STAND_IN,
-                                gpu=GPU)
+        plan = plan_from_config(
+            imported, model=STAND_IN if imported.model_name else None, default_model=STAND_IN, gpu=GPU
+        )
     except PlanError as error:
         return Outcome(name=path.name, refused=error)
     return Outcome(name=path.name, imported=imported, plan=plan)
@@ -103,8 +147,11 @@ def _import(path: Path) -> Outcome:
 @functools.cache
 def corpus() -> dict[str, list[Outcome]]:
     """Every stored file of each format's folder, imported once for all the tests."""
-    return {folder.name: [_import(p) for p in sorted(folder.iterdir()) if p.name != "SOURCES.md"]
-            for folder in sorted(SHARED.iterdir()) if folder.name in FORMATS}
+    return {
+        folder.name: [_import(p) for p in sorted(folder.iterdir()) if p.name != "SOURCES.md"]
+        for folder in sorted(SHARED.iterdir())
+        if folder.name in FORMATS
+    }
 
 
 def test_each_file_plans_or_is_refused_for_its_listed_reason():
@@ -154,10 +201,13 @@ SEQ, MICRO, TASK, TP = "workload.sequence_length", "workload.micro_batch_size", 
 PROMPT, UTIL = "workload.inference.prompt_tokens", "workload.inference.gpu_memory_utilization"
 SAMPLE = {
     ("accelerate", "llamafactory__examples__accelerate__fsdp2_config.yaml"): {"parallelism.zero_stage": 3},
-    ("accelerate", "llamafactory__examples__ktransformers__accelerate__fsdp2_kt_int8_8gpu.yaml"):
-        {"parallelism.zero_stage": 3},
-    ("accelerate", "trl__examples__accelerate_configs__single_gpu.yaml"):
-        {"parallelism.zero_stage": 0, TASK: "pretrain"},
+    ("accelerate", "llamafactory__examples__ktransformers__accelerate__fsdp2_kt_int8_8gpu.yaml"): {
+        "parallelism.zero_stage": 3
+    },
+    ("accelerate", "trl__examples__accelerate_configs__single_gpu.yaml"): {
+        "parallelism.zero_stage": 0,
+        TASK: "pretrain",
+    },
     ("axolotl", "llama-3__instruct-dpo-lora-8b.yml"): {"model.preset": "llama-3.1-8b", SEQ: 4096, MICRO: 2},
     ("axolotl", "cohere__command-r-7b-qlora.yml"): {TASK: "qlora", SEQ: 2048, MICRO: 1, "workload.lora.rank": 32},
     ("axolotl", "smolvlm2__smolvlm2-2B-lora.yaml"): {TASK: "lora", SEQ: 8192, MICRO: 1},
@@ -168,23 +218,41 @@ SAMPLE = {
     ("axolotl", "falcon-h1__falcon-h1-7b-qlora.yaml"): {TASK: "qlora", SEQ: 2048, MICRO: 1},
     ("axolotl", "voxtral__voxtral-mini-qlora.yml"): {TASK: "qlora", SEQ: 2048, "workload.lora.alpha": 16},
     ("axolotl", "archived__falcon__config-7b-lora.yml"):  # lora_target_linear on a GeLU MLP: no gate
-        {"model.preset": "falcon-7b", SEQ: 2048, MICRO: 1, "workload.lora.targets": ["q", "k", "v", "o", "up", "down"]},
-    ("axolotl", "expert_parallel__qwen3_30ba3b_ep_lora_4gpu.yaml"):
-        {"model.preset": "qwen3-30b-a3b", "parallelism.expert": 4, TASK: "lora", SEQ: 2048},
-    ("deepspeed", "dse__training__bing_bert__1-bit_lamb__nccl__deepspeed_bsz64k_onebitlamb_config_seq128_nccl.json"):
-        {MICRO: 64, "workload.global_batch_size": 65536},
-    ("deepspeed", "dse__compression__bert__config__XTC__ds_config_layer_reduction_fp16.json"):
-        {MICRO: 32, "workload.global_batch_size": 32, "parallelism.zero_stage": 0},
-    ("deepspeed", "dse__compression__bert__config__ZeroQuant__ds_config_W8A8_Qgroup48_fp32.json"):
-        {MICRO: 32, "parallelism.zero_stage": 0},
-    ("deepspeed", "dse__training__bing_bert__1-bit_lamb__nccl__deepspeed_bsz32k_onebitlamb_config_seq512_nccl.json"):
-        {MICRO: 16, "workload.global_batch_size": 32768},
+    {"model.preset": "falcon-7b", SEQ: 2048, MICRO: 1, "workload.lora.targets": ["q", "k", "v", "o", "up", "down"]},
+    ("axolotl", "expert_parallel__qwen3_30ba3b_ep_lora_4gpu.yaml"): {
+        "model.preset": "qwen3-30b-a3b",
+        "parallelism.expert": 4,
+        TASK: "lora",
+        SEQ: 2048,
+    },
+    ("deepspeed", "dse__training__bing_bert__1-bit_lamb__nccl__deepspeed_bsz64k_onebitlamb_config_seq128_nccl.json"): {
+        MICRO: 64,
+        "workload.global_batch_size": 65536,
+    },
+    ("deepspeed", "dse__compression__bert__config__XTC__ds_config_layer_reduction_fp16.json"): {
+        MICRO: 32,
+        "workload.global_batch_size": 32,
+        "parallelism.zero_stage": 0,
+    },
+    ("deepspeed", "dse__compression__bert__config__ZeroQuant__ds_config_W8A8_Qgroup48_fp32.json"): {
+        MICRO: 32,
+        "parallelism.zero_stage": 0,
+    },
+    ("deepspeed", "dse__training__bing_bert__1-bit_lamb__nccl__deepspeed_bsz32k_onebitlamb_config_seq512_nccl.json"): {
+        MICRO: 16,
+        "workload.global_batch_size": 32768,
+    },
     ("hf_trainer", "alignment-handbook__pref_align_scan__dpo__config_openhermes.yaml"): {MICRO: 8},
     ("hf_trainer", "examples__scripts__reward_modeling__L25.sh"): {SEQ: 2048, MICRO: 8},
     ("hf_trainer", "alignment-handbook__smollm2__dpo__config.yaml"): {SEQ: 1024, MICRO: 2},
     ("hf_trainer", "alignment-handbook__smollm__sft__config.yaml"): {SEQ: 2048, MICRO: 4},
-    ("hf_trainer", "examples__scripts__bco__L48.sh"):
-        {TASK: "qlora", SEQ: 2048, MICRO: 16, "workload.lora.rank": 16, "model.preset": "qwen2.5-0.5b"},
+    ("hf_trainer", "examples__scripts__bco__L48.sh"): {
+        TASK: "qlora",
+        SEQ: 2048,
+        MICRO: 16,
+        "workload.lora.rank": 16,
+        "model.preset": "qwen2.5-0.5b",
+    },
     ("hf_trainer", "alignment-handbook__smollm3__dpo__apo.yaml"): {SEQ: 24576, MICRO: 1},
     ("sglang", "docs__autoregressive__Llama__Llama4__L90.sh"): {TP: 8, PROMPT: 1_000_000 - 256},
     ("sglang", "docs__autoregressive__Moonshotai__Kimi-K2__L175.sh"): {TP: 8, TASK: "inference"},
@@ -195,15 +263,21 @@ SAMPLE = {
     ("torchtitan", "v0.2.2__torchtitan__models__gpt_oss__train_configs__debug_model.toml"): {MICRO: 8, SEQ: 2048},
     ("torchtune", "gemma__2B_qlora_single_device.yaml"): {TASK: "qlora", MICRO: 4, "workload.lora.rank": 64},
     ("torchtune", "dev__8B_full_experimental.yaml"): {TASK: "finetune", MICRO: 2},
-    ("torchtune", "qwen3__32B_lora.yaml"): {"model.preset": "qwen3-32b", TASK: "lora", MICRO: 2,
-                                            "workload.lora.rank": 8},
+    ("torchtune", "qwen3__32B_lora.yaml"): {
+        "model.preset": "qwen3-32b",
+        TASK: "lora",
+        MICRO: 2,
+        "workload.lora.rank": 8,
+    },
     ("torchtune", "llama3__8B_dora_single_device.yaml"): {TASK: "lora", MICRO: 2, "workload.lora.variant": "dora"},
     ("vllm", "Jina__Jina-reranker-m0__L30.sh"): {TP: 2, UTIL: 0.75, "workload.inference.max_num_seqs": 32},
     ("vllm", "Qwen__Qwen3.5__L43.sh"): {TP: 8, PROMPT: 262144 - 256},
     ("vllm", "DeepSeek__DeepSeek-V3_2-Exp__L23.sh"): {"parallelism.data": 8, TP: 1},
     ("vllm", "DeepSeek__DeepSeek-V3_2-Exp__L29.sh"): {TP: 8, "parallelism.data": 1},
-    ("vllm", "Llama__Llama4_Blackwell.yaml"): {"precision.kv_cache": "fp8",
-                                               "workload.inference.prefill_chunk_tokens": 8192},
+    ("vllm", "Llama__Llama4_Blackwell.yaml"): {
+        "precision.kv_cache": "fp8",
+        "workload.inference.prefill_chunk_tokens": 8192,
+    },
 }
 
 

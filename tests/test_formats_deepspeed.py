@@ -4,12 +4,12 @@ import itertools
 import json
 
 import pytest
-
 from config_data import accounted, built, config_files, config_text
-from planner.codec import plan_from_dict
+
 from planner.errors import PlanError
 from planner.formats import FORMATS, detect, round_trip
 from planner.formats.deepspeed import FORMAT, read
+from planner.plan.codec import plan_from_dict
 
 AUTO = "'auto': the HF integration fills it from TrainingArguments; read as absent"
 GATHER = "ZeRO-3 keeps gathered parameters on the GPU"
@@ -18,58 +18,119 @@ GATHER = "ZeRO-3 keeps gathered parameters on the GPU"
 EXPECTED = {
     "megatron_gpt2_bs8_zero2_gas3.json": (
         # micro 8 × accumulation 3 × 4 GPUs = 96
-        {"workload": {"micro_batch_size": 8, "global_batch_size": 96}, "precision": {"compute": "fp16"},
-         "parallelism": {"zero_stage": 2, "reduce_bucket_elements": 7_000_000}},
-        ["zero_optimization.allgather_bucket_size", "activation_checkpointing",
-         "activation_checkpointing.partition_activations", "activation_checkpointing.contiguous_memory_optimization"]),
+        {
+            "workload": {"micro_batch_size": 8, "global_batch_size": 96},
+            "precision": {"compute": "fp16"},
+            "parallelism": {"zero_stage": 2, "reduce_bucket_elements": 7_000_000},
+        },
+        [
+            "zero_optimization.allgather_bucket_size",
+            "activation_checkpointing",
+            "activation_checkpointing.partition_activations",
+            "activation_checkpointing.contiguous_memory_optimization",
+        ],
+    ),
     "megatron_gpt2_bs4_zero2_offload.json": (
         # train_batch_size 4 over 4 GPUs, accumulation 1: micro-batch 1; legacy cpu_offload: the optimizer
-        {"workload": {"micro_batch_size": 1, "global_batch_size": 4}, "precision": {"compute": "fp16"},
-         "parallelism": {"zero_stage": 2, "reduce_bucket_elements": 7_000_000}, "techniques": {"offload": "optimizer"}},
-        ["zero_optimization.allgather_bucket_size"]),
+        {
+            "workload": {"micro_batch_size": 1, "global_batch_size": 4},
+            "precision": {"compute": "fp16"},
+            "parallelism": {"zero_stage": 2, "reduce_bucket_elements": 7_000_000},
+            "techniques": {"offload": "optimizer"},
+        },
+        ["zero_optimization.allgather_bucket_size"],
+    ),
     "sdma_allgather_zero3.json": (
-        {"workload": {"micro_batch_size": 1, "global_batch_size": 4}, "precision": {"compute": "bf16",
-                                                                                    "optimizer": "adamw"},
-         "parallelism": {"zero_stage": 3, "reduce_bucket_elements": 50_000_000, "sub_group_elements": 10**12}},
-        ["zero_optimization.overlap_comm", "zero_optimization.stage3_max_live_parameters",
-         "zero_optimization.stage3_max_reuse_distance", "zero_optimization.stage3_prefetch_bucket_size",
-         "zero_optimization.stage3_param_persistence_threshold"]),
+        {
+            "workload": {"micro_batch_size": 1, "global_batch_size": 4},
+            "precision": {"compute": "bf16", "optimizer": "adamw"},
+            "parallelism": {"zero_stage": 3, "reduce_bucket_elements": 50_000_000, "sub_group_elements": 10**12},
+        },
+        [
+            "zero_optimization.overlap_comm",
+            "zero_optimization.stage3_max_live_parameters",
+            "zero_optimization.stage3_max_reuse_distance",
+            "zero_optimization.stage3_prefetch_bucket_size",
+            "zero_optimization.stage3_param_persistence_threshold",
+        ],
+    ),
     "accelerate_zero_stage2.json": (
         # torch_adam: torch.optim.AdamW with PyTorch's foreach default; the batch and bucket are "auto"
-        {"precision": {"compute": "fp16", "optimizer": "adamw", "optimizer_impl": "foreach"},
-         "parallelism": {"zero_stage": 2}},
-        ["train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization.reduce_bucket_size",
-         "zero_optimization.allgather_bucket_size", "zero_optimization.overlap_comm"]),
+        {
+            "precision": {"compute": "fp16", "optimizer": "adamw", "optimizer_impl": "foreach"},
+            "parallelism": {"zero_stage": 2},
+        },
+        [
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "zero_optimization.reduce_bucket_size",
+            "zero_optimization.allgather_bucket_size",
+            "zero_optimization.overlap_comm",
+        ],
+    ),
     "accelerate_zero_stage3_offload.json": (
-        {"precision": {"compute": "fp16", "optimizer": "adamw"},
-         "parallelism": {"zero_stage": 3, "sub_group_elements": 10**9}, "techniques": {"offload": "optimizer_and_params"}},
-        ["train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization.reduce_bucket_size",
-         "zero_optimization.overlap_comm", "zero_optimization.stage3_prefetch_bucket_size",
-         "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.stage3_max_live_parameters",
-         "zero_optimization.stage3_max_reuse_distance"]),
+        {
+            "precision": {"compute": "fp16", "optimizer": "adamw"},
+            "parallelism": {"zero_stage": 3, "sub_group_elements": 10**9},
+            "techniques": {"offload": "optimizer_and_params"},
+        },
+        [
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "zero_optimization.reduce_bucket_size",
+            "zero_optimization.overlap_comm",
+            "zero_optimization.stage3_prefetch_bucket_size",
+            "zero_optimization.stage3_param_persistence_threshold",
+            "zero_optimization.stage3_max_live_parameters",
+            "zero_optimization.stage3_max_reuse_distance",
+        ],
+    ),
     "transformers_ds_config_zero2.json": (
         # fp16 and bf16 "auto": the compute dtype is left to the recipe
-        {"precision": {"optimizer": "adamw"}, "parallelism": {"zero_stage": 2, "reduce_bucket_elements": 200_000_000},
-         "techniques": {"offload": "optimizer"}},
-        ["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16.enabled",
-         "bf16.enabled", "zero_optimization.allgather_bucket_size", "zero_optimization.overlap_comm"]),
+        {
+            "precision": {"optimizer": "adamw"},
+            "parallelism": {"zero_stage": 2, "reduce_bucket_elements": 200_000_000},
+            "techniques": {"offload": "optimizer"},
+        },
+        [
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+            "fp16.enabled",
+            "bf16.enabled",
+            "zero_optimization.allgather_bucket_size",
+            "zero_optimization.overlap_comm",
+        ],
+    ),
     "transformers_ds_config_zero3.json": (
         # reduce_bucket_size 0: the plan's smallest bucket (1 element); sub_group_size 1e14: the whole partition
-        {"precision": {"compute": "fp16", "optimizer": "adamw"},
-         "parallelism": {"zero_stage": 3, "reduce_bucket_elements": 1, "sub_group_elements": 10**13},
-         "techniques": {"offload": "optimizer_and_params"}},
-        ["zero_optimization.overlap_comm", "zero_optimization.stage3_prefetch_bucket_size",
-         "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.stage3_max_live_parameters",
-         "zero_optimization.stage3_max_reuse_distance"]),
+        {
+            "precision": {"compute": "fp16", "optimizer": "adamw"},
+            "parallelism": {"zero_stage": 3, "reduce_bucket_elements": 1, "sub_group_elements": 10**13},
+            "techniques": {"offload": "optimizer_and_params"},
+        },
+        [
+            "zero_optimization.overlap_comm",
+            "zero_optimization.stage3_prefetch_bucket_size",
+            "zero_optimization.stage3_param_persistence_threshold",
+            "zero_optimization.stage3_max_live_parameters",
+            "zero_optimization.stage3_max_reuse_distance",
+        ],
+    ),
     "zenflow_finetuning.json": (
         # train_batch_size 32 over 4 GPUs × accumulation 1: micro-batch 8
-        {"workload": {"micro_batch_size": 8, "global_batch_size": 32}, "precision": {"compute": "bf16",
-                                                                                     "optimizer": "adamw"},
-         "parallelism": {"zero_stage": 2}, "techniques": {"offload": "optimizer"}},
-        ["zero_optimization.zenflow"]),
+        {
+            "workload": {"micro_batch_size": 8, "global_batch_size": 32},
+            "precision": {"compute": "bf16", "optimizer": "adamw"},
+            "parallelism": {"zero_stage": 2},
+            "techniques": {"offload": "optimizer"},
+        },
+        ["zero_optimization.zenflow"],
+    ),
     "autotp_hf_integration.json": (
         {"precision": {"optimizer": "adamw"}, "parallelism": {"zero_stage": 2, "tensor": 4}},
-        ["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16.enabled"]),
+        ["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16.enabled"],
+    ),
 }
 
 
@@ -103,19 +164,25 @@ def test_notes_say_why():
     imported = read(config_text("deepspeed", "transformers_ds_config_zero2.json"))
     assert f"bf16.enabled: {AUTO}" in imported.unmodelled
     imported = read(config_text("deepspeed", "sdma_allgather_zero3.json"), gpus=4)
-    assert (f"zero_optimization.stage3_max_live_parameters: {GATHER}: up to this many elements gathered at once"
-            in imported.unmodelled)
+    assert (
+        f"zero_optimization.stage3_max_live_parameters: {GATHER}: up to this many elements gathered at once"
+        in imported.unmodelled
+    )
     # what an 'auto' of the HF integration leaves unknown is said with the key's reason
     imported = read(config_text("deepspeed", "accelerate_zero_stage3_offload.json"))
-    assert ("zero_optimization.stage3_prefetch_bucket_size: 'auto' (the HF integration fills it from the model): "
-            f"{GATHER}: parameters fetched ahead of use, up to this many elements") in imported.unmodelled
+    assert (
+        "zero_optimization.stage3_prefetch_bucket_size: 'auto' (the HF integration fills it from the model): "
+        f"{GATHER}: parameters fetched ahead of use, up to this many elements"
+    ) in imported.unmodelled
 
 
 def test_without_the_gpu_count_the_batch_is_partly_said():
     imported = read(config_text("deepspeed", "megatron_gpt2_bs8_zero2_gas3.json"))
     assert imported.plan["workload"] == {"micro_batch_size": 8}
-    assert ("gradient_accumulation_steps: the global batch is micro-batch × accumulation × GPUs: give the "
-            "micro-batch and the GPU count") in imported.unmodelled
+    assert (
+        "gradient_accumulation_steps: the global batch is micro-batch × accumulation × GPUs: give the "
+        "micro-batch and the GPU count"
+    ) in imported.unmodelled
     assert "hardware" not in imported.plan
 
 
@@ -126,29 +193,38 @@ def test_no_precision_section_is_deepspeeds_fp32():
 
 
 def test_alias_and_legacy_keys():
-    imported = read('{"bfloat16": {"enabled": true}, "train_batch_size": 16, "gradient_accumulation_steps": 2,'
-                    ' "data_types": {"grad_accum_dtype": "fp32"},'
-                    ' "optimizer": {"type": "Lion", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 3,'
-                    ' "cpu_offload": true, "cpu_offload_param": true, "contiguous_gradients": false}}', gpus=4)
+    imported = read(
+        '{"bfloat16": {"enabled": true}, "train_batch_size": 16, "gradient_accumulation_steps": 2,'
+        ' "data_types": {"grad_accum_dtype": "fp32"},'
+        ' "optimizer": {"type": "Lion", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 3,'
+        ' "cpu_offload": true, "cpu_offload_param": true, "contiguous_gradients": false}}',
+        gpus=4,
+    )
     assert imported.plan == {
-        "framework": "deepspeed", "hardware": {"count": 4},
+        "framework": "deepspeed",
+        "hardware": {"count": 4},
         "workload": {"micro_batch_size": 2, "global_batch_size": 16},
         "precision": {"compute": "bf16", "gradients": "fp32", "optimizer": "lion"},
         "parallelism": {"zero_stage": 3, "reduce_bucket_elements": 1},
-        "techniques": {"offload": "optimizer_and_params"}}
+        "techniques": {"offload": "optimizer_and_params"},
+    }
 
 
 def test_unplanned_choices_are_noted():
-    imported = read('{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "OneBitAdam"}, "amp": '
-                    '{"enabled": true}, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}, '
-                    '"offload_optimizer": {"device": "nvme", "ratio": 0.3}}, "mystery": 1}', gpus=2)
+    imported = read(
+        '{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "OneBitAdam"}, "amp": '
+        '{"enabled": true}, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}, '
+        '"offload_optimizer": {"device": "nvme", "ratio": 0.3}}, "mystery": 1}',
+        gpus=2,
+    )
     nvme = "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds the same; the NVMe transfers' time is not planned"
     assert imported.unmodelled == (
         "optimizer.type: 'OneBitAdam' has no plan optimizer",
         "amp: NVIDIA Apex AMP keeps its own casts and master copies (opt level)",
         "zero_optimization.offload_optimizer.ratio: only this share of the optimizer step runs on the CPU",
         f"zero_optimization.offload_optimizer.device: {nvme}",
-        f"zero_optimization.offload_param.device: {nvme}")
+        f"zero_optimization.offload_param.device: {nvme}",
+    )
     assert imported.plan["techniques"] == {"offload": "optimizer_and_params"}
     assert imported.unknown == ("mystery",)
 
@@ -156,36 +232,72 @@ def test_unplanned_choices_are_noted():
 def test_train_batch_size_alone_needs_the_gpu_count():
     imported = read('{"train_batch_size": 16}')
     assert imported.plan["workload"] == {"global_batch_size": 16}
-    assert imported.unmodelled == ("train_batch_size: the micro-batch is train_batch_size ÷ (GPUs × accumulation): "
-                                   "give the GPU count",)
+    assert imported.unmodelled == (
+        "train_batch_size: the micro-batch is train_batch_size ÷ (GPUs × accumulation): give the GPU count",
+    )
 
 
-@pytest.mark.parametrize("text, gpus, message", [
-    ("{", None, "config: not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
-    ("[1, 2]", None, "config: must be a mapping of config keys to values (YAML or JSON)"),
-    ('{"zero_optimization": {"stage": 4}}', None,
-     "zero_optimization.stage: 4 is not a ZeRO stage; allowed: 0, 1, 2, 3"),
-    ('{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}', None,
-     "zero_optimization.offload_param.device: 'cpu' needs zero_optimization.stage 3, not 2"),
-    ('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "disk"}}}', None,
-     "zero_optimization.offload_optimizer.device: 'disk' is not one of: none, cpu, nvme"),
-    ('{"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}}', None,
-     "zero_optimization.offload_optimizer: 'cpu' must be a section with a `device`"),
-    ('{"bf16": {"enabled": true}, "fp16": {"enabled": true}}', None,
-     "fp16.enabled: True and bf16.enabled are both true; DeepSpeed runs one"),
-    ('{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}', 8,
-     "train_batch_size: 32 must equal train_micro_batch_size_per_gpu × gradient_accumulation_steps × "
-     "data-parallel GPUs = 4 × 2 × 8 = 64"),
-    ('{"train_batch_size": 4}', 8,
-     "train_batch_size: 4 is less than one sequence per GPU over 8 data-parallel GPUs × 1 accumulation steps"),
-    ('{"train_batch_size": 32}', 3, "train_batch_size: 32 is not a multiple of data-parallel GPUs × accumulation "
-                                    "steps (3 × 1); DeepSpeed's batch check would fail"),
-    ('{"train_micro_batch_size_per_gpu": 1.5}', None, "train_micro_batch_size_per_gpu: 1.5 must be an integer ≥ 1"),
-    ('{"tensor_parallel": {"autotp_size": 3}}', 8, "tensor_parallel.autotp_size: 3 does not divide the GPU count (8)"),
-    ('{"data_types": {"grad_accum_dtype": "fp64"}}', None,
-     "data_types.grad_accum_dtype: 'fp64' is not one of: fp32, bf16, fp16"),
-    ('{"bf16": true}', None, "bf16: True must be a section with an `enabled` key"),
-])
+@pytest.mark.parametrize(
+    "text, gpus, message",
+    [
+        ("{", None, "config: not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
+        ("[1, 2]", None, "config: must be a mapping of config keys to values (YAML or JSON)"),
+        (
+            '{"zero_optimization": {"stage": 4}}',
+            None,
+            "zero_optimization.stage: 4 is not a ZeRO stage; allowed: 0, 1, 2, 3",
+        ),
+        (
+            '{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}',
+            None,
+            "zero_optimization.offload_param.device: 'cpu' needs zero_optimization.stage 3, not 2",
+        ),
+        (
+            '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "disk"}}}',
+            None,
+            "zero_optimization.offload_optimizer.device: 'disk' is not one of: none, cpu, nvme",
+        ),
+        (
+            '{"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}}',
+            None,
+            "zero_optimization.offload_optimizer: 'cpu' must be a section with a `device`",
+        ),
+        (
+            '{"bf16": {"enabled": true}, "fp16": {"enabled": true}}',
+            None,
+            "fp16.enabled: True and bf16.enabled are both true; DeepSpeed runs one",
+        ),
+        (
+            '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}',
+            8,
+            "train_batch_size: 32 must equal train_micro_batch_size_per_gpu × gradient_accumulation_steps × "
+            "data-parallel GPUs = 4 × 2 × 8 = 64",
+        ),
+        (
+            '{"train_batch_size": 4}',
+            8,
+            "train_batch_size: 4 is less than one sequence per GPU over 8 data-parallel GPUs × 1 accumulation steps",
+        ),
+        (
+            '{"train_batch_size": 32}',
+            3,
+            "train_batch_size: 32 is not a multiple of data-parallel GPUs × accumulation "
+            "steps (3 × 1); DeepSpeed's batch check would fail",
+        ),
+        ('{"train_micro_batch_size_per_gpu": 1.5}', None, "train_micro_batch_size_per_gpu: 1.5 must be an integer ≥ 1"),
+        (
+            '{"tensor_parallel": {"autotp_size": 3}}',
+            8,
+            "tensor_parallel.autotp_size: 3 does not divide the GPU count (8)",
+        ),
+        (
+            '{"data_types": {"grad_accum_dtype": "fp64"}}',
+            None,
+            "data_types.grad_accum_dtype: 'fp64' is not one of: fp32, bf16, fp16",
+        ),
+        ('{"bf16": true}', None, "bf16: True must be a section with an `enabled` key"),
+    ],
+)
 def test_bad_configs_name_the_key(text, gpus, message):
     with pytest.raises(PlanError) as caught:
         read(text, gpus=gpus)
@@ -197,12 +309,15 @@ def test_detect_real_configs(name):
     assert detect(config_text("deepspeed", name)) is FORMAT
 
 
-@pytest.mark.parametrize("text", [
-    '{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}',  # a HF config.json
-    '{"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}',  # TrainingArguments as JSON
-    "zero_optimization:\n  stage: 3\n",  # YAML
-    "not json",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}',  # a HF config.json
+        '{"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}',  # TrainingArguments as JSON
+        "zero_optimization:\n  stage: 3\n",  # YAML
+        "not json",
+    ],
+)
 def test_detect_rejects_others(text):
     assert not FORMAT.detect(text)
 
@@ -211,10 +326,39 @@ def test_registered():
     assert FORMATS["deepspeed"] is FORMAT
 
 
-PLANS = [dict(zip(("framework", "stage", "compute", "optimizer", "impl", "offload", "gradients", "tensor", "gpus",
-                   "micro", "steps"), values)) for values in itertools.product(
-    ["deepspeed", "generic"], [0, 1, 2, 3], ["fp32", "bf16", "fp16"], ["adamw", "lion"], ["fused", "foreach", "forloop"],
-    ["none", "optimizer", "optimizer_and_params"], [None, "fp32"], [1, 2], [8], [1, 4], [1, 3])]
+PLANS = [
+    dict(
+        zip(
+            (
+                "framework",
+                "stage",
+                "compute",
+                "optimizer",
+                "impl",
+                "offload",
+                "gradients",
+                "tensor",
+                "gpus",
+                "micro",
+                "steps",
+            ),
+            values,
+        )
+    )
+    for values in itertools.product(
+        ["deepspeed", "generic"],
+        [0, 1, 2, 3],
+        ["fp32", "bf16", "fp16"],
+        ["adamw", "lion"],
+        ["fused", "foreach", "forloop"],
+        ["none", "optimizer", "optimizer_and_params"],
+        [None, "fp32"],
+        [1, 2],
+        [8],
+        [1, 4],
+        [1, 3],
+    )
+]
 
 
 def _plan(p):
@@ -227,15 +371,26 @@ def _plan(p):
     if p["gradients"]:
         precision["gradients"] = p["gradients"]
     data = p["gpus"] // p["tensor"]
-    return plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "framework": p["framework"],
-                           "workload": {"micro_batch_size": p["micro"],
-                                        "global_batch_size": p["micro"] * p["steps"] * data},
-                           "precision": precision, "techniques": {"offload": p["offload"]},
-                           "parallelism": parallelism, "hardware": {"count": p["gpus"]}})
+    return plan_from_dict(
+        {
+            "model": {"preset": "llama-3.1-8b"},
+            "framework": p["framework"],
+            "workload": {"micro_batch_size": p["micro"], "global_batch_size": p["micro"] * p["steps"] * data},
+            "precision": precision,
+            "techniques": {"offload": p["offload"]},
+            "parallelism": parallelism,
+            "hardware": {"count": p["gpus"]},
+        }
+    )
 
 
-SAYABLE = [p for p in PLANS if (p["offload"] != "optimizer_and_params" or p["stage"] == 3)
-           and (p["framework"] == "deepspeed" or p["stage"] == 0) and (p["optimizer"] == "adamw" or p["impl"] == "fused")]
+SAYABLE = [
+    p
+    for p in PLANS
+    if (p["offload"] != "optimizer_and_params" or p["stage"] == 3)
+    and (p["framework"] == "deepspeed" or p["stage"] == 0)
+    and (p["optimizer"] == "adamw" or p["impl"] == "fused")
+]
 
 
 @pytest.mark.parametrize("index", range(0, len(SAYABLE), 7))
@@ -249,17 +404,40 @@ def test_round_trip_catches_what_it_cannot_say():
 
 
 def test_written_config_is_deepspeeds_spelling():
-    text = FORMAT.write(_plan({"framework": "deepspeed", "stage": 3, "compute": "bf16", "optimizer": "adamw",
-                               "impl": "fused", "offload": "optimizer_and_params", "gradients": None, "tensor": 2,
-                               "gpus": 8, "micro": 2, "steps": 4}))
+    text = FORMAT.write(
+        _plan(
+            {
+                "framework": "deepspeed",
+                "stage": 3,
+                "compute": "bf16",
+                "optimizer": "adamw",
+                "impl": "fused",
+                "offload": "optimizer_and_params",
+                "gradients": None,
+                "tensor": 2,
+                "gpus": 8,
+                "micro": 2,
+                "steps": 4,
+            }
+        )
+    )
     assert json.loads(text) == {
-        "train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
-        "bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "bf16"},
+        "train_batch_size": 32,
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 4,
+        "bf16": {"enabled": True},
+        "data_types": {"grad_accum_dtype": "bf16"},
         "optimizer": {"type": "AdamW", "params": {}},
-        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
-                              "offload_param": {"device": "cpu", "pin_memory": True}, "contiguous_gradients": True,
-                              "reduce_bucket_size": 777, "sub_group_size": 123_456},
-        "tensor_parallel": {"autotp_size": 2}}
+        "zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "cpu", "pin_memory": True},
+            "offload_param": {"device": "cpu", "pin_memory": True},
+            "contiguous_gradients": True,
+            "reduce_bucket_size": 777,
+            "sub_group_size": 123_456,
+        },
+        "tensor_parallel": {"autotp_size": 2},
+    }
 
 
 def test_the_three_batch_keys_give_the_gpu_count():
@@ -268,6 +446,9 @@ def test_the_three_batch_keys_give_the_gpu_count():
     imported = read(json.dumps(three))
     assert imported.plan["hardware"] == {"count": 4}
     assert imported.plan["workload"] == {"micro_batch_size": 2, "global_batch_size": 32}
-    with pytest.raises(PlanError, match=r"^train_batch_size: 30 is not a multiple of train_micro_batch_size_per_gpu × "
-                                        r"gradient_accumulation_steps \(2 × 4\); DeepSpeed's batch check would fail$"):
+    with pytest.raises(
+        PlanError,
+        match=r"^train_batch_size: 30 is not a multiple of train_micro_batch_size_per_gpu × "
+        r"gradient_accumulation_steps \(2 × 4\); DeepSpeed's batch check would fail$",
+    ):
         read(json.dumps(three | {"train_batch_size": 30}))

@@ -5,26 +5,46 @@ every format, then the cases issue 27 reported."""
 import math
 
 import pytest
+from conftest import TINY
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from conftest import TINY
 from planner.catalog import load_catalog
 from planner.cli import main
-from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError
 from planner.formats import DERIVED, FORMATS, TUNES, export_config, in_effect, read_back
 from planner.formats.base import Format, get_key, set_key
 from planner.memory import estimate
 from planner.perf import plan_time
-from planner.plan import FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, tensor_degrees
+from planner.plan.codec import plan_from_dict, plan_to_dict
+from planner.plan.config import FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, tensor_degrees
 
 CATALOG = load_catalog()
 # presets of every kind a config meets: dense GQA, MHA, ungated GeLU, sliding windows, MoE, latent attention, hybrid
-PRESETS = ("llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "gpt2", "gemma-3-1b", "mistral-7b", "mixtral-8x7b",
-           "qwen3-30b-a3b", "deepseek-v2-lite", "nemotron-h-8b")
-OPTIMIZERS = ("adamw", "adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion", "muon", "sgd",
-              "sgd_momentum")
+PRESETS = (
+    "llama-3.2-1b",
+    "llama-3.1-8b",
+    "qwen2.5-0.5b",
+    "gpt2",
+    "gemma-3-1b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen3-30b-a3b",
+    "deepseek-v2-lite",
+    "nemotron-h-8b",
+)
+OPTIMIZERS = (
+    "adamw",
+    "adamw",
+    "adamw_8bit",
+    "paged_adamw",
+    "paged_adamw_8bit",
+    "adafactor",
+    "lion",
+    "muon",
+    "sgd",
+    "sgd_momentum",
+)
 
 
 @st.composite
@@ -48,10 +68,13 @@ def plans(draw, fmt: Format) -> dict:
     model_data = draw(models())
     model = _built({"model": model_data}).model
     serving = fmt.framework in INFERENCE_FRAMEWORKS
-    plan = {"model": model_data, "framework": fmt.framework if draw(st.integers(0, 7)) else "generic",
-            "parallelism": _parallelism(draw, model, serving),
-            "hardware": {"gpu": draw(st.sampled_from(("h100-sxm-80gb", "a100-sxm-80gb")))},
-            "workload": {"task": "inference" if serving else draw(st.sampled_from(TRAINING_TASKS))}}
+    plan = {
+        "model": model_data,
+        "framework": fmt.framework if draw(st.integers(0, 7)) else "generic",
+        "parallelism": _parallelism(draw, model, serving),
+        "hardware": {"gpu": draw(st.sampled_from(("h100-sxm-80gb", "a100-sxm-80gb")))},
+        "workload": {"task": "inference" if serving else draw(st.sampled_from(TRAINING_TASKS))},
+    }
     (_serving if serving else _training)(draw, plan, model)
     if plan["framework"] != "generic" and not draw(st.integers(0, 9)):
         plan["framework_release"] = "2025-01-15"
@@ -62,28 +85,48 @@ def plans(draw, fmt: Format) -> dict:
 def recipe_plans(draw, fmt: Format) -> dict:
     """A preset's plan of the format's framework that gives its task, batch and data-parallel degree only: the
     framework's recipe sets the rest."""
-    plan = {"model": {"preset": draw(st.sampled_from(("llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b")))},
-            "framework": fmt.framework, "parallelism": {"data": draw(st.sampled_from((1, 2, 8)))}}
+    plan = {
+        "model": {"preset": draw(st.sampled_from(("llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b")))},
+        "framework": fmt.framework,
+        "parallelism": {"data": draw(st.sampled_from((1, 2, 8)))},
+    }
     if fmt.framework in INFERENCE_FRAMEWORKS:
-        plan["workload"] = {"task": "inference", "inference": {"prompt_tokens": draw(st.sampled_from((1024, 7936))),
-                                                               "gpu_memory_utilization": 0.9}}
+        plan["workload"] = {
+            "task": "inference",
+            "inference": {"prompt_tokens": draw(st.sampled_from((1024, 7936))), "gpu_memory_utilization": 0.9},
+        }
         return plan
     micro = draw(st.sampled_from((1, 2, 4)))
-    plan["workload"] = {"task": draw(st.sampled_from(TRAINING_TASKS)), "micro_batch_size": micro,
-                        "sequence_length": draw(st.sampled_from((2048, 8192))), "steps": 1000,
-                        "global_batch_size": micro * plan["parallelism"]["data"] * draw(st.sampled_from((1, 4)))}
+    plan["workload"] = {
+        "task": draw(st.sampled_from(TRAINING_TASKS)),
+        "micro_batch_size": micro,
+        "sequence_length": draw(st.sampled_from((2048, 8192))),
+        "steps": 1000,
+        "global_batch_size": micro * plan["parallelism"]["data"] * draw(st.sampled_from((1, 4))),
+    }
     return plan
 
 
 def _parallelism(draw, model, serving: bool) -> dict:
     tensor = draw(st.sampled_from([1, 1, *tensor_degrees(model, 4)]))
     pipeline, data, context = (draw(st.sampled_from(v)) for v in ((1, 1, 1, 2, 4), (1, 2, 4, 8), (1, 1, 1, 2)))
-    parallelism = {"tensor": tensor, "pipeline": pipeline, "data": data, "context": context,
-                   **_some(draw, {"zero_stage": 0 if serving else draw(st.integers(0, 3)),
-                                  "sequence_parallel": tensor > 1 and draw(st.booleans())})}
+    parallelism = {
+        "tensor": tensor,
+        "pipeline": pipeline,
+        "data": data,
+        "context": context,
+        **_some(
+            draw,
+            {
+                "zero_stage": 0 if serving else draw(st.integers(0, 3)),
+                "sequence_parallel": tensor > 1 and draw(st.booleans()),
+            },
+        ),
+    }
     if model.num_experts:
-        parallelism["expert"] = draw(st.sampled_from([e for e in (1, 2, 4) if not math.gcd(model.num_experts,
-                                                                                          data * context) % e]))
+        parallelism["expert"] = draw(
+            st.sampled_from([e for e in (1, 2, 4) if not math.gcd(model.num_experts, data * context) % e])
+        )
     if pipeline > 1 and draw(st.booleans()):
         parallelism.update(pipeline_schedule="interleaved_1f1b", virtual_stages=2)
     elif pipeline > 1:
@@ -95,51 +138,77 @@ def _parallelism(draw, model, serving: bool) -> dict:
 def _serving(draw, plan: dict, model) -> None:
     batch = draw(st.sampled_from((1, 1, 8, 64)))
     plan["workload"]["inference"] = {
-        "batch_size": batch, "prompt_tokens": draw(st.sampled_from((128, 4096))),
+        "batch_size": batch,
+        "prompt_tokens": draw(st.sampled_from((128, 4096))),
         "output_tokens": draw(st.sampled_from((64, 256, 256))),
-        "gpu_memory_utilization": draw(st.sampled_from((0.85, 0.9, None))), "cuda_graphs": draw(st.booleans()),
-        "prefix_caching": draw(st.booleans())}
+        "gpu_memory_utilization": draw(st.sampled_from((0.85, 0.9, None))),
+        "cuda_graphs": draw(st.booleans()),
+        "prefix_caching": draw(st.booleans()),
+    }
     if plan["workload"]["inference"]["gpu_memory_utilization"] is not None:
-        plan["workload"]["inference"].update(max_num_seqs=draw(st.sampled_from((None, 256))),
-                                             prefill_chunk_tokens=draw(st.sampled_from((None, 2048))))
+        plan["workload"]["inference"].update(
+            max_num_seqs=draw(st.sampled_from((None, 256))), prefill_chunk_tokens=draw(st.sampled_from((None, 2048)))
+        )
     else:
         plan["workload"]["inference"]["cuda_graphs"] = True
-    plan["precision"] = {"compute": draw(st.sampled_from(("bf16", "fp16"))),
-                         "weights": draw(st.sampled_from((None, None, None, "bf16", "fp8", "int8", "int4"))),
-                         "kv_cache": draw(st.sampled_from(("fp8", None)))}
-    plan["techniques"] = {"attention": draw(st.sampled_from(("flash", "eager"))), "compile": draw(st.booleans()),
-                          "expandable_segments": draw(st.booleans())}
+    plan["precision"] = {
+        "compute": draw(st.sampled_from(("bf16", "fp16"))),
+        "weights": draw(st.sampled_from((None, None, None, "bf16", "fp8", "int8", "int4"))),
+        "kv_cache": draw(st.sampled_from(("fp8", None))),
+    }
+    plan["techniques"] = {
+        "attention": draw(st.sampled_from(("flash", "eager"))),
+        "compile": draw(st.booleans()),
+        "expandable_segments": draw(st.booleans()),
+    }
 
 
 def _training(draw, plan: dict, model) -> None:
     wl, par = plan["workload"], plan["parallelism"]
     micro, steps = draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 1, 2, 4)))
-    wl.update(sequence_length=draw(st.sampled_from((1024, 4096))), micro_batch_size=micro,
-              global_batch_size=micro * par["data"] * steps, steps=draw(st.sampled_from((None, 1000))))
+    wl.update(
+        sequence_length=draw(st.sampled_from((1024, 4096))),
+        micro_batch_size=micro,
+        global_batch_size=micro * par["data"] * steps,
+        steps=draw(st.sampled_from((None, 1000))),
+    )
     if wl["task"] in ("lora", "qlora"):
         targets = draw(st.lists(st.sampled_from(("q", "k", "v", "o", "gate", "up", "down")), min_size=1, unique=True))
-        wl["lora"] = {"rank": draw(st.sampled_from((8, 64))), "alpha": draw(st.sampled_from((16.0, 32.0))),
-                      "targets": [t for t in targets if t != "gate" or model.mlp == "swiglu"] or ["q"],
-                      "dropout": draw(st.sampled_from((0.0, 0.05))), "variant": draw(st.sampled_from(("lora", "dora")))}
+        wl["lora"] = {
+            "rank": draw(st.sampled_from((8, 64))),
+            "alpha": draw(st.sampled_from((16.0, 32.0))),
+            "targets": [t for t in targets if t != "gate" or model.mlp == "swiglu"] or ["q"],
+            "dropout": draw(st.sampled_from((0.0, 0.05))),
+            "variant": draw(st.sampled_from(("lora", "dora"))),
+        }
     plan["precision"] = _some(draw, _precision(draw, wl["task"], par))
     plan["techniques"] = _some(draw, _techniques(draw, model, par, steps == 1))
     par["flat_params"] = wl["task"] in ("lora", "qlora") and par.get("zero_stage") == 3 and draw(st.booleans())
     if par.get("zero_stage") and draw(st.booleans()):
-        par.update(reduce_bucket_elements=draw(st.sampled_from((16_777_216, 500_000_000))),
-                   sub_group_elements=draw(st.sampled_from((None, 1_000_000_000))))
+        par.update(
+            reduce_bucket_elements=draw(st.sampled_from((16_777_216, 500_000_000))),
+            sub_group_elements=draw(st.sampled_from((None, 1_000_000_000))),
+        )
 
 
 def _precision(draw, task: str, par: dict) -> dict:
-    prec = {"compute": draw(st.sampled_from(("bf16", "bf16", "fp16", "fp32", "fp8"))),
-            "master_weights": draw(st.sampled_from(("fp32", "fp32", "none"))),
-            "optimizer": draw(st.sampled_from(OPTIMIZERS)), "optimizer_impl": draw(st.sampled_from(("foreach", "fused",
-                                                                                                   "forloop")))}
+    prec = {
+        "compute": draw(st.sampled_from(("bf16", "bf16", "fp16", "fp32", "fp8"))),
+        "master_weights": draw(st.sampled_from(("fp32", "fp32", "none"))),
+        "optimizer": draw(st.sampled_from(OPTIMIZERS)),
+        "optimizer_impl": draw(st.sampled_from(("foreach", "fused", "forloop"))),
+    }
     if prec["optimizer"] in ("adamw_8bit", "paged_adamw_8bit"):
-        prec["optimizer_library"] = "bitsandbytes" if prec["optimizer"] == "paged_adamw_8bit" else draw(
-            st.sampled_from(("bitsandbytes", "torchao")))
+        prec["optimizer_library"] = (
+            "bitsandbytes"
+            if prec["optimizer"] == "paged_adamw_8bit"
+            else draw(st.sampled_from(("bitsandbytes", "torchao")))
+        )
     if prec["compute"] == "fp8":
-        prec.update(fp8_recipe=draw(st.sampled_from(("tensorwise", "rowwise", "mxfp8", "nvfp4"))),
-                    fp8_all_gather=par.get("zero_stage") == 3 and draw(st.booleans()))
+        prec.update(
+            fp8_recipe=draw(st.sampled_from(("tensorwise", "rowwise", "mxfp8", "nvfp4"))),
+            fp8_all_gather=par.get("zero_stage") == 3 and draw(st.booleans()),
+        )
     if task == "qlora":
         prec["weights"] = draw(st.sampled_from(("nf4", "nf4", "int8", "int4")))
         prec["double_quant"] = prec["weights"] == "nf4" and draw(st.booleans())
@@ -151,22 +220,32 @@ def _precision(draw, task: str, par: dict) -> dict:
 
 
 def _techniques(draw, model, par: dict, one_step: bool) -> dict:
-    tech = {"activation_checkpointing": draw(st.sampled_from(("none", "full", "full", "selective", "selective_op",
-                                                              "every_k"))),
-            "checkpoint_every": draw(st.sampled_from((2, 4))), "attention": draw(st.sampled_from(("flash", "eager"))),
-            "offload": draw(st.sampled_from(("none", "none", "optimizer", "optimizer_and_params"))),
-            "loss": draw(st.sampled_from(("full", "full", "chunked", "fused"))),
-            "loss_chunks": draw(st.sampled_from((8, 16))), "compile": draw(st.booleans()),
-            "compile_scope": draw(st.sampled_from(("blocks", "loss", "blocks_and_loss"))),
-            "activation_offload": not draw(st.integers(0, 5)), "expandable_segments": draw(st.booleans())}
+    tech = {
+        "activation_checkpointing": draw(
+            st.sampled_from(("none", "full", "full", "selective", "selective_op", "every_k"))
+        ),
+        "checkpoint_every": draw(st.sampled_from((2, 4))),
+        "attention": draw(st.sampled_from(("flash", "eager"))),
+        "offload": draw(st.sampled_from(("none", "none", "optimizer", "optimizer_and_params"))),
+        "loss": draw(st.sampled_from(("full", "full", "chunked", "fused"))),
+        "loss_chunks": draw(st.sampled_from((8, 16))),
+        "compile": draw(st.booleans()),
+        "compile_scope": draw(st.sampled_from(("blocks", "loss", "blocks_and_loss"))),
+        "activation_offload": not draw(st.integers(0, 5)),
+        "expandable_segments": draw(st.booleans()),
+    }
     if tech["offload"] == "optimizer_and_params":
         par["zero_stage"] = 3
     if model.num_experts and draw(st.booleans()):
         tech["moe_capacity_factor"] = draw(st.sampled_from((1.0, 1.25)))
     if one_step and not par.get("zero_stage") and tech["offload"] == "none":
         tech["optimizer_in_backward"] = draw(st.booleans())
-    par["async_tp"] = par.get("sequence_parallel", False) and tech["compile"] and tech["compile_scope"] != "loss" and \
-        draw(st.booleans())
+    par["async_tp"] = (
+        par.get("sequence_parallel", False)
+        and tech["compile"]
+        and tech["compile_scope"] != "loss"
+        and draw(st.booleans())
+    )
     return tech
 
 
@@ -226,8 +305,13 @@ def _leaves(section: dict, prefix: str):
 def _footprint(plan) -> tuple:
     est = estimate(plan, CATALOG, detail=False)
     time = plan_time(plan, est.gpu)
-    return (est.peak_allocated_bytes, est.peak_reserved_bytes, est.device_bytes, est.host_bytes,
-            None if time is None else time.step_time_s)
+    return (
+        est.peak_allocated_bytes,
+        est.peak_reserved_bytes,
+        est.device_bytes,
+        est.host_bytes,
+        None if time is None else time.step_time_s,
+    )
 
 
 def check_export(plan, fmt: Format) -> None:
@@ -254,18 +338,25 @@ def test_export_changes_nothing_silently(name, data):
 
 
 def _plan(framework: str, **sections) -> object:
-    return plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "framework": framework, "hardware": {"count": 8},
-                           **sections})
+    return plan_from_dict(
+        {"model": {"preset": "llama-3.1-8b"}, "framework": framework, "hardware": {"count": 8}, **sections}
+    )
 
 
 def test_hf_trainer_pipeline_is_named_and_the_batch_kept():
     """Issue 27: pipeline 2 came back as pipeline 1, data 8 and twice the global batch, with no note."""
-    plan = _plan("hf_trainer", parallelism={"pipeline": 2, "data": 4},
-                 workload={"task": "finetune", "micro_batch_size": 2, "global_batch_size": 16})
+    plan = _plan(
+        "hf_trainer",
+        parallelism={"pipeline": 2, "data": 4},
+        workload={"task": "finetune", "micro_batch_size": 2, "global_batch_size": 16},
+    )
     text, lost = export_config(plan, FORMATS["hf_trainer"])
     assert "gradient_accumulation_steps: 1\n" in text  # 2 per GPU × 8 GPUs: the planned 16
-    assert lost == {"parallelism.data": (4, 8), "parallelism.pipeline": (2, 1),
-                    "parallelism.pipeline_layers": ([16, 16], [32])}
+    assert lost == {
+        "parallelism.data": (4, 8),
+        "parallelism.pipeline": (2, 1),
+        "parallelism.pipeline_layers": ([16, 16], [32]),
+    }
     assert read_back(plan, FORMATS["hf_trainer"], text).workload.global_batch_size == 16
 
 
@@ -275,16 +366,22 @@ def test_accelerate_optimizer_offload_runs_deepspeed_and_says_so():
     plan = _plan("accelerate_fsdp", parallelism={"zero_stage": 3}, techniques={"offload": "optimizer"})
     text, lost = export_config(plan, FORMATS["accelerate"])
     assert "distributed_type: DEEPSPEED\n" in text
-    assert lost == {"precision.gradients": ("fp32", "bf16"), "parallelism.reduce_bucket_elements": (None, 500_000_000),
-                    "parallelism.sub_group_elements": (None, 1_000_000_000),
-                    "framework": ("accelerate_fsdp", "deepspeed")}
+    assert lost == {
+        "precision.gradients": ("fp32", "bf16"),
+        "parallelism.reduce_bucket_elements": (None, 500_000_000),
+        "parallelism.sub_group_elements": (None, 1_000_000_000),
+        "framework": ("accelerate_fsdp", "deepspeed"),
+    }
     fsdp = _plan("accelerate_fsdp", parallelism={"zero_stage": 3}, techniques={"offload": "optimizer_and_params"})
     assert export_config(fsdp, FORMATS["accelerate"])[1] == {}
 
 
 def test_deepspeed_runs_the_gpus_it_cannot_pipeline_as_data_ranks():
-    plan = _plan("deepspeed", parallelism={"pipeline": 2, "data": 4, "zero_stage": 1},
-                 workload={"micro_batch_size": 1, "global_batch_size": 16})
+    plan = _plan(
+        "deepspeed",
+        parallelism={"pipeline": 2, "data": 4, "zero_stage": 1},
+        workload={"micro_batch_size": 1, "global_batch_size": 16},
+    )
     text, lost = export_config(plan, FORMATS["deepspeed"])
     assert '"train_batch_size": 16,' in text and '"gradient_accumulation_steps": 2,' in text
     assert {"parallelism.pipeline": (2, 1), "parallelism.data": (4, 8)}.items() <= lost.items()
@@ -303,15 +400,19 @@ def test_a_preset_with_other_layers_names_no_checkpoint():
     text, lost = export_config(plan, FORMATS["hf_trainer"])
     assert "model_name_or_path" not in text and not any(key.startswith("model.") for key in lost)
     with pytest.raises(PlanError, match=r"^model.preset: 'llama-3.1-8b' is needed, with its own architecture"):
-        export_config(plan_from_dict({"model": {"preset": "llama-3.1-8b", "num_layers": 12}, "framework": "axolotl"}),
-                      FORMATS["axolotl"])
+        export_config(
+            plan_from_dict({"model": {"preset": "llama-3.1-8b", "num_layers": 12}, "framework": "axolotl"}),
+            FORMATS["axolotl"],
+        )
 
 
 def test_cli_export_prints_every_key_it_changes(tmp_path, capsys):
     path = tmp_path / "plan.yaml"
-    path.write_text("model: {preset: llama-3.1-8b}\nframework: hf_trainer\nhardware: {count: 8}\n"
-                    "parallelism: {pipeline: 2, data: 4}\nworkload: {micro_batch_size: 2, global_batch_size: 16}\n"
-                    "techniques: {expandable_segments: true}\n")
+    path.write_text(
+        "model: {preset: llama-3.1-8b}\nframework: hf_trainer\nhardware: {count: 8}\n"
+        "parallelism: {pipeline: 2, data: 4}\nworkload: {micro_batch_size: 2, global_batch_size: 16}\n"
+        "techniques: {expandable_segments: true}\n"
+    )
     assert main(["export", str(path), "--to", "hf_trainer"]) == 0
     assert capsys.readouterr().err.splitlines() == [
         "hf_trainer cannot say workload.task = pretrain (pretrain reads back as finetune (from_pretrained weights; "
@@ -322,4 +423,5 @@ def test_cli_export_prints_every_key_it_changes(tmp_path, capsys):
         "runs 8",
         "hf_trainer cannot say parallelism.pipeline = 2 (the Trainer has no pipeline parallelism); the config runs 1",
         "hf_trainer cannot say parallelism.pipeline_layers = [16, 16] (the Trainer has no pipeline parallelism); the "
-        "config runs [32]"]
+        "config runs [32]",
+    ]

@@ -28,14 +28,22 @@ def _sources(imported):
 def test_qlora_keys_spelled_out():
     imported = _read("qlora_qwen3.yaml", gpus=4)
     assert imported.plan == {
-        "framework": "hf_trainer", "hardware": {"count": 4}, "model": {"preset": "qwen3-4b"},
+        "framework": "hf_trainer",
+        "hardware": {"count": 4},
+        "model": {"preset": "qwen3-4b"},
         # quantization_bit 4 with the default method bnb: nf4, double_quantization as given
         "precision": {"compute": "bf16", "double_quant": False, "weights": "nf4"},
         # checkpointing on by default; fa2 a fused kernel; Liger's fused linear cross-entropy for sft
         "techniques": {"activation_checkpointing": "full", "attention": "flash", "loss": "fused"},
-        "workload": {"task": "qlora", "lora": {"alpha": 32, "dropout": 0.05, "rank": 16, "targets": ["q", "v"]},
-                     "micro_batch_size": 2, "sequence_length": 4096, "steps": 500,
-                     "global_batch_size": 2 * 4 * 4}}  # per-device 2 × accumulation 4 × 4 GPUs
+        "workload": {
+            "task": "qlora",
+            "lora": {"alpha": 32, "dropout": 0.05, "rank": 16, "targets": ["q", "v"]},
+            "micro_batch_size": 2,
+            "sequence_length": 4096,
+            "steps": 500,
+            "global_batch_size": 2 * 4 * 4,
+        },
+    }  # per-device 2 × accumulation 4 × 4 GPUs
     assert imported.unmodelled == () and imported.unknown == ()
     assert "packing" in imported.ignored  # packing: true, the plan's every-sequence-at-cutoff_len
     assert _sources(imported)["techniques.activation_checkpointing"] == "disable_gradient_checkpointing (absent: false)"
@@ -43,21 +51,29 @@ def test_qlora_keys_spelled_out():
 
 def test_every_default_is_named():
     imported = _read("lora_defaults.yaml", gpus=2)
-    assert imported.plan["workload"] == {"task": "lora", "lora": {"rank": 8, "alpha": 16, "dropout": 0.0,
-                                                                  "targets": ALL},
-                                         "sequence_length": 2048, "micro_batch_size": 8}
+    assert imported.plan["workload"] == {
+        "task": "lora",
+        "lora": {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": ALL},
+        "sequence_length": 2048,
+        "micro_batch_size": 8,
+    }
     assert imported.plan["precision"] == {"compute": "bf16", "weights": "bf16"}
     sources = _sources(imported)
     assert sources == {
-        "model.preset": "model_name_or_path", "workload.task": "finetuning_type",
-        "workload.lora.rank": "lora_rank (absent: 8)", "workload.lora.alpha": "lora_alpha (absent: lora_rank × 2)",
-        "workload.lora.dropout": "lora_dropout (absent: 0)", "workload.lora.targets": "lora_target (absent: all)",
+        "model.preset": "model_name_or_path",
+        "workload.task": "finetuning_type",
+        "workload.lora.rank": "lora_rank (absent: 8)",
+        "workload.lora.alpha": "lora_alpha (absent: lora_rank × 2)",
+        "workload.lora.dropout": "lora_dropout (absent: 0)",
+        "workload.lora.targets": "lora_target (absent: all)",
         "precision.compute": "bf16 (absent: the model loads in its checkpoint's dtype, planned as bf16)",
         "precision.weights": "bf16/fp16 (the frozen base loads in compute_dtype)",
         "techniques.activation_checkpointing": "disable_gradient_checkpointing (absent: false)",
         "techniques.attention": "flash_attn (absent: auto, transformers' sdpa)",
-        "workload.sequence_length": "cutoff_len (absent: 2048)", "hardware.count": "gpus",
-        "workload.micro_batch_size": "(TrainingArguments' default per_device_train_batch_size)"}
+        "workload.sequence_length": "cutoff_len (absent: 2048)",
+        "hardware.count": "gpus",
+        "workload.micro_batch_size": "(TrainingArguments' default per_device_train_batch_size)",
+    }
     assert imported.unmodelled[1].startswith("packing (absent: off for sft): each batch is padded")
 
 
@@ -71,21 +87,30 @@ def test_finetuning_type_absent_is_lora():
 def test_full_zero3_offload_by_the_examples_file_name():
     imported = _read("full_zero3_offload.yaml", gpus=8)
     assert imported.plan == {
-        "framework": "deepspeed", "hardware": {"count": 8}, "model": {"preset": "llama-3.1-8b"},
+        "framework": "deepspeed",
+        "hardware": {"count": 8},
+        "model": {"preset": "llama-3.1-8b"},
         "parallelism": {"zero_stage": 3},
         "precision": {"compute": "fp16", "optimizer": "adamw", "optimizer_impl": "foreach"},
         "techniques": {"activation_checkpointing": "none", "attention": "flash", "offload": "optimizer_and_params"},
         # stage pt packs by default: no padding note
-        "workload": {"task": "finetune", "micro_batch_size": 4, "sequence_length": 1024, "global_batch_size": 64}}
+        "workload": {"task": "finetune", "micro_batch_size": 4, "sequence_length": 1024, "global_batch_size": 64},
+    }
     assert imported.unmodelled[0].startswith("deepspeed: examples/deepspeed/ds_z3_offload_config.json is not beside")
 
 
 def test_deepspeed_file_beside_the_config_is_read():
     """A ZeRO-2 JSON whose name says nothing: its stage and optimizer offload come from the file."""
-    ds = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "reduce_bucket_size": 2e8},
-          "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}
-    text = (DATA / "full_zero3_offload.yaml").read_text().replace("examples/deepspeed/ds_z3_offload_config.json",
-                                                                 "my_ds.json")
+    ds = {
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "reduce_bucket_size": 2e8},
+        "bf16": {"enabled": "auto"},
+        "train_micro_batch_size_per_gpu": "auto",
+    }
+    text = (
+        (DATA / "full_zero3_offload.yaml")
+        .read_text()
+        .replace("examples/deepspeed/ds_z3_offload_config.json", "my_ds.json")
+    )
     files = {"my_ds.json": json.dumps(ds)}
     imported = read_config(text, gpus=8, files=files.get)
     assert imported.format == "llamafactory"
@@ -99,29 +124,49 @@ def test_deepspeed_file_beside_the_config_is_read():
 
 def test_pure_bf16_full_has_no_fp32_master():
     text = (DATA / "full_zero3_offload.yaml").read_text()
-    text = text.replace("fp16: true\n", "pure_bf16: true\n").replace("deepspeed: examples/deepspeed/"
-                                                                       "ds_z3_offload_config.json\n", "")
-    assert read(text).plan["precision"] == {"compute": "bf16", "master_weights": "none", "optimizer": "adamw",
-                                            "optimizer_impl": "foreach"}
+    text = text.replace("fp16: true\n", "pure_bf16: true\n").replace(
+        "deepspeed: examples/deepspeed/ds_z3_offload_config.json\n", ""
+    )
+    assert read(text).plan["precision"] == {
+        "compute": "bf16",
+        "master_weights": "none",
+        "optimizer": "adamw",
+        "optimizer_impl": "foreach",
+    }
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("stage: sft", "stage: kto"), f"stage: kto: {RL_WHY}"),
-    (("stage: sft", "stage: ppo"), f"stage: ppo: {RL_WHY}"),
-    (("stage: sft", "stage: grpo"), "stage: 'grpo' is not one of: sft, pt, dpo, kto, ppo, rm"),
-    (("finetuning_type: lora", "finetuning_type: oft"), "finetuning_type: oft: OFT's orthogonal adapters; the plan "
-                                                        "trains every weight (full) or LoRA adapters"),
-    (("quantization_bit: 4", "quantization_bit: 2"), "quantization_bit: 2 with quantization_method bnb: the plan's "
-                                                     "quantized weights are 4-bit (nf4) or 8-bit (int8)"),
-    (("finetuning_type: lora", "finetuning_type: full"), "quantization_bit: 4 needs finetuning_type lora: a quantized "
-                                                         "model trains adapters only (model/adapter.py)"),
-    (("bf16: true", "bf16: true\nuse_galore: true"), "use_galore: True: GaLore projects the gradients and optimizer "
-                                                     "states to rank galore_rank: no plan optimizer says it"),
-    (("bf16: true", "bf16: true\npipeline_model_parallel_size: 4"),
-     "pipeline_model_parallel_size: 4: a Megatron-Core run (mcore_adapter, USE_MCA=1): write it as a megatron "
-     "command line"),
-    (("flash_attn: fa2", "flash_attn: fa9"), "flash_attn: 'fa9' is not one of: auto, disabled, sdpa, fa2, fa3"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("stage: sft", "stage: kto"), f"stage: kto: {RL_WHY}"),
+        (("stage: sft", "stage: ppo"), f"stage: ppo: {RL_WHY}"),
+        (("stage: sft", "stage: grpo"), "stage: 'grpo' is not one of: sft, pt, dpo, kto, ppo, rm"),
+        (
+            ("finetuning_type: lora", "finetuning_type: oft"),
+            "finetuning_type: oft: OFT's orthogonal adapters; the plan trains every weight (full) or LoRA adapters",
+        ),
+        (
+            ("quantization_bit: 4", "quantization_bit: 2"),
+            "quantization_bit: 2 with quantization_method bnb: the plan's "
+            "quantized weights are 4-bit (nf4) or 8-bit (int8)",
+        ),
+        (
+            ("finetuning_type: lora", "finetuning_type: full"),
+            "quantization_bit: 4 needs finetuning_type lora: a quantized model trains adapters only (model/adapter.py)",
+        ),
+        (
+            ("bf16: true", "bf16: true\nuse_galore: true"),
+            "use_galore: True: GaLore projects the gradients and optimizer "
+            "states to rank galore_rank: no plan optimizer says it",
+        ),
+        (
+            ("bf16: true", "bf16: true\npipeline_model_parallel_size: 4"),
+            "pipeline_model_parallel_size: 4: a Megatron-Core run (mcore_adapter, USE_MCA=1): write it as a megatron "
+            "command line",
+        ),
+        (("flash_attn: fa2", "flash_attn: fa9"), "flash_attn: 'fa9' is not one of: auto, disabled, sdpa, fa2, fa3"),
+    ],
+)
 def test_refusals_name_the_key_and_why(edit, message):
     with pytest.raises(PlanError) as err:
         read((DATA / "qlora_qwen3.yaml").read_text().replace(*edit))
@@ -131,8 +176,10 @@ def test_refusals_name_the_key_and_why(edit, message):
 def test_freeze_is_refused():
     with pytest.raises(PlanError) as err:
         _read("freeze.yaml")
-    assert str(err.value) == ("finetuning_type: freeze: trains the last freeze_trainable_layers layers (default 2) "
-                              "in full and freezes the rest; the plan trains every weight (full) or LoRA adapters")
+    assert str(err.value) == (
+        "finetuning_type: freeze: trains the last freeze_trainable_layers layers (default 2) "
+        "in full and freezes the rest; the plan trains every weight (full) or LoRA adapters"
+    )
 
 
 def test_eight_bit_and_other_methods():
@@ -140,8 +187,9 @@ def test_eight_bit_and_other_methods():
     assert read(text).plan["precision"]["weights"] == "int8"
     hqq = read(text.replace("quantization_bit: 8", "quantization_bit: 4\nquantization_method: hqq"))
     assert hqq.plan["precision"] == {"weights": "nf4", "compute": "bf16"}
-    assert hqq.unmodelled[0] == ("quantization_method: hqq's 4-bit weights are planned as bitsandbytes' nf4 (the same "
-                                 "bits, other scales)")
+    assert hqq.unmodelled[0] == (
+        "quantization_method: hqq's 4-bit weights are planned as bitsandbytes' nf4 (the same bits, other scales)"
+    )
 
 
 def test_detected_before_hf_trainer_and_read_only():
@@ -175,8 +223,9 @@ def test_corpus_plans_or_refuses_with_a_reason(path):
         assert field and len(why) > 20, str(exc)
 
 
-@pytest.mark.parametrize(("stage", "objective", "reference"), [("dpo", "preference", "adapters_disabled"),
-                                                                ("rm", "reward", None)])
+@pytest.mark.parametrize(
+    ("stage", "objective", "reference"), [("dpo", "preference", "adapters_disabled"), ("rm", "reward", None)]
+)
 def test_dpo_and_rm_stages_read_as_post_training(stage, objective, reference):
     """finetuning_args.py stage dpo (pref_loss sigmoid: DPO, the LoRA base as reference) and rm (a reward model)."""
     text = (DATA / "qlora_qwen3.yaml").read_text().replace("stage: sft", f"stage: {stage}")

@@ -7,17 +7,25 @@ from planner.errors import PlanError
 from planner.formats import reading, shell
 
 
-@pytest.mark.parametrize("value, expected", [(8, 8), ("8", 8), (2e8, 200_000_000), ("5e8", 500_000_000),
-                                             (8.0, 8), ("1_000", 1000)])
+@pytest.mark.parametrize(
+    "value, expected", [(8, 8), ("8", 8), (2e8, 200_000_000), ("5e8", 500_000_000), (8.0, 8), ("1_000", 1000)]
+)
 def test_as_int_takes_the_spellings_configs_use(value, expected):
     assert reading.as_int("k", value) == expected
 
 
-@pytest.mark.parametrize("value, low, message", [
-    (0, 1, "k: 0 must be an integer ≥ 1"), (True, 1, "k: True must be an integer ≥ 1"),
-    (1.5, 1, "k: 1.5 must be an integer ≥ 1"), ("two", 1, "k: 'two' must be an integer ≥ 1"),
-    ("1e400", 1, "k: '1e400' must be an integer ≥ 1"), ([1], 1, "k: [1] must be an integer ≥ 1"),
-    (-2, -1, "k: -2 must be an integer ≥ -1")])
+@pytest.mark.parametrize(
+    "value, low, message",
+    [
+        (0, 1, "k: 0 must be an integer ≥ 1"),
+        (True, 1, "k: True must be an integer ≥ 1"),
+        (1.5, 1, "k: 1.5 must be an integer ≥ 1"),
+        ("two", 1, "k: 'two' must be an integer ≥ 1"),
+        ("1e400", 1, "k: '1e400' must be an integer ≥ 1"),
+        ([1], 1, "k: [1] must be an integer ≥ 1"),
+        (-2, -1, "k: -2 must be an integer ≥ -1"),
+    ],
+)
 def test_as_int_refusals(value, low, message):
     with pytest.raises(PlanError) as err:
         reading.as_int("k", value, low)
@@ -26,17 +34,21 @@ def test_as_int_refusals(value, low, message):
 
 def test_as_number_and_bounds():
     assert reading.as_number("k", "0.9") == 0.9 and reading.as_number("k", 3) == 3
-    for value, low, high, message in ((True, -1e9, 1e9, "k: True must be a number from -1e+09 to 1e+09"),
-                                      ("nan", 0, 1, "k: 'nan' must be a number from 0 to 1"),
-                                      ("x", -float("inf"), float("inf"), "k: 'x' must be a number"),
-                                      (1.5, 0.05, 1, "k: 1.5 must be a number from 0.05 to 1")):
+    for value, low, high, message in (
+        (True, -1e9, 1e9, "k: True must be a number from -1e+09 to 1e+09"),
+        ("nan", 0, 1, "k: 'nan' must be a number from 0 to 1"),
+        ("x", -float("inf"), float("inf"), "k: 'x' must be a number"),
+        (1.5, 0.05, 1, "k: 1.5 must be a number from 0.05 to 1"),
+    ):
         with pytest.raises(PlanError) as err:
             reading.as_number("k", value, low, high)
         assert str(err.value) == message
 
 
-@pytest.mark.parametrize("value, expected", [(True, True), ("yes", True), ("True", True), (1, True), ("0", False),
-                                             ("f", False), (False, False)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [(True, True), ("yes", True), ("True", True), (1, True), ("0", False), ("f", False), (False, False)],
+)
 def test_as_bool_takes_the_parsers_words(value, expected):
     assert reading.as_bool("k", value) is expected
 
@@ -59,8 +71,11 @@ def test_choice():
 
 def test_text_list_and_mapping_checks():
     assert reading.as_texts("k", "a") == ["a"]
-    for check, value, rule in ((reading.as_text, 3, "must be text"), (reading.as_mapping, [1], "must be a mapping"),
-                               (reading.as_texts, ["a", 1], "must be a list of text")):
+    for check, value, rule in (
+        (reading.as_text, 3, "must be text"),
+        (reading.as_mapping, [1], "must be a mapping"),
+        (reading.as_texts, ["a", 1], "must be a list of text"),
+    ):
         with pytest.raises(PlanError) as err:
             check("k", value)
         assert str(err.value) == f"k: {value!r} {rule}"
@@ -98,7 +113,7 @@ def test_shell_words_lines_and_environment():
     assert env == ["NCCL_DEBUG=INFO", "CONFIG_FILE=x.toml"] and rest == ["./run.sh", "--a", "1", "--b", "2 3"]
     with pytest.raises(PlanError) as err:
         shell.words("run --a 'x")
-    assert str(err.value) == "config: \"run --a 'x\" is not shell text shlex can split (No closing quotation)"
+    assert str(err.value) == 'config: "run --a \'x" is not shell text shlex can split (No closing quotation)'
 
 
 def test_other_keys_are_noted_ignored_or_unknown():
@@ -106,8 +121,11 @@ def test_other_keys_are_noted_ignored_or_unknown():
     for key in ("overlap_comm", "steps_per_print", "frobnicate"):
         r.other(key, unmodelled={"overlap_comm": "a second bucket"}, ignored={"steps_per_print"})
     r.other("flag", unmodelled={}, ignored={"flag"}, name="--flag")
-    assert (r.unmodelled, r.ignored, r.unknown) == (["overlap_comm: a second bucket"], ["steps_per_print", "--flag"],
-                                                    ["frobnicate"])
+    assert (r.unmodelled, r.ignored, r.unknown) == (
+        ["overlap_comm: a second bucket"],
+        ["steps_per_print", "--flag"],
+        ["frobnicate"],
+    )
 
 
 @pytest.mark.parametrize("value", [10**40, "1" * 5000, 1e300, -(10**31)])

@@ -30,13 +30,20 @@ def test_words_and_errors_are_shlexs(text):
     assert _split(text) == _shlex(text)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("vllm serve m --tp 2  # a comment\n--x 'a b' \"c \\\" d\" e\\ f", ["vllm", "serve", "m", "--tp", "2", "--x",
-                                                                       "a b", 'c " d', "e f"]),
-    ("a'' '' \"\" b#c d", ["a", "", "", "b"]),  # quotes alone make a word; a # in a word starts a comment
-    ('"a\\b\\\\c"', ["a\\b\\c"]),  # in double quotes a backslash escapes only " and itself
-    ("'unclosed", "No closing quotation"), ('"ends in \\', "No escaped character"), ("a \\", "No escaped character"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            'vllm serve m --tp 2  # a comment\n--x \'a b\' "c \\" d" e\\ f',
+            ["vllm", "serve", "m", "--tp", "2", "--x", "a b", 'c " d', "e f"],
+        ),
+        ("a'' '' \"\" b#c d", ["a", "", "", "b"]),  # quotes alone make a word; a # in a word starts a comment
+        ('"a\\b\\\\c"', ["a\\b\\c"]),  # in double quotes a backslash escapes only " and itself
+        ("'unclosed", "No closing quotation"),
+        ('"ends in \\', "No escaped character"),
+        ("a \\", "No escaped character"),
+    ],
+)
 def test_quoting_escapes_comments_and_errors(text, expected):
     assert _split(text) == expected == _shlex(text)
 

@@ -25,11 +25,14 @@ def test_refactor_entry_reads_its_dataclasses():
     of the model alone, foreach AdamW; the module (llama3) from the entry's name."""
     imported = tt.read(text("registry_refactor.py"), gpus=8, entry="llama3_8b_tp2")
     assert imported.plan == {
-        "framework": "torchtitan", "hardware": {"count": 8}, "model": {"preset": "llama-3.1-8b"},
+        "framework": "torchtitan",
+        "hardware": {"count": 8},
+        "model": {"preset": "llama-3.1-8b"},
         "precision": {"optimizer_impl": "foreach"},
         "techniques": {"activation_checkpointing": "full", "compile": True, "compile_scope": "blocks"},
         "parallelism": {"tensor": 2, "data": 4, "zero_stage": 3},
-        "workload": {"sequence_length": 8192, "steps": 100, "micro_batch_size": 2}}
+        "workload": {"sequence_length": 8192, "steps": 100, "micro_batch_size": 2},
+    }
     assert imported.unmodelled == () and imported.unknown == ()
     assert any("(model.name llama3: the entry's name llama3_8b_tp2)" in r.source for r in imported.read)
 
@@ -74,14 +77,18 @@ def test_refusals_name_their_reason():
 def test_launch_line_picks_the_entry_and_overrides_it():
     """torchtitan's ConfigManager: --module and --config pick the entry, the other --section.key arguments lie over
     it (CLI args > config_registry function defaults)."""
-    line = ("torchrun --nproc_per_node=8 -m torchtitan.train --module llama3 --config llama3_8b_tp2_float8 "
-            "--training.steps 7")
+    line = (
+        "torchrun --nproc_per_node=8 -m torchtitan.train --module llama3 --config llama3_8b_tp2_float8 "
+        "--training.steps 7"
+    )
     imported = tt.read(text("registry_refactor.py"), gpus=8, overrides=line)
     assert imported.plan["workload"]["steps"] == 7 and imported.plan["precision"]["compute"] == "fp8"
     assert any("model_registry('8B') (--module llama3)" in r.source for r in imported.read)
     alone = tt.read("MODULE=llama3 CONFIG=llama3_8b ./run_train.sh --training.steps 3")
-    assert alone.unmodelled == ("CONFIG: the config_registry.py entry it names (llama3_8b) is not read here; read "
-                                "the registry with this command line as overrides (or the entry with --entry)",)
+    assert alone.unmodelled == (
+        "CONFIG: the config_registry.py entry it names (llama3_8b) is not read here; read "
+        "the registry with this command line as overrides (or the entry with --entry)",
+    )
     assert "MODULE llama3" in alone.ignored
 
 
@@ -92,12 +99,21 @@ def test_token_counted_batch_converters_in_model_registry_and_policies():
     async TP from the compile config; FullAC."""
     imported = tt.read(text("registry_tokens.py"), gpus=16, entry="qwen3_8b_pp")
     assert imported.plan == {
-        "framework": "torchtitan", "hardware": {"count": 16}, "model": {"preset": "qwen3-8b"},
+        "framework": "torchtitan",
+        "hardware": {"count": 16},
+        "model": {"preset": "qwen3-8b"},
         "precision": {"compute": "fp8", "fp8_recipe": "rowwise", "optimizer": "adamw"},
         "techniques": {"activation_checkpointing": "full", "compile": True},
-        "parallelism": {"tensor": 2, "pipeline": 2, "async_tp": True, "data": 4, "zero_stage": 3,
-                        "pipeline_schedule": "1f1b"},
-        "workload": {"sequence_length": 4096, "steps": 50, "global_batch_size": 64, "micro_batch_size": 2}}
+        "parallelism": {
+            "tensor": 2,
+            "pipeline": 2,
+            "async_tp": True,
+            "data": 4,
+            "zero_stage": 3,
+            "pipeline_schedule": "1f1b",
+        },
+        "workload": {"sequence_length": 4096, "steps": 50, "global_batch_size": 64, "micro_batch_size": 2},
+    }
     assert imported.unmodelled == () and imported.unknown == ()
     assert "model_spec.converters[Float8LinearConverter].model_compile_enabled" in imported.ignored
 
@@ -112,8 +128,10 @@ def test_selective_policy_is_per_op_and_tokens_without_pipeline():
 def test_llama3_8b_registry_plans_as_the_toml():
     """The same run as llama3_8b.toml (v0.2.2) written as a registry entry: the same plan, 43.50 GiB on 8 × H100
     (read as a command line before this reader: JobConfig defaults, 94.79 GiB)."""
-    plans = [plan_from_config(read_config(text(name), gpus=8), gpu="h100-sxm-80gb")
-             for name in ("llama3_8b.toml", "registry_llama3_8b.py")]
+    plans = [
+        plan_from_config(read_config(text(name), gpus=8), gpu="h100-sxm-80gb")
+        for name in ("llama3_8b.toml", "registry_llama3_8b.py")
+    ]
     assert plans[0].workload == plans[1].workload and plans[0].techniques == plans[1].techniques
     assert plans[0].parallelism == plans[1].parallelism and plans[0].model == plans[1].model
     device = [estimate(plan).device_bytes for plan in plans]
@@ -145,9 +163,12 @@ def test_every_shared_registry_reads_or_refuses_with_a_reason():
 
 def test_a_flavor_not_written_out_reads_no_model():
     """model_registry(FLAVOR) with FLAVOR from a helper: no model is read (not JobConfig's default debug model)."""
-    source = ("from torchtitan.trainer import Trainer\nfrom . import model_registry\n\n\n"
-              "def llama3_x() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry(pick()))\n")
+    source = (
+        "from torchtitan.trainer import Trainer\nfrom . import model_registry\n\n\n"
+        "def llama3_x() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry(pick()))\n"
+    )
     imported = tt.read(source, gpus=8)
     assert "model" not in imported.plan and imported.model_name == ""
-    assert imported.unmodelled == ("model_spec=model_registry(pick(...)): the flavor is not a literal; the model is not "
-                                   "read",)
+    assert imported.unmodelled == (
+        "model_spec=model_registry(pick(...)): the flavor is not a literal; the model is not read",
+    )

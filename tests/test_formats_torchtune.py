@@ -5,16 +5,20 @@ from pathlib import Path
 
 import pytest
 
-from planner.codec import plan_from_dict
 from planner.errors import PlanError
 from planner.formats import FORMATS, axolotl, detect, overlay, round_trip
 from planner.formats.torchtune import FORMAT, read, write
+from planner.plan.codec import plan_from_dict
 
 DATA = Path(__file__).parent / "data" / "configs" / "torchtune"
-NO_CAP = ("tokenizer.max_seq_len: null: no cap, each batch is as long as its longest sample; the plan keeps its own "
-          "sequence_length")
-UNPACKED = ("dataset.packed: False: each batch is padded to its longest sample, up to max_seq_len; the plan takes "
-            "every sequence at its sequence_length (an upper bound)")
+NO_CAP = (
+    "tokenizer.max_seq_len: null: no cap, each batch is as long as its longest sample; the plan keeps its own "
+    "sequence_length"
+)
+UNPACKED = (
+    "dataset.packed: False: each batch is padded to its longest sample, up to max_seq_len; the plan takes "
+    "every sequence at its sequence_length (an upper bound)"
+)
 ADAPTERS = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": ["q", "v", "o", "gate", "up", "down"]}
 
 
@@ -25,23 +29,31 @@ def _read(name, gpus=None):
 def test_full_single_device():
     imported = _read("llama3_1_8B_full_single_device.yaml")
     assert imported.plan == {
-        "framework": "torchtune", "model": {"preset": "llama-3.1-8b"},
-        "workload": {"task": "finetune", "micro_batch_size": 2, "global_batch_size": 2}, "hardware": {"count": 1},
+        "framework": "torchtune",
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"task": "finetune", "micro_batch_size": 2, "global_batch_size": 2},
+        "hardware": {"count": 1},
         "precision": {"compute": "bf16", "optimizer": "paged_adamw_8bit", "optimizer_library": "bitsandbytes"},
-        "techniques": {"activation_checkpointing": "full", "activation_offload": False, "compile": False,
-                       "optimizer_in_backward": True, "loss": "chunked"}}
+        "techniques": {
+            "activation_checkpointing": "full",
+            "activation_offload": False,
+            "compile": False,
+            "optimizer_in_backward": True,
+            "loss": "chunked",
+        },
+    }
     assert imported.unmodelled == (NO_CAP, UNPACKED)
     assert imported.unknown == ()
     assert "optimizer.lr" in imported.ignored and "profiler" in imported.ignored
     plan_from_dict(overlay({"hardware": {"gpu": "h100-sxm-80gb"}}, imported.plan))  # it plans
 
 
-@pytest.mark.parametrize("name, task", [("llama3_1_8B_lora_single_device.yaml", "lora"),
-                                        ("llama3_1_8B_qlora_single_device.yaml", "qlora")])
+@pytest.mark.parametrize(
+    "name, task", [("llama3_1_8B_lora_single_device.yaml", "lora"), ("llama3_1_8B_qlora_single_device.yaml", "qlora")]
+)
 def test_adapters_single_device(name, task):
     imported = _read(name)
-    assert imported.plan["workload"] == {"task": task, "lora": ADAPTERS, "micro_batch_size": 2,
-                                         "global_batch_size": 16}
+    assert imported.plan["workload"] == {"task": task, "lora": ADAPTERS, "micro_batch_size": 2, "global_batch_size": 16}
     assert imported.plan["precision"] == {"compute": "bf16", "optimizer": "adamw", "optimizer_impl": "fused"}
     assert imported.plan["hardware"] == {"count": 1}
     assert "parallelism" not in imported.plan
@@ -56,14 +68,19 @@ def test_70b_full_distributed_on_8():
     assert imported.plan["precision"]["optimizer_impl"] == "foreach"  # fused: False
     assert imported.plan["techniques"]["offload"] == "optimizer_and_params"
     assert imported.plan["techniques"]["optimizer_in_backward"] is False
-    assert imported.unmodelled == (NO_CAP, UNPACKED, "custom_sharded_layers: shards these modules as FSDP units "
-                                   "of their own (their gathered copy is freed sooner); the plan gathers one layer "
-                                   "at a time")
+    assert imported.unmodelled == (
+        NO_CAP,
+        UNPACKED,
+        "custom_sharded_layers: shards these modules as FSDP units "
+        "of their own (their gathered copy is freed sooner); the plan gathers one layer "
+        "at a time",
+    )
     assert "tensor_parallel_plan" in imported.ignored and imported.unknown == ()
 
 
-@pytest.mark.parametrize("name, preset", [("llama3_1_8B_lora.yaml", "llama-3.1-8b"),
-                                          ("qwen2_5_7B_lora.yaml", "qwen2.5-7b")])
+@pytest.mark.parametrize(
+    "name, preset", [("llama3_1_8B_lora.yaml", "llama-3.1-8b"), ("qwen2_5_7B_lora.yaml", "qwen2.5-7b")]
+)
 def test_lora_distributed_takes_the_header_gpus(name, preset):
     imported = _read(name)  # "tune run --nproc_per_node 2 lora_finetune_distributed"
     assert imported.plan["model"] == {"preset": preset}
@@ -90,23 +107,37 @@ def test_output_adapter_is_unmodelled_and_packing_is_read():
     text = text.replace("max_seq_len: null", "max_seq_len: 2048").replace("packed: False", "packed: True")
     imported = read(text)
     assert imported.plan["workload"]["sequence_length"] == 2048
-    assert imported.unmodelled == ("model.apply_lora_to_output: an adapter on the output projection; plan targets "
-                                   "name the layers' projections only",)
+    assert imported.unmodelled == (
+        "model.apply_lora_to_output: an adapter on the output projection; plan targets "
+        "name the layers' projections only",
+    )
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("lora_rank: 8", "lora_rank: 0"), "model.lora_rank: 0 must be an integer ≥ 1"),
-    (("dtype: bf16", "dtype: fp16"), "dtype: 'fp16' must be bf16 or fp32 (torchtune's recipes refuse fp16)"),
-    (("['q_proj', 'v_proj', 'output_proj']", "['qkv']"),
-     "model.lora_attn_modules: ['qkv'] must be a list of q_proj, k_proj, v_proj, output_proj"),
-    (("lora_finetune_single_device --config llama3_1/8B_lora_single_device\n",
-      "full_finetune_single_device --config x\n"),
-     "model._component_: 'torchtune.models.llama3_1.lora_llama3_1_8b' is not a full model builder, but recipe "
-     "full_finetune_single_device trains every weight"),
-    (("LinearCrossEntropyLoss", "KLDivLoss"), "loss._component_: 'torchtune.modules.loss.KLDivLoss' is not a loss "
-     "this reader knows; allowed: torchtune.modules.loss.CEWithChunkedOutputLoss, "
-     "torchtune.modules.loss.LinearCrossEntropyLoss, torch.nn.CrossEntropyLoss"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("lora_rank: 8", "lora_rank: 0"), "model.lora_rank: 0 must be an integer ≥ 1"),
+        (("dtype: bf16", "dtype: fp16"), "dtype: 'fp16' must be bf16 or fp32 (torchtune's recipes refuse fp16)"),
+        (
+            ("['q_proj', 'v_proj', 'output_proj']", "['qkv']"),
+            "model.lora_attn_modules: ['qkv'] must be a list of q_proj, k_proj, v_proj, output_proj",
+        ),
+        (
+            (
+                "lora_finetune_single_device --config llama3_1/8B_lora_single_device\n",
+                "full_finetune_single_device --config x\n",
+            ),
+            "model._component_: 'torchtune.models.llama3_1.lora_llama3_1_8b' is not a full model builder, but recipe "
+            "full_finetune_single_device trains every weight",
+        ),
+        (
+            ("LinearCrossEntropyLoss", "KLDivLoss"),
+            "loss._component_: 'torchtune.modules.loss.KLDivLoss' is not a loss "
+            "this reader knows; allowed: torchtune.modules.loss.CEWithChunkedOutputLoss, "
+            "torchtune.modules.loss.LinearCrossEntropyLoss, torch.nn.CrossEntropyLoss",
+        ),
+    ],
+)
 def test_bad_values_name_the_key(edit, message):
     text = (DATA / "llama3_1_8B_lora_single_device.yaml").read_text().replace(*edit)
     with pytest.raises(PlanError) as err:
@@ -133,8 +164,9 @@ def test_bad_text_and_gpu_count():
     text = (DATA / "llama3_1_70B_full.yaml").read_text().replace("tensor_parallel_dim: 1", "tensor_parallel_dim: 3")
     with pytest.raises(PlanError) as err:
         read(text, gpus=8)
-    assert str(err.value) == ("tensor_parallel_dim: 3 × context_parallel_dim × data_parallel_replicate_dim = 3 must "
-                              "divide the GPU count (8)")
+    assert str(err.value) == (
+        "tensor_parallel_dim: 3 × context_parallel_dim × data_parallel_replicate_dim = 3 must divide the GPU count (8)"
+    )
 
 
 def test_detect():
@@ -147,25 +179,45 @@ def test_detect():
     assert FORMATS["torchtune"] is FORMAT and FORMATS["axolotl"] is axolotl.FORMAT
 
 
-GRID = [dict(task=task, gpus=gpus, zero=zero, tp=tp, ckpt=ckpt, opt=opt, loss=loss)
-        for task, gpus, zero, tp, ckpt, opt, loss in itertools.product(
-            ("finetune", "lora", "qlora"), (1, 8), (0, 2, 3), (1, 2), ("none", "full"),
-            ("adamw", "paged_adamw_8bit", "adamw_8bit"), ("chunked", "full"))
-        if (gpus == 1) == (zero == 0) and (tp == 1 or gpus > 1)]
+GRID = [
+    dict(task=task, gpus=gpus, zero=zero, tp=tp, ckpt=ckpt, opt=opt, loss=loss)
+    for task, gpus, zero, tp, ckpt, opt, loss in itertools.product(
+        ("finetune", "lora", "qlora"),
+        (1, 8),
+        (0, 2, 3),
+        (1, 2),
+        ("none", "full"),
+        ("adamw", "paged_adamw_8bit", "adamw_8bit"),
+        ("chunked", "full"),
+    )
+    if (gpus == 1) == (zero == 0) and (tp == 1 or gpus > 1)
+]
 
 
 @pytest.mark.parametrize("case", GRID, ids=lambda c: "-".join(map(str, c.values())))
 def test_round_trip(case):
-    data = {"framework": "torchtune", "model": {"preset": "llama-3.1-8b"},
-            "workload": {"task": case["task"], "sequence_length": 2048, "micro_batch_size": 2, "steps": 50,
-                         "global_batch_size": 4 * case["gpus"] // case["tp"],
-                         "lora": {"rank": 16, "alpha": 32, "targets": ["q", "k", "v", "o"], "dropout": 0.05,
-                                  "variant": "dora"}},
-            "precision": {"optimizer": case["opt"]}, "hardware": {"count": case["gpus"]},
-            "techniques": {"activation_checkpointing": case["ckpt"], "loss": case["loss"],
-                           "loss_chunks": 16 if case["loss"] == "chunked" else 8,
-                           "compile": True, "optimizer_in_backward": False},
-            "parallelism": {"zero_stage": case["zero"], "tensor": case["tp"], "sequence_parallel": case["tp"] > 1}}
+    data = {
+        "framework": "torchtune",
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {
+            "task": case["task"],
+            "sequence_length": 2048,
+            "micro_batch_size": 2,
+            "steps": 50,
+            "global_batch_size": 4 * case["gpus"] // case["tp"],
+            "lora": {"rank": 16, "alpha": 32, "targets": ["q", "k", "v", "o"], "dropout": 0.05, "variant": "dora"},
+        },
+        "precision": {"optimizer": case["opt"]},
+        "hardware": {"count": case["gpus"]},
+        "techniques": {
+            "activation_checkpointing": case["ckpt"],
+            "loss": case["loss"],
+            "loss_chunks": 16 if case["loss"] == "chunked" else 8,
+            "compile": True,
+            "optimizer_in_backward": False,
+        },
+        "parallelism": {"zero_stage": case["zero"], "tensor": case["tp"], "sequence_parallel": case["tp"] > 1},
+    }
     if case["task"] not in ("lora", "qlora"):
         del data["workload"]["lora"]
     if case["opt"] == "adamw_8bit":
@@ -175,22 +227,40 @@ def test_round_trip(case):
 
 
 def test_round_trip_single_device_optimizer_in_backward():
-    plan = plan_from_dict({"framework": "torchtune", "model": {"preset": "qwen2.5-7b"},
-                           "workload": {"task": "finetune"}, "hardware": {"count": 1}})
+    plan = plan_from_dict(
+        {
+            "framework": "torchtune",
+            "model": {"preset": "qwen2.5-7b"},
+            "workload": {"task": "finetune"},
+            "hardware": {"count": 1},
+        }
+    )
     assert plan.techniques.optimizer_in_backward
     assert round_trip(plan, FORMAT) == {}
     assert "tune run full_finetune_single_device --config" in write(plan)
 
 
 def test_write_refuses_what_it_cannot_say():
-    plan = plan_from_dict({"framework": "torchtune", "model": {"preset": "llama-3.1-8b"},
-                           "workload": {"task": "lora", "lora": {"targets": ["q", "gate"]}}})
+    plan = plan_from_dict(
+        {
+            "framework": "torchtune",
+            "model": {"preset": "llama-3.1-8b"},
+            "workload": {"task": "lora", "lora": {"targets": ["q", "gate"]}},
+        }
+    )
     with pytest.raises(PlanError) as err:
         write(plan)
-    assert str(err.value) == ("workload.lora.targets: ['q', 'gate'] cannot be said: apply_lora_to_mlp adapts all of "
-                              "gate, up and down or none")
-    plan = plan_from_dict({"framework": "torchtune", "model": {"preset": "llama-3.1-8b"},
-                           "workload": {"task": "qlora"}, "precision": {"weights": "int4", "double_quant": False}})
+    assert str(err.value) == (
+        "workload.lora.targets: ['q', 'gate'] cannot be said: apply_lora_to_mlp adapts all of gate, up and down or none"
+    )
+    plan = plan_from_dict(
+        {
+            "framework": "torchtune",
+            "model": {"preset": "llama-3.1-8b"},
+            "workload": {"task": "qlora"},
+            "precision": {"weights": "int4", "double_quant": False},
+        }
+    )
     with pytest.raises(PlanError) as err:
         write(plan)
     assert str(err.value) == "precision.weights: 'int4' cannot be said: torchtune's qlora weights are nf4"
@@ -211,23 +281,32 @@ def test_fsdp_variants_of_the_70b_config():
         "data_parallel_replicate_dim: HSDP shards over 4 ranks and replicates 2 times; the plan shards over every "
         "data rank",
         "optimizer_in_bwd: True: the plan models the optimizer in backward without FSDP only; planned with a full "
-        "set of gradients")
+        "set of gradients",
+    )
     with pytest.raises(PlanError) as err:
         read(text, gpus=16)
-    assert str(err.value) == ("data_parallel_shard_dim: 4 × data_parallel_replicate_dim × tensor_parallel_dim × "
-                              "context_parallel_dim = 8 must equal the GPU count (16)")
+    assert str(err.value) == (
+        "data_parallel_shard_dim: 4 × data_parallel_replicate_dim × tensor_parallel_dim × "
+        "context_parallel_dim = 8 must equal the GPU count (16)"
+    )
 
 
 def test_optimizers_and_notes():
     text = (DATA / "llama3_1_8B_lora_single_device.yaml").read_text()
-    text = text.replace("_component_: torch.optim.AdamW\n  fused: True",
-                        "_component_: torchao.optim.AdamW8bit\n  block_size: 2048")
+    text = text.replace(
+        "_component_: torch.optim.AdamW\n  fused: True", "_component_: torchao.optim.AdamW8bit\n  block_size: 2048"
+    )
     text += "ac_mode: selective\nfrobnicate: 1\n"
     imported = read(text)
-    assert imported.plan["precision"] == {"compute": "bf16", "optimizer": "adamw_8bit", "optimizer_library": "torchao",
-                                          "optimizer_block_size": 2048}
-    assert imported.unmodelled[-1] == ("ac_mode: torchtune's selective activation checkpointing; the plan reads "
-                                       "enable_activation_checkpointing")
+    assert imported.plan["precision"] == {
+        "compute": "bf16",
+        "optimizer": "adamw_8bit",
+        "optimizer_library": "torchao",
+        "optimizer_block_size": 2048,
+    }
+    assert imported.unmodelled[-1] == (
+        "ac_mode: torchtune's selective activation checkpointing; the plan reads enable_activation_checkpointing"
+    )
     assert imported.unknown == ("frobnicate",)
     sgd = read(text.replace("torchao.optim.AdamW8bit\n  block_size: 2048", "torch.optim.SGD\n  momentum: 0.9"))
     assert sgd.plan["precision"] == {"compute": "bf16", "optimizer": "sgd_momentum", "optimizer_impl": "foreach"}

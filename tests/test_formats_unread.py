@@ -3,29 +3,41 @@
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from planner.errors import PlanError
 from planner.formats import read_config
 
 # Small configs written for these tests, each with the marks of its stack's schema.
 SAMPLES = {
-    "verl": ("actor_rollout_ref:\n  model:\n    path: Qwen/Qwen2.5-7B\nalgorithm:\n  adv_estimator: grpo\n",
-             "is a config of verl: preference and RL training are not a workload the plan describes yet (issue 33)"),
-    "OpenRLHF": ("deepspeed --module openrlhf.cli.train_dpo --pretrain meta-llama/Llama-3.1-8B --zero_stage 3\n",
-                 "is a config of OpenRLHF: preference and RL training are not a workload the plan describes yet "
-                 "(issue 33)"),
-    "litgpt": ("checkpoint_dir: checkpoints/org/model\nout_dir: out/lora\nprecision: bf16-true\ndevices: 1\n",
-               "is a config of litgpt: litgpt's config hub YAML is not read yet"),
-    "MaxText": ("base_config: base.yml\nper_device_batch_size: 4\nmax_target_length: 4096\n",
-                "is a config of MaxText: MaxText (JAX) configs are not read yet"),
-    "nanotron": ("general:\n  project: p\nparallelism:\n  dp: 2\ntokens:\n  sequence_length: 2048\ndata_stages: []\n",
-                 "is a config of nanotron: nanotron configs are not read yet"),
-    "NeMo": ("trainer:\n  devices: 8\nexp_manager:\n  name: run\nmodel:\n  micro_batch_size: 1\n",
-             "is a config of NeMo: NeMo's Hydra configs are not read yet"),
-    "Megatron-Bridge": ("model:\n  seq_length: 4096\ntrain:\n  global_batch_size: 64\nddp: {}\ndist: {}\nrng:\n"
-                        "  seed: 1\n", "is a config of Megatron-Bridge: Megatron-Bridge's ConfigContainer overrides are "
-                                       "not read yet"),
+    "verl": (
+        "actor_rollout_ref:\n  model:\n    path: Qwen/Qwen2.5-7B\nalgorithm:\n  adv_estimator: grpo\n",
+        "is a config of verl: preference and RL training are not a workload the plan describes yet (issue 33)",
+    ),
+    "OpenRLHF": (
+        "deepspeed --module openrlhf.cli.train_dpo --pretrain meta-llama/Llama-3.1-8B --zero_stage 3\n",
+        "is a config of OpenRLHF: preference and RL training are not a workload the plan describes yet (issue 33)",
+    ),
+    "litgpt": (
+        "checkpoint_dir: checkpoints/org/model\nout_dir: out/lora\nprecision: bf16-true\ndevices: 1\n",
+        "is a config of litgpt: litgpt's config hub YAML is not read yet",
+    ),
+    "MaxText": (
+        "base_config: base.yml\nper_device_batch_size: 4\nmax_target_length: 4096\n",
+        "is a config of MaxText: MaxText (JAX) configs are not read yet",
+    ),
+    "nanotron": (
+        "general:\n  project: p\nparallelism:\n  dp: 2\ntokens:\n  sequence_length: 2048\ndata_stages: []\n",
+        "is a config of nanotron: nanotron configs are not read yet",
+    ),
+    "NeMo": (
+        "trainer:\n  devices: 8\nexp_manager:\n  name: run\nmodel:\n  micro_batch_size: 1\n",
+        "is a config of NeMo: NeMo's Hydra configs are not read yet",
+    ),
+    "Megatron-Bridge": (
+        "model:\n  seq_length: 4096\ntrain:\n  global_batch_size: 64\nddp: {}\ndist: {}\nrng:\n  seed: 1\n",
+        "is a config of Megatron-Bridge: Megatron-Bridge's ConfigContainer overrides are not read yet",
+    ),
 }
 
 
@@ -43,8 +55,13 @@ def test_an_unknown_config_still_says_what_is_read():
 
 
 CORPUS = ROOT.parent / "shared" / "configs" / "unsupported"
-STACKS = {"litgpt": "litgpt", "maxtext": "MaxText", "nanotron": "nanotron", "nemo": "NeMo",
-          "megatron_bridge": "Megatron-Bridge"}
+STACKS = {
+    "litgpt": "litgpt",
+    "maxtext": "MaxText",
+    "nanotron": "nanotron",
+    "nemo": "NeMo",
+    "megatron_bridge": "Megatron-Bridge",
+}
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared config corpus (../shared/configs) is not here")

@@ -4,26 +4,48 @@ from pathlib import Path
 
 import pytest
 
-from planner.codec import plan_from_dict
 from planner.errors import PlanError
 from planner.formats import FORMATS, detect, plan_from_config, round_trip
 from planner.formats.vllm import FORMAT, read, read_mapping
+from planner.plan.codec import plan_from_dict
 
 DATA = Path(__file__).parent / "data" / "configs" / "vllm"
 
 
 def test_recipe_command_qwen3_235b():
     r = read((DATA / "qwen3-235b-a22b-rocm.sh").read_text())
-    assert r.plan == {"framework": "vllm", "model": {"preset": "qwen3-235b-a22b"}, "parallelism": {"tensor": 4},
-                      "workload": {"task": "inference", "inference": {
-                          "prefill_chunk_tokens": 32768, "prompt_tokens": 32512, "output_tokens": 256,
-                          "prefix_caching": False, "gpu_memory_utilization": 0.8}}}
-    assert r.unmodelled == ("--swap-space: host RAM (GiB per GPU) for preempted sequences' KV blocks (V0); GPU "
-                            "memory unchanged",)
-    assert r.ignored == ("--trust-remote-code", "--disable-log-requests", "--distributed-executor-backend",
-                         "env HIP_VISIBLE_DEVICES", "env SAFETENSORS_FAST_GPU")  # devices and load speed
-    assert r.unknown == ("env VLLM_USE_V1", "env VLLM_ROCM_USE_AITER", "env VLLM_ROCM_USE_AITER_MHA",
-                         "env VLLM_V1_USE_PREFILL_DECODE_ATTENTION", "env VLLM_USE_TRITON_FLASH_ATTN")
+    assert r.plan == {
+        "framework": "vllm",
+        "model": {"preset": "qwen3-235b-a22b"},
+        "parallelism": {"tensor": 4},
+        "workload": {
+            "task": "inference",
+            "inference": {
+                "prefill_chunk_tokens": 32768,
+                "prompt_tokens": 32512,
+                "output_tokens": 256,
+                "prefix_caching": False,
+                "gpu_memory_utilization": 0.8,
+            },
+        },
+    }
+    assert r.unmodelled == (
+        "--swap-space: host RAM (GiB per GPU) for preempted sequences' KV blocks (V0); GPU memory unchanged",
+    )
+    assert r.ignored == (
+        "--trust-remote-code",
+        "--disable-log-requests",
+        "--distributed-executor-backend",
+        "env HIP_VISIBLE_DEVICES",
+        "env SAFETENSORS_FAST_GPU",
+    )  # devices and load speed
+    assert r.unknown == (
+        "env VLLM_USE_V1",
+        "env VLLM_ROCM_USE_AITER",
+        "env VLLM_ROCM_USE_AITER_MHA",
+        "env VLLM_V1_USE_PREFILL_DECODE_ATTENTION",
+        "env VLLM_USE_TRITON_FLASH_ATTN",
+    )
 
 
 def test_recipe_config_yaml():
@@ -42,16 +64,26 @@ def test_a_quantized_release_is_its_presets_architecture_in_its_weights_dtype():
     assert r.plan["workload"]["inference"]["prefix_caching"] is True  # vLLM's default, the plan's is off
 
 
-@pytest.mark.parametrize("text, message", [
-    ("vllm serve m --gpu-memory-utilization 1.5", "--gpu-memory-utilization: '1.5' must be a number from 0.05 to 1"),
-    ("vllm serve m -tp 0", "--tensor-parallel-size: '0' must be an integer ≥ 1"),
-    ("vllm serve m --kv-cache-dtype int3", "--kv-cache-dtype: 'int3' is not one of: fp8, fp8_e4m3, fp8_e5m2, "
-                                           "fp8_inc, fp8_ds_mla, bfloat16, auto"),
-    ("vllm serve m --max-model-len 1",
-     "--max-model-len: '1' must be an integer ≥ 2 (a prompt token and an output token)"),
-    ("vllm serve m --max-num-seqs", "--max-num-seqs: None needs a value"),
-    ("vllm serve 'm", "config: \"vllm serve 'm\" is not shell text shlex can split (No closing quotation)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "vllm serve m --gpu-memory-utilization 1.5",
+            "--gpu-memory-utilization: '1.5' must be a number from 0.05 to 1",
+        ),
+        ("vllm serve m -tp 0", "--tensor-parallel-size: '0' must be an integer ≥ 1"),
+        (
+            "vllm serve m --kv-cache-dtype int3",
+            "--kv-cache-dtype: 'int3' is not one of: fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla, bfloat16, auto",
+        ),
+        (
+            "vllm serve m --max-model-len 1",
+            "--max-model-len: '1' must be an integer ≥ 2 (a prompt token and an output token)",
+        ),
+        ("vllm serve m --max-num-seqs", "--max-num-seqs: None needs a value"),
+        ("vllm serve 'm", 'config: "vllm serve \'m" is not shell text shlex can split (No closing quotation)'),
+    ],
+)
 def test_errors(text, message):
     with pytest.raises(PlanError) as exc:
         read(text)
@@ -65,13 +97,28 @@ def test_detect():
     assert not FORMAT.detect("batch_size: 4\n_component_: torchtune.x\n")
 
 
-@pytest.mark.parametrize("extra", [
-    {}, {"precision": {"weights": "fp8", "kv_cache": "fp8"}}, {"precision": {"weights": "int4"}},
-    {"precision": {"compute": "fp16", "weights": "nf4"}}, {"parallelism": {"tensor": 4, "data": 2}},
-    {"parallelism": {"tensor": 2, "pipeline": 2}},
-    {"workload": {"inference": {"gpu_memory_utilization": 0.7, "max_num_seqs": 64, "prefill_chunk_tokens": 2048,
-                                "cuda_graphs": False, "prefix_caching": True}}},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"precision": {"weights": "fp8", "kv_cache": "fp8"}},
+        {"precision": {"weights": "int4"}},
+        {"precision": {"compute": "fp16", "weights": "nf4"}},
+        {"parallelism": {"tensor": 4, "data": 2}},
+        {"parallelism": {"tensor": 2, "pipeline": 2}},
+        {
+            "workload": {
+                "inference": {
+                    "gpu_memory_utilization": 0.7,
+                    "max_num_seqs": 64,
+                    "prefill_chunk_tokens": 2048,
+                    "cuda_graphs": False,
+                    "prefix_caching": True,
+                }
+            }
+        },
+    ],
+)
 def test_round_trip(extra):
     base = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference"}}
     for key, value in extra.items():
@@ -80,8 +127,14 @@ def test_round_trip(extra):
 
 
 def test_write_refuses_int8_weights():
-    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference"},
-                           "precision": {"weights": "int8"}})
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "llama-3.1-8b"},
+            "framework": "vllm",
+            "workload": {"task": "inference"},
+            "precision": {"weights": "int8"},
+        }
+    )
     with pytest.raises(PlanError, match=r"^precision.weights: 'int8' has no vLLM --quantization"):
         FORMAT.write(plan)
 

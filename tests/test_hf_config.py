@@ -4,11 +4,11 @@ import dataclasses
 import json
 
 import pytest
-
 from conftest import ROOT
+
 from planner.errors import PlanError
-from planner.hf_config import model_from_hf_config
-from planner.models import presets
+from planner.formats.hf_config import model_from_hf_config
+from planner.plan.models import presets
 
 CONFIGS = ROOT / "tests" / "data" / "hf_configs"
 
@@ -24,37 +24,70 @@ LLAMA = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
 
 
 def test_layer_types_multimodal_text_config_and_shared_expert_width():
-    text = {**LLAMA, "model_type": "gemma3_text", "sliding_window": 1024, "tie_word_embeddings": True,
-            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5 + ["sliding_attention"] * 2}
+    text = {
+        **LLAMA,
+        "model_type": "gemma3_text",
+        "sliding_window": 1024,
+        "tie_word_embeddings": True,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5 + ["sliding_attention"] * 2,
+    }
     m = model_from_hf_config({"model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 1152}})
     assert (m.sliding_window, m.global_attention_every, m.tie_embeddings) == (1024, 6, True)
-    assert model_from_hf_config({**LLAMA, "layer_types": ["full_attention"] * 32, "sliding_window": 4096}).sliding_window is None
-    qwen2_moe = {**LLAMA, "model_type": "qwen2_moe", "num_experts": 60, "num_experts_per_tok": 4,
-                 "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "mlp_only_layers": []}
+    assert (
+        model_from_hf_config({**LLAMA, "layer_types": ["full_attention"] * 32, "sliding_window": 4096}).sliding_window
+        is None
+    )
+    qwen2_moe = {
+        **LLAMA,
+        "model_type": "qwen2_moe",
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "mlp_only_layers": [],
+    }
     m = model_from_hf_config(qwen2_moe)
     assert (m.num_experts, m.experts_per_token, m.shared_experts, m.first_dense_layers) == (60, 4, 4, 0)
-    falcon = {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
-              "multi_query": True, "vocab_size": 65024, "bias": False}
+    falcon = {
+        "model_type": "falcon",
+        "hidden_size": 4544,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 71,
+        "multi_query": True,
+        "vocab_size": 65024,
+        "bias": False,
+    }
     m = model_from_hf_config(falcon)
     assert (m.num_kv_heads, m.intermediate_size, m.mlp, m.bias, m.tie_embeddings) == (1, 4 * 4544, "gelu", False, True)
 
 
 def test_unknown_llama_like_family_is_read_and_others_are_refused():
     assert model_from_hf_config({**LLAMA, "model_type": "my_llama"}) == model_from_hf_config(LLAMA)
-    with pytest.raises(PlanError, match=r"^hf_config: model_type 'bert' is not a known family and its keys do not "
-                                        r"describe a Llama-like decoder \(rms_norm_eps and hidden_act silu\); known "
-                                        r"families: cohere, deepseek_v2, "):
+    with pytest.raises(
+        PlanError,
+        match=r"^hf_config: model_type 'bert' is not a known family and its keys do not "
+        r"describe a Llama-like decoder \(rms_norm_eps and hidden_act silu\); known "
+        r"families: cohere, deepseek_v2, ",
+    ):
         model_from_hf_config({"model_type": "bert", "hidden_size": 768})
 
 
-@pytest.mark.parametrize("config, message", [
-    ("{not json", "hf_config: not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
-    ("[1, 2]", "hf_config: must be a JSON object, got list"),
-    ({"model_type": "llama", "hidden_size": 4096},
-     "hf_config: missing num_hidden_layers or n_layer or num_layers or n_layers; num_attention_heads or n_head or "
-     "num_heads or n_heads; vocab_size or padded_vocab_size (model_type 'llama')"),
-    ({**LLAMA, "num_key_value_heads": 7}, "hf_config: model.num_kv_heads: 7 must divide model.num_attention_heads (32)"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ("{not json", "hf_config: not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
+        ("[1, 2]", "hf_config: must be a JSON object, got list"),
+        (
+            {"model_type": "llama", "hidden_size": 4096},
+            "hf_config: missing num_hidden_layers or n_layer or num_layers or n_layers; num_attention_heads or n_head or "
+            "num_heads or n_heads; vocab_size or padded_vocab_size (model_type 'llama')",
+        ),
+        (
+            {**LLAMA, "num_key_value_heads": 7},
+            "hf_config: model.num_kv_heads: 7 must divide model.num_attention_heads (32)",
+        ),
+    ],
+)
 def test_errors_name_the_key_and_the_rule(config, message):
     with pytest.raises(PlanError) as err:
         model_from_hf_config(config)
@@ -74,26 +107,56 @@ def test_a_hidden_size_that_is_no_integer_is_the_models_error_not_a_crash():
         model_from_hf_config({"model_type": "gpt2", "n_embd": {}, "n_layer": 2, "n_head": 2, "vocab_size": 10})
 
 
-@pytest.mark.parametrize("keys, window", [
-    ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
-                                                          "original_max_position_embeddings": 8192}}, 131072),
-    # Qwen2.5-Instruct's long-text recipe: YaRN factor 4 over 32,768
-    ({"max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0,
-                                                         "original_max_position_embeddings": 32768}}, 131072),
-    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}, 16384),  # scaled by vLLM
-    ({"max_position_embeddings": 4096, "n_positions": 2048}, 2048),  # the smallest length key wins
-    ({"max_position_embeddings": 4096, "model_max_length": 8192}, 8192),  # Command-R's key overrides
-    ({}, None),  # no length: not known (vLLM would assume 2,048)
-])
+@pytest.mark.parametrize(
+    "keys, window",
+    [
+        (
+            {
+                "max_position_embeddings": 131072,
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+            },
+            131072,
+        ),
+        # Qwen2.5-Instruct's long-text recipe: YaRN factor 4 over 32,768
+        (
+            {
+                "max_position_embeddings": 32768,
+                "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+            },
+            131072,
+        ),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}, 16384),  # scaled by vLLM
+        ({"max_position_embeddings": 4096, "n_positions": 2048}, 2048),  # the smallest length key wins
+        ({"max_position_embeddings": 4096, "model_max_length": 8192}, 8192),  # Command-R's key overrides
+        ({}, None),  # no length: not known (vLLM would assume 2,048)
+    ],
+)
 def test_context_window_is_the_length_vllm_derives(keys, window):
-    config = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "intermediate_size": 512, "vocab_size": 1000, **keys}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        **keys,
+    }
     assert model_from_hf_config(config).context_window == window
 
 
 def test_gemma3_length_is_not_scaled_again():
-    config = {"model_type": "gemma3", "text_config": {
-        "model_type": "gemma3_text", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 512, "vocab_size": 1000, "head_dim": 64, "max_position_embeddings": 131072,
-        "rope_scaling": {"rope_type": "linear", "factor": 8.0}}}
+    config = {
+        "model_type": "gemma3",
+        "text_config": {
+            "model_type": "gemma3_text",
+            "hidden_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 512,
+            "vocab_size": 1000,
+            "head_dim": 64,
+            "max_position_embeddings": 131072,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        },
+    }
     assert model_from_hf_config(config).context_window == 131072

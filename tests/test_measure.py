@@ -2,25 +2,38 @@
 that bench/accuracy.py reads back as the same plan."""
 
 import csv
+import importlib.util
 import sys
 
 import pytest
 import yaml
 from conftest import ROOT
 
-from planner import cli, measure
-from planner.codec import plan_from_dict
+from planner import cli
+from planner.measure import plan as measure
+from planner.plan.codec import plan_from_dict
 
 sys.path.insert(0, str(ROOT / "bench"))
 
 import accuracy  # noqa: E402
 
 LORA = "model: {preset: llama-3.2-1b}\nworkload: {task: lora, sequence_length: 2048, micro_batch_size: 2}\n"
-MEASURED = {"status": "ok", "peak_allocated_bytes": 10 * 2**30, "peak_reserved_bytes": 11 * 2**30,
-            "device_bytes": 12 * 2**30, "device_bytes_source": "nvidia-smi process used_memory",
-            "device": "NVIDIA H100 80GB HBM3", "device_total_bytes": 85_017_755_648, "driver_version": "570.86",
-            "cuda_version": "12.8", "torch_version": "2.7.0", "transformers_version": "4.56.0",
-            "peft_version": "0.17.0", "bitsandbytes_version": "", "timestamp": "2026-11-25T20:00:00+00:00"}
+MEASURED = {
+    "status": "ok",
+    "peak_allocated_bytes": 10 * 2**30,
+    "peak_reserved_bytes": 11 * 2**30,
+    "device_bytes": 12 * 2**30,
+    "device_bytes_source": "nvidia-smi process used_memory",
+    "device": "NVIDIA H100 80GB HBM3",
+    "device_total_bytes": 85_017_755_648,
+    "driver_version": "570.86",
+    "cuda_version": "12.8",
+    "torch_version": "2.7.0",
+    "transformers_version": "4.56.0",
+    "peft_version": "0.17.0",
+    "bitsandbytes_version": "",
+    "timestamp": "2026-11-25T20:00:00+00:00",
+}
 
 
 def _plan_file(tmp_path, text=LORA):
@@ -35,34 +48,55 @@ def test_dry_run_shows_the_model_the_run_and_the_prediction(tmp_path, capsys):
     lines = out.splitlines()
     assert lines[0] == "plan: would build transformers.LlamaConfig with random weights (attn_implementation sdpa):"
     assert "  num_hidden_layers: 16" in lines and "  num_key_value_heads: 8" in lines and "  head_dim: 64" in lines
-    assert ("run: 3 training steps (lora): micro-batch 2 × 2,048 tokens, forward with HF's loss, backward, "
-            "clip_grad_norm_, optimizer step") in lines
-    predicted = measure.predict(measure.setup(plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "workload": {
-        "task": "lora", "sequence_length": 2048, "micro_batch_size": 2}}))["plan"])
+    assert (
+        "run: 3 training steps (lora): micro-batch 2 × 2,048 tokens, forward with HF's loss, backward, "
+        "clip_grad_norm_, optimizer step"
+    ) in lines
+    predicted = measure.predict(
+        measure.setup(
+            plan_from_dict(
+                {
+                    "model": {"preset": "llama-3.2-1b"},
+                    "workload": {"task": "lora", "sequence_length": 2048, "micro_batch_size": 2},
+                }
+            )
+        )["plan"]
+    )
     assert f"  max allocated {predicted['peak_allocated_bytes'] / 2**30:9.2f} GiB" in lines
     assert f"  device memory {predicted['device_bytes'] / 2**30:9.2f} GiB" in lines
 
 
 def test_dry_run_of_an_inference_plan_and_of_gpt2(tmp_path, capsys):
-    text = ("model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, intermediate_size: 128, vocab_size: 512,"
-            " mlp: gelu, norm: layernorm, bias: true}\nworkload: {task: inference, inference: {batch_size: 4}}\n"
-            "techniques: {attention: eager}\n")
+    text = (
+        "model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, intermediate_size: 128, vocab_size: 512,"
+        " mlp: gelu, norm: layernorm, bias: true}\nworkload: {task: inference, inference: {batch_size: 4}}\n"
+        "techniques: {attention: eager}\n"
+    )
     assert cli.main(["measure", _plan_file(tmp_path, text), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "transformers.GPT2Config with random weights (attn_implementation eager)" in out
     assert "run: greedy generate with the KV cache: batch 4, 1,024 prompt + 256 new tokens" in out
 
 
-@pytest.mark.parametrize("text, message", [
-    (LORA + "hardware: {count: 2}\nparallelism: {data: 2}\n",
-     "error: hardware.count: 2 is not measured by vram-planner measure (the runner measures one GPU)\n"),
-    (LORA + "techniques: {offload: optimizer}\n",
-     "error: techniques.offload: 'optimizer' is not measured by vram-planner measure (offloading needs DeepSpeed or "
-     "FSDP, which the runner does not drive)\n"),
-    ("model: {preset: deepseek-v2-lite}\n",
-     "error: model: 'deepseek-v2-lite' is not built by the runner: latent attention, sliding windows, shared "
-     "experts, leading dense layers and hybrid layers are not llama, qwen2, gpt2 or mixtral shapes\n"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            LORA + "hardware: {count: 2}\nparallelism: {data: 2}\n",
+            "error: hardware.count: 2 is not measured by vram-planner measure (the runner measures one GPU)\n",
+        ),
+        (
+            LORA + "techniques: {offload: optimizer}\n",
+            "error: techniques.offload: 'optimizer' is not measured by vram-planner measure (offloading needs DeepSpeed or "
+            "FSDP, which the runner does not drive)\n",
+        ),
+        (
+            "model: {preset: deepseek-v2-lite}\n",
+            "error: model: 'deepseek-v2-lite' is not built by the runner: latent attention, sliding windows, shared "
+            "experts, leading dense layers and hybrid layers are not llama, qwen2, gpt2 or mixtral shapes\n",
+        ),
+    ],
+)
 def test_what_the_runner_cannot_build_is_refused(tmp_path, capsys, text, message):
     assert cli.main(["measure", _plan_file(tmp_path, text), "--dry-run"]) == 2
     assert capsys.readouterr().err == message
@@ -70,11 +104,25 @@ def test_what_the_runner_cannot_build_is_refused(tmp_path, capsys, text, message
 
 def test_no_torch_exits_2_with_the_reason(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ModuleNotFoundError, as without it
-    monkeypatch.delitem(sys.modules, "planner.measure_run", raising=False)
+    monkeypatch.delitem(sys.modules, "planner.measure.run", raising=False)
     assert cli.main(["measure", _plan_file(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        'error: measure: needs PyTorch and transformers with a CUDA GPU, and torch is not installed: pip install '
-        '"vram-planner[measure]" (--dry-run shows the run and the prediction without them)\n')
+        "error: measure: needs PyTorch and transformers with a CUDA GPU, and torch is not installed: pip install "
+        '"vram-planner[measure]" (--dry-run shows the run and the prediction without them)\n'
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+def test_a_machine_without_torch_is_told_what_to_install(tmp_path, capsys):
+    """The runners import torch at their top: the one place that imports them names the missing package (a
+    wrong module path would be a crash here, not this message)."""
+    with pytest.raises(ModuleNotFoundError) as missing:
+        measure.load_runner("run")
+    assert missing.value.name == "torch"
+    assert cli.main(["measure", _plan_file(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: measure: needs PyTorch and transformers with a CUDA GPU, and torch is not installed"
+    )
 
 
 class NoCuda:
@@ -88,7 +136,8 @@ def test_torch_without_cuda_exits_2_with_the_reason(tmp_path, capsys, monkeypatc
     assert cli.main(["measure", _plan_file(tmp_path)]) == 2
     assert capsys.readouterr().err == (
         "error: measure: needs a CUDA GPU, and torch finds none (torch.cuda.is_available() is false); --dry-run "
-        "shows the run and the prediction\n")
+        "shows the run and the prediction\n"
+    )
 
 
 def test_a_serving_plan_without_vllm_exits_2(tmp_path, capsys, monkeypatch):
@@ -97,7 +146,8 @@ def test_a_serving_plan_without_vllm_exits_2(tmp_path, capsys, monkeypatch):
     assert cli.main(["measure", _plan_file(tmp_path, text)]) == 2
     assert capsys.readouterr().err == (
         "error: measure: a serving plan (workload.inference.gpu_memory_utilization) is measured with vLLM, which is "
-        "not installed: pip install vllm, or leave gpu_memory_utilization out to measure a generate() loop\n")
+        "not installed: pip install vllm, or leave gpu_memory_utilization out to measure a generate() loop\n"
+    )
 
 
 class FakeRunner:
@@ -127,7 +177,10 @@ def test_a_run_prints_measured_next_to_predicted_and_appends_rows(tmp_path, caps
         assert next(csv.reader(fh)) == measure.DEV_COLUMNS  # the header once
         rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == 6 and [r["row_id"] for r in rows[:3]] == [
-        "llama-1b-lora-allocated", "llama-1b-lora-reserved", "llama-1b-lora-device"]
+        "llama-1b-lora-allocated",
+        "llama-1b-lora-reserved",
+        "llama-1b-lora-device",
+    ]
 
 
 def test_dev_columns_are_measured_dev_csv_header():

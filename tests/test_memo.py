@@ -10,11 +10,11 @@ from functools import partial
 import pytest
 
 from planner.catalog import load_catalog
-from planner.codec import plan_from_dict
 from planner.errors import PlanError
-from planner.memo import Memo
 from planner.memory import Estimate, estimate
 from planner.perf import plan_time, throughput
+from planner.plan.codec import plan_from_dict
+from planner.search.memo import Memo
 
 BASES = {
     "dense": {"model": {"preset": "llama-3.2-1b"}},
@@ -26,41 +26,65 @@ BASES = {
     "lora": {"model": {"preset": "llama-3.2-1b"}, "workload": {"task": "lora"}},
     "qlora": {"model": {"preset": "mixtral-8x7b"}, "workload": {"task": "qlora"}},
 }
-COMMON = {"workload": {"sequence_length": 2048, "micro_batch_size": 2, "global_batch_size": 64},
-          "hardware": {"count": 8}}
+COMMON = {
+    "workload": {"sequence_length": 2048, "micro_batch_size": 2, "global_batch_size": 64},
+    "hardware": {"count": 8},
+}
 VARIATIONS = [
     {},
-    {"hardware": {"count": 4}}, {"hardware": {"count": 16}},
-    {"parallelism": {"zero_stage": 1}}, {"parallelism": {"zero_stage": 2}}, {"parallelism": {"zero_stage": 3}},
-    {"parallelism": {"tensor": 2}}, {"parallelism": {"tensor": 2, "sequence_parallel": True}},
-    {"parallelism": {"pipeline": 2}}, {"parallelism": {"pipeline": 4, "pipeline_schedule": "gpipe"}},
+    {"hardware": {"count": 4}},
+    {"hardware": {"count": 16}},
+    {"parallelism": {"zero_stage": 1}},
+    {"parallelism": {"zero_stage": 2}},
+    {"parallelism": {"zero_stage": 3}},
+    {"parallelism": {"tensor": 2}},
+    {"parallelism": {"tensor": 2, "sequence_parallel": True}},
+    {"parallelism": {"pipeline": 2}},
+    {"parallelism": {"pipeline": 4, "pipeline_schedule": "gpipe"}},
     {"parallelism": {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}},
-    {"parallelism": {"pipeline": 2, "pipeline_schedule": "zero_bubble"}}, {"parallelism": {"context": 2}},
-    {"parallelism": {"expert": 2}}, {"parallelism": {"zero_stage": 3, "flat_params": True}},
+    {"parallelism": {"pipeline": 2, "pipeline_schedule": "zero_bubble"}},
+    {"parallelism": {"context": 2}},
+    {"parallelism": {"expert": 2}},
+    {"parallelism": {"zero_stage": 3, "flat_params": True}},
     {"parallelism": {"zero_stage": 3, "reduce_bucket_elements": 10**7, "sub_group_elements": 10**8}},
     {"parallelism": {"zero_stage": 1, "reduce_bucket_elements": 10**9}},
-    {"techniques": {"activation_checkpointing": "selective"}}, {"techniques": {"activation_checkpointing": "full"}},
+    {"techniques": {"activation_checkpointing": "selective"}},
+    {"techniques": {"activation_checkpointing": "full"}},
     {"techniques": {"activation_checkpointing": "selective_op"}},
     {"techniques": {"activation_checkpointing": "every_k"}},
     {"techniques": {"activation_checkpointing": "every_k", "checkpoint_every": 3}},
-    {"techniques": {"attention": "eager"}}, {"techniques": {"offload": "optimizer"}},
+    {"techniques": {"attention": "eager"}},
+    {"techniques": {"offload": "optimizer"}},
     {"techniques": {"offload": "optimizer_and_params"}, "parallelism": {"zero_stage": 3}},
-    {"techniques": {"activation_offload": True}}, {"techniques": {"loss": "chunked"}},
-    {"techniques": {"loss": "chunked", "loss_chunks": 4}}, {"techniques": {"loss": "fused"}},
-    {"techniques": {"loss": "fused"}, "parallelism": {"zero_stage": 1}}, {"techniques": {"compile": True}},
+    {"techniques": {"activation_offload": True}},
+    {"techniques": {"loss": "chunked"}},
+    {"techniques": {"loss": "chunked", "loss_chunks": 4}},
+    {"techniques": {"loss": "fused"}},
+    {"techniques": {"loss": "fused"}, "parallelism": {"zero_stage": 1}},
+    {"techniques": {"compile": True}},
     {"techniques": {"compile": True}, "parallelism": {"zero_stage": 1}},
-    {"techniques": {"compile": True, "compile_scope": "loss"}}, {"techniques": {"moe_capacity_factor": 1.25}},
+    {"techniques": {"compile": True, "compile_scope": "loss"}},
+    {"techniques": {"moe_capacity_factor": 1.25}},
     {"techniques": {"expandable_segments": True}},
     {"techniques": {"optimizer_in_backward": True}, "workload": {"global_batch_size": 16}},
-    {"precision": {"compute": "fp16"}}, {"precision": {"compute": "fp32"}}, {"precision": {"master_weights": "none"}},
-    {"precision": {"gradients": "bf16"}}, {"precision": {"optimizer_state": "bf16"}},
-    {"precision": {"optimizer": "adamw_8bit"}}, {"precision": {"optimizer": "paged_adamw"}},
-    {"precision": {"optimizer": "muon"}}, {"precision": {"optimizer": "adafactor"}},
-    {"precision": {"optimizer_impl": "fused"}}, {"precision": {"compute": "fp8", "fp8_recipe": "rowwise"}},
+    {"precision": {"compute": "fp16"}},
+    {"precision": {"compute": "fp32"}},
+    {"precision": {"master_weights": "none"}},
+    {"precision": {"gradients": "bf16"}},
+    {"precision": {"optimizer_state": "bf16"}},
+    {"precision": {"optimizer": "adamw_8bit"}},
+    {"precision": {"optimizer": "paged_adamw"}},
+    {"precision": {"optimizer": "muon"}},
+    {"precision": {"optimizer": "adafactor"}},
+    {"precision": {"optimizer_impl": "fused"}},
+    {"precision": {"compute": "fp8", "fp8_recipe": "rowwise"}},
     {"precision": {"compute": "fp8", "fp8_all_gather": True}, "parallelism": {"zero_stage": 3}},
-    {"workload": {"micro_batch_size": 1}}, {"workload": {"micro_batch_size": 4}},
-    {"workload": {"sequence_length": 4096}}, {"workload": {"global_batch_size": 16}},
-    {"workload": {"global_batch_size": 128}}, {"parallelism": {"pipeline": 2}, "workload": {"global_batch_size": 8}},
+    {"workload": {"micro_batch_size": 1}},
+    {"workload": {"micro_batch_size": 4}},
+    {"workload": {"sequence_length": 4096}},
+    {"workload": {"global_batch_size": 16}},
+    {"workload": {"global_batch_size": 128}},
+    {"parallelism": {"pipeline": 2}, "workload": {"global_batch_size": 8}},
     {"workload": {"lora": {"rank": 64, "targets": ["q", "k", "v", "o", "gate", "up", "down"]}}},
     {"workload": {"lora": {"dropout": 0.1, "variant": "dora"}}},
     {"framework": "deepspeed"},
@@ -112,9 +136,12 @@ def _results(plan, catalog, between=lambda: None) -> tuple:
     """The plan's estimates (searches' and full), step or batch time and throughput, calling `between` before
     each."""
     gpu, out = catalog[plan.hardware.gpu], []
-    for compute in (partial(estimate, plan, catalog, detail=False), partial(estimate, plan, catalog),
-                    partial(plan_time, plan, gpu),
-                    partial(throughput, plan, gpu) if plan.workload.task == "inference" else lambda: None):
+    for compute in (
+        partial(estimate, plan, catalog, detail=False),
+        partial(estimate, plan, catalog),
+        partial(plan_time, plan, gpu),
+        partial(throughput, plan, gpu) if plan.workload.task == "inference" else lambda: None,
+    ):
         between()
         result = compute()
         out += [result, _items(result)] if isinstance(result, Estimate) else [result]

@@ -1,14 +1,14 @@
 """Golden values worked out by hand on TINY (conftest), plus invariants over generated plans."""
 
 import pytest
+from conftest import TINY
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import TINY
 from planner.catalog import load_catalog
 from planner.errors import PlanError
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
-from planner.codec import plan_from_dict
+from planner.plan.codec import plan_from_dict
 
 P = 202_048  # TINY's parameters (test_models.py)
 T = 64  # tokens: micro-batch 2 × sequence 32
@@ -34,8 +34,15 @@ def phase(est, name, stage=0):
 def test_the_moments_read_in_the_order_backward_reaches_them():
     """Issue 17: backward starts at the stage's last layer, so its moment comes before the first layer's."""
     names = [ph.name for ph in estimate(tiny(precision=PURE)).stages[0].phases]
-    assert names == ["forward", "loss backward", "output head backward", "backward of the last layer",
-                     "backward of the first layer", "embedding backward", "optimizer step"]
+    assert names == [
+        "forward",
+        "loss backward",
+        "output head backward",
+        "backward of the last layer",
+        "backward of the first layer",
+        "embedding backward",
+        "optimizer step",
+    ]
 
 
 def test_pure_bf16_golden_values():
@@ -69,11 +76,14 @@ def test_items_add_up_to_the_three_totals():
     assert all(i.formula and i.note for i in est.items)
 
 
-@pytest.mark.parametrize("parallelism, runtime_mib", [
-    ({}, 512),  # one GPU: the CUDA context only, no communicator
-    ({"data": 8, "zero_stage": 3}, 512 + 512),  # FSDP over 8: the context + one data communicator
-    ({"data": 2, "tensor": 2, "pipeline": 2}, 512 + 3 * 512),  # 8 GPUs: data, tensor and pipeline communicators
-])
+@pytest.mark.parametrize(
+    "parallelism, runtime_mib",
+    [
+        ({}, 512),  # one GPU: the CUDA context only, no communicator
+        ({"data": 8, "zero_stage": 3}, 512 + 512),  # FSDP over 8: the context + one data communicator
+        ({"data": 2, "tensor": 2, "pipeline": 2}, 512 + 3 * 512),  # 8 GPUs: data, tensor and pipeline communicators
+    ],
+)
 def test_device_adds_the_cuda_context_and_nccl_to_reserved(parallelism, runtime_mib):
     # nvidia-smi's figure is the allocator's reserve plus what lives outside it: 512 MiB of CUDA context and
     # 512 MiB per NCCL communicator (a regression once dropped both from every plan without async TP)
@@ -117,8 +127,11 @@ def test_zero_stages_shard_what_they_promise():
 
 
 def test_pipeline_first_stage_holds_in_flight_micro_batches():
-    est = estimate(tiny(parallelism={"pipeline": 2}, workload={"sequence_length": 32, "micro_batch_size": 1,
-                                                               "global_batch_size": 8}))
+    est = estimate(
+        tiny(
+            parallelism={"pipeline": 2}, workload={"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 8}
+        )
+    )
     first, last = est.stages
     assert first.micro_batches_in_flight == 2 and last.micro_batches_in_flight == 1
     assert "loss backward" in [ph.name for ph in last.phases]
@@ -161,8 +174,11 @@ def test_reproduces_oracle_llama_8b():
     # PyTorch MemTracker on HF Llama-3-8B code (shared oracle, results.csv: train, s4096 b4, AMP bf16, sdpa,
     # foreach AdamW): 245.90 GiB at _log_softmax_backward_data; s512 b1: 149.57 GiB at _foreach_sqrt.
     def peak(s, b):
-        est = estimate(plan_from_dict({"model": {"preset": "llama-3.1-8b"},
-                                       "workload": {"sequence_length": s, "micro_batch_size": b}}))
+        est = estimate(
+            plan_from_dict(
+                {"model": {"preset": "llama-3.1-8b"}, "workload": {"sequence_length": s, "micro_batch_size": b}}
+            )
+        )
         return (est.peak_allocated_bytes - WS) / 2**30, est.phase
 
     assert peak(4096, 4)[0] == pytest.approx(245.90, rel=0.005) and peak(4096, 4)[1] == "loss backward"
@@ -173,25 +189,43 @@ def test_reproduces_oracle_llama_8b():
 @st.composite
 def plans(draw):
     heads = draw(st.sampled_from([4, 8, 16]))
-    model = {"num_layers": draw(st.sampled_from([2, 4, 8, 16])), "hidden_size": heads * draw(st.sampled_from([16, 32])),
-             "num_attention_heads": heads, "num_kv_heads": draw(st.sampled_from([1, 2, 4])),
-             "intermediate_size": draw(st.sampled_from([64, 256])), "vocab_size": draw(st.integers(100, 5000)),
-             "mlp": draw(st.sampled_from(["swiglu", "gelu"])), "norm": draw(st.sampled_from(["rmsnorm", "layernorm"])),
-             "tie_embeddings": draw(st.booleans()), "bias": draw(st.booleans())}
+    model = {
+        "num_layers": draw(st.sampled_from([2, 4, 8, 16])),
+        "hidden_size": heads * draw(st.sampled_from([16, 32])),
+        "num_attention_heads": heads,
+        "num_kv_heads": draw(st.sampled_from([1, 2, 4])),
+        "intermediate_size": draw(st.sampled_from([64, 256])),
+        "vocab_size": draw(st.integers(100, 5000)),
+        "mlp": draw(st.sampled_from(["swiglu", "gelu"])),
+        "norm": draw(st.sampled_from(["rmsnorm", "layernorm"])),
+        "tie_embeddings": draw(st.booleans()),
+        "bias": draw(st.booleans()),
+    }
     tensor = draw(st.sampled_from([1, 2, 4]))
     return {
         "model": model,
-        "workload": {"sequence_length": draw(st.sampled_from([64, 256, 1024])),
-                     "micro_batch_size": draw(st.integers(1, 4))},
-        "precision": {"compute": draw(st.sampled_from(["bf16", "fp16", "fp32"])),
-                      "master_weights": draw(st.sampled_from(["fp32", "none"])),
-                      "optimizer": draw(st.sampled_from(["adamw", "sgd", "sgd_momentum"])),
-                      "optimizer_impl": draw(st.sampled_from(["foreach", "fused", "forloop"]))},
-        "techniques": {"activation_checkpointing": draw(st.sampled_from(["none", "selective", "full"])),
-                       "attention": draw(st.sampled_from(["flash", "eager"]))},
-        "parallelism": {"data": draw(st.sampled_from([1, 2, 8])), "zero_stage": draw(st.integers(0, 3)),
-                        "tensor": tensor, "sequence_parallel": tensor > 1 and draw(st.booleans()),
-                        "pipeline": draw(st.sampled_from([1, 2])), "context": draw(st.sampled_from([1, 2]))},
+        "workload": {
+            "sequence_length": draw(st.sampled_from([64, 256, 1024])),
+            "micro_batch_size": draw(st.integers(1, 4)),
+        },
+        "precision": {
+            "compute": draw(st.sampled_from(["bf16", "fp16", "fp32"])),
+            "master_weights": draw(st.sampled_from(["fp32", "none"])),
+            "optimizer": draw(st.sampled_from(["adamw", "sgd", "sgd_momentum"])),
+            "optimizer_impl": draw(st.sampled_from(["foreach", "fused", "forloop"])),
+        },
+        "techniques": {
+            "activation_checkpointing": draw(st.sampled_from(["none", "selective", "full"])),
+            "attention": draw(st.sampled_from(["flash", "eager"])),
+        },
+        "parallelism": {
+            "data": draw(st.sampled_from([1, 2, 8])),
+            "zero_stage": draw(st.integers(0, 3)),
+            "tensor": tensor,
+            "sequence_parallel": tensor > 1 and draw(st.booleans()),
+            "pipeline": draw(st.sampled_from([1, 2])),
+            "context": draw(st.sampled_from([1, 2])),
+        },
     }
 
 
@@ -294,8 +328,17 @@ def test_lora_with_parameters_offloaded_keeps_no_base_on_the_gpu():
     in host memory; only the gathered units come to the GPU."""
     par = {"data": 2, "zero_stage": 3}
     kept = estimate(plan_from_dict({"model": TINY, "workload": LORA, "precision": PURE, "parallelism": par}))
-    moved = estimate(plan_from_dict({"model": TINY, "workload": LORA, "precision": PURE, "parallelism": par,
-                                     "techniques": {"offload": "optimizer_and_params"}}))
+    moved = estimate(
+        plan_from_dict(
+            {
+                "model": TINY,
+                "workload": LORA,
+                "precision": PURE,
+                "parallelism": par,
+                "techniques": {"offload": "optimizer_and_params"},
+            }
+        )
+    )
     before, after = ({i.name: i.bytes for i in phase(e, "forward").items} for e in (kept, moved))
     assert before["weights"] == P and before["adapters"] == ADAPTERS  # bf16 shards of 2 ranks
     assert after["weights"] == after["adapters"] == after["optimizer_states"] == 0
@@ -314,8 +357,11 @@ def test_qlora_nf4_storage_and_saved_inputs():
     linear = 2 * (12_288 + 24_576)  # projection params of the two layers
     blocks = linear // 64
     for dq, scales in ((False, 4 * blocks), (True, blocks + 4 * -(-blocks // 256))):
-        est = estimate(plan_from_dict({"model": TINY, "workload": {**LORA, "task": "qlora"},
-                                       "precision": {**PURE, "double_quant": dq}}))
+        est = estimate(
+            plan_from_dict(
+                {"model": TINY, "workload": {**LORA, "task": "qlora"}, "precision": {**PURE, "double_quant": dq}}
+            )
+        )
         fwd = {i.name: i.bytes for i in phase(est, "forward").items}
         assert fwd["weights"] == linear // 2 + scales + (P - linear) * 2
         assert fwd["dequantized_weight"] == 64 * 128 * 2  # the largest projection, in bf16
@@ -327,16 +373,23 @@ def test_qlora_nf4_storage_and_saved_inputs():
 @pytest.mark.parametrize("tokens", [(512, 1), (2048, 4)])
 def test_qlora_never_above_lora_for_the_same_plan(preset, tokens):
     def device(task):
-        return estimate(plan_from_dict({"model": {"preset": preset}, "workload": {
-            "task": task, "sequence_length": tokens[0], "micro_batch_size": tokens[1]}})).device_bytes
+        return estimate(
+            plan_from_dict(
+                {
+                    "model": {"preset": preset},
+                    "workload": {"task": task, "sequence_length": tokens[0], "micro_batch_size": tokens[1]},
+                }
+            )
+        ).device_bytes
 
     assert device("qlora") < device("lora")
 
 
 def test_optimizer_menu_state_bytes():
     def states(optimizer, **prec):
-        est = estimate(plan_from_dict({"model": TINY, "workload": LORA,
-                                       "precision": {**PURE, "optimizer": optimizer, **prec}}))
+        est = estimate(
+            plan_from_dict({"model": TINY, "workload": LORA, "precision": {**PURE, "optimizer": optimizer, **prec}})
+        )
         return next(i for i in est.items if i.name == "optimizer_states")
 
     n = ADAPTERS
@@ -348,18 +401,21 @@ def test_optimizer_menu_state_bytes():
     assert paged.bytes == 2 * n * 4 and paged.level == "device"  # managed memory, outside the allocator
 
 
-@pytest.mark.parametrize("precision, expected", [
-    # per layer q, o (4,096 values: 16 blocks of 256) and gate, up, down (8,192: 32 blocks) quantize; k and v
-    # (2,048) and the 320 norm values keep fp32 states; embedding and head (64,000: 250 blocks) quantize.
-    # 2 B × 193,536 + 2 × 4 B × 756 blocks + 2 × 4 B × 8,512
-    ({}, 2 * 193_536 + 8 * 756 + 8 * 8_512),
-    # blocks of 2,048 (bitsandbytes < 0.44): 2 per q and o, 4 per MLP matrix, 32 per table (64,000 rounded up)
-    ({"optimizer_block_size": 2048}, 2 * 193_536 + 8 * (2 * (2 * 2 + 3 * 4) + 2 * 32) + 8 * 8_512),
-    # HF Trainer keeps the embedding's states in 32 bits
-    ({"fp32_embedding_states": True}, 2 * 129_536 + 8 * 506 + 8 * 72_512),
-    # torchao: the same codes and scales, a 1 KiB map per state of each of 12 quantized tensors
-    ({"optimizer_library": "torchao"}, 2 * 193_536 + 8 * 756 + 8 * 8_512 + 2 * 1024 * 12),
-])
+@pytest.mark.parametrize(
+    "precision, expected",
+    [
+        # per layer q, o (4,096 values: 16 blocks of 256) and gate, up, down (8,192: 32 blocks) quantize; k and v
+        # (2,048) and the 320 norm values keep fp32 states; embedding and head (64,000: 250 blocks) quantize.
+        # 2 B × 193,536 + 2 × 4 B × 756 blocks + 2 × 4 B × 8,512
+        ({}, 2 * 193_536 + 8 * 756 + 8 * 8_512),
+        # blocks of 2,048 (bitsandbytes < 0.44): 2 per q and o, 4 per MLP matrix, 32 per table (64,000 rounded up)
+        ({"optimizer_block_size": 2048}, 2 * 193_536 + 8 * (2 * (2 * 2 + 3 * 4) + 2 * 32) + 8 * 8_512),
+        # HF Trainer keeps the embedding's states in 32 bits
+        ({"fp32_embedding_states": True}, 2 * 129_536 + 8 * 506 + 8 * 72_512),
+        # torchao: the same codes and scales, a 1 KiB map per state of each of 12 quantized tensors
+        ({"optimizer_library": "torchao"}, 2 * 193_536 + 8 * 756 + 8 * 8_512 + 2 * 1024 * 12),
+    ],
+)
 def test_eight_bit_adamw_layouts_by_hand(precision, expected):
     plan = plan_from_dict({"model": TINY, "precision": {"optimizer": "adamw_8bit", **precision}})
     assert next(i.bytes for i in estimate(plan).items if i.name == "optimizer_states") == expected
@@ -367,20 +423,31 @@ def test_eight_bit_adamw_layouts_by_hand(precision, expected):
 
 def test_torchao_keeps_full_precision_states_in_the_parameters_dtype():
     def states(library):
-        plan = plan_from_dict({"model": TINY, "precision": {**PURE, "optimizer": "adamw_8bit",
-                                                           "optimizer_library": library}})
+        plan = plan_from_dict(
+            {"model": TINY, "precision": {**PURE, "optimizer": "adamw_8bit", "optimizer_library": library}}
+        )
         return next(i.bytes for i in estimate(plan).items if i.name == "optimizer_states")
+
     assert states("bitsandbytes") - states("torchao") == 8_512 * 2 * (4 - 2) - 2 * 1024 * 12  # bf16, not fp32
 
 
-@pytest.mark.parametrize("precision, message", [
-    ({"optimizer_library": "torchao"}, "precision.optimizer_library: 'torchao' applies to precision.optimizer "
-     "adamw_8bit or paged_adamw_8bit"),
-    ({"optimizer": "paged_adamw_8bit", "optimizer_library": "torchao"},
-     "precision.optimizer: 'paged_adamw_8bit' is bitsandbytes only (precision.optimizer_library torchao)"),
-    ({"optimizer": "adamw_8bit", "optimizer_block_size": 8},
-     "precision.optimizer_block_size: 8 is out of range; must be from 16 to 65,536"),
-])
+@pytest.mark.parametrize(
+    "precision, message",
+    [
+        (
+            {"optimizer_library": "torchao"},
+            "precision.optimizer_library: 'torchao' applies to precision.optimizer adamw_8bit or paged_adamw_8bit",
+        ),
+        (
+            {"optimizer": "paged_adamw_8bit", "optimizer_library": "torchao"},
+            "precision.optimizer: 'paged_adamw_8bit' is bitsandbytes only (precision.optimizer_library torchao)",
+        ),
+        (
+            {"optimizer": "adamw_8bit", "optimizer_block_size": 8},
+            "precision.optimizer_block_size: 8 is out of range; must be from 16 to 65,536",
+        ),
+    ],
+)
 def test_eight_bit_settings_messages(precision, message):
     with pytest.raises(PlanError) as err:
         plan_from_dict({"model": TINY, "precision": precision})
@@ -392,14 +459,16 @@ MOE = {**TINY, "num_experts": 4, "experts_per_token": 2, "moe_intermediate_size"
 
 
 def test_moe_parameters_and_activations_by_hand():
-    from planner.models import Model
+    from planner.plan.models import Model
+
     p = Model(**MOE).params
     expert = 3 * 64 * 64
     assert p.expert == expert and p.experts == 4 * expert and p.router == 64 * 4
     assert p.total == 64_000 + 2 * (12_288 + 4 * expert + 256 + 128) + 64 + 64_000
     assert p.active == p.total - 2 * 2 * expert  # two of four experts idle per token
-    est = estimate(plan_from_dict({"model": MOE, "workload": {"sequence_length": 32, "micro_batch_size": 2},
-                                   "precision": PURE}))
+    est = estimate(
+        plan_from_dict({"model": MOE, "workload": {"sequence_length": 32, "micro_batch_size": 2}, "precision": PURE})
+    )
     fwd = {i.name: i.bytes for i in phase(est, "forward").items}
     # per MoE layer per token: norms 1024 + attention 400 + router (fp32 softmax 4 × 4 + indices and weights
     # 12 × 2 + 4) + 2 routed tokens × (2 B × (2h + 4 × I_e) + 28 B of routing weight and indices)
@@ -408,10 +477,20 @@ def test_moe_parameters_and_activations_by_hand():
 
 def test_capacity_factor_pads_the_routed_slots():
     def fwd(**techniques):
-        est = estimate(plan_from_dict({"model": MOE, "workload": {"sequence_length": 32, "micro_batch_size": 2},
-                                       "precision": PURE, "techniques": techniques, "parallelism": {"data": 2, "expert": 2}}))
+        est = estimate(
+            plan_from_dict(
+                {
+                    "model": MOE,
+                    "workload": {"sequence_length": 32, "micro_batch_size": 2},
+                    "precision": PURE,
+                    "techniques": techniques,
+                    "parallelism": {"data": 2, "expert": 2},
+                }
+            )
+        )
         items = {i.name: i.bytes for ph in est.stages[0].phases for i in ph.items}
         return items | {"activations": next(i.bytes for i in phase(est, "forward").items if i.name == "activations")}
+
     dropless, padded = fwd(), fwd(moe_capacity_factor=1.5)
     # 2 MoE layers × T tokens × 0.5 × 2 routed slots more × (2 B × (2h + 4 I_e) + 28 B)
     assert padded["activations"] - dropless["activations"] == 2 * T * 1 * (2 * (128 + 256) + 28)
@@ -424,10 +503,19 @@ def test_more_experts_same_active_params_more_weights_same_activations(factor, t
     # Same top-k and expert width: active parameters unchanged but for the router's row per expert, total grows
     # with the expert count. Activations differ only by the router's softmax (4 B per expert, token and layer).
     def est(experts):
-        return estimate(plan_from_dict({"model": {**MOE, "num_experts": experts}, "precision": PURE,
-                                        "workload": {"task": task, "sequence_length": 32, "micro_batch_size": 2}}))
+        return estimate(
+            plan_from_dict(
+                {
+                    "model": {**MOE, "num_experts": experts},
+                    "precision": PURE,
+                    "workload": {"task": task, "sequence_length": 32, "micro_batch_size": 2},
+                }
+            )
+        )
+
     small, large = est(4), est(4 * factor + 4)
-    from planner.models import Model
+    from planner.plan.models import Model
+
     active = [Model(**{**MOE, "num_experts": e}).params.active for e in (4, 4 * factor + 4)]
     assert active[1] - active[0] == 2 * 64 * 4 * factor
     weights = [next(i.bytes for i in e.items if i.name == "weights") for e in (small, large)]
@@ -439,8 +527,9 @@ def test_more_experts_same_active_params_more_weights_same_activations(factor, t
 
 def test_expert_parallelism_splits_experts_and_shards_the_rest():
     def weights(**par):
-        est = estimate(plan_from_dict({"model": MOE, "workload": {"sequence_length": 32}, "precision": PURE,
-                                       "parallelism": par}))
+        est = estimate(
+            plan_from_dict({"model": MOE, "workload": {"sequence_length": 32}, "precision": PURE, "parallelism": par})
+        )
         return next(i.bytes for i in est.items if i.name == "weights")
 
     # TINY with 4 experts of 12,288: embedding 64,000 + 2 × (attention 12,288 + experts 49,152 + router 256 +
@@ -465,11 +554,25 @@ def test_latent_attention_activations_by_hand():
     # HF DeepseekV3 shape, pure bf16, fused attention, 2 × 1024 tokens. Per layer and token: norms 2 × (4 + 2 + 2)h;
     # attention 2 × (q 16×96 + keys 16×96 + kv_b's output 16×(64+64) + out 16×64) + lse 4 × 16 heads
     # + latent norms (4 + 2 + 2) × (384 + 256); SwiGLU 4 × 2 × 2048. Final norm 8h per token.
-    model = {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 2048,
-             "vocab_size": 32000, "head_dim": 64, "kv_lora_rank": 256, "q_lora_rank": 384, "qk_rope_head_dim": 32,
-             "v_head_dim": 64}
-    plan = plan_from_dict({"model": model, "workload": {"sequence_length": 1024, "micro_batch_size": 2},
-                           "precision": {"compute": "bf16", "master_weights": "none"}})
+    model = {
+        "num_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "intermediate_size": 2048,
+        "vocab_size": 32000,
+        "head_dim": 64,
+        "kv_lora_rank": 256,
+        "q_lora_rank": 384,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+    }
+    plan = plan_from_dict(
+        {
+            "model": model,
+            "workload": {"sequence_length": 1024, "micro_batch_size": 2},
+            "precision": {"compute": "bf16", "master_weights": "none"},
+        }
+    )
     acts = next(i.bytes for i in estimate(plan).items if i.name == "activations")
     per_layer = 16 * 1024 + 2 * (1536 + 1536 + 2048 + 1024) + 64 + 8 * 640 + 16_384
     assert acts == 2048 * (4 * per_layer + 8 * 1024) == 428_343_296  # MemTracker on HF's code: 428,617,728
@@ -477,8 +580,10 @@ def test_latent_attention_activations_by_hand():
 
 def test_paged_states_are_outside_the_allocator_but_on_the_device():
     def est(optimizer):
-        return estimate(plan_from_dict({"model": TINY, "workload": {"sequence_length": 32},
-                                        "precision": {"optimizer": optimizer}}))
+        return estimate(
+            plan_from_dict({"model": TINY, "workload": {"sequence_length": 32}, "precision": {"optimizer": optimizer}})
+        )
+
     paged, plain = est("paged_adamw"), est("adamw")
     states = next(i.bytes for i in paged.items if i.name == "optimizer_states")
     assert sum(i.bytes for i in paged.items if i.level == "allocated") == paged.peak_allocated_bytes
@@ -488,9 +593,18 @@ def test_paged_states_are_outside_the_allocator_but_on_the_device():
 
 def test_optimizer_in_backward_by_hand():
     def phases(flag):
-        est = estimate(plan_from_dict({"model": TINY, "workload": {"sequence_length": 32, "micro_batch_size": 2},
-                                       "precision": PURE, "techniques": {"optimizer_in_backward": flag}}))
+        est = estimate(
+            plan_from_dict(
+                {
+                    "model": TINY,
+                    "workload": {"sequence_length": 32, "micro_batch_size": 2},
+                    "precision": PURE,
+                    "techniques": {"optimizer_in_backward": flag},
+                }
+            )
+        )
         return {ph.name: {i.name: i.bytes for i in ph.items} for ph in est.stages[0].phases}
+
     plain, fused = phases(False), phases(True)
     assert "optimizer step" in plain and "optimizer step" not in fused  # no separate step, no full gradients
     assert all(ph["gradients"] == 0 for ph in fused.values())
@@ -507,35 +621,59 @@ def test_chunked_loss_by_hand():
     # MemTracker on fake tensors (torchtune's CEWithChunkedOutputLoss pattern) peaked at T·V × (6 + 4/n) at the
     # end of the forward for n = 4, 8, 32, against 12 T·V in HF's loss backward
     def loss_items(**techniques):
-        est = estimate(plan_from_dict({"model": TINY, "workload": {"sequence_length": 32, "micro_batch_size": 2},
-                                       "precision": PURE, "techniques": techniques}))
-        return {ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
-                for ph in est.stages[0].phases if any(i.name == "logits_loss" for i in ph.items)}
+        est = estimate(
+            plan_from_dict(
+                {
+                    "model": TINY,
+                    "workload": {"sequence_length": 32, "micro_batch_size": 2},
+                    "precision": PURE,
+                    "techniques": techniques,
+                }
+            )
+        )
+        return {
+            ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
+            for ph in est.stages[0].phases
+            if any(i.name == "logits_loss" for i in ph.items)
+        }
+
     tv = T * 1000
     assert loss_items() == {"forward": 10 * tv, "loss backward": 12 * tv, "output head backward": 2 * tv}
-    assert loss_items(loss="chunked", loss_chunks=4) == {"forward": 6 * tv + tv, "loss backward": 4 * tv + 3 * tv,
-                                                         "output head backward": tv // 2}
+    assert loss_items(loss="chunked", loss_chunks=4) == {
+        "forward": 6 * tv + tv,
+        "loss backward": 4 * tv + 3 * tv,
+        "output head backward": tv // 2,
+    }
 
 
 def logits_loss(est):
-    return {ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
-            for ph in est.stages[0].phases if any(i.name == "logits_loss" for i in ph.items)}
+    return {
+        ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
+        for ph in est.stages[0].phases
+        if any(i.name == "logits_loss" for i in ph.items)
+    }
 
 
-@pytest.mark.parametrize("precision, forward, head", [
-    # HF ForCausalLMLoss / torchtitan cross_entropy_loss on TINY (T 64, V 1000). Forward, at nll_loss: the 16-bit
-    # logits, their fp32 upcast and the fp32 log-softmax; fp32 logits are their own upcast (.float() returns them)
-    (PURE, (2 + 4 + 4), 2),
-    ({"compute": "bf16", "master_weights": "fp32"}, (2 + 4 + 4), 2),  # autocast: the head's output is bf16
-    ({"compute": "fp32", "master_weights": "fp32"}, (4 + 4), 4),
-])
+@pytest.mark.parametrize(
+    "precision, forward, head",
+    [
+        # HF ForCausalLMLoss / torchtitan cross_entropy_loss on TINY (T 64, V 1000). Forward, at nll_loss: the 16-bit
+        # logits, their fp32 upcast and the fp32 log-softmax; fp32 logits are their own upcast (.float() returns them)
+        (PURE, (2 + 4 + 4), 2),
+        ({"compute": "bf16", "master_weights": "fp32"}, (2 + 4 + 4), 2),  # autocast: the head's output is bf16
+        ({"compute": "fp32", "master_weights": "fp32"}, (4 + 4), 4),
+    ],
+)
 def test_eager_cross_entropy_by_hand(precision, forward, head):
     # backward, at _log_softmax_backward_data: the saved log-softmax, nll_loss's gradient of it and the gradient
     # of the upcast, all fp32 (MemTracker: 12.000 T·V at vocabulary 128,256 and 8,192 tokens); then the
     # gradient of the logits in their dtype is the head's input
     tv = T * 1000
     assert logits_loss(estimate(tiny(precision=precision))) == {
-        "forward": forward * tv, "loss backward": 12 * tv, "output head backward": head * tv}
+        "forward": forward * tv,
+        "loss backward": 12 * tv,
+        "output head backward": head * tv,
+    }
 
 
 def test_the_output_head_keeps_its_autocast_copy_under_full_checkpointing():
@@ -543,41 +681,70 @@ def test_the_output_head_keeps_its_autocast_copy_under_full_checkpointing():
     # copy of the 64,000-parameter head for its backward: 128,000 B beside the loss's 12 T·V (MemTracker on HF
     # Llama: +V·h × 2 B exactly, e.g. 0.1223 GiB at V 128,256, h 512)
     est = estimate(tiny(techniques={"activation_checkpointing": "full"}))
-    casts = {ph.name: next((i.bytes for i in ph.items if i.name == "weight_casts"), None)
-             for ph in est.stages[0].phases}
+    casts = {
+        ph.name: next((i.bytes for i in ph.items if i.name == "weight_casts"), None) for ph in est.stages[0].phases
+    }
     assert casts["forward"] == 2 * (2 * (12_288 + 24_576) + 64_000)  # every cast while autocast is on
     assert casts["loss backward"] == casts["output head backward"] == 2 * 64_000
     assert casts["backward of the last layer"] == 0  # the head's backward freed it
     assert phase(est, "loss backward").allocated_bytes - phase(est, "output head backward").allocated_bytes == (
-        (12 - 2) * T * 1000 - 64_000 * 4)  # the head's fresh fp32 gradient
+        (12 - 2) * T * 1000 - 64_000 * 4
+    )  # the head's fresh fp32 gradient
     # Liger's fused loss runs the head inside the loss's forward: no copy saved for backward
     fused = estimate(tiny(techniques={"activation_checkpointing": "full", "loss": "fused"}))
     assert not any(i.name == "weight_casts" and i.bytes for i in phase(fused, "loss backward").items)
 
 
-@pytest.mark.parametrize("precision, oracle_bytes", [
-    ({"compute": "bf16", "master_weights": "none"}, 63_569_920),
-    ({"compute": "bf16", "master_weights": "fp32"}, 63_569_920),  # autocast: the same tensors
-    ({"compute": "fp32", "master_weights": "fp32"}, 84_541_440),
-])
+@pytest.mark.parametrize(
+    "precision, oracle_bytes",
+    [
+        ({"compute": "bf16", "master_weights": "none"}, 63_569_920),
+        ({"compute": "bf16", "master_weights": "fp32"}, 63_569_920),  # autocast: the same tensors
+        ({"compute": "fp32", "master_weights": "fp32"}, 84_541_440),
+    ],
+)
 def test_qk_norm_activations_match_memtracker(precision, oracle_bytes):
     # MemTracker on HF Qwen3 vs Llama code (4 layers, h 1024, 16 heads / 4 KV of 64, 2 × 1024 tokens): the
     # decoders' saved tensors differ by exactly these bytes, T·L × ((4 + b)(q + k) + 4 × (heads + KV heads))
-    model = {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "num_kv_heads": 4, "head_dim": 64,
-             "intermediate_size": 2816, "vocab_size": 32000}
+    model = {
+        "num_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "num_kv_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 2816,
+        "vocab_size": 32000,
+    }
 
     def acts(qk_norm):
-        est = estimate(plan_from_dict({"model": {**model, "qk_norm": qk_norm}, "precision": precision,
-                                       "workload": {"sequence_length": 1024, "micro_batch_size": 2}}))
+        est = estimate(
+            plan_from_dict(
+                {
+                    "model": {**model, "qk_norm": qk_norm},
+                    "precision": precision,
+                    "workload": {"sequence_length": 1024, "micro_batch_size": 2},
+                }
+            )
+        )
         return next(i.bytes for i in phase(est, "forward").items if i.name == "activations")
+
     assert acts(True) - acts(False) == oracle_bytes
 
 
 def test_every_k_checkpointing_between_none_and_full():
     def forward_acts(**techniques):
-        est = estimate(plan_from_dict({"model": TINY, "workload": {"sequence_length": 32, "micro_batch_size": 2},
-                                       "precision": PURE, "techniques": techniques}))
+        est = estimate(
+            plan_from_dict(
+                {
+                    "model": TINY,
+                    "workload": {"sequence_length": 32, "micro_batch_size": 2},
+                    "precision": PURE,
+                    "techniques": techniques,
+                }
+            )
+        )
         return next(i.bytes for i in phase(est, "forward").items if i.name == "activations"), est.peak_allocated_bytes
+
     none, full = forward_acts(), forward_acts(activation_checkpointing="full")
     assert forward_acts(activation_checkpointing="every_k", checkpoint_every=1) == full
     assert forward_acts(activation_checkpointing="every_k", checkpoint_every=3) == none  # ⌊2/3⌋ = 0 layers
@@ -603,21 +770,31 @@ def test_fused_loss_by_hand():
     assert not any(i.name == "fresh_gradients" for i in head.items)
 
 
-@pytest.mark.parametrize("schedule, extra, stage0", [
-    ({}, {}, 4), ({"pipeline_schedule": "gpipe"}, {}, 8),
-    # Megatron interleaving, v = 2: (2(p - 1) + (v - 1)p + 1) / v = (6 + 4 + 1) / 2 chunks of half a stage
-    ({"pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}, {}, 5.5),
-    ({"pipeline_schedule": "zero_bubble"}, {}, 4),
-])
+@pytest.mark.parametrize(
+    "schedule, extra, stage0",
+    [
+        ({}, {}, 4),
+        ({"pipeline_schedule": "gpipe"}, {}, 8),
+        # Megatron interleaving, v = 2: (2(p - 1) + (v - 1)p + 1) / v = (6 + 4 + 1) / 2 chunks of half a stage
+        ({"pipeline_schedule": "interleaved_1f1b", "virtual_stages": 2}, {}, 5.5),
+        ({"pipeline_schedule": "zero_bubble"}, {}, 4),
+    ],
+)
 def test_pipeline_schedules_hold_what_they_promise(schedule, extra, stage0):
     model = {**TINY, "num_layers": 8}
-    plan = plan_from_dict({"model": model, "workload": {"sequence_length": 32, "global_batch_size": 8},
-                           "parallelism": {"pipeline": 4, "pipeline_microbatches": 8, **schedule}})
+    plan = plan_from_dict(
+        {
+            "model": model,
+            "workload": {"sequence_length": 32, "global_batch_size": 8},
+            "parallelism": {"pipeline": 4, "pipeline_microbatches": 8, **schedule},
+        }
+    )
     assert plan.micro_batches_per_step == 8
     stages = estimate(plan).stages
     assert stages[0].micro_batches_in_flight == stage0
-    assert stages[3].micro_batches_in_flight == (8 if schedule.get("pipeline_schedule") == "gpipe" else
-                                                 2.5 if schedule.get("virtual_stages") else 1)  # (v - 1)p + 1 chunks
+    assert stages[3].micro_batches_in_flight == (
+        8 if schedule.get("pipeline_schedule") == "gpipe" else 2.5 if schedule.get("virtual_stages") else 1
+    )  # (v - 1)p + 1 chunks
 
 
 def test_activation_offload_keeps_five_layer_inputs_on_the_gpu():
@@ -626,10 +803,18 @@ def test_activation_offload_keeps_five_layer_inputs_on_the_gpu():
     model = {**TINY, "num_layers": 8}
 
     def acts(**techniques):
-        est = estimate(plan_from_dict({"model": model, "precision": PURE, "workload": {"sequence_length": 32,
-                                       "micro_batch_size": 2}, "techniques": {"activation_checkpointing": "full",
-                                                                              **techniques}}))
+        est = estimate(
+            plan_from_dict(
+                {
+                    "model": model,
+                    "precision": PURE,
+                    "workload": {"sequence_length": 32, "micro_batch_size": 2},
+                    "techniques": {"activation_checkpointing": "full", **techniques},
+                }
+            )
+        )
         return next(i.bytes for i in phase(est, "forward").items if i.name == "activations"), est.host_bytes
+
     on, host = acts(activation_offload=True)
     off, no_host = acts()
     final_norm = 512 * T
@@ -638,8 +823,9 @@ def test_activation_offload_keeps_five_layer_inputs_on_the_gpu():
 
 
 def test_async_tp_workspace_outside_the_allocator():
-    est = estimate(tiny(parallelism={"tensor": 2, "sequence_parallel": True, "async_tp": True},
-                        techniques={"compile": True}))
+    est = estimate(
+        tiny(parallelism={"tensor": 2, "sequence_parallel": True, "async_tp": True}, techniques={"compile": True})
+    )
     item = next(i for i in est.items if i.name == "symmetric_memory")
     assert (item.bytes, item.level) == (2 * (T // 2) * 64 * 2, "device")
 
@@ -657,14 +843,20 @@ def test_an_fp32_lora_base_is_gathered_in_the_compute_dtype():
     # parameter, FSDP's MixedPrecision all-gathers the largest neighbouring units (embedding 64,000 + a layer
     # 36,992 params) in bf16, 2 B each, as for a bf16 base
     def forward(weights):
-        return forward_item("zero3_gather", workload=LORA, parallelism={"zero_stage": 3, "data": 2},
-                            precision={**PURE, "weights": weights})
+        return forward_item(
+            "zero3_gather",
+            workload=LORA,
+            parallelism={"zero_stage": 3, "data": 2},
+            precision={**PURE, "weights": weights},
+        )
+
     assert forward("fp32") == forward("bf16") == (64_000 + 36_992) * 2
 
 
 def test_fp8_recipes_scale_their_casts():
     def casts(recipe):
         return forward_item("fp8_casts", precision={"compute": "fp8", "fp8_recipe": recipe})
+
     elements = 2 * 128 * 64 + T * 128  # two copies of the largest matrix + T × max(h, I)
     assert casts("tensorwise") == elements
     assert casts("rowwise") == elements + 4 * (T + 128)
@@ -677,8 +869,12 @@ def test_nvfp4_saves_four_bit_linear_inputs_and_weights():
     # o_proj input 2 × 64 → 9/16 × 64, down input 2 × 128 → 9/16 × 128; each layer also keeps its linears'
     # weights (36,864 params) as NVFP4
     def acts(recipe):
-        return forward_item("activations", precision={"compute": "fp8", "master_weights": "none", "fp8_recipe": recipe},
-                            parallelism={"zero_stage": 3})
+        return forward_item(
+            "activations",
+            precision={"compute": "fp8", "master_weights": "none", "fp8_recipe": recipe},
+            parallelism={"zero_stage": 3},
+        )
+
     per_token = (2 * 2 * 64 - 5 * 64 * 9 / 16) + (2 - 9 / 16) * 64 + (2 - 9 / 16) * 128
     assert acts("tensorwise") - acts("nvfp4") == round(2 * T * per_token) - 2 * round(36_864 * 9 / 16)
 
@@ -686,31 +882,53 @@ def test_nvfp4_saves_four_bit_linear_inputs_and_weights():
 def test_dora_saves_two_outputs_per_adapted_projection():
     # MemTracker on peft 0.21: DoRA saves the base and adapter outputs, 2 × 2 B × d_out per token per target
     def acts(variant):
-        return forward_item("activations", workload={"task": "lora", "sequence_length": 32, "micro_batch_size": 2,
-                                                     "lora": {"targets": ["q", "v"], "variant": variant}},
-                            precision=PURE)
+        return forward_item(
+            "activations",
+            workload={
+                "task": "lora",
+                "sequence_length": 32,
+                "micro_batch_size": 2,
+                "lora": {"targets": ["q", "v"], "variant": variant},
+            },
+            precision=PURE,
+        )
+
     assert acts("dora") - acts("lora") == 2 * T * 2 * 2 * (64 + 32)
     # the row-norm temporaries of the largest adapted projection, q (64 → 64), r 8: 2(d_in² + d_in·r + 3 d_in·d_out)
-    assert forward_item("dora_weight_norm", workload={"task": "lora", "sequence_length": 32, "micro_batch_size": 2,
-                                                      "lora": {"targets": ["q", "v"], "variant": "dora"}},
-                        precision=PURE) == 2 * (64 * 64 + 64 * 8 + 3 * 64 * 64)
+    assert forward_item(
+        "dora_weight_norm",
+        workload={
+            "task": "lora",
+            "sequence_length": 32,
+            "micro_batch_size": 2,
+            "lora": {"targets": ["q", "v"], "variant": "dora"},
+        },
+        precision=PURE,
+    ) == 2 * (64 * 64 + 64 * 8 + 3 * 64 * 64)
 
 
 def test_paged_8bit_states_like_8bit_outside_the_allocator():
     def states(optimizer):
         est = estimate(tiny(precision={"optimizer": optimizer}))
         return next((i.bytes, i.level) for i in phase(est, "optimizer step").items if i.name == "optimizer_states")
+
     assert states("paged_adamw_8bit") == (states("adamw_8bit")[0], "device")
 
 
-@pytest.mark.parametrize("techniques, per_token", [
-    # the oracle and inductor's partitioner on HF Llama code: eager 16h + 4q + 4kv + 4a + 8I + 8 (the planner
-    # leaves out the 8 B of rstd); with h 64, q 64, kv 32, a 4, I 128:
-    ({}, 2448),
-    ({"activation_checkpointing": "selective_op"}, 4 * 64 + 4 * 64 + 2 * 32 + 4 * 4 + 2 * 128),  # q, v, gate, down kept
-    ({"compile": True}, 8 * 64 + 4 * 64 + 4 * 32 + 4 * 4 + 6 * 128 + 8),
-    ({"compile": True, "activation_checkpointing": "selective_op"}, 2 * 64 + 4 * 64 + 2 * 32 + 4 * 4 + 2 * 128),
-])
+@pytest.mark.parametrize(
+    "techniques, per_token",
+    [
+        # the oracle and inductor's partitioner on HF Llama code: eager 16h + 4q + 4kv + 4a + 8I + 8 (the planner
+        # leaves out the 8 B of rstd); with h 64, q 64, kv 32, a 4, I 128:
+        ({}, 2448),
+        (
+            {"activation_checkpointing": "selective_op"},
+            4 * 64 + 4 * 64 + 2 * 32 + 4 * 4 + 2 * 128,
+        ),  # q, v, gate, down kept
+        ({"compile": True}, 8 * 64 + 4 * 64 + 4 * 32 + 4 * 4 + 6 * 128 + 8),
+        ({"compile": True, "activation_checkpointing": "selective_op"}, 2 * 64 + 4 * 64 + 2 * 32 + 4 * 4 + 2 * 128),
+    ],
+)
 def test_op_level_checkpointing_and_compile_by_hand(techniques, per_token):
     acts = forward_item("activations", precision=PURE, techniques=techniques)
     assert acts == 2 * T * per_token + 512 * T  # two layers + the final norm
@@ -719,8 +937,11 @@ def test_op_level_checkpointing_and_compile_by_hand(techniques, per_token):
 def test_compiled_loss_keeps_no_fp32_logits():
     est = estimate(tiny(precision=PURE, techniques={"compile": True}))
     tv = T * 1000
-    loss = {ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
-            for ph in est.stages[0].phases if any(i.name == "logits_loss" for i in ph.items)}
+    loss = {
+        ph.name: next(i.bytes for i in ph.items if i.name == "logits_loss")
+        for ph in est.stages[0].phases
+        if any(i.name == "logits_loss" for i in ph.items)
+    }
     assert loss == {"forward": 2 * tv + 8 * T, "loss backward": 4 * tv, "output head backward": 2 * tv}
 
 
@@ -733,9 +954,12 @@ def test_selective_op_recomputes_what_it_did_not_keep():
 def test_fsdp1_flat_parameters_give_the_frozen_base_gradients():
     """LoRA on Llama 3.1 8B, FSDP over 2 ranks, pure bf16: FSDP2 keeps gradients of the adapters only; FSDP1's flat
     parameters (use_orig_params=True, one unit per block) get a bf16 gradient for every element, sharded."""
-    d = {"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "lora", "sequence_length": 2048,
-                                                           "global_batch_size": 4},  # accumulation: .grad is held
-         "precision": {"master_weights": "none"}, "parallelism": {"data": 2, "zero_stage": 3}}
+    d = {
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"task": "lora", "sequence_length": 2048, "global_batch_size": 4},  # accumulation: .grad is held
+        "precision": {"master_weights": "none"},
+        "parallelism": {"data": 2, "zero_stage": 3},
+    }
     per_param = estimate(plan_from_dict(d))
     flat = estimate(plan_from_dict({**d, "parallelism": {**d["parallelism"], "flat_params": True}}))
     grads = {e: next(i.bytes for i in x.items if i.name == "gradients") for e, x in (("2", per_param), ("1", flat))}
@@ -743,15 +967,23 @@ def test_fsdp1_flat_parameters_give_the_frozen_base_gradients():
     assert grads["2"] == adapters * 2 // 2
     assert grads["1"] == (8_030_261_248 + adapters) * 2 // 2
     with pytest.raises(PlanError, match="^parallelism.flat_params: True applies to lora and qlora under "):
-        plan_from_dict({**d, "workload": {"task": "finetune"}, "parallelism": {**d["parallelism"], "flat_params": True}})
+        plan_from_dict(
+            {**d, "workload": {"task": "finetune"}, "parallelism": {**d["parallelism"], "flat_params": True}}
+        )
 
 
 def test_nvfp4_under_op_level_sac_keeps_less_than_bf16():
     """Issue 16: torchao's NVFP4 linears (an autograd Function of scaled_mm and Triton quantize kernels) are outside
     torchtitan's SAC save list, so their outputs and 4-bit codes are recomputed with the block: only the block
     input and the attention output stay, and NVFP4 needs less than bf16 (it was predicted more)."""
-    d = {"framework": "torchtitan", "model": {"preset": "llama-3.1-8b"}, "workload": {"sequence_length": 8192},
-         "techniques": {"compile": True}, "parallelism": {"data": 8}, "hardware": {"gpu": "b200-180gb"}}
+    d = {
+        "framework": "torchtitan",
+        "model": {"preset": "llama-3.1-8b"},
+        "workload": {"sequence_length": 8192},
+        "techniques": {"compile": True},
+        "parallelism": {"data": 8},
+        "hardware": {"gpu": "b200-180gb"},
+    }
     bf16 = estimate(plan_from_dict(d))
     nvfp4 = estimate(plan_from_dict({**d, "precision": {"compute": "fp8", "fp8_recipe": "nvfp4"}}))
     acts = {e: next(i.bytes for i in x.items if i.name == "activations") for e, x in (("bf16", bf16), ("fp4", nvfp4))}
@@ -767,8 +999,9 @@ def test_deepspeed_holds_its_reduce_bucket_at_every_stage():
         assert {i.name: i.bytes for i in estimate(plan).items}["reduce_bucket"] == 500_000_000 * 2
     with pytest.raises(PlanError) as err:
         plan_from_dict({"model": {"preset": "llama-3.2-1b"}, "parallelism": {"reduce_bucket_elements": 1000}})
-    assert str(err.value) == ("parallelism.reduce_bucket_elements: 1000 applies to DeepSpeed ZeRO stage 1, 2 or 3 "
-                              "(parallelism.zero_stage)")
+    assert str(err.value) == (
+        "parallelism.reduce_bucket_elements: 1000 applies to DeepSpeed ZeRO stage 1, 2 or 3 (parallelism.zero_stage)"
+    )
 
 
 def test_deepspeed_zero3_copies_its_bucket_to_reduce_and_steps_a_sub_group_in_fp32():
@@ -791,11 +1024,17 @@ def test_deepspeed_zero3_copies_its_bucket_to_reduce_and_steps_a_sub_group_in_fp
 def _pipelined_fsdp(framework, pipeline=2, **parallelism):
     """TINY on pipeline × 2 data ranks under FSDP (ZeRO-3), 4 micro-batches a step; bf16 compute over fp32
     master shards, fp32 gradient reduction (torchtitan's recipe, written out for both frameworks)."""
-    return estimate(plan_from_dict({
-        "model": TINY, "framework": framework,
-        "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 8},
-        "precision": {"compute": "bf16", "master_weights": "fp32", "gradients": "fp32"},
-        "parallelism": {"pipeline": pipeline, "data": 2, "zero_stage": 3, **parallelism}}))
+    return estimate(
+        plan_from_dict(
+            {
+                "model": TINY,
+                "framework": framework,
+                "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 8},
+                "precision": {"compute": "bf16", "master_weights": "fp32", "gradients": "fp32"},
+                "parallelism": {"pipeline": pipeline, "data": 2, "zero_stage": 3, **parallelism},
+            }
+        )
+    )
 
 
 def _by_phase(stage, names=("weights", "gradients", "unsharded_weights", "zero3_gather", "fresh_gradients")):
@@ -839,19 +1078,32 @@ def test_without_pipelining_fsdp_shards_gradients_as_it_goes():
 def test_fp8_all_gather_keeps_the_stage_layers_in_one_byte():
     # stage 0: the layer's 36,992 params travel and stay as float8, the embedding as bf16
     fp8 = {"compute": "fp8", "master_weights": "fp32", "gradients": "fp32", "fp8_all_gather": True}
-    est = estimate(plan_from_dict({"model": TINY, "framework": "torchtitan", "precision": fp8,
-                                   "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 8},
-                                   "parallelism": {"pipeline": 2, "data": 2, "zero_stage": 3}}))
+    est = estimate(
+        plan_from_dict(
+            {
+                "model": TINY,
+                "framework": "torchtitan",
+                "precision": fp8,
+                "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 8},
+                "parallelism": {"pipeline": 2, "data": 2, "zero_stage": 3},
+            }
+        )
+    )
     assert _by_phase(est.stages[0])["forward"]["unsharded_weights"] == 64_000 * 2 + 36_992
 
 
 def test_llama_405b_stage_under_torchtitan_pp8_tp8_holds_its_unsharded_parameters_and_gradients():
     # Issue 29: a 405B stage at PP 8 × TP 8 (× 8 data ranks): the stage's 16-bit parameters and fp32 gradients,
     # unsharded, are more than the shards and the per-unit gather the estimate held before (23.5 GiB; now 55.6)
-    plan = plan_from_dict({"model": {"preset": "llama-3.1-405b"}, "framework": "torchtitan",
-                           "workload": {"sequence_length": 8192, "micro_batch_size": 1, "global_batch_size": 64},
-                           "techniques": {"activation_checkpointing": "full"},
-                           "parallelism": {"tensor": 8, "pipeline": 8, "data": 8}})
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "llama-3.1-405b"},
+            "framework": "torchtitan",
+            "workload": {"sequence_length": 8192, "micro_batch_size": 1, "global_batch_size": 64},
+            "techniques": {"activation_checkpointing": "full"},
+            "parallelism": {"tensor": 8, "pipeline": 8, "data": 8},
+        }
+    )
     est = estimate(plan)
     held = {i.name: i.bytes for i in est.items}
     stage = next(s for s in est.stages if s.index == est.stage)

@@ -85,8 +85,12 @@ def test_empty_cache_gives_back_only_segments_that_hold_no_live_block():
     a.malloc(4 * MiB)  # split off the freed 12 MiB segment (best fit; the 8 MiB left is over 1 MiB)
     a.free(second)
     a.empty_cache()  # the 14 MiB segment goes back; the 12 MiB one holds 4 MiB and stays whole
-    assert (a.allocated_bytes, a.reserved_bytes, a.peak_reserved_bytes, a.cache_flushes) == (4 * MiB, 12 * MiB,
-                                                                                             26 * MiB, 0)
+    assert (a.allocated_bytes, a.reserved_bytes, a.peak_reserved_bytes, a.cache_flushes) == (
+        4 * MiB,
+        12 * MiB,
+        26 * MiB,
+        0,
+    )
 
 
 def test_expandable_segments_grow_in_pages_and_leave_no_gap_between_segments():

@@ -2,15 +2,15 @@
 202,048 parameters of which the untied output head is V·h = 64,000), plus invariants over generated plans."""
 
 import pytest
+from conftest import TINY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import TINY
 from planner.catalog import load_catalog
-from planner.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.perf import step_time
+from planner.plan.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
 
 P, V, H = 202_048, 1_000, 64
 PURE = {"compute": "bf16", "master_weights": "none"}
@@ -56,10 +56,17 @@ def test_reward_model_has_a_score_head_and_no_logits():
     assert all("logits_loss" not in {i.name for i in ph.items} for ph in est.stages[0].phases)
 
 
-@pytest.mark.parametrize(("task", "preference", "reference"), [
-    ("finetune", None, "separate"), ("lora", None, "adapters_disabled"), ("qlora", None, "adapters_disabled"),
-    ("lora", {"loss_type": "simpo"}, "none"), ("finetune", {"loss_type": "orpo"}, "none"),
-    ("finetune", {"reference": "precomputed"}, "precomputed")])
+@pytest.mark.parametrize(
+    ("task", "preference", "reference"),
+    [
+        ("finetune", None, "separate"),
+        ("lora", None, "adapters_disabled"),
+        ("qlora", None, "adapters_disabled"),
+        ("lora", {"loss_type": "simpo"}, "none"),
+        ("finetune", {"loss_type": "orpo"}, "none"),
+        ("finetune", {"reference": "precomputed"}, "precomputed"),
+    ],
+)
 def test_the_reference_defaults_follow_loss_and_task(task, preference, reference):
     assert tiny(task, "preference", preference=preference).workload.preference.reference == reference
 
@@ -76,19 +83,30 @@ def test_reference_is_sharded_under_zero3():
     assert phase_items(est, "reference forward")["reference_weights"] == P * 2 // 2
 
 
-@pytest.mark.parametrize(("workload", "message"), [
-    ({"task": "pretrain", "objective": "preference"},
-     "workload.objective: 'preference' post-trains a pretrained model: workload.task must be finetune, lora or "
-     "qlora, not pretrain"),
-    ({"task": "finetune", "objective": "preference", "preference": {"reference": "adapters_disabled"}},
-     "workload.preference.reference: 'adapters_disabled' needs adapters to disable (workload.task lora or qlora, "
-     "not finetune)"),
-    ({"task": "lora", "objective": "preference", "preference": {"loss_type": "simpo", "reference": "separate"}},
-     "workload.preference.reference: 'separate' must be none: the simpo loss uses no reference model"),
-    ({"task": "lora", "objective": "preference", "preference": {"reference": "none"}},
-     "workload.preference.reference: 'none' needs a reference for the dpo loss (separate, adapters_disabled or "
-     "precomputed)"),
-])
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        (
+            {"task": "pretrain", "objective": "preference"},
+            "workload.objective: 'preference' post-trains a pretrained model: workload.task must be finetune, lora or "
+            "qlora, not pretrain",
+        ),
+        (
+            {"task": "finetune", "objective": "preference", "preference": {"reference": "adapters_disabled"}},
+            "workload.preference.reference: 'adapters_disabled' needs adapters to disable (workload.task lora or qlora, "
+            "not finetune)",
+        ),
+        (
+            {"task": "lora", "objective": "preference", "preference": {"loss_type": "simpo", "reference": "separate"}},
+            "workload.preference.reference: 'separate' must be none: the simpo loss uses no reference model",
+        ),
+        (
+            {"task": "lora", "objective": "preference", "preference": {"reference": "none"}},
+            "workload.preference.reference: 'none' needs a reference for the dpo loss (separate, adapters_disabled or "
+            "precomputed)",
+        ),
+    ],
+)
 def test_validation_messages(workload, message):
     with pytest.raises(PlanError) as err:
         plan_from_dict({"model": TINY, "workload": workload})
@@ -105,9 +123,14 @@ def test_pipeline_is_refused():
         tiny(objective="reward", parallelism={"pipeline": 2})
 
 
-@pytest.mark.parametrize("plan", [tiny("lora", "preference", preference={"loss_type": "ipo"}),
-                                  tiny(objective="reward"), tiny("qlora", "preference",
-                                                                 preference={"loss_type": "orpo"})])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        tiny("lora", "preference", preference={"loss_type": "ipo"}),
+        tiny(objective="reward"),
+        tiny("qlora", "preference", preference={"loss_type": "orpo"}),
+    ],
+)
 def test_round_trips(plan):
     assert plan_from_yaml(plan_to_yaml(plan)) == plan
     assert plan_from_query(plan_to_query(plan), {"model": TINY})[0] == plan
@@ -116,19 +139,27 @@ def test_round_trips(plan):
 def test_reference_forward_time_and_reward_head():
     gpu = load_catalog()["h100-sxm-80gb"]
     dpo = {i.name: i.seconds for i in step_time(tiny(objective="preference"), gpu).items}
-    pre = {i.name: i.seconds for i in step_time(tiny(objective="preference", preference={"reference": "precomputed"}),
-                                                 gpu).items}
+    pre = {
+        i.name: i.seconds
+        for i in step_time(tiny(objective="preference", preference={"reference": "precomputed"}), gpu).items
+    }
     assert dpo["reference_forward"] > 0 and "reference_forward" not in pre
     assert dpo["compute"] == pre["compute"]
 
 
 @settings(max_examples=25, deadline=None)
-@given(task=st.sampled_from(["finetune", "lora", "qlora"]), mb=st.integers(1, 4), zero=st.sampled_from([0, 3]),
-       loss=st.sampled_from(["dpo", "ipo"]))
+@given(
+    task=st.sampled_from(["finetune", "lora", "qlora"]),
+    mb=st.integers(1, 4),
+    zero=st.sampled_from([0, 3]),
+    loss=st.sampled_from(["dpo", "ipo"]),
+)
 def test_invariants(task, mb, zero, loss):
     par = {"data": 2, "zero_stage": zero}
-    plans = {ref: tiny(task, "preference", mb, {"loss_type": loss, "reference": ref}, parallelism=par)
-             for ref in ("separate", "precomputed")}
+    plans = {
+        ref: tiny(task, "preference", mb, {"loss_type": loss, "reference": ref}, parallelism=par)
+        for ref in ("separate", "precomputed")
+    }
     ests = {ref: estimate(p) for ref, p in plans.items()}
     for est in ests.values():
         for ph in est.stages[0].phases:  # items add up

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from planner.codec import plan_from_dict
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.memory.inference import weight_bytes
-from planner.dtypes import tinygemm_int4_bytes
 from planner.memory.quantize_load import _partitioned, _replayed, held_beyond_live, zero3_whole_load_reserved
+from planner.plan.codec import plan_from_dict
+from planner.plan.dtypes import tinygemm_int4_bytes
 from planner.units import KiB, MiB
 
 # one layer of one Linear 1,024 → 8,192 (16 MiB in bf16), hidden 1,024, a 256-token embedding, no output head
@@ -39,17 +39,28 @@ def test_int4_packs_into_a_quarter_and_keeps_its_segment():
 
 
 def _torchao(weights: str, compile: bool = True) -> dict:
-    return {"framework": "gpt_fast", "model": {"preset": "llama-3.1-8b"}, "techniques": {"compile": compile},
-            "precision": {"weights": weights},
-            "workload": {"task": "inference", "inference": {"prompt_tokens": 6, "output_tokens": 200}}}
+    return {
+        "framework": "gpt_fast",
+        "model": {"preset": "llama-3.1-8b"},
+        "techniques": {"compile": compile},
+        "precision": {"weights": weights},
+        "workload": {"task": "inference", "inference": {"prompt_tokens": 6, "output_tokens": 200}},
+    }
 
 
 def test_torchao_quantizes_the_output_head_too():
     """Llama 3.1 8B's head, 128,256 × 4,096, is an nn.Linear that quantize_ converts: int8, 1 B a weight and a
     4 B scale a row, instead of 2 B a weight."""
     on = plan_from_dict(_torchao("int8"))
-    off = plan_from_dict({**_torchao("int8"), "workload": {"task": "inference", "inference": {
-        "prompt_tokens": 6, "output_tokens": 200, "quantize_on_load": False}}})
+    off = plan_from_dict(
+        {
+            **_torchao("int8"),
+            "workload": {
+                "task": "inference",
+                "inference": {"prompt_tokens": 6, "output_tokens": 200, "quantize_on_load": False},
+            },
+        }
+    )
     assert on.workload.inference.quantize_on_load and not off.workload.inference.quantize_on_load
     head = 128_256 * 4096
     assert weight_bytes(off)[0] - weight_bytes(on)[0] == head * 2 - (head + 4 * 128_256)
@@ -74,18 +85,27 @@ def test_bf16_weights_are_not_quantized_on_load():
 def test_torchao_int4_prefill_does_not_dequantize():
     """tinygemm's _weight_int4pack_mm reads the packed weight: no 16-bit copy of a matrix during prefill, which
     int8 weight-only makes (w_vals_int8_t.to(input.dtype)), the head (1 GiB) the largest."""
+
     def prefill(weights: str) -> int:
         est = estimate(plan_from_dict(_torchao(weights)))
         return next(i.bytes for i in est.stages[0].phases[0].items if i.name == "activations")
+
     assert prefill("int8") - prefill("int4") == 128_256 * 4096 * 2
 
 
 def test_quantize_on_load_applies_to_what_torchao_quantizes():
     with pytest.raises(PlanError) as err:
-        plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "precision": {"weights": "nf4"},
-                        "workload": {"task": "inference", "inference": {"quantize_on_load": True}}})
-    assert str(err.value) == ("workload.inference.quantize_on_load: True applies to served fp8, int8, int4 weights "
-                              "(torchao quantize_); the plan has task inference, weights nf4")
+        plan_from_dict(
+            {
+                "model": {"preset": "llama-3.1-8b"},
+                "precision": {"weights": "nf4"},
+                "workload": {"task": "inference", "inference": {"quantize_on_load": True}},
+            }
+        )
+    assert str(err.value) == (
+        "workload.inference.quantize_on_load: True applies to served fp8, int8, int4 weights "
+        "(torchao quantize_); the plan has task inference, weights nf4"
+    )
 
 
 def test_float8_dynamic_quantization_computes_in_float32():
@@ -125,8 +145,9 @@ def test_dynamic_activation_quantization_dequantizes_nothing():
     dynamic["workload"]["inference"]["dynamic_activation_quant"] = True
     assert _prefill(dynamic) == _prefill(_torchao("int4")) == _prefill(_torchao("int8")) - 128_256 * 4096 * 2
     with pytest.raises(PlanError) as err:
-        plan_from_dict({**_torchao("int4"), "workload": {"task": "inference", "inference": {
-            "dynamic_activation_quant": True}}})
+        plan_from_dict(
+            {**_torchao("int4"), "workload": {"task": "inference", "inference": {"dynamic_activation_quant": True}}}
+        )
     assert str(err.value).startswith("workload.inference.dynamic_activation_quant: True applies to int8 or fp8")
 
 
@@ -141,9 +162,14 @@ def test_zero3_partitions_of_a_whole_loaded_model_pin_its_segments():
 
 
 def _zero3_qlora(framework: str) -> dict:
-    return {"framework": framework, "model": {"preset": "llama-2-70b"}, "hardware": {"gpu": "a100-40gb", "count": 2},
-            "parallelism": {"data": 2, "zero_stage": 3}, "techniques": {"activation_checkpointing": "full"},
-            "workload": {"task": "qlora", "sequence_length": 2048, "micro_batch_size": 2}}
+    return {
+        "framework": framework,
+        "model": {"preset": "llama-2-70b"},
+        "hardware": {"gpu": "a100-40gb", "count": 2},
+        "parallelism": {"data": 2, "zero_stage": 3},
+        "techniques": {"activation_checkpointing": "full"},
+        "workload": {"task": "qlora", "sequence_length": 2048, "micro_batch_size": 2},
+    }
 
 
 def test_the_whole_load_is_a_floor_of_the_zero3_qlora_reserve():
@@ -153,7 +179,10 @@ def test_the_whole_load_is_a_floor_of_the_zero3_qlora_reserve():
     items = {i.name: i for i in est.items}
     floor = zero3_whole_load_reserved(est.plan)
     assert items["zero3_load"].level == "reserved" and floor > 30 * 1024 * MiB
-    assert est.peak_reserved_bytes == floor == (est.peak_allocated_bytes + items["zero3_load"].bytes
-                                                + items["allocator_reserve"].bytes)
+    assert (
+        est.peak_reserved_bytes
+        == floor
+        == (est.peak_allocated_bytes + items["zero3_load"].bytes + items["allocator_reserve"].bytes)
+    )
     fsdp = estimate(plan_from_dict(_zero3_qlora("accelerate_fsdp")))
     assert zero3_whole_load_reserved(fsdp.plan) == 0 and "zero3_load" not in {i.name for i in fsdp.items}

@@ -6,19 +6,25 @@ renders, read back as numbers, multiplies to the item's bytes."""
 import re
 
 import pytest
-
 from conftest import TINY
+
 from planner.memory import estimate
 from planner.memory.terms import Described, Factor, Product, Sharded, Size, Sum, item
-from planner.codec import plan_from_dict
+from planner.plan.codec import plan_from_dict
 from planner.units import MiB
 
 
 def test_product_golden():
     t = Product((Factor(1_000, "params"), Factor(2, "B (bf16)")))
     assert (t.bytes, t.formula()) == (2_000, "1,000 params × 2 B (bf16)")
-    casts = Product((Factor(300, "matmul params"), Factor(2, "B"), Factor(1.5, spec="g"),
-                     Factor(2 / 3, "(layers not checkpointed)", ".3g")))
+    casts = Product(
+        (
+            Factor(300, "matmul params"),
+            Factor(2, "B"),
+            Factor(1.5, spec="g"),
+            Factor(2 / 3, "(layers not checkpointed)", ".3g"),
+        )
+    )
     assert casts.bytes == 600  # 300 × 2 × 1.5 × 2/3
     assert casts.formula() == "300 matmul params × 2 B × 1.5 × 0.667 (layers not checkpointed)"
     nccl = Product((Factor(2, "communicators (data, tensor)"), Factor(Size(512 * MiB), "MiB.0")))
@@ -36,11 +42,18 @@ def test_sharded_golden():
 
 
 def test_sum_described_and_size_golden():
-    t = Sum((Product((Factor(10, "params"), Factor(2, "states"), Factor(1, "B"))),
-             Described(8, "fp32 absmax per {:,}", (2048,))), ", in CUDA managed memory")
+    t = Sum(
+        (
+            Product((Factor(10, "params"), Factor(2, "states"), Factor(1, "B"))),
+            Described(8, "fp32 absmax per {:,}", (2048,)),
+        ),
+        ", in CUDA managed memory",
+    )
     assert (t.bytes, t.formula()) == (28, "10 params × 2 states × 1 B + fp32 absmax per 2,048, in CUDA managed memory")
-    assert Described(0, "{} on the host; {:MiB.1}", (Size(3 * 2**30), Size(MiB // 2))).formula() == \
-        "3.00 GiB on the host; 0.5 MiB"
+    assert (
+        Described(0, "{} on the host; {:MiB.1}", (Size(3 * 2**30), Size(MiB // 2))).formula()
+        == "3.00 GiB on the host; 0.5 MiB"
+    )
 
 
 def test_item_renders_only_with_detail():
@@ -52,14 +65,21 @@ def test_item_renders_only_with_detail():
 
 PLANS = {
     "pure-bf16": {"precision": {"compute": "bf16", "master_weights": "none"}},
-    "autocast-ddp": {"parallelism": {"data": 2}, "workload": {"sequence_length": 32, "micro_batch_size": 2,
-                                                              "global_batch_size": 8}},
+    "autocast-ddp": {
+        "parallelism": {"data": 2},
+        "workload": {"sequence_length": 32, "micro_batch_size": 2, "global_batch_size": 8},
+    },
     "zero1-tp2": {"parallelism": {"data": 4, "tensor": 2, "zero_stage": 1}},
     "zero3-offload": {"parallelism": {"data": 4, "zero_stage": 3}, "techniques": {"offload": "optimizer"}},
-    "lora-zero3": {"workload": {"task": "lora", "sequence_length": 32, "micro_batch_size": 2},
-                   "parallelism": {"data": 2, "zero_stage": 3}},
-    "muon-pp2": {"precision": {"optimizer": "muon"}, "parallelism": {"pipeline": 2},
-                 "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 4}},
+    "lora-zero3": {
+        "workload": {"task": "lora", "sequence_length": 32, "micro_batch_size": 2},
+        "parallelism": {"data": 2, "zero_stage": 3},
+    },
+    "muon-pp2": {
+        "precision": {"optimizer": "muon"},
+        "parallelism": {"pipeline": 2},
+        "workload": {"sequence_length": 32, "micro_batch_size": 1, "global_batch_size": 4},
+    },
     "adam8bit": {"precision": {"optimizer": "paged_adamw_8bit"}},
     "inference-tp2": {"workload": {"task": "inference"}, "parallelism": {"tensor": 2}},
 }
@@ -94,8 +114,8 @@ def test_every_items_formula_multiplies_to_its_bytes(name):
     for it in est.items + tuple(i for stage in est.stages for ph in stage.phases for i in ph.items):
         assert it.term is not None and it.bytes == it.term.bytes and it.formula == it.term.formula()
         for product in _products(it.term):
-            text = product.formula()[len(product.prefix):]
-            text = text[:len(text) - len(product.suffix)] if product.suffix else text
+            text = product.formula()[len(product.prefix) :]
+            text = text[: len(text) - len(product.suffix)] if product.suffix else text
             # the factors the text shows, multiplied, are the bytes (fractions shown to 3 digits)
             assert _product_of(text) == pytest.approx(product.bytes, rel=2e-3, abs=1), (it.name, it.formula)
             checked += 1

@@ -1,4 +1,4 @@
-"""planner/formats/base.py resolve_model and planner/models.py preset_of_shape: a config's model name or a
+"""planner/formats/base.py resolve_model and planner/plan/models.py preset_of_shape: a config's model name or a
 config.json resolved to a preset by a rule (a fine-tune or repack suffix, the alias table, the shape), each named
 in the import's notes."""
 
@@ -9,34 +9,57 @@ import pytest
 
 from planner.formats import read_config, read_lines
 from planner.formats.base import ALIAS_RULE, Resolution, resolve_model
-from planner.hf_config import model_from_hf_config
-from planner.models import aliases, preset_of_shape, presets, shape_note
+from planner.formats.hf_config import model_from_hf_config
+from planner.plan.models import aliases, preset_of_shape, presets, shape_note
 
 HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 REPACK = "the weights' quantization is the config's, not the name's"
 
 
-@pytest.mark.parametrize("name, found", [
-    ("meta-llama/Llama-3.1-8B", Resolution(preset="llama-3.1-8b")),  # the preset's own repo: no rule to name
-    ("llama-3.1-8b", Resolution(preset="llama-3.1-8b")),
-    # Unsloth's 4-bit repack of a repo of the alias table (unsloth/models/mapper.py maps it to Meta-Llama-3-8B)
-    ("unsloth/llama-3-8b-bnb-4bit", Resolution(
-        preset="llama-3.1-8b", rule=f"its name and meta-llama/Meta-Llama-3-8B's alike without fine-tune or repack "
-                                    f"suffixes and Meta's prefix (both llama-3-8b; {REPACK}), then {ALIAS_RULE}")),
-    ("unsloth/Qwen2.5-7B-Instruct-unsloth-bnb-4bit", Resolution(
-        preset="qwen2.5-7b", rule=f"its name and Qwen/Qwen2.5-7B's alike without fine-tune or repack suffixes "
-                                  f"(both qwen2.5-7b; {REPACK})")),
-    ("Qwen/Qwen2-7B-Instruct", Resolution(
-        preset="qwen2.5-7b", rule=f"its name and Qwen/Qwen2-7B's alike without fine-tune or repack suffixes "
-                                  f"(both qwen2-7b; {REPACK}), then {ALIAS_RULE}")),
-    ("nvidia/Qwen3-30B-A3B-NVFP4", Resolution(
-        preset="qwen3-30b-a3b", rule=f"its name and Qwen/Qwen3-30B-A3B's alike without fine-tune or repack suffixes "
-                                     f"(both qwen3-30b-a3b; {REPACK})")),
-    ("HuggingFaceH4/zephyr-7b-beta", Resolution(preset="mistral-7b", rule=ALIAS_RULE)),
-    ("deepseek-ai/DeepSeek-V3.1-Terminus", Resolution(preset="deepseek-v3", rule=ALIAS_RULE)),
-    ("mistralai/Mistral-7B-Instruct-v0.2", None),  # no sliding window: not Mistral 7B v0.1's architecture
-    ("deepseek-ai/DeepSeek-V3.2", None),  # its indexer adds weights
-])
+@pytest.mark.parametrize(
+    "name, found",
+    [
+        ("meta-llama/Llama-3.1-8B", Resolution(preset="llama-3.1-8b")),  # the preset's own repo: no rule to name
+        ("llama-3.1-8b", Resolution(preset="llama-3.1-8b")),
+        # Unsloth's 4-bit repack of a repo of the alias table (unsloth/models/mapper.py maps it to Meta-Llama-3-8B)
+        (
+            "unsloth/llama-3-8b-bnb-4bit",
+            Resolution(
+                preset="llama-3.1-8b",
+                rule=f"its name and meta-llama/Meta-Llama-3-8B's alike without fine-tune or repack "
+                f"suffixes and Meta's prefix (both llama-3-8b; {REPACK}), then {ALIAS_RULE}",
+            ),
+        ),
+        (
+            "unsloth/Qwen2.5-7B-Instruct-unsloth-bnb-4bit",
+            Resolution(
+                preset="qwen2.5-7b",
+                rule=f"its name and Qwen/Qwen2.5-7B's alike without fine-tune or repack suffixes "
+                f"(both qwen2.5-7b; {REPACK})",
+            ),
+        ),
+        (
+            "Qwen/Qwen2-7B-Instruct",
+            Resolution(
+                preset="qwen2.5-7b",
+                rule=f"its name and Qwen/Qwen2-7B's alike without fine-tune or repack suffixes "
+                f"(both qwen2-7b; {REPACK}), then {ALIAS_RULE}",
+            ),
+        ),
+        (
+            "nvidia/Qwen3-30B-A3B-NVFP4",
+            Resolution(
+                preset="qwen3-30b-a3b",
+                rule=f"its name and Qwen/Qwen3-30B-A3B's alike without fine-tune or repack suffixes "
+                f"(both qwen3-30b-a3b; {REPACK})",
+            ),
+        ),
+        ("HuggingFaceH4/zephyr-7b-beta", Resolution(preset="mistral-7b", rule=ALIAS_RULE)),
+        ("deepseek-ai/DeepSeek-V3.1-Terminus", Resolution(preset="deepseek-v3", rule=ALIAS_RULE)),
+        ("mistralai/Mistral-7B-Instruct-v0.2", None),  # no sliding window: not Mistral 7B v0.1's architecture
+        ("deepseek-ai/DeepSeek-V3.2", None),  # its indexer adds weights
+    ],
+)
 def test_resolve_model_names_its_rule(name, found):
     assert resolve_model(name) == found
 
@@ -51,9 +74,11 @@ def test_the_alias_table_names_presets_and_no_preset_repo():
 def test_the_import_notes_the_rule():
     imported = read_config("model_name_or_path: TheBloke/Llama-2-7B-GPTQ\nper_device_train_batch_size: 1\n")
     assert imported.plan["model"] == {"preset": "llama-2-7b"}
-    assert imported.notes == (f"model TheBloke/Llama-2-7B-GPTQ resolved as preset llama-2-7b by its name and "
-                              f"meta-llama/Llama-2-7b-hf's alike without fine-tune or repack suffixes (both "
-                              f"llama-2-7b; {REPACK})",)
+    assert imported.notes == (
+        f"model TheBloke/Llama-2-7B-GPTQ resolved as preset llama-2-7b by its name and "
+        f"meta-llama/Llama-2-7b-hf's alike without fine-tune or repack suffixes (both "
+        f"llama-2-7b; {REPACK})",
+    )
     assert read_lines(imported)[-1] == f"note: {imported.notes[0]}"
     exact = read_config("model_name_or_path: meta-llama/Llama-2-7b-hf\nper_device_train_batch_size: 1\n")
     assert exact.notes == ()  # the preset's own repo
@@ -73,4 +98,5 @@ def test_one_field_apart_is_no_preset():
 def test_shape_note():
     assert shape_note("config.json", "gpt2") == (
         "model config.json resolved as preset gpt2 by shape (its layers, hidden size, heads, kv heads, head dim, "
-        "intermediate size, vocabulary and every other architecture field are gpt2's)")
+        "intermediate size, vocabulary and every other architecture field are gpt2's)"
+    )

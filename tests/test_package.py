@@ -12,8 +12,14 @@ import zipfile
 import pytest
 from conftest import ROOT
 
-DATA_FILES = {"planner/data/gpu_catalog.yaml", "planner/data/models.yaml", "planner/data/frameworks.yaml",
-              "planner/data/accuracy.yaml", "planner/data/time_accuracy.yaml", "planner/data/serving_accuracy.yaml"}
+DATA_FILES = {
+    "planner/data/gpu_catalog.yaml",
+    "planner/data/models.yaml",
+    "planner/data/frameworks.yaml",
+    "planner/data/accuracy.yaml",
+    "planner/data/time_accuracy.yaml",
+    "planner/data/serving_accuracy.yaml",
+}
 
 
 def _run(*cmd, cwd, env=None):
@@ -65,12 +71,22 @@ def test_installed_wheel_runs_from_another_directory(wheel, tmp_path):
     assert where.startswith(str(env_dir))  # the installed copy, not the checkout
     models = _run(bin_dir / "vram-planner", "models", cwd=tmp_path, env=env)
     assert "llama-3.1-8b" in models
-    plans = [p for p in sorted((ROOT / "examples").glob("*.yaml")) 
-             if "schema: vram-planner/v1\n" in p.read_text().splitlines(keepends=True)]
+    plans = [
+        p
+        for p in sorted((ROOT / "examples").glob("*.yaml"))
+        if "schema: vram-planner/v1\n" in p.read_text().splitlines(keepends=True)
+    ]
     assert len(plans) >= 6  # examples/ holds catalogs and framework configs beside the plans
     for example in plans:
         out = _run(bin_dir / "vram-planner", "estimate", example, cwd=tmp_path, env=env)
         assert out == _run(sys.executable, "-m", "planner", "estimate", example, cwd=ROOT) and "\nfits on " in out
-    usage = subprocess.run([bin_dir / "vram-planner", "nonsense"], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=60, check=False)
+    usage = subprocess.run(
+        [bin_dir / "vram-planner", "nonsense"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert usage.returncode == 2 and usage.stderr.startswith("usage: vram-planner ")

@@ -27,8 +27,9 @@ def test_runs_every_expressed_row_through_every_tool(rows):
         assert mine["tools"][peers.PLANNER]["gib"] == pytest.approx(theirs["predicted_gib"])
         for tool in mine["tools"].values():
             if tool["gib"] is not None:
-                assert tool["error_pct"] == pytest.approx(100 * (tool["gib"] - mine["measured_gib"])
-                                                          / mine["measured_gib"])
+                assert tool["error_pct"] == pytest.approx(
+                    100 * (tool["gib"] - mine["measured_gib"]) / mine["measured_gib"]
+                )
 
 
 def test_peers_mark_what_they_cannot_describe(rows):
@@ -54,7 +55,8 @@ def test_statistics_cover_only_the_rows_each_tool_covers(rows):
         assert s["median_abs_error_pct"] == pytest.approx(statistics.median(errors))
         assert s["p90_abs_error_pct"] == pytest.approx(accuracy.p90(errors))
         assert s["planner_median_same_rows"] == pytest.approx(
-            statistics.median(abs(r["tools"][peers.PLANNER]["error_pct"]) for r in covered))
+            statistics.median(abs(r["tools"][peers.PLANNER]["error_pct"]) for r in covered)
+        )
 
 
 def test_planner_median_error_is_below_every_peer_on_shared_rows(rows):
@@ -71,11 +73,31 @@ def test_timings_are_measured_for_every_tool():
 # A 1e9-parameter model worked by hand: s = 1024, b = 1, h = 2048, 16 layers, 16 heads (MHA), ffn = 4h,
 # V = 32000 (tied: embedding 65,536,000), bf16 with fp32 master weights and AdamW, one GPU, FlashAttention.
 def case(**changes):
-    base = {"params": 10**9, "embedding": 32000 * 2048, "largest_layer": 32000 * 2048, "layers": 16,
-            "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn": 8192, "vocab": 32000, "seq": 1024, "batch": 1,
-            "new_tokens": 0, "task": "pretrain", "compute": "bf16", "weights": "bf16", "master": "fp32",
-            "optimizer": "adamw", "zero": 0, "gpus": 1, "tensor": 1, "pipeline": 1, "recompute": "none",
-            "flash": True}
+    base = {
+        "params": 10**9,
+        "embedding": 32000 * 2048,
+        "largest_layer": 32000 * 2048,
+        "layers": 16,
+        "hidden": 2048,
+        "heads": 16,
+        "kv_heads": 16,
+        "ffn": 8192,
+        "vocab": 32000,
+        "seq": 1024,
+        "batch": 1,
+        "new_tokens": 0,
+        "task": "pretrain",
+        "compute": "bf16",
+        "weights": "bf16",
+        "master": "fp32",
+        "optimizer": "adamw",
+        "zero": 0,
+        "gpus": 1,
+        "tensor": 1,
+        "pipeline": 1,
+        "recompute": "none",
+        "flash": True,
+    }
     return peers.Inputs(**{**base, **changes})
 
 
@@ -120,4 +142,3 @@ def test_llm_analysis_golden():
     # inference: weights 2P + max(prefill = logits 6,400,000, KV 16,777,216 + decode logits 64,000)
     assert peers.llm_analysis(case(**INFER)) == pytest.approx(2e9 + 16_841_216)
     assert peers.llm_analysis(case(task="lora")) is None
-

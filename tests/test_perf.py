@@ -1,13 +1,13 @@
 """The time model's FLOPs, its MFU override and serving throughput, by hand."""
 
 import pytest
-
 from conftest import TINY
+
 from planner.catalog import load_catalog
 from planner.memory.inference import kv_bytes_per_token, weight_bytes
-from planner.models import param_counts
 from planner.perf import flops_per_token, job_hours, throughput
-from planner.codec import plan_from_dict
+from planner.plan.codec import plan_from_dict
+from planner.plan.models import param_counts
 
 CATALOG = load_catalog()
 
@@ -33,8 +33,12 @@ def test_job_hours_under_an_mfu_override_by_hand():
 
 def test_decode_is_bandwidth_bound():
     h100 = load_catalog()["h100-sxm-80gb"]
-    plan = plan_from_dict({"model": {"preset": "llama-3.1-8b"}, "workload": {"task": "inference", "inference": {
-        "batch_size": 1, "prompt_tokens": 1, "output_tokens": 1}}})
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "llama-3.1-8b"},
+            "workload": {"task": "inference", "inference": {"batch_size": 1, "prompt_tokens": 1, "output_tokens": 1}},
+        }
+    )
     speed = throughput(plan, h100)
     read = weight_bytes(plan)[0] + 1.5 * kv_bytes_per_token(plan)
     assert speed.decode_tokens_per_second == pytest.approx(3.35e12 * 0.8 / read)
@@ -42,8 +46,12 @@ def test_decode_is_bandwidth_bound():
 
 def test_moe_decode_reads_only_routed_experts():
     h100 = load_catalog()["h100-sxm-80gb"]
-    plan = plan_from_dict({"model": {"preset": "mixtral-8x7b"}, "workload": {"task": "inference", "inference": {
-        "batch_size": 1, "prompt_tokens": 1, "output_tokens": 1}}})
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "mixtral-8x7b"},
+            "workload": {"task": "inference", "inference": {"batch_size": 1, "prompt_tokens": 1, "output_tokens": 1}},
+        }
+    )
     w_bytes, w_params = weight_bytes(plan)
     idle = 32 * param_counts(plan.model).expert * 6  # batch 1: 2 of 8 experts per layer are read
     read = w_bytes - idle * w_bytes / w_params + 1.5 * kv_bytes_per_token(plan)

@@ -39,13 +39,18 @@ def _blocks(language: str) -> list[str]:
 
 def block_commands() -> list[str]:
     """Each line of the bash blocks that runs the planner (its trailing comment dropped by shlex)."""
-    return [line.strip() for body in _blocks("bash") for line in body.splitlines()
-            if "vram-planner" in line and not line.lstrip().startswith("#")]
+    return [
+        line.strip()
+        for body in _blocks("bash")
+        for line in body.splitlines()
+        if "vram-planner" in line and not line.lstrip().startswith("#")
+    ]
 
 
 def worked_examples() -> list[tuple[str, list[str]]]:
-    return [(command, [line for line in output.splitlines() if line.strip()])
-            for command, output in WORKED.findall(README)]
+    return [
+        (command, [line for line in output.splitlines() if line.strip()]) for command, output in WORKED.findall(README)
+    ]
 
 
 def _argv(line: str) -> tuple[list[str], str | None, str | None]:
@@ -55,7 +60,7 @@ def _argv(line: str) -> tuple[list[str], str | None, str | None]:
     if "|" in words:
         bar = words.index("|")
         assert words[0] == "echo" and bar == 2, line  # the only pipe the README shows
-        stdin, words = words[1] + "\n", words[bar + 1:]
+        stdin, words = words[1] + "\n", words[bar + 1 :]
     if len(words) > 2 and words[-2] == ">":
         out, words = words[-1], words[:-2]
     assert tuple(words[:1]) == PROGRAM, line

@@ -7,7 +7,6 @@ the commit message what moved and why.
 import json
 
 import pytest
-
 import snapshot
 
 
@@ -31,8 +30,11 @@ def current():
 def test_every_snapshot_file_is_current(current):
     stored = {p.relative_to(snapshot.SNAPSHOTS).as_posix() for p in snapshot.SNAPSHOTS.rglob("*.json")}
     if stored != set(current):
-        pytest.fail(f"snapshot files added {sorted(set(current) - stored)}, gone {sorted(stored - set(current))}: "
-                    "run python tests/snapshot.py", pytrace=False)
+        pytest.fail(
+            f"snapshot files added {sorted(set(current) - stored)}, gone {sorted(stored - set(current))}: "
+            "run python tests/snapshot.py",
+            pytrace=False,
+        )
     changed = []
     for name, content in current.items():
         old = json.loads((snapshot.SNAPSHOTS / name).read_text(encoding="utf-8"))
@@ -53,4 +55,6 @@ def test_the_grid_covers_every_kind_of_plan(current):
 
 def test_differences_name_the_path_and_both_values():
     assert list(_differences({"a": [1, {"b": 2}]}, {"a": [1, {"b": 3}], "c": 0})) == [
-        "/a[1]/b: 2 → 3", "/c: '<absent>' → 0"]
+        "/a[1]/b: 2 → 3",
+        "/c: '<absent>' → 0",
+    ]

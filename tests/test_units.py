@@ -20,5 +20,9 @@ def test_conversions_round_trip():
 
 
 def test_a_count_reads_with_its_noun():
-    assert [counted(n, "sequence") for n in (0, 1, 2, 2048)] == ["0 sequences", "1 sequence", "2 sequences",
-                                                                  "2,048 sequences"]
+    assert [counted(n, "sequence") for n in (0, 1, 2, 2048)] == [
+        "0 sequences",
+        "1 sequence",
+        "2 sequences",
+        "2,048 sequences",
+    ]

@@ -3,15 +3,15 @@ import math
 import typing
 
 import pytest
+from conftest import TINY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import TINY
-from planner.codec import LEAVES, plan_from_dict
 from planner.errors import PlanError
-from planner.models import MAX_LAYERS, Model
-from planner.plan import NESTED, SECTIONS, Plan
-from planner.validate import Rule, between, check_mapping, rules
+from planner.plan.codec import LEAVES, plan_from_dict
+from planner.plan.config import NESTED, SECTIONS, Plan
+from planner.plan.models import MAX_LAYERS, Model
+from planner.plan.validate import Rule, between, check_mapping, rules
 
 PLAN_CLASSES = (Plan, Model, *SECTIONS.values(), *NESTED.values())
 
@@ -51,8 +51,13 @@ def test_declared_bounds_are_the_ones_checked():
 
 def test_a_raw_document_is_checked_before_the_framework_reads_it():
     with pytest.raises(PlanError) as err:
-        plan_from_dict({"model": TINY, "framework": "torchtune",
-                        "parallelism": {"tensor": "x" * 16, "pipeline": 10**9, "context": 10**9}})
+        plan_from_dict(
+            {
+                "model": TINY,
+                "framework": "torchtune",
+                "parallelism": {"tensor": "x" * 16, "pipeline": 10**9, "context": 10**9},
+            }
+        )
     assert str(err.value) == "parallelism.tensor: 'xxxxxxxxxxxxxxxx' must be an integer from 1 to 65,536"
 
 

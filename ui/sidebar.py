@@ -1,4 +1,4 @@
-"""The sidebar: one function per input group. Choices come from the plan's Literals (planner.choices) and what
+"""The sidebar: one function per input group. Choices come from the plan's Literals (planner.plan.choices) and what
 a task or model offers from the plan module's tables; every plan input is drawn through `state.drawn`."""
 
 from __future__ import annotations
@@ -11,18 +11,42 @@ from functools import partial
 import streamlit as st
 
 from planner.catalog import DEFAULT_HOST_GIB_PER_GPU, Catalog, check_offering, parse_catalog
-from planner.choices import CHOICES
-from planner.codec import plan_from_dict
-from planner.dtypes import DEFAULT_GROUP_SIZE
 from planner.errors import PlanError
+from planner.formats.hf_config import model_from_hf_config
 from planner.frameworks import load_frameworks, lookup, without_keys
-from planner.hf_config import model_from_hf_config
-from planner.models import MAX_CONTEXT, Preset, model_to_dict
-from planner.plan import (ADAPTER_TASKS, EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, MAX_BATCH,
-                          MAX_DEGREE, MAX_SEQUENCE, TRAINING_TASKS, Plan, Precision, default_weights)
+from planner.plan.choices import CHOICES
+from planner.plan.codec import plan_from_dict
+from planner.plan.config import (
+    ADAPTER_TASKS,
+    EIGHT_BIT_OPTIMIZERS,
+    FROZEN_WEIGHTS,
+    INFERENCE_FRAMEWORKS,
+    MAX_BATCH,
+    MAX_DEGREE,
+    MAX_SEQUENCE,
+    TRAINING_TASKS,
+    Plan,
+    Precision,
+    default_weights,
+)
+from planner.plan.dtypes import DEFAULT_GROUP_SIZE
+from planner.plan.models import MAX_CONTEXT, Preset, model_to_dict
 from ui import worker
-from ui.state import (ARCH_INTS, CUSTOM, HYBRID_INTS, MLA_INTS, MOE_INTS, PARAMS, PASTE_MAX_CHARS, WIDGET_OF,
-                      current_plan_dict, drawn, load_into_widgets, project_catalog, widget_values)
+from ui.state import (
+    ARCH_INTS,
+    CUSTOM,
+    HYBRID_INTS,
+    MLA_INTS,
+    MOE_INTS,
+    PARAMS,
+    PASTE_MAX_CHARS,
+    WIDGET_OF,
+    current_plan_dict,
+    drawn,
+    load_into_widgets,
+    project_catalog,
+    widget_values,
+)
 
 
 def _on_preset() -> None:
@@ -86,8 +110,13 @@ def _on_task() -> None:
     keys = {key for key in governed if (widget := WIDGET_OF.get(key)) in given and given[widget] == s.get(widget)}
     after = _accepted(without_keys(d, keys if given else governed))
     if not isinstance(after, PlanError):
-        s.update({WIDGET_OF[key]: value for key in (keys if given else governed)
-                  if (value := widget_values(after).get(WIDGET_OF.get(key))) is not None})
+        s.update(
+            {
+                WIDGET_OF[key]: value
+                for key in (keys if given else governed)
+                if (value := widget_values(after).get(WIDGET_OF.get(key))) is not None
+            }
+        )
 
 
 def _on_release() -> None:
@@ -129,16 +158,28 @@ def plan_inputs() -> None:
     st.title("VRAM Planner")
     drawn(st.text_input, "Plan name", key="name", max_chars=200, placeholder="empty: named from the plan")
     recipes = load_frameworks()
-    drawn(st.selectbox, "Framework", CHOICES["framework"], key="framework", on_change=_on_framework,
-          format_func=lambda k: recipes[k].label,
-          help="Sets the defaults its standard recipes use (dtypes, checkpointing, loss, sharding); any value you "
-               "change wins. The Breakdown tab lists what it set.")
+    drawn(
+        st.selectbox,
+        "Framework",
+        CHOICES["framework"],
+        key="framework",
+        on_change=_on_framework,
+        format_func=lambda k: recipes[k].label,
+        help="Sets the defaults its standard recipes use (dtypes, checkpointing, loss, sharding); any value you "
+        "change wins. The Breakdown tab lists what it set.",
+    )
     if st.session_state["framework"] != "generic":
         releases = ", ".join(recipes[st.session_state["framework"]].releases)
-        drawn(st.text_input, "Framework release (optional)", key="framework_release", max_chars=40,
-              on_change=_on_release, placeholder="latest",
-              help=f"A tagged release ({releases or 'none listed'}) or a commit's date YYYY-MM-DD, where the "
-                   "recipe's settings changed between releases; empty: the latest")
+        drawn(
+            st.text_input,
+            "Framework release (optional)",
+            key="framework_release",
+            max_chars=40,
+            on_change=_on_release,
+            placeholder="latest",
+            help=f"A tagged release ({releases or 'none listed'}) or a commit's date YYYY-MM-DD, where the "
+            "recipe's settings changed between releases; empty: the latest",
+        )
     if error := st.session_state.pop("framework_error", None):  # shown once: the next change is a new plan
         st.error(f"Framework: {error}")
 
@@ -154,8 +195,9 @@ def catalog_inputs() -> tuple[Catalog, str]:
     caches."""
     catalog, catalog_key = project_catalog(), "project"
     with st.expander("GPU catalog and prices"):
-        upload = st.file_uploader("Your own catalog (same format as gpu_catalog.yaml)", type=["yaml", "yml"],
-                                  key="catalog_upload")
+        upload = st.file_uploader(
+            "Your own catalog (same format as gpu_catalog.yaml)", type=["yaml", "yml"], key="catalog_upload"
+        )
         if upload is not None:
             try:
                 text = upload.getvalue().decode("utf-8", errors="replace")
@@ -165,8 +207,11 @@ def catalog_inputs() -> tuple[Catalog, str]:
             except PlanError as exc:
                 st.error(str(exc))
         dates = catalog.price_dates()
-        st.caption(f"{len(catalog.offerings)} offerings; prices dated {dates[0]} to {dates[1]}" if dates else
-                   "No prices in this catalog.")
+        st.caption(
+            f"{len(catalog.offerings)} offerings; prices dated {dates[0]} to {dates[1]}"
+            if dates
+            else "No prices in this catalog."
+        )
         _own_offering_form(catalog)
     own = st.session_state.get("own_offerings", [])
     if own:
@@ -194,21 +239,42 @@ def _own_offering_form(catalog: Catalog) -> None:
     if st.session_state.get("own_offering_error"):
         st.error(st.session_state["own_offering_error"])
     for n, o in enumerate(st.session_state.get("own_offerings", [])):
-        st.button(f"Remove {o.provider} ({o.max_gpus:,} × {catalog[o.gpu].name})", key=f"own_remove_{n}",
-                  on_click=_remove_own_offering, args=(n,))
+        st.button(
+            f"Remove {o.provider} ({o.max_gpus:,} × {catalog[o.gpu].name})",
+            key=f"own_remove_{n}",
+            on_click=_remove_own_offering,
+            args=(n,),
+        )
 
 
-def _add_own_offering(gpu: str, name: str, per_node: int, most: int, network: float, host: float,
-                      usd: float) -> None:
+def _add_own_offering(gpu: str, name: str, per_node: int, most: int, network: float, host: float, usd: float) -> None:
     """The form's offering, checked as a catalog entry is; an error shows under the form."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "own"
-    entry = {"id": f"own-{slug}", "gpu": gpu, "provider": name or "own", "provider_class": "own",
-             "instance": f"{per_node}-GPU node", "gpus_per_instance": per_node, "instance_link": "fabric",
-             "host_memory_gib_per_gpu": host or None, "cpu_cores_per_gpu": None,
-             "network": "infiniband" if network else "none", "network_gbit_per_s_per_gpu": network or None,
-             "max_gpus": most if network else per_node, "spec_source": "entered in the app",
-             "prices": [{"kind": "on_demand", "usd_per_gpu_hour": usd, "date": date.today().isoformat(),
-                         "source": "entered in the app"}] if usd else []}
+    entry = {
+        "id": f"own-{slug}",
+        "gpu": gpu,
+        "provider": name or "own",
+        "provider_class": "own",
+        "instance": f"{per_node}-GPU node",
+        "gpus_per_instance": per_node,
+        "instance_link": "fabric",
+        "host_memory_gib_per_gpu": host or None,
+        "cpu_cores_per_gpu": None,
+        "network": "infiniband" if network else "none",
+        "network_gbit_per_s_per_gpu": network or None,
+        "max_gpus": most if network else per_node,
+        "spec_source": "entered in the app",
+        "prices": [
+            {
+                "kind": "on_demand",
+                "usd_per_gpu_hour": usd,
+                "date": date.today().isoformat(),
+                "source": "entered in the app",
+            }
+        ]
+        if usd
+        else [],
+    }
     try:
         offering = check_offering("your offering", entry)
     except PlanError as exc:
@@ -221,17 +287,27 @@ def _add_own_offering(gpu: str, name: str, per_node: int, most: int, network: fl
 
 def _remove_own_offering(n: int) -> None:
     own = list(st.session_state.get("own_offerings", []))
-    st.session_state["own_offerings"] = own[:n] + own[n + 1:]
+    st.session_state["own_offerings"] = own[:n] + own[n + 1 :]
 
 
 def _hf_import() -> None:
     with st.popover("Import a Hugging Face config.json", width="stretch"):
-        st.text_area("Paste config.json", key="hf_text", height=320, width=640, max_chars=PASTE_MAX_CHARS,
-                     placeholder='{"model_type": "llama", ...}')
+        st.text_area(
+            "Paste config.json",
+            key="hf_text",
+            height=320,
+            width=640,
+            max_chars=PASTE_MAX_CHARS,
+            placeholder='{"model_type": "llama", ...}',
+        )
         st.file_uploader("…or upload it", type=["json"], key="hf_file")
-        st.button("Import architecture", key="hf_import", on_click=_on_hf_import,
-                  help="GQA, MoE, MLA, sliding-window and hybrid (Mamba-2, Gated DeltaNet) keys are read; the model "
-                       "becomes a custom one")
+        st.button(
+            "Import architecture",
+            key="hf_import",
+            on_click=_on_hf_import,
+            help="GQA, MoE, MLA, sliding-window and hybrid (Mamba-2, Gated DeltaNet) keys are read; the model "
+            "becomes a custom one",
+        )
     if st.session_state.get("hf_error"):
         st.error(f"config.json: {st.session_state['hf_error']}")
 
@@ -248,14 +324,30 @@ def _architecture() -> None:
         drawn(st.number_input, label, 0, 1_048_576, key=key)
     drawn(st.number_input, "Sliding window (0: none)", 0, MAX_SEQUENCE, key="sliding_window")
     drawn(st.number_input, "Global attention every n-th layer (0: none)", 0, 1024, key="global_attention_every")
-    drawn(st.number_input, "Context window (0: not known)", 0, MAX_CONTEXT, key="context_window",
-          help="The longest sequence the model takes (its config.json's max_position_embeddings, as vLLM reads it)")
+    drawn(
+        st.number_input,
+        "Context window (0: not known)",
+        0,
+        MAX_CONTEXT,
+        key="context_window",
+        help="The longest sequence the model takes (its config.json's max_position_embeddings, as vLLM reads it)",
+    )
     for key, label in MLA_INTS.items():
-        drawn(st.number_input, label, 0, 1_048_576, key=key,
-              help="Multi-head latent attention (DeepSeek-V2/V3); Head dim is then the non-RoPE query/key dim per head")
-    drawn(st.text_input, "Layer pattern (empty: all attention)", key="layer_pattern",
-          help="Hybrid models, one character per layer: * attention, M Mamba-2, G Gated DeltaNet (mixer + FFN); "
-               "one_sublayer style (Nemotron-H's hybrid_override_pattern): * attention, M Mamba-2, - MLP")
+        drawn(
+            st.number_input,
+            label,
+            0,
+            1_048_576,
+            key=key,
+            help="Multi-head latent attention (DeepSeek-V2/V3); Head dim is then the non-RoPE query/key dim per head",
+        )
+    drawn(
+        st.text_input,
+        "Layer pattern (empty: all attention)",
+        key="layer_pattern",
+        help="Hybrid models, one character per layer: * attention, M Mamba-2, G Gated DeltaNet (mixer + FFN); "
+        "one_sublayer style (Nemotron-H's hybrid_override_pattern): * attention, M Mamba-2, - MLP",
+    )
     drawn(st.selectbox, "Pattern style", CHOICES["model.pattern_style"], key="pattern_style")
     for key, label in HYBRID_INTS.items():
         drawn(st.number_input, label, 0, 1_048_576, key=key)
@@ -264,13 +356,25 @@ def _architecture() -> None:
 def model_inputs(models: dict[str, Preset]) -> None:
     """A preset, a parameter count, an imported config.json, or a custom architecture."""
     with st.expander("Model", expanded=True):
-        drawn(st.selectbox, "Preset", [CUSTOM, PARAMS, *models], key="preset", on_change=_on_preset,
-              format_func=lambda k: {CUSTOM: "Custom architecture",
-                                     PARAMS: "From a parameter count (approximate)"}.get(k) or models[k].name,
-              help="A published model, your own architecture, or just a size such as 13B")
+        drawn(
+            st.selectbox,
+            "Preset",
+            [CUSTOM, PARAMS, *models],
+            key="preset",
+            on_change=_on_preset,
+            format_func=lambda k: (
+                {CUSTOM: "Custom architecture", PARAMS: "From a parameter count (approximate)"}.get(k) or models[k].name
+            ),
+            help="A published model, your own architecture, or just a size such as 13B",
+        )
         if st.session_state["preset"] == PARAMS:
-            drawn(st.text_input, "Parameters", key="params_text", help="e.g. 13B, 770M or 1.5e9: a Llama-style "
-                  "architecture of that size is guessed (shape rules in planner/models.py)")
+            drawn(
+                st.text_input,
+                "Parameters",
+                key="params_text",
+                help="e.g. 13B, 770M or 1.5e9: a Llama-style "
+                "architecture of that size is guessed (shape rules in planner/plan/models.py)",
+            )
         _hf_import()
         if st.session_state["preset"] == CUSTOM:
             _architecture()
@@ -280,45 +384,100 @@ def _inference_workload() -> None:
     drawn(st.number_input, "Concurrent sequences", 1, MAX_BATCH, key="batch_size")
     drawn(st.number_input, "Prompt tokens", 1, MAX_SEQUENCE, step=256, key="prompt_tokens")
     drawn(st.number_input, "Output tokens", 1, MAX_SEQUENCE, step=64, key="output_tokens")
-    st.checkbox("Serving engine (vLLM-style)", key="serving",
-                help="The engine claims a fraction of GPU memory; the KV cache fills what is left")
+    st.checkbox(
+        "Serving engine (vLLM-style)",
+        key="serving",
+        help="The engine claims a fraction of GPU memory; the KV cache fills what is left",
+    )
     if st.session_state["serving"]:
         drawn(st.slider, "GPU memory fraction", 0.05, 1.0, step=0.01, key="gpu_memory_utilization")
-        drawn(st.selectbox, "The fraction covers", CHOICES["workload.inference.fraction_scope"], key="fraction_scope",
-              help="all: weights, KV cache, activations and CUDA graphs (vLLM >= 0.20); all_but_graphs: graphs on "
-                   "top (vLLM 0.9.1-0.19); device: everything on the device, graphs on top (vLLM < 0.9.1); static: "
-                   "weights and the KV pool, with activations and graphs on top (SGLang mem_fraction_static)")
-        drawn(st.checkbox, "CUDA graphs", key="cuda_graphs",
-              help="The engine captures decode graphs (off: vLLM --enforce-eager, SGLang --disable-cuda-graph)")
-        drawn(st.number_input, "Max running sequences (0: vLLM's default)", 0, MAX_BATCH, key="max_num_seqs",
-              help="vLLM --max-num-seqs: its sampler warm-up at startup takes memory for this many requests")
+        drawn(
+            st.selectbox,
+            "The fraction covers",
+            CHOICES["workload.inference.fraction_scope"],
+            key="fraction_scope",
+            help="all: weights, KV cache, activations and CUDA graphs (vLLM >= 0.20); all_but_graphs: graphs on "
+            "top (vLLM 0.9.1-0.19); device: everything on the device, graphs on top (vLLM < 0.9.1); static: "
+            "weights and the KV pool, with activations and graphs on top (SGLang mem_fraction_static)",
+        )
+        drawn(
+            st.checkbox,
+            "CUDA graphs",
+            key="cuda_graphs",
+            help="The engine captures decode graphs (off: vLLM --enforce-eager, SGLang --disable-cuda-graph)",
+        )
+        drawn(
+            st.number_input,
+            "Max running sequences (0: vLLM's default)",
+            0,
+            MAX_BATCH,
+            key="max_num_seqs",
+            help="vLLM --max-num-seqs: its sampler warm-up at startup takes memory for this many requests",
+        )
     else:
-        drawn(st.checkbox, "Static KV cache", key="static_cache",
-              help="Preallocated for the whole context (HF cache_implementation='static', gpt-fast); what a compiled "
-                   "decode captured as a CUDA graph needs")
+        drawn(
+            st.checkbox,
+            "Static KV cache",
+            key="static_cache",
+            help="Preallocated for the whole context (HF cache_implementation='static', gpt-fast); what a compiled "
+            "decode captured as a CUDA graph needs",
+        )
         if st.session_state["static_cache"]:
-            drawn(st.checkbox, "Causal mask buffer", key="mask_buffer",
-                  help="A bool context × context mask beside the cache (gpt-fast, torchao model.py)")
-        drawn(st.checkbox, "K and V repeated to the query heads", key="expand_kv",
-              help="Attention repeat_interleaves the whole cache to every query head (gpt-fast, HF eager repeat_kv)")
-        drawn(st.checkbox, "Decode on SDPA's math backend", key="math_sdpa_decode",
-              help="torchao generate.py decodes under sdpa_kernel(MATH), which copies K and V to fp32 over the cache")
-        drawn(st.checkbox, "Quantized on the GPU after loading", key="quantize_on_load",
-              help="torchao quantize_ after a 16-bit load (torchao generate.py): the output head is quantized too, "
-                   "and the segments the quantized weights sit in stay reserved")
+            drawn(
+                st.checkbox,
+                "Causal mask buffer",
+                key="mask_buffer",
+                help="A bool context × context mask beside the cache (gpt-fast, torchao model.py)",
+            )
+        drawn(
+            st.checkbox,
+            "K and V repeated to the query heads",
+            key="expand_kv",
+            help="Attention repeat_interleaves the whole cache to every query head (gpt-fast, HF eager repeat_kv)",
+        )
+        drawn(
+            st.checkbox,
+            "Decode on SDPA's math backend",
+            key="math_sdpa_decode",
+            help="torchao generate.py decodes under sdpa_kernel(MATH), which copies K and V to fp32 over the cache",
+        )
+        drawn(
+            st.checkbox,
+            "Quantized on the GPU after loading",
+            key="quantize_on_load",
+            help="torchao quantize_ after a 16-bit load (torchao generate.py): the output head is quantized too, "
+            "and the segments the quantized weights sit in stay reserved",
+        )
     drawn(st.number_input, "Prefill chunk tokens (0: whole prompt batch)", 0, MAX_SEQUENCE, key="prefill_chunk_tokens")
 
 
 def _training_workload() -> None:
     drawn(st.number_input, "Sequence length", 1, MAX_SEQUENCE, step=512, key="sequence_length")
-    drawn(st.number_input, "Micro-batch size", 1, MAX_BATCH, key="micro_batch_size",
-          help="Sequences per GPU per forward/backward")
-    drawn(st.number_input, "Global batch size", 1, 1 << 30, key="global_batch_size",
-          help="Sequences per optimizer step; sets gradient accumulation")
+    drawn(
+        st.number_input,
+        "Micro-batch size",
+        1,
+        MAX_BATCH,
+        key="micro_batch_size",
+        help="Sequences per GPU per forward/backward",
+    )
+    drawn(
+        st.number_input,
+        "Global batch size",
+        1,
+        1 << 30,
+        key="global_batch_size",
+        help="Sequences per optimizer step; sets gradient accumulation",
+    )
     drawn(st.number_input, "Steps of the job (0: not given)", 0, 10**12, key="steps")
-    drawn(st.text_input, "or tokens of the job (e.g. 1T, 500B)", key="train_tokens", max_chars=40,
-          placeholder="neither: priced per billion tokens",
-          help="The job's length as the tokens it trains on, instead of steps (sequences per step × sequence length)")
+    drawn(
+        st.text_input,
+        "or tokens of the job (e.g. 1T, 500B)",
+        key="train_tokens",
+        max_chars=40,
+        placeholder="neither: priced per billion tokens",
+        help="The job's length as the tokens it trains on, instead of steps (sequences per step × sequence length)",
+    )
 
 
 def _lora() -> None:
@@ -326,15 +485,26 @@ def _lora() -> None:
     drawn(st.number_input, "LoRA alpha", 0.0, 1e6, key="alpha")
     drawn(st.multiselect, "LoRA targets", CHOICES["workload.lora.targets"], key="targets")
     drawn(st.number_input, "LoRA dropout", 0.0, 0.99, step=0.05, key="dropout")
-    drawn(st.selectbox, "Adapter variant", CHOICES["workload.lora.variant"], key="variant",
-          help="dora: weight-decomposed LoRA (a learned magnitude per output row)")
+    drawn(
+        st.selectbox,
+        "Adapter variant",
+        CHOICES["workload.lora.variant"],
+        key="variant",
+        help="dora: weight-decomposed LoRA (a learned magnitude per output row)",
+    )
 
 
 def workload_inputs() -> None:
     """The task, then its sequences and batches (training), generation (inference) and adapters (LoRA)."""
     with st.expander("Workload", expanded=True):
-        drawn(st.selectbox, "Task", CHOICES["workload.task"], key="task", on_change=_on_task,
-              help="finetune = full fine-tune; lora/qlora train adapters on a frozen (4-bit) base")
+        drawn(
+            st.selectbox,
+            "Task",
+            CHOICES["workload.task"],
+            key="task",
+            on_change=_on_task,
+            help="finetune = full fine-tune; lora/qlora train adapters on a frozen (4-bit) base",
+        )
         task = st.session_state["task_drawn"] = st.session_state["task"]
         if task in TRAINING_TASKS:
             _training_workload()
@@ -359,21 +529,46 @@ def _frozen_weights(task: str) -> None:
 
 
 def _training_precision() -> None:
-    drawn(st.selectbox, "Master weights", CHOICES["precision.master_weights"], key="master_weights",
-          help="fp32: mixed precision with an fp32 copy; none: pure low-precision training")
+    drawn(
+        st.selectbox,
+        "Master weights",
+        CHOICES["precision.master_weights"],
+        key="master_weights",
+        help="fp32: mixed precision with an fp32 copy; none: pure low-precision training",
+    )
     drawn(st.selectbox, "Gradients", CHOICES["precision.gradients"], key="gradients")
     drawn(st.selectbox, "Optimizer", CHOICES["precision.optimizer"], key="optimizer")
     drawn(st.selectbox, "Optimizer states", CHOICES["precision.optimizer_state"], key="optimizer_state")
-    drawn(st.selectbox, "Optimizer implementation", CHOICES["precision.optimizer_impl"], key="optimizer_impl",
-          help="foreach (PyTorch's CUDA default) makes a temporary copy at the step")
+    drawn(
+        st.selectbox,
+        "Optimizer implementation",
+        CHOICES["precision.optimizer_impl"],
+        key="optimizer_impl",
+        help="foreach (PyTorch's CUDA default) makes a temporary copy at the step",
+    )
     if st.session_state["optimizer"] in EIGHT_BIT_OPTIMIZERS:
-        drawn(st.selectbox, "8-bit optimizer library", CHOICES["precision.optimizer_library"], key="optimizer_library",
-              help="torchao keeps tensors its block does not divide at full precision, and a map per state")
-        drawn(st.number_input, "Values per scale (0: default 256)", 0, 65_536, key="optimizer_block_size",
-              help="2048 in bitsandbytes before 0.44 and torchao before 0.6")
+        drawn(
+            st.selectbox,
+            "8-bit optimizer library",
+            CHOICES["precision.optimizer_library"],
+            key="optimizer_library",
+            help="torchao keeps tensors its block does not divide at full precision, and a map per state",
+        )
+        drawn(
+            st.number_input,
+            "Values per scale (0: default 256)",
+            0,
+            65_536,
+            key="optimizer_block_size",
+            help="2048 in bitsandbytes before 0.44 and torchao before 0.6",
+        )
         if st.session_state["optimizer_library"] == "bitsandbytes":
-            drawn(st.checkbox, "32-bit states for embeddings", key="fp32_embedding_states",
-                  help="HF Trainer's override for bitsandbytes 8-bit optimizers")
+            drawn(
+                st.checkbox,
+                "32-bit states for embeddings",
+                key="fp32_embedding_states",
+                help="HF Trainer's override for bitsandbytes 8-bit optimizers",
+            )
 
 
 def precision_inputs() -> None:
@@ -381,14 +576,28 @@ def precision_inputs() -> None:
     master weights, gradients and optimizer (training)."""
     task = st.session_state["task"]
     with st.expander("Precision"):
-        drawn(st.selectbox, "Compute", CHOICES["precision.compute"], key="compute",
-              help="Matmul dtype; fp8: float8 matmuls with bf16 activations")
+        drawn(
+            st.selectbox,
+            "Compute",
+            CHOICES["precision.compute"],
+            key="compute",
+            help="Matmul dtype; fp8: float8 matmuls with bf16 activations",
+        )
         if st.session_state["compute"] == "fp8":
-            drawn(st.selectbox, "Low-precision recipe", CHOICES["precision.fp8_recipe"], key="fp8_recipe",
-                  help="Scaling of the float8 (or 4-bit) matmul operands (torchao)")
+            drawn(
+                st.selectbox,
+                "Low-precision recipe",
+                CHOICES["precision.fp8_recipe"],
+                key="fp8_recipe",
+                help="Scaling of the float8 (or 4-bit) matmul operands (torchao)",
+            )
             if task in TRAINING_TASKS:
-                drawn(st.checkbox, "Float8 all-gather", key="fp8_all_gather",
-                      help="FSDP all-gathers layers' weights in float8 instead of 16 bits (ZeRO-3)")
+                drawn(
+                    st.checkbox,
+                    "Float8 all-gather",
+                    key="fp8_all_gather",
+                    help="FSDP all-gathers layers' weights in float8 instead of 16 bits (ZeRO-3)",
+                )
         if task in FROZEN_WEIGHTS:
             _frozen_weights(task)
         if task in TRAINING_TASKS:
@@ -398,21 +607,39 @@ def precision_inputs() -> None:
 
 
 def _training_techniques() -> None:
-    drawn(st.selectbox, "Loss", CHOICES["techniques.loss"], key="loss",
-          help="full: the whole logits upcast to fp32 (HF); chunked: the output projection and loss run on slices "
-               "of tokens (torchtune); fused: Liger fused linear cross-entropy")
+    drawn(
+        st.selectbox,
+        "Loss",
+        CHOICES["techniques.loss"],
+        key="loss",
+        help="full: the whole logits upcast to fp32 (HF); chunked: the output projection and loss run on slices "
+        "of tokens (torchtune); fused: Liger fused linear cross-entropy",
+    )
     if st.session_state["loss"] == "chunked":
         drawn(st.number_input, "Loss chunks", 1, 1024, key="loss_chunks")
-    drawn(st.checkbox, "Optimizer in backward", key="optimizer_in_backward",
-          help="Step and free each gradient during backward (torchtune optimizer_in_bwd); needs one micro-batch "
-               "per step, no ZeRO, no offload")
+    drawn(
+        st.checkbox,
+        "Optimizer in backward",
+        key="optimizer_in_backward",
+        help="Step and free each gradient during backward (torchtune optimizer_in_bwd); needs one micro-batch "
+        "per step, no ZeRO, no offload",
+    )
     if st.session_state["compile"]:
-        drawn(st.selectbox, "Compiled", CHOICES["techniques.compile_scope"], key="compile_scope",
-              help="blocks: the transformer blocks only (torchtitan Dec 2024 - Mar 2025); loss: a compiled "
-                   "cross-entropy keeps no fp32 copy of the logits; blocks_and_loss: both (torchtitan since 2025-04, "
-                   "torchtune, HF Trainer)")
-    drawn(st.checkbox, "Activation offloading", key="activation_offload",
-          help="Saved activations wait in pinned host memory between forward and backward (torchtune)")
+        drawn(
+            st.selectbox,
+            "Compiled",
+            CHOICES["techniques.compile_scope"],
+            key="compile_scope",
+            help="blocks: the transformer blocks only (torchtitan Dec 2024 - Mar 2025); loss: a compiled "
+            "cross-entropy keeps no fp32 copy of the logits; blocks_and_loss: both (torchtitan since 2025-04, "
+            "torchtune, HF Trainer)",
+        )
+    drawn(
+        st.checkbox,
+        "Activation offloading",
+        key="activation_offload",
+        help="Saved activations wait in pinned host memory between forward and backward (torchtune)",
+    )
 
 
 def _has_experts(models: dict[str, Preset]) -> bool:
@@ -425,29 +652,58 @@ def _has_experts(models: dict[str, Preset]) -> bool:
 def technique_inputs(models: dict[str, Preset]) -> None:
     """Checkpointing, attention and offload; the loss and training-only techniques; MoE capacity."""
     with st.expander("Techniques"):
-        drawn(st.selectbox, "Activation checkpointing", CHOICES["techniques.activation_checkpointing"],
-              key="activation_checkpointing",
-              help="full: keep layer inputs only and recompute; selective: recompute attention scores (Megatron); "
-                   "selective_op: save matmul and attention outputs, recompute the rest (torchtitan); every_k: "
-                   "checkpoint every k-th layer (torchtitan)")
+        drawn(
+            st.selectbox,
+            "Activation checkpointing",
+            CHOICES["techniques.activation_checkpointing"],
+            key="activation_checkpointing",
+            help="full: keep layer inputs only and recompute; selective: recompute attention scores (Megatron); "
+            "selective_op: save matmul and attention outputs, recompute the rest (torchtitan); every_k: "
+            "checkpoint every k-th layer (torchtitan)",
+        )
         if st.session_state["activation_checkpointing"] == "every_k":
             drawn(st.number_input, "Checkpoint every k-th layer", 1, 1024, key="checkpoint_every")
-        drawn(st.selectbox, "Attention", CHOICES["techniques.attention"], key="attention",
-              help="flash: fused kernel, no s×s scores kept; eager: scores materialized")
-        drawn(st.checkbox, "torch.compile", key="compile",
-              help="Training: fused elementwise ops save fewer intermediates. Generation over a static cache: the "
-                   "decode step is captured as a CUDA graph")
+        drawn(
+            st.selectbox,
+            "Attention",
+            CHOICES["techniques.attention"],
+            key="attention",
+            help="flash: fused kernel, no s×s scores kept; eager: scores materialized",
+        )
+        drawn(
+            st.checkbox,
+            "torch.compile",
+            key="compile",
+            help="Training: fused elementwise ops save fewer intermediates. Generation over a static cache: the "
+            "decode step is captured as a CUDA graph",
+        )
         if st.session_state["task"] in TRAINING_TASKS:
-            drawn(st.selectbox, "Offload", CHOICES["techniques.offload"], key="offload",
-                  help="Move optimizer states (and parameters, ZeRO-3) to CPU memory")
+            drawn(
+                st.selectbox,
+                "Offload",
+                CHOICES["techniques.offload"],
+                key="offload",
+                help="Move optimizer states (and parameters, ZeRO-3) to CPU memory",
+            )
             _training_techniques()
-        drawn(st.checkbox, "Expandable segments", key="expandable_segments",
-              help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator grows one segment by "
-                   "mapping pages, leaving fewer unusable holes (torchtitan's launcher sets it)")
+        drawn(
+            st.checkbox,
+            "Expandable segments",
+            key="expandable_segments",
+            help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator grows one segment by "
+            "mapping pages, leaving fewer unusable holes (torchtitan's launcher sets it)",
+        )
         if _has_experts(models):
-            drawn(st.number_input, "MoE capacity factor (0: dropless)", 0.0, 64.0, step=0.25, key="moe_capacity_factor",
-                  help="Token-dropping MoE training pads each expert's buffer to this multiple of its even share of "
-                       "the routed tokens (GShard, Megatron); HF and vLLM are dropless")
+            drawn(
+                st.number_input,
+                "MoE capacity factor (0: dropless)",
+                0.0,
+                64.0,
+                step=0.25,
+                key="moe_capacity_factor",
+                help="Token-dropping MoE training pads each expert's buffer to this multiple of its even share of "
+                "the routed tokens (GShard, Megatron); HF and vLLM are dropless",
+            )
 
 
 def _pipeline() -> None:
@@ -456,11 +712,21 @@ def _pipeline() -> None:
         drawn(st.selectbox, "Pipeline schedule", CHOICES["parallelism.pipeline_schedule"], key="pipeline_schedule")
         if st.session_state["pipeline_schedule"] == "interleaved_1f1b":
             drawn(st.number_input, "Virtual stages per GPU", 1, 1024, key="virtual_stages")
-        drawn(st.selectbox, "Layer split", CHOICES["parallelism.pipeline_split"], key="pipeline_split",
-              help="even: the stages divide the layers (Megatron); weighted: the embedding and the output head count "
-                   "as a layer each (torchtitan); auto: even where possible")
-        drawn(st.text_input, "Layers per chunk (optional)", key="pipeline_layers", placeholder="e.g. 12,17,17,12",
-              help="The layers of each pipeline chunk in order, comma-separated; when given it is the split")
+        drawn(
+            st.selectbox,
+            "Layer split",
+            CHOICES["parallelism.pipeline_split"],
+            key="pipeline_split",
+            help="even: the stages divide the layers (Megatron); weighted: the embedding and the output head count "
+            "as a layer each (torchtitan); auto: even where possible",
+        )
+        drawn(
+            st.text_input,
+            "Layers per chunk (optional)",
+            key="pipeline_layers",
+            placeholder="e.g. 12,17,17,12",
+            help="The layers of each pipeline chunk in order, comma-separated; when given it is the split",
+        )
 
 
 def _data_degree() -> str:
@@ -477,15 +743,31 @@ def _zero() -> None:
         return
     drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage", help="3 = FSDP full shard")
     if s["zero_stage"]:
-        drawn(st.number_input, "DeepSpeed reduce bucket, elements (0: none)", 0, 10**11, step=10**8,
-              key="reduce_bucket_elements",
-              help="reduce_bucket_size: a flat gradient bucket of this many elements (DeepSpeed's default 5e8)")
-        drawn(st.number_input, "DeepSpeed step sub-group, elements (0: none)", 0, 10**13, step=10**8,
-              key="sub_group_elements",
-              help="sub_group_size: the step casts this many gradient elements at a time to fp32 (default 1e9)")
+        drawn(
+            st.number_input,
+            "DeepSpeed reduce bucket, elements (0: none)",
+            0,
+            10**11,
+            step=10**8,
+            key="reduce_bucket_elements",
+            help="reduce_bucket_size: a flat gradient bucket of this many elements (DeepSpeed's default 5e8)",
+        )
+        drawn(
+            st.number_input,
+            "DeepSpeed step sub-group, elements (0: none)",
+            0,
+            10**13,
+            step=10**8,
+            key="sub_group_elements",
+            help="sub_group_size: the step casts this many gradient elements at a time to fp32 (default 1e9)",
+        )
     if s["zero_stage"] == 3 and s["task"] in ADAPTER_TASKS:
-        drawn(st.checkbox, "FSDP1 flat parameters", key="flat_params",
-              help="use_orig_params=True with one unit per block: the frozen base gets gradients too")
+        drawn(
+            st.checkbox,
+            "FSDP1 flat parameters",
+            key="flat_params",
+            help="use_orig_params=True with one unit per block: the frozen base gets gradients too",
+        )
 
 
 def _offering_label(catalog: Catalog, key: str) -> str:
@@ -501,29 +783,56 @@ def _offering(catalog: Catalog) -> None:
     ids = [o.id for o in catalog.offerings_of(st.session_state["gpu"])]
     if st.session_state.get("offering") not in ["", *ids]:
         st.session_state["offering"] = ""
-    drawn(st.selectbox, "Offering", ["", *ids], key="offering", format_func=partial(_offering_label, catalog),
-          help="An instance type from the catalog: its GPUs per instance, network and host RAM shape the plan's "
-               "time and offload; its price the cost")
-    drawn(st.number_input, "Host RAM per GPU, GiB (0: the offering's)", 0.0, 1_000_000.0, step=16.0,
-          key="host_memory_gib_per_gpu",
-          help=f"What offloaded states may use; without an offering {DEFAULT_HOST_GIB_PER_GPU} GiB")
-    st.number_input("Your price, USD per GPU-hour (0: the catalog's)", 0.0, 1000.0, key="price",
-                    help="Applied to this offering (or, without one, every offering of this GPU type) when the "
-                         "Cheapest hardware tab searches")
+    drawn(
+        st.selectbox,
+        "Offering",
+        ["", *ids],
+        key="offering",
+        format_func=partial(_offering_label, catalog),
+        help="An instance type from the catalog: its GPUs per instance, network and host RAM shape the plan's "
+        "time and offload; its price the cost",
+    )
+    drawn(
+        st.number_input,
+        "Host RAM per GPU, GiB (0: the offering's)",
+        0.0,
+        1_000_000.0,
+        step=16.0,
+        key="host_memory_gib_per_gpu",
+        help=f"What offloaded states may use; without an offering {DEFAULT_HOST_GIB_PER_GPU} GiB",
+    )
+    st.number_input(
+        "Your price, USD per GPU-hour (0: the catalog's)",
+        0.0,
+        1000.0,
+        key="price",
+        help="Applied to this offering (or, without one, every offering of this GPU type) when the "
+        "Cheapest hardware tab searches",
+    )
 
 
 def parallelism_inputs(catalog: Catalog) -> None:
     """The GPU, the parallel degrees and their options, and your price."""
     with st.expander("Parallelism and hardware", expanded=True):
         drawn(st.selectbox, "GPU", list(catalog), key="gpu", format_func=lambda k: catalog[k].name)
-        drawn(st.number_input, "GPUs", 1, MAX_DEGREE, key="count",
-              help="All the GPUs; data parallelism is what tensor, pipeline and context parallelism leave of them")
+        drawn(
+            st.number_input,
+            "GPUs",
+            1,
+            MAX_DEGREE,
+            key="count",
+            help="All the GPUs; data parallelism is what tensor, pipeline and context parallelism leave of them",
+        )
         if st.session_state["task"] in TRAINING_TASKS:  # sharding of training states
             _zero()
         drawn(st.selectbox, "Tensor parallel", [1, 2, 4, 8, 16], key="tensor")
         drawn(st.checkbox, "Sequence parallel", key="sequence_parallel", help="With tensor parallelism")
-        drawn(st.checkbox, "Async tensor parallel", key="async_tp",
-              help="Communication overlapped with the matmuls (torchtitan; needs sequence parallel and torch.compile)")
+        drawn(
+            st.checkbox,
+            "Async tensor parallel",
+            key="async_tp",
+            help="Communication overlapped with the matmuls (torchtitan; needs sequence parallel and torch.compile)",
+        )
         _pipeline()
         drawn(st.number_input, "Context parallel", 1, 1024, key="context")
         drawn(st.number_input, "Expert parallel", 1, 4096, key="expert", help="MoE experts over data-parallel GPUs")

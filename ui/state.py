@@ -18,57 +18,121 @@ from urllib.parse import parse_qsl
 import streamlit as st
 
 from planner.catalog import Catalog, load_catalog
-from planner.choices import CHOICES
-from planner.codec import (integers, leaf_text, plan_from_dict, plan_from_query, plan_to_dict, plan_to_query,
-                           takes_integers)
 from planner.errors import PlanError
 from planner.loader import CONFIG
-from planner.models import MODEL_KEYS
-from planner.plan import Inference, Lora, Plan, section_keys
+from planner.plan.choices import CHOICES
+from planner.plan.codec import (
+    integers,
+    leaf_text,
+    plan_from_dict,
+    plan_from_query,
+    plan_to_dict,
+    plan_to_query,
+    takes_integers,
+)
+from planner.plan.config import Inference, Lora, Plan, section_keys
+from planner.plan.models import MODEL_KEYS
 
-DEFAULT_PLAN = {"model": {"preset": "llama-3.1-8b"},
-                "workload": {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
-                "parallelism": {"zero_stage": 3}, "hardware": {"gpu": "h100-sxm-80gb", "count": 8}}
+DEFAULT_PLAN = {
+    "model": {"preset": "llama-3.1-8b"},
+    "workload": {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+    "parallelism": {"zero_stage": 3},
+    "hardware": {"gpu": "h100-sxm-80gb", "count": 8},
+}
 # plan keys the app derives instead of asking: data parallelism is what the other degrees leave of the GPU count
 DERIVED = frozenset({"data"})
 CUSTOM, PARAMS = "custom", "params"  # the preset choices "your own architecture" and "from a parameter count"
-ARCH_INTS = {"num_layers": "Layers", "hidden_size": "Hidden size", "num_attention_heads": "Attention heads",
-             "num_kv_heads": "KV heads", "head_dim": "Head dim", "intermediate_size": "MLP intermediate size",
-             "vocab_size": "Vocabulary"}
-MOE_INTS = {"num_experts": "Experts (0: dense)", "experts_per_token": "Experts per token",
-            "moe_intermediate_size": "Expert intermediate size", "shared_experts": "Shared experts",
-            "first_dense_layers": "Dense layers first"}
-MLA_INTS = {"kv_lora_rank": "KV latent rank (0: standard attention)", "q_lora_rank": "Query latent rank (0: none)",
-            "qk_rope_head_dim": "RoPE key dim per head", "v_head_dim": "Value dim per head"}
+ARCH_INTS = {
+    "num_layers": "Layers",
+    "hidden_size": "Hidden size",
+    "num_attention_heads": "Attention heads",
+    "num_kv_heads": "KV heads",
+    "head_dim": "Head dim",
+    "intermediate_size": "MLP intermediate size",
+    "vocab_size": "Vocabulary",
+}
+MOE_INTS = {
+    "num_experts": "Experts (0: dense)",
+    "experts_per_token": "Experts per token",
+    "moe_intermediate_size": "Expert intermediate size",
+    "shared_experts": "Shared experts",
+    "first_dense_layers": "Dense layers first",
+}
+MLA_INTS = {
+    "kv_lora_rank": "KV latent rank (0: standard attention)",
+    "q_lora_rank": "Query latent rank (0: none)",
+    "qk_rope_head_dim": "RoPE key dim per head",
+    "v_head_dim": "Value dim per head",
+}
 # Hybrid models' recurrent mixers (0: not set; the pattern says which are used)
-HYBRID_INTS = {"mamba_num_heads": "Mamba-2 heads (0: none)", "mamba_head_dim": "Mamba-2 head dim",
-               "ssm_state_size": "Mamba-2 state size", "mamba_n_groups": "Mamba-2 groups",
-               "mamba_conv_kernel": "Mamba-2 conv taps", "linear_num_key_heads": "Gated DeltaNet key heads (0: none)",
-               "linear_num_value_heads": "Gated DeltaNet value heads", "linear_key_head_dim": "Gated DeltaNet key dim",
-               "linear_value_head_dim": "Gated DeltaNet value dim",
-               "linear_conv_kernel_dim": "Gated DeltaNet conv taps"}
+HYBRID_INTS = {
+    "mamba_num_heads": "Mamba-2 heads (0: none)",
+    "mamba_head_dim": "Mamba-2 head dim",
+    "ssm_state_size": "Mamba-2 state size",
+    "mamba_n_groups": "Mamba-2 groups",
+    "mamba_conv_kernel": "Mamba-2 conv taps",
+    "linear_num_key_heads": "Gated DeltaNet key heads (0: none)",
+    "linear_num_value_heads": "Gated DeltaNet value heads",
+    "linear_key_head_dim": "Gated DeltaNet key dim",
+    "linear_value_head_dim": "Gated DeltaNet value dim",
+    "linear_conv_kernel_dim": "Gated DeltaNet conv taps",
+}
 # A group of model widgets switched off by a 0 in its first one (as each label says)
-GROUPS = {"num_experts": tuple(MOE_INTS), "sliding_window": ("sliding_window", "global_attention_every"),
-          "kv_lora_rank": tuple(MLA_INTS),
-          "serving": ("gpu_memory_utilization", "max_num_seqs", "fraction_scope", "cuda_graphs")}
+GROUPS = {
+    "num_experts": tuple(MOE_INTS),
+    "sliding_window": ("sliding_window", "global_attention_every"),
+    "kv_lora_rank": tuple(MLA_INTS),
+    "serving": ("gpu_memory_utilization", "max_num_seqs", "fraction_scope", "cuda_graphs"),
+}
 # Plan keys a plan may leave out or set to None (unused MoE, windows, latent attention; "no limit" counts), and
 # the widget value that stands for "not set": a widget holding it adds nothing to the plan
-WIDGET_WHEN_ABSENT = {**dict.fromkeys(MOE_INTS, 0), "sliding_window": 0, "global_attention_every": 0, "context_window": 0,
-                      "qk_norm": False, **dict.fromkeys(MLA_INTS, 0), "moe_capacity_factor": 0.0, "steps": 0,
-                      "quant_group_size": 0, "prefill_chunk_tokens": 0, "pipeline_layers": "",
-                      "max_num_seqs": 0, "reduce_bucket_elements": 0, "optimizer_block_size": 0,
-                      "sub_group_elements": 0, "layer_pattern": "", "offering": "", "host_memory_gib_per_gpu": 0.0,
-                      "train_tokens": "",
-                      **dict.fromkeys(("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "linear_num_key_heads",
-                                       "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"), 0),
-                      # the model's defaults stand for themselves
-                      "mamba_n_groups": 1, "mamba_conv_kernel": 4, "linear_conv_kernel_dim": 4}
+WIDGET_WHEN_ABSENT = {
+    **dict.fromkeys(MOE_INTS, 0),
+    "sliding_window": 0,
+    "global_attention_every": 0,
+    "context_window": 0,
+    "qk_norm": False,
+    **dict.fromkeys(MLA_INTS, 0),
+    "moe_capacity_factor": 0.0,
+    "steps": 0,
+    "quant_group_size": 0,
+    "prefill_chunk_tokens": 0,
+    "pipeline_layers": "",
+    "max_num_seqs": 0,
+    "reduce_bucket_elements": 0,
+    "optimizer_block_size": 0,
+    "sub_group_elements": 0,
+    "layer_pattern": "",
+    "offering": "",
+    "host_memory_gib_per_gpu": 0.0,
+    "train_tokens": "",
+    **dict.fromkeys(
+        (
+            "mamba_num_heads",
+            "mamba_head_dim",
+            "ssm_state_size",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+        ),
+        0,
+    ),
+    # the model's defaults stand for themselves
+    "mamba_n_groups": 1,
+    "mamba_conv_kernel": 4,
+    "linear_conv_kernel_dim": 4,
+}
 
 
 def _paths() -> dict[str, tuple[str, ...]]:
     """Widget key -> its path in the plan dict."""
-    paths = {"name": ("name",), "framework": ("framework",), "framework_release": ("framework_release",),
-             "params_text": ("model", "params")}
+    paths = {
+        "name": ("name",),
+        "framework": ("framework",),
+        "framework_release": ("framework_release",),
+        "params_text": ("model", "params"),
+    }
     paths.update({key: ("model", key) for key in MODEL_KEYS if key != "preset"})
     blocks = {"lora": Lora, "inference": Inference}
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
@@ -97,10 +161,14 @@ def _integers(text: str) -> list[int] | str:
 def widget_values(plan: Plan) -> dict[str, Any]:
     """Every widget's value for `plan`; blocks its task does not use keep their defaults for when it changes."""
     d, m = plan_to_dict(plan), plan.model
-    out = {**{f.name: getattr(Lora(), f.name) for f in fields(Lora)},
-           **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
-           "name": d.get("name", ""), "framework": d["framework"], "framework_release": d.get("framework_release", ""),
-           "preset": m.preset or (PARAMS if m.approx_params else CUSTOM)}
+    out = {
+        **{f.name: getattr(Lora(), f.name) for f in fields(Lora)},
+        **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
+        "name": d.get("name", ""),
+        "framework": d["framework"],
+        "framework_release": d.get("framework_release", ""),
+        "preset": m.preset or (PARAMS if m.approx_params else CUSTOM),
+    }
     out.update({k: v for k, v in d["model"].items() if k not in ("preset", "params")})
     if m.approx_params:  # the guessed architecture fills the custom fields, for editing from there
         out.update({k: getattr(m, k) for k in (*ARCH_INTS, "mlp", "norm", "tie_embeddings", "bias")})
@@ -111,8 +179,13 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     out.update({key: out.get(key) or absent for key, absent in WIDGET_WHEN_ABSENT.items()})
     out["train_tokens"] = str(out["train_tokens"])  # a text box: a count with or without a suffix (1T)
     # a choice the plan leaves unset (the fp8 recipe of a bf16 plan) shows its first value
-    out.update({key: CHOICES[".".join(path)][0] for key, path in PATHS.items()
-                if out.get(key) is None and ".".join(path) in CHOICES})
+    out.update(
+        {
+            key: CHOICES[".".join(path)][0]
+            for key, path in PATHS.items()
+            if out.get(key) is None and ".".join(path) in CHOICES
+        }
+    )
     out.update({key: leaf_text(out[key]) if out.get(key) else "" for key in INTEGER_LISTS})
     out["serving"] = out["gpu_memory_utilization"] is not None
     out["gpu_memory_utilization"] = out["gpu_memory_utilization"] or 0.9
@@ -148,8 +221,9 @@ def plan_dict(values: Mapping[str, Any], shown: Collection[str]) -> dict[str, An
 def with_hidden(values: Mapping[str, Any], shown: Collection[str], keys: Collection[str]) -> dict[str, Any]:
     """The plan dict of the widgets `shown` and of the hidden plan keys among `keys` (not the model's: the preset
     and the drawn architecture say it whole), less each hidden value the plan refuses beside the others."""
-    hidden = [k for k in keys if k not in shown and k not in DERIVED and k in values and k in PATHS
-              and PATHS[k][0] != "model"]
+    hidden = [
+        k for k in keys if k not in shown and k not in DERIVED and k in values and k in PATHS and PATHS[k][0] != "model"
+    ]
     for _ in range(len(hidden) + 1):
         d = plan_dict(values, [*shown, *hidden])
         try:
@@ -239,8 +313,11 @@ def start_session() -> None:
     from the last run fills them now; every widget value is kept for when its widget returns."""
     if "loaded" not in st.session_state:
         params = {key: st.query_params.get_all(key) for key in st.query_params if key not in COMPARE_KEYS}
-        plan, warnings = (plan_from_query(params, DEFAULT_PLAN, gpus=project_catalog()) if params
-                          else (plan_from_dict(DEFAULT_PLAN), []))
+        plan, warnings = (
+            plan_from_query(params, DEFAULT_PLAN, gpus=project_catalog())
+            if params
+            else (plan_from_dict(DEFAULT_PLAN), [])
+        )
         load_into_widgets(plan)
         pinned = [st.query_params[key] for key in COMPARE_KEYS if key in st.query_params]
         st.session_state.update(link_warnings=warnings, price=0.0, loaded=True, compare=pinned, link_plan=plan)

@@ -20,9 +20,9 @@ import sys
 import threading
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor, TimeoutError
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
 from planner.errors import PlanError
@@ -86,9 +86,10 @@ def _pool(kind: Pool) -> ProcessPoolExecutor:
     with _POOLS_LOCK:
         if kind not in _POOLS:
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["planner.recommend", "planner.formats", "planner.serving_log"])
-            _POOLS[kind] = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1), mp_context=context,
-                                               initializer=_start)
+            context.set_forkserver_preload(["planner.search.recommend", "planner.formats", "planner.formats.vllm_log"])
+            _POOLS[kind] = ProcessPoolExecutor(
+                max_workers=max(1, (os.cpu_count() or 2) - 1), mp_context=context, initializer=_start
+            )
         return _POOLS[kind]
 
 
@@ -113,8 +114,15 @@ def _no_main_module() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
-def run(fn: Callable[..., T], *args: Any, wait_s: float, cpu_s: float = TASK_CPU_S, pool: Pool = "search",
-        what: str = "the search", **kwargs: Any) -> T:
+def run(
+    fn: Callable[..., T],
+    *args: Any,
+    wait_s: float,
+    cpu_s: float = TASK_CPU_S,
+    pool: Pool = "search",
+    what: str = "the search",
+    **kwargs: Any,
+) -> T:
     """fn(*args, **kwargs) in a worker of `pool`; WorkerFailed naming `what` when it outlasts `wait_s`, runs past
     `cpu_s` of CPU or its memory ceiling, or its process dies. What fn raises is raised here."""
     executor = _pool(pool)

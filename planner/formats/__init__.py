@@ -14,22 +14,52 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from planner.codec import plan_from_dict, plan_to_dict
-from planner.dtypes import DEFAULT_GROUP_SIZE, TORCHAO_WEIGHTS
 from planner.errors import PlanError, bad, short
-from planner.formats import (accelerate, axolotl, deepspeed, hf_trainer, llamafactory, megatron, sglang, torchtitan,
-                             torchtune, unsloth, vllm)
+from planner.formats import (
+    accelerate,
+    axolotl,
+    deepspeed,
+    hf_trainer,
+    llamafactory,
+    megatron,
+    sglang,
+    torchtitan,
+    torchtune,
+    unsloth,
+    vllm,
+)
 from planner.formats.base import Document, Format, Imported, document, get_key
 from planner.formats.edit import Edited, check_parsed, delta, edit_text, for_syntax, syntax, written_keys
 from planner.formats.unread import unread_stack
-from planner.models import MODEL_KEYS
-from planner.pipeline import chunk_split
-from planner.plan import EIGHT_BIT_OPTIMIZERS, FROZEN_WEIGHTS, INFERENCE_FRAMEWORKS, SECTIONS, TRAINING_TASKS, Plan
+from planner.plan.codec import plan_from_dict, plan_to_dict
+from planner.plan.config import (
+    EIGHT_BIT_OPTIMIZERS,
+    FROZEN_WEIGHTS,
+    INFERENCE_FRAMEWORKS,
+    SECTIONS,
+    TRAINING_TASKS,
+    Plan,
+)
+from planner.plan.dtypes import DEFAULT_GROUP_SIZE, TORCHAO_WEIGHTS
+from planner.plan.models import MODEL_KEYS
+from planner.plan.pipeline import chunk_split
 
-FORMATS: dict[str, Format] = {f.name: f for f in (
-    torchtitan.FORMAT, torchtune.FORMAT, axolotl.FORMAT, deepspeed.FORMAT, llamafactory.FORMAT, unsloth.FORMAT,
-    hf_trainer.FORMAT,
-    accelerate.FORMAT, megatron.FORMAT, vllm.FORMAT, sglang.FORMAT)}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        torchtitan.FORMAT,
+        torchtune.FORMAT,
+        axolotl.FORMAT,
+        deepspeed.FORMAT,
+        llamafactory.FORMAT,
+        unsloth.FORMAT,
+        hf_trainer.FORMAT,
+        accelerate.FORMAT,
+        megatron.FORMAT,
+        vllm.FORMAT,
+        sglang.FORMAT,
+    )
+}
 
 
 def formats_for(plan: Plan) -> list[Format]:
@@ -54,12 +84,19 @@ def detect(text: str | Document) -> Format:
             return fmt
     if (known := unread_stack(doc)) is not None:
         raise PlanError("config", f"is a config of {known.stack}: {known.why}")
-    raise doc.over_limit() or PlanError("config", f"is not a config this planner reads ({', '.join(FORMATS)}); name "
-                                                  "its format with --framework")
+    raise doc.over_limit() or PlanError(
+        "config", f"is not a config this planner reads ({', '.join(FORMATS)}); name its format with --framework"
+    )
 
 
-def read_config(text: str, *, format: str | None = None, gpus: int | None = None,
-                files: Callable[[str], str | None] | None = None, entry: str = "") -> Imported:
+def read_config(
+    text: str,
+    *,
+    format: str | None = None,
+    gpus: int | None = None,
+    files: Callable[[str], str | None] | None = None,
+    entry: str = "",
+) -> Imported:
     """A framework config's text read as a plan (its format detected unless named; detection and reading share
     the text's parses); `files` gives the text of a file the config names, for a format that reads_files;
     `entry` picks the config of a torchtitan config registry (its launch line's --config)."""
@@ -67,14 +104,22 @@ def read_config(text: str, *, format: str | None = None, gpus: int | None = None
     fmt = format_named(format) if format else detect(doc)
     if entry:
         if fmt is not torchtitan.FORMAT:
-            raise bad("--entry", entry, f"names a torchtitan config_registry.py function, and the config is {fmt.name}'s")
+            raise bad(
+                "--entry", entry, f"names a torchtitan config_registry.py function, and the config is {fmt.name}'s"
+            )
         return torchtitan.read(doc, gpus=gpus, entry=entry)
     return fmt.read(doc, gpus=gpus, files=files) if fmt.reads_files else fmt.read(doc, gpus=gpus)
 
 
-def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
-                     default_model: dict[str, Any] | None = None, gpu: str | None = None, gpus: int | None = None,
-                     name: str = "") -> Plan:
+def plan_from_config(
+    imported: Imported,
+    *,
+    model: dict[str, Any] | None = None,
+    default_model: dict[str, Any] | None = None,
+    gpu: str | None = None,
+    gpus: int | None = None,
+    name: str = "",
+) -> Plan:
     """The plan a config read says, with what it leaves open: `model` (a plan's model block; replaces the config's)
     or `default_model` (the model where the config names none), `gpu` (a catalog id), `gpus` (the count, where the
     config does not fix it) and a `name` where it has none."""
@@ -82,8 +127,9 @@ def plan_from_config(imported: Imported, *, model: dict[str, Any] | None = None,
     if model is not None or ("model" not in data and default_model is not None):
         data["model"] = model if model is not None else default_model
     elif "model" not in data:
-        named = (f"names {short(imported.model_name)}, which is not a preset" if imported.model_name
-                 else "names no model")
+        named = (
+            f"names {short(imported.model_name)}, which is not a preset" if imported.model_name else "names no model"
+        )
         raise PlanError("model", f"the {imported.format} config {named}; give the model (a preset or a config.json)")
     hardware = data.setdefault("hardware", {})
     if gpu is not None:
@@ -103,8 +149,9 @@ def read_lines(imported: Imported) -> list[str]:
 
 def unused_lines(imported: Imported) -> list[str]:
     """Each config key the plan could not use: those that change memory with no plan key, then the unknown ones."""
-    return ([f"not modelled: {item}" for item in imported.unmodelled] +
-            [f"unknown key, not used: {key}" for key in imported.unknown])
+    return [f"not modelled: {item}" for item in imported.unmodelled] + [
+        f"unknown key, not used: {key}" for key in imported.unknown
+    ]
 
 
 def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -131,8 +178,10 @@ TUNES: dict[str, tuple[str, tuple[Any, ...]]] = {
     "techniques.compile_scope": ("techniques.compile", (True,)),
     "precision.fp8_recipe": ("precision.compute", ("fp8",)),
     "precision.fp8_all_gather": ("precision.compute", ("fp8",)),
-    **{f"precision.{key}": ("precision.optimizer", EIGHT_BIT_OPTIMIZERS)
-       for key in ("optimizer_library", "optimizer_block_size", "fp32_embedding_states")},
+    **{
+        f"precision.{key}": ("precision.optimizer", EIGHT_BIT_OPTIMIZERS)
+        for key in ("optimizer_library", "optimizer_block_size", "fp32_embedding_states")
+    },
     "precision.weights": ("workload.task", tuple(FROZEN_WEIGHTS)),
     "precision.quant_group_size": ("precision.weights", tuple(DEFAULT_GROUP_SIZE)),
     "precision.double_quant": ("precision.weights", ("nf4",)),
@@ -140,13 +189,30 @@ TUNES: dict[str, tuple[str, tuple[Any, ...]]] = {
     "workload.inference.dynamic_activation_quant": ("workload.inference.quantize_on_load", (True,)),
     "precision.kv_cache": ("workload.task", ("inference",)),
     "precision.optimizer_impl": ("precision.optimizer", ("adamw",)),
-    **{key: ("workload.task", TRAINING_TASKS) for key in (
-        "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size", "workload.steps",
-        "workload.train_tokens", "precision.master_weights", "precision.gradients", "precision.optimizer",
-        "precision.optimizer_state", "techniques.activation_checkpointing",
-        "techniques.offload", "techniques.moe_capacity_factor", "techniques.optimizer_in_backward",
-        "techniques.loss", "techniques.activation_offload", "parallelism.zero_stage", "parallelism.flat_params",
-        "parallelism.reduce_bucket_elements", "parallelism.sub_group_elements")},
+    **{
+        key: ("workload.task", TRAINING_TASKS)
+        for key in (
+            "workload.sequence_length",
+            "workload.micro_batch_size",
+            "workload.global_batch_size",
+            "workload.steps",
+            "workload.train_tokens",
+            "precision.master_weights",
+            "precision.gradients",
+            "precision.optimizer",
+            "precision.optimizer_state",
+            "techniques.activation_checkpointing",
+            "techniques.offload",
+            "techniques.moe_capacity_factor",
+            "techniques.optimizer_in_backward",
+            "techniques.loss",
+            "techniques.activation_offload",
+            "parallelism.zero_stage",
+            "parallelism.flat_params",
+            "parallelism.reduce_bucket_elements",
+            "parallelism.sub_group_elements",
+        )
+    },
 }
 
 
@@ -159,8 +225,9 @@ def in_effect(plan: Plan, own: bool) -> dict[str, Any]:
     flat = {f"model.{key}": getattr(plan.model, key) for key in MODEL_KEYS if key not in ("preset", "context_window")}
     for section in SECTIONS:
         flat.update(_leaves(data[section], f"{section}."))
-    flat["parallelism.pipeline_layers"] = list(chunk_split(plan.model.num_layers, par.pipeline * par.virtual_stages,
-                                                           par.pipeline_split, par.pipeline_layers))
+    flat["parallelism.pipeline_layers"] = list(
+        chunk_split(plan.model.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split, par.pipeline_layers)
+    )
     if own:
         flat.update(framework=plan.framework, framework_release=plan.framework_release)
     return {key: value for key, value in flat.items() if key not in DERIVED and _read(flat, key)}
@@ -196,8 +263,11 @@ def round_trip(plan: Plan, fmt: Format, keys: tuple[str, ...] | None = None) -> 
     the config is read over a plan that keeps only the original's model and GPU (read_back), so a key counts as
     said only if the config itself says it."""
     planned, back = plan_to_dict(plan), plan_to_dict(read_back(plan, fmt, fmt.write(plan)))
-    return {key: (get_key(planned, key), get_key(back, key)) for key in (fmt.says if keys is None else keys)
-            if get_key(planned, key) != get_key(back, key)}
+    return {
+        key: (get_key(planned, key), get_key(back, key))
+        for key in (fmt.says if keys is None else keys)
+        if get_key(planned, key) != get_key(back, key)
+    }
 
 
 def changes(plan: Plan, fmt: Format, text: str) -> dict[str, tuple[Any, Any]]:
@@ -238,13 +308,20 @@ def _exportable(plan: Plan, fmt: Format) -> None:
 
 # the command a flag the original lacks is added to, and each flag's other spellings, of the command-line formats
 PROGRAMS: dict[str, re.Pattern[str]] = {
-    "vllm": vllm.ENGINE.program, "sglang": sglang.ENGINE.program, "megatron": re.compile(r"pretrain_\w+\.py"),
-    "hf_trainer": re.compile(r"\.py\b|\btrl\b"), "torchtitan": re.compile(r"torchrun|run_train\.sh|train\.py")}
+    "vllm": vllm.ENGINE.program,
+    "sglang": sglang.ENGINE.program,
+    "megatron": re.compile(r"pretrain_\w+\.py"),
+    "hf_trainer": re.compile(r"\.py\b|\btrl\b"),
+    "torchtitan": re.compile(r"torchrun|run_train\.sh|train\.py"),
+}
 ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
-    engine.name: {flag: tuple(a for a, f in engine.aliases.items() if f == flag) +
-                  ((flag.replace("-", "_").replace("__", "--", 1),) if engine.underscores else ())
-                  for flag in {*engine.flags, *engine.aliases.values()}}
-    for engine in (vllm.ENGINE, sglang.ENGINE)}
+    engine.name: {
+        flag: tuple(a for a, f in engine.aliases.items() if f == flag)
+        + ((flag.replace("-", "_").replace("__", "--", 1),) if engine.underscores else ())
+        for flag in {*engine.flags, *engine.aliases.values()}
+    }
+    for engine in (vllm.ENGINE, sglang.ENGINE)
+}
 
 
 def imported_plan(plan: Plan, fmt: Format, original: str) -> Plan:
@@ -262,8 +339,9 @@ def imported_plan(plan: Plan, fmt: Format, original: str) -> Plan:
     return plan_from_dict(data)
 
 
-def export_onto(plan: Plan, fmt: Format, original: str, base: Plan | None = None
-                ) -> tuple[Edited, dict[str, tuple[Any, Any]]]:
+def export_onto(
+    plan: Plan, fmt: Format, original: str, base: Plan | None = None
+) -> tuple[Edited, dict[str, tuple[Any, Any]]]:
     """The original config the plan was read from with only the keys whose planned value differs from `base` (the
     plan the original says; read from it where not given) edited (planner/formats/edit.py), what it changed, and
     the keys whose planned value the edited config does not carry (as export_config)."""
@@ -274,14 +352,22 @@ def export_onto(plan: Plan, fmt: Format, original: str, base: Plan | None = None
     try:
         before = fmt.write(base)
     except PlanError as exc:
-        raise bad("--onto", fmt.name, f"cannot be edited: the plan the original says cannot be written ({exc}); "
-                                      "export without the original") from None
+        raise bad(
+            "--onto",
+            fmt.name,
+            f"cannot be edited: the plan the original says cannot be written ({exc}); export without the original",
+        ) from None
     kind = syntax(original, fmt.suffix)
     if kind == "python":
-        raise bad("--onto", fmt.name, "config registries are Python functions, which an export does not edit; export "
-                                      "without the original (a TOML)")
+        raise bad(
+            "--onto",
+            fmt.name,
+            "config registries are Python functions, which an export does not edit; export "
+            "without the original (a TOML)",
+        )
     moved = delta(written_keys(before, fmt.suffix), written_keys(fmt.write(plan), fmt.suffix))
-    edited = edit_text(original, kind, for_syntax(moved, kind), program=PROGRAMS.get(fmt.name),
-                       aliases=ALIASES.get(fmt.name))
+    edited = edit_text(
+        original, kind, for_syntax(moved, kind), program=PROGRAMS.get(fmt.name), aliases=ALIASES.get(fmt.name)
+    )
     check_parsed(kind, edited.text)
     return edited, _carried(plan, fmt, edited.text)[1]

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, marked, training_defaults
+from planner.formats.base import RELEASE_WHY, Document, Format, Imported, marked, training_defaults
 from planner.formats.reading import Reading, as_bool, as_int, as_mapping, choice, mapping, quiet_mapping
-from planner.plan import Plan
+from planner.plan.config import Plan
 
 FRAMEWORK = "accelerate_fsdp"
 
@@ -25,24 +25,51 @@ FRAMEWORK = "accelerate_fsdp"
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 # the ZeRO stage each strategy is: parameters, gradients and states sharded (3), all but the parameters (2), none
 STAGES = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
-HYBRID_WHY = ("shards within a node and replicates across nodes; the plan shards over all data-parallel ranks "
-              "(the ZeRO stage is the recipe's 3)")
+HYBRID_WHY = (
+    "shards within a node and replicates across nodes; the plan shards over all data-parallel ranks "
+    "(the ZeRO stage is the recipe's 3)"
+)
 # FSDP options (without their fsdp_ prefix) that change memory with no plan key, and the values that do it
 FSDP_UNMODELLED = {
     # torch FSDP docs, BackwardPrefetch.BACKWARD_PRE: "at the peak, it holds the current set of parameters, next set
     # of parameters, and current set of gradients"
-    "backward_prefetch": ("BACKWARD_PRE", "the next unit's parameters are gathered before this unit's gradients "
-                                          "are freed (one more unit held at the peak)"),
+    "backward_prefetch": (
+        "BACKWARD_PRE",
+        "the next unit's parameters are gathered before this unit's gradients "
+        "are freed (one more unit held at the peak)",
+    ),
     "forward_prefetch": (True, "the next unit's parameters are gathered during this unit's forward"),
 }
 # FSDP options known to leave the training step's memory alone (wrapping, loading, saving)
-FSDP_IGNORED = frozenset({"auto_wrap_policy", "transformer_layer_cls_to_wrap", "min_num_params", "state_dict_type",
-                          "sync_module_states", "cpu_ram_efficient_loading", "limit_all_gathers", "xla",
-                          "xla_fsdp_settings", "xla_fsdp_grad_ckpt", "xla_fsdp_v2", "ignored_modules"})
+FSDP_IGNORED = frozenset(
+    {
+        "auto_wrap_policy",
+        "transformer_layer_cls_to_wrap",
+        "min_num_params",
+        "state_dict_type",
+        "sync_module_states",
+        "cpu_ram_efficient_loading",
+        "limit_all_gathers",
+        "xla",
+        "xla_fsdp_settings",
+        "xla_fsdp_grad_ckpt",
+        "xla_fsdp_v2",
+        "ignored_modules",
+    }
+)
 
 # DistributedType: the ones that run data-parallel (DDP) on accelerators; DEEPSPEED and FSDP are read apart
-DDP_TYPES = ("NO", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU",
-             "MULTI_NEURON")
+DDP_TYPES = (
+    "NO",
+    "MULTI_GPU",
+    "MULTI_NPU",
+    "MULTI_MLU",
+    "MULTI_SDAA",
+    "MULTI_MUSA",
+    "MULTI_XPU",
+    "MULTI_HPU",
+    "MULTI_NEURON",
+)
 NOT_GPU = ("MULTI_CPU", "XLA")
 # mixed_precision (config_args.py; "no" is fp32, launch's default)
 PRECISIONS = {"no": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
@@ -52,29 +79,70 @@ OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 ZERO_STAGE_DEFAULT = 2  # dataclasses.py DeepSpeedPlugin: ACCELERATE_DEEPSPEED_ZERO_STAGE, default 2
 
 # top-level keys known to leave memory and step time alone (where and how the processes start)
-IGNORED = frozenset({"compute_environment", "debug", "machine_rank", "main_process_ip", "main_process_port",
-                     "main_training_function", "rdzv_backend", "same_network", "gpu_ids", "tpu_env", "tpu_name",
-                     "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "commands", "command_file", "downcast_bf16",
-                     "enable_cpu_affinity", "num_machines", "mpirun_config", "ipex_config", "use_cpu",
-                     "sagemaker_metrics_file", "mpi_hostfile"})
+IGNORED = frozenset(
+    {
+        "compute_environment",
+        "debug",
+        "machine_rank",
+        "main_process_ip",
+        "main_process_port",
+        "main_training_function",
+        "rdzv_backend",
+        "same_network",
+        "gpu_ids",
+        "tpu_env",
+        "tpu_name",
+        "tpu_zone",
+        "tpu_use_cluster",
+        "tpu_use_sudo",
+        "commands",
+        "command_file",
+        "downcast_bf16",
+        "enable_cpu_affinity",
+        "num_machines",
+        "mpirun_config",
+        "ipex_config",
+        "use_cpu",
+        "sagemaker_metrics_file",
+        "mpi_hostfile",
+    }
+)
 UNMODELLED = {
     "megatron_lm_config": "accelerate's Megatron-LM plugin: tensor, pipeline and sequence parallelism configured "
-                          "there are not read",
+    "there are not read",
     "fp8_config": "the fp8 backend's scaling settings (Transformer Engine, MS-AMP, torchao); the plan's fp8 recipe "
-                  "is precision.fp8_recipe",
+    "is precision.fp8_recipe",
 }
-DEEPSPEED_IGNORED = frozenset({"zero3_init_flag", "zero3_save_16bit_model", "deepspeed_multinode_launcher",
-                               "deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter",
-                               "gradient_clipping", "offload_optimizer_nvme_path", "offload_param_nvme_path",
-                               "deepspeed_moe_layer_cls_names"})
+DEEPSPEED_IGNORED = frozenset(
+    {
+        "zero3_init_flag",
+        "zero3_save_16bit_model",
+        "deepspeed_multinode_launcher",
+        "deepspeed_hostfile",
+        "deepspeed_exclusion_filter",
+        "deepspeed_inclusion_filter",
+        "gradient_clipping",
+        "offload_optimizer_nvme_path",
+        "offload_param_nvme_path",
+        "deepspeed_moe_layer_cls_names",
+    }
+)
 # the DeepSpeed plugin's keys (also `accelerate launch --use_deepspeed` options)
-DEEPSPEED_KEYS = DEEPSPEED_IGNORED | {"zero_stage", "offload_optimizer_device", "offload_param_device",
-                                      "gradient_accumulation_steps", "deepspeed_config_file"}
-DYNAMO_IGNORED = frozenset({"dynamo_mode", "dynamo_use_fullgraph", "dynamo_use_dynamic",
-                            "dynamo_use_regional_compilation"})
+DEEPSPEED_KEYS = DEEPSPEED_IGNORED | {
+    "zero_stage",
+    "offload_optimizer_device",
+    "offload_param_device",
+    "gradient_accumulation_steps",
+    "deepspeed_config_file",
+}
+DYNAMO_IGNORED = frozenset(
+    {"dynamo_mode", "dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation"}
+)
 # parallelism_config (accelerate ParallelismConfig): the degrees the plan has
-PARALLEL_DEGREES = {"parallelism_config_tp_size": "parallelism.tensor", "parallelism_config_cp_size":
-                    "parallelism.context"}
+PARALLEL_DEGREES = {
+    "parallelism_config_tp_size": "parallelism.tensor",
+    "parallelism_config_cp_size": "parallelism.context",
+}
 
 
 # --- FSDP options (shared with TrainingArguments' fsdp_config) -------------------------------------------------------
@@ -89,12 +157,15 @@ def _strategy(led: Reading, key: str, value: Any) -> None:
         led.note(key, HYBRID_WHY)
 
 
-FLAT_WHY = ("FSDP1 flat parameters: with LoRA or QLoRA under full sharding a unit's frozen base gets gradients "
-            "too (give parallelism.flat_params true)")
+FLAT_WHY = (
+    "FSDP1 flat parameters: with LoRA or QLoRA under full sharding a unit's frozen base gets gradients "
+    "too (give parallelism.flat_params true)"
+)
 
 
-def fsdp_options(led: Reading, options: dict[str, Any], where: str, *, adapters: bool | None,
-                 orig_default: bool) -> None:
+def fsdp_options(
+    led: Reading, options: dict[str, Any], where: str, *, adapters: bool | None, orig_default: bool
+) -> None:
     """FSDP options (accelerate fsdp_config, TrainingArguments fsdp_config), each named `where` + its key.
     `adapters`: whether the plan trains LoRA adapters (None: the config does not say); `orig_default`: the
     use_orig_params an absent key means (accelerate False, transformers True)."""
@@ -121,13 +192,17 @@ def fsdp_options(led: Reading, options: dict[str, Any], where: str, *, adapters:
     _flat_params(led, options, where, version == 1, adapters, orig_default)
 
 
-def _flat_params(led: Reading, options: dict[str, Any], where: str, fsdp1: bool, adapters: bool | None,
-                 orig_default: bool) -> None:
+def _flat_params(
+    led: Reading, options: dict[str, Any], where: str, fsdp1: bool, adapters: bool | None, orig_default: bool
+) -> None:
     """use_orig_params under FSDP1 full sharding: flat parameters, which only change a LoRA plan's memory."""
     key = next((k for k in options if k.removeprefix("fsdp_") == "use_orig_params"), None)
     source = f"{where}{key}" if key else f"{where}use_orig_params (absent: {str(orig_default).lower()})"
-    flat = fsdp1 and (as_bool(source, options[key]) if key else orig_default) and \
-        led.plan.get("parallelism", {}).get("zero_stage", 3) == 3
+    flat = (
+        fsdp1
+        and (as_bool(source, options[key]) if key else orig_default)
+        and led.plan.get("parallelism", {}).get("zero_stage", 3) == 3
+    )
     if adapters and flat:
         led.set(source, "parallelism.flat_params", True)
     elif flat and adapters is None and key:
@@ -139,9 +214,11 @@ def _flat_params(led: Reading, options: dict[str, Any], where: str, fsdp1: bool,
 def fsdp_section(plan: Plan) -> dict[str, Any]:
     """The FSDP options that run the plan: FSDP1 with use_orig_params where it has flat parameters, else FSDP2."""
     par, tech = plan.parallelism, plan.techniques
-    out: dict[str, Any] = {"fsdp_activation_checkpointing": tech.activation_checkpointing == "full",
-                           "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                           "fsdp_offload_params": tech.offload == "optimizer_and_params"}
+    out: dict[str, Any] = {
+        "fsdp_activation_checkpointing": tech.activation_checkpointing == "full",
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_offload_params": tech.offload == "optimizer_and_params",
+    }
     if par.flat_params:
         strategy = next(name for name, stage in STAGES.items() if stage == par.zero_stage)
         out.update({"fsdp_sharding_strategy": strategy, "fsdp_use_orig_params": True})
@@ -157,12 +234,16 @@ def deepspeed_plugin(led: Reading, section: Any, where: str = "deepspeed_config.
     stage and offload devices, or a DeepSpeed config file that holds them. Each key is named `where` + key."""
     section = as_mapping(where.rstrip("."), section)
     if "deepspeed_config_file" in section:
-        led.note(f"{where}deepspeed_config_file", "the ZeRO stage, offload and batch are in that file: read it with "
-                                                  "the deepspeed format")
+        led.note(
+            f"{where}deepspeed_config_file",
+            "the ZeRO stage, offload and batch are in that file: read it with the deepspeed format",
+        )
     elif "zero_stage" not in section:  # the recipe leaves the stage to the plan; the plugin's default is 2: written
         led.set(f"{where}zero_stage (absent)", "parallelism.zero_stage", ZERO_STAGE_DEFAULT)
-    devices = {key: choice(f"{where}{key}", section.get(key, "none"), {d: d for d in OFFLOAD_DEVICES}, any_case=True)
-               for key in ("offload_optimizer_device", "offload_param_device")}
+    devices = {
+        key: choice(f"{where}{key}", section.get(key, "none"), {d: d for d in OFFLOAD_DEVICES}, any_case=True)
+        for key in ("offload_optimizer_device", "offload_param_device")
+    }
     for key, value in section.items():
         source = f"{where}{key}"
         if key == "zero_stage":
@@ -170,8 +251,11 @@ def deepspeed_plugin(led: Reading, section: Any, where: str = "deepspeed_config.
                 raise bad(source, value, "is not a ZeRO stage; allowed: 0, 1, 2, 3")
             led.set(source, "parallelism.zero_stage", value)
         elif key in devices and devices[key] == "nvme":
-            led.note(source, "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds the same; the NVMe "
-                             "transfers' time is not planned")
+            led.note(
+                source,
+                "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds the same; the NVMe "
+                "transfers' time is not planned",
+            )
         elif key == "gradient_accumulation_steps":
             led.note(source, "the global batch is micro-batch × accumulation × GPUs; the micro-batch is the script's")
         elif key in DEEPSPEED_IGNORED or key == "deepspeed_config_file":
@@ -186,11 +270,14 @@ def deepspeed_plugin(led: Reading, section: Any, where: str = "deepspeed_config.
 
 
 def _deepspeed_offload(led: Reading, devices: dict[str, str], where: str) -> None:
-    optimizer, params = (("none" if devices[k] == "none" else "cpu") for k in ("offload_optimizer_device",
-                                                                                 "offload_param_device"))
+    optimizer, params = (
+        ("none" if devices[k] == "none" else "cpu") for k in ("offload_optimizer_device", "offload_param_device")
+    )
     if params == "cpu" and optimizer != "cpu":
-        led.note(f"{where}offload_param_device", "parameters offloaded without the optimizer: the plan's offload "
-                                                 "moves the optimizer too")
+        led.note(
+            f"{where}offload_param_device",
+            "parameters offloaded without the optimizer: the plan's offload moves the optimizer too",
+        )
     elif params == "cpu":
         led.set(f"{where}offload_param_device", "techniques.offload", "optimizer_and_params")
     else:
@@ -205,8 +292,11 @@ def _parallelism(led: Reading, section: Any) -> None:
             led.set(source, PARALLEL_DEGREES[key], as_int(source, value, 1))
         elif key == "parallelism_config_dp_replicate_size" and as_int(source, value, 1) > 1:
             led.note(source, HYBRID_WHY)
-        elif key in ("parallelism_config_dp_shard_size", "parallelism_config_dp_replicate_size",
-                     "parallelism_config_cp_comm_strategy"):
+        elif key in (
+            "parallelism_config_dp_shard_size",
+            "parallelism_config_dp_replicate_size",
+            "parallelism_config_cp_comm_strategy",
+        ):
             led.ignored.append(source)  # the data-parallel degrees follow from the GPU count
         else:
             led.unknown.append(source)
@@ -232,8 +322,11 @@ def _layout(led: Reading, config: dict[str, Any]) -> str:
     """distributed_type: the framework and, for DDP, ZeRO stage 0; its plugin's section read."""
     kind = str(config.get("distributed_type", "NO")).upper()
     if kind in NOT_GPU or as_bool("use_cpu", config.get("use_cpu", False)):
-        raise bad("distributed_type" if kind in NOT_GPU else "use_cpu", kind if kind in NOT_GPU else True,
-                  "runs on CPUs or TPUs; this planner plans GPU memory")
+        raise bad(
+            "distributed_type" if kind in NOT_GPU else "use_cpu",
+            kind if kind in NOT_GPU else True,
+            "runs on CPUs or TPUs; this planner plans GPU memory",
+        )
     if kind == "DEEPSPEED":
         led.set("distributed_type", "framework", "deepspeed")
         deepspeed_plugin(led, config.get("deepspeed_config") or {})
@@ -251,8 +344,11 @@ def _layout(led: Reading, config: dict[str, Any]) -> str:
 
 def _precision(led: Reading, config: dict[str, Any], kind: str) -> None:
     if config.get("mixed_precision") is not None:
-        led.set("mixed_precision", "precision.compute", choice("mixed_precision", config["mixed_precision"],
-                                                               PRECISIONS, any_case=True))
+        led.set(
+            "mixed_precision",
+            "precision.compute",
+            choice("mixed_precision", config["mixed_precision"], PRECISIONS, any_case=True),
+        )
     elif "fp16" in config:  # config_args.py: configs before mixed_precision said fp16: true
         led.set("fp16", "precision.compute", "fp16" if as_bool("fp16", config["fp16"]) else "fp32")
     elif kind != "DEEPSPEED":  # launch's default "no" (fp32) differs from the recipe's bf16: written
@@ -313,16 +409,25 @@ def write(plan: Plan) -> str:
         config["deepspeed_config"] = {
             "offload_optimizer_device": "cpu" if offload != "none" else "none",
             "offload_param_device": "cpu" if offload == "optimizer_and_params" else "none",
-            "zero3_init_flag": par.zero_stage == 3, "zero_stage": par.zero_stage}
+            "zero3_init_flag": par.zero_stage == 3,
+            "zero_stage": par.zero_stage,
+        }
     elif kind == "FSDP":
         config["fsdp_config"] = fsdp_section(plan)
     if plan.techniques.compile:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
-    config.update({"mixed_precision": PRECISION_NAMES[plan.precision.compute], "num_machines": 1,
-                   "num_processes": plan.hardware.count})
+    config.update(
+        {
+            "mixed_precision": PRECISION_NAMES[plan.precision.compute],
+            "num_machines": 1,
+            "num_processes": plan.hardware.count,
+        }
+    )
     if par.tensor > 1 or par.context > 1:
-        config["parallelism_config"] = {"parallelism_config_tp_size": par.tensor,
-                                        "parallelism_config_cp_size": par.context}
+        config["parallelism_config"] = {
+            "parallelism_config_tp_size": par.tensor,
+            "parallelism_config_cp_size": par.context,
+        }
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -334,42 +439,90 @@ def detect(text: str | Document) -> bool:
 # what the accelerate config leaves to the training script it launches (TrainingArguments, the hf_trainer format)
 SCRIPT_WHY = "the training script's (its TrainingArguments: export the plan --to hf_trainer)"
 SCRIPT_KEYS = (
-    "workload.task", "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size",
-    "workload.steps", "workload.train_tokens", "workload.lora.rank", "workload.lora.alpha", "workload.lora.targets",
-    "workload.lora.dropout", "workload.lora.variant", "precision.master_weights", "precision.optimizer",
-    "precision.optimizer_state", "precision.optimizer_impl", "precision.optimizer_library",
-    "precision.optimizer_block_size", "precision.fp32_embedding_states", "precision.weights",
-    "precision.quant_group_size", "precision.double_quant", "techniques.attention", "techniques.loss",
-    "techniques.loss_chunks", "techniques.compile_scope", "techniques.checkpoint_every",
-    "techniques.activation_offload", "techniques.optimizer_in_backward", "techniques.moe_capacity_factor")
+    "workload.task",
+    "workload.sequence_length",
+    "workload.micro_batch_size",
+    "workload.global_batch_size",
+    "workload.steps",
+    "workload.train_tokens",
+    "workload.lora.rank",
+    "workload.lora.alpha",
+    "workload.lora.targets",
+    "workload.lora.dropout",
+    "workload.lora.variant",
+    "precision.master_weights",
+    "precision.optimizer",
+    "precision.optimizer_state",
+    "precision.optimizer_impl",
+    "precision.optimizer_library",
+    "precision.optimizer_block_size",
+    "precision.fp32_embedding_states",
+    "precision.weights",
+    "precision.quant_group_size",
+    "precision.double_quant",
+    "techniques.attention",
+    "techniques.loss",
+    "techniques.loss_chunks",
+    "techniques.compile_scope",
+    "techniques.checkpoint_every",
+    "techniques.activation_offload",
+    "techniques.optimizer_in_backward",
+    "techniques.moe_capacity_factor",
+)
 NO_PIPELINE = "accelerate has no pipeline parallelism outside its Megatron-LM plugin"
-DEEPSPEED_BUCKETS = ("the DeepSpeed plugin runs DeepSpeed's own buckets unless deepspeed_config_file names a JSON "
-                     "(export it --to deepspeed); FSDP has none")
+DEEPSPEED_BUCKETS = (
+    "the DeepSpeed plugin runs DeepSpeed's own buckets unless deepspeed_config_file names a JSON "
+    "(export it --to deepspeed); FSDP has none"
+)
 FORMAT = Format(
-    name="accelerate", label="accelerate config (YAML)", framework=FRAMEWORK, suffix=".yaml", detect=detect,
-    read=read, write=write,
-    says=("precision.compute", "parallelism.zero_stage", "parallelism.tensor",
-          "parallelism.context", "techniques.offload", "techniques.activation_checkpointing", "techniques.compile",
-          "hardware.count"),
+    name="accelerate",
+    label="accelerate config (YAML)",
+    framework=FRAMEWORK,
+    suffix=".yaml",
+    detect=detect,
+    read=read,
+    write=write,
+    says=(
+        "precision.compute",
+        "parallelism.zero_stage",
+        "parallelism.tensor",
+        "parallelism.context",
+        "techniques.offload",
+        "techniques.activation_checkpointing",
+        "techniques.compile",
+        "hardware.count",
+    ),
     cannot_say={
         "techniques.activation_checkpointing": "only FSDP has an option for it (full, every layer); with DDP or "
-                                               "DeepSpeed the training script turns it on",
+        "DeepSpeed the training script turns it on",
         "parallelism.flat_params": "they change only a LoRA plan's memory, and the task is the script's: "
-                                   "fsdp_use_orig_params under FSDP1 is noted",
+        "fsdp_use_orig_params under FSDP1 is noted",
         **dict.fromkeys(SCRIPT_KEYS, SCRIPT_WHY),
         "precision.gradients": "the script's dtype sets them (fp32 beside fp32 parameters), or DeepSpeed's ZeRO "
-                               "under its plugin (bf16)",
-        **dict.fromkeys(("precision.fp8_recipe", "precision.fp8_all_gather"),
-                        "mixed_precision fp8's recipe is fp8_config's, which is not read: read back as tensorwise, "
-                        "16-bit all-gathers"),
+        "under its plugin (bf16)",
+        **dict.fromkeys(
+            ("precision.fp8_recipe", "precision.fp8_all_gather"),
+            "mixed_precision fp8's recipe is fp8_config's, which is not read: read back as tensorwise, "
+            "16-bit all-gathers",
+        ),
         "framework": "FSDP has no optimizer-only sharding (ZeRO-1) or offload: the DeepSpeed plugin runs them",
         "framework_release": RELEASE_WHY,
         **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"), DEEPSPEED_BUCKETS),
-        **dict.fromkeys(("parallelism.pipeline", "parallelism.pipeline_layers", "parallelism.pipeline_schedule",
-                         "parallelism.virtual_stages"), NO_PIPELINE),
+        **dict.fromkeys(
+            (
+                "parallelism.pipeline",
+                "parallelism.pipeline_layers",
+                "parallelism.pipeline_schedule",
+                "parallelism.virtual_stages",
+            ),
+            NO_PIPELINE,
+        ),
         "parallelism.data": "every GPU outside the tensor and context groups is a data-parallel rank",
         "parallelism.expert": "accelerate has no expert parallelism outside its Megatron-LM plugin",
-        **dict.fromkeys(("parallelism.sequence_parallel", "parallelism.async_tp"),
-                        "parallelism_config's tensor parallelism is the model's tp_plan: no option for it"),
+        **dict.fromkeys(
+            ("parallelism.sequence_parallel", "parallelism.async_tp"),
+            "parallelism_config's tensor parallelism is the model's tp_plan: no option for it",
+        ),
         "techniques.expandable_segments": "an environment variable, not the accelerate config's",
-    })
+    },
+)

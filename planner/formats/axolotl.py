@@ -14,33 +14,68 @@ from typing import Any
 import yaml
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, checkpoint, marked, training_defaults
-from planner.formats.reading import (Reading, as_bool, as_int, as_mapping, as_number, as_text, as_texts, mapping,
-                                     quiet_mapping)
-from planner.models import presets
-from planner.plan import Plan
+from planner.formats.base import RELEASE_WHY, Document, Format, Imported, checkpoint, marked, training_defaults
+from planner.formats.reading import (
+    Reading,
+    as_bool,
+    as_int,
+    as_mapping,
+    as_number,
+    as_text,
+    as_texts,
+    mapping,
+    quiet_mapping,
+)
+from planner.plan.config import Plan
+from planner.plan.models import presets
 
 # lora_target_modules names -> plan targets (HF module names of the Llama-style models)
-_TARGETS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up",
-            "down_proj": "down"}
+_TARGETS = {
+    "q_proj": "q",
+    "k_proj": "k",
+    "v_proj": "v",
+    "o_proj": "o",
+    "gate_proj": "gate",
+    "up_proj": "up",
+    "down_proj": "down",
+}
 # optimizer -> (precision.optimizer, optimizer_impl, optimizer_library); transformers OptimizerNames
 OPTIMIZERS: dict[str, tuple[str, str | None, str | None]] = {
-    "adamw_torch_fused": ("adamw", "fused", None), "adamw_torch": ("adamw", "foreach", None),
-    "adamw_hf": ("adamw", "foreach", None), "adamw_bnb_8bit": ("adamw_8bit", None, "bitsandbytes"),
-    "adamw_8bit": ("adamw_8bit", None, "bitsandbytes"), "paged_adamw_8bit": ("paged_adamw_8bit", None, "bitsandbytes"),
-    "paged_adamw_32bit": ("paged_adamw", None, None), "adamw_torch_8bit": ("adamw_8bit", None, "torchao"),
-    "adafactor": ("adafactor", None, None), "lion_32bit": ("lion", None, None), "sgd": ("sgd", None, None),
+    "adamw_torch_fused": ("adamw", "fused", None),
+    "adamw_torch": ("adamw", "foreach", None),
+    "adamw_hf": ("adamw", "foreach", None),
+    "adamw_bnb_8bit": ("adamw_8bit", None, "bitsandbytes"),
+    "adamw_8bit": ("adamw_8bit", None, "bitsandbytes"),
+    "paged_adamw_8bit": ("paged_adamw_8bit", None, "bitsandbytes"),
+    "paged_adamw_32bit": ("paged_adamw", None, None),
+    "adamw_torch_8bit": ("adamw_8bit", None, "torchao"),
+    "adafactor": ("adafactor", None, None),
+    "lion_32bit": ("lion", None, None),
+    "sgd": ("sgd", None, None),
     "muon": ("muon", None, None),
 }
-_OPTIMIZER_OUT = {("adamw", "fused"): "adamw_torch_fused", ("adamw", "foreach"): "adamw_torch",
-                  ("adamw_8bit", "bitsandbytes"): "adamw_bnb_8bit", ("adamw_8bit", "torchao"): "adamw_torch_8bit",
-                  ("paged_adamw_8bit", "bitsandbytes"): "paged_adamw_8bit", ("paged_adamw", None): "paged_adamw_32bit",
-                  ("adafactor", None): "adafactor", ("lion", None): "lion_32bit", ("sgd", None): "sgd",
-                  ("muon", None): "muon"}
+_OPTIMIZER_OUT = {
+    ("adamw", "fused"): "adamw_torch_fused",
+    ("adamw", "foreach"): "adamw_torch",
+    ("adamw_8bit", "bitsandbytes"): "adamw_bnb_8bit",
+    ("adamw_8bit", "torchao"): "adamw_torch_8bit",
+    ("paged_adamw_8bit", "bitsandbytes"): "paged_adamw_8bit",
+    ("paged_adamw", None): "paged_adamw_32bit",
+    ("adafactor", None): "adafactor",
+    ("lion", None): "lion_32bit",
+    ("sgd", None): "sgd",
+    ("muon", None): "muon",
+}
 # attn_implementation (config.py) -> techniques.attention: every backend but eager is a fused kernel
 _EAGER = ("eager",)
-_LEGACY_ATTENTION = {"flash_attention": "flash", "sdp_attention": "flash", "xformers_attention": "flash",
-                     "flex_attention": "flash", "sage_attention": "flash", "eager_attention": "eager"}
+_LEGACY_ATTENTION = {
+    "flash_attention": "flash",
+    "sdp_attention": "flash",
+    "xformers_attention": "flash",
+    "flex_attention": "flash",
+    "sage_attention": "flash",
+    "eager_attention": "eager",
+}
 # deepspeed_configs/*.json shipped with axolotl: the file's name says its ZeRO stage and offload
 _DEEPSPEED = re.compile(r"zero(?P<stage>[0-3])(?P<rest>[\w-]*)")
 # what ends a file name's last word (the one _DEEPSPEED reads: run on the whole name, it is quadratic in its length)
@@ -48,21 +83,65 @@ _NOT_WORD = re.compile(r"[^\w-]")
 _LIGER = "axolotl.integrations.liger.LigerPlugin"
 _CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
-IGNORED = frozenset({  # data, logging, schedules, evaluation cadence, saving: no effect on a step's memory or time
-    "model_type", "tokenizer_type", "base_model_config", "trust_remote_code", "datasets", "dataset_prepared_path",
-    "val_set_size", "output_dir", "lora_model_dir", "wandb_project", "wandb_entity", "wandb_watch", "wandb_name",
-    "wandb_log_model", "hub_model_id", "lr_scheduler", "learning_rate", "warmup_ratio", "warmup_steps",
-    "evals_per_epoch", "saves_per_epoch", "eval_steps", "save_steps", "weight_decay", "special_tokens",
-    "resume_from_checkpoint", "logging_steps", "chat_template", "strict", "seed", "train_on_inputs",
-    "eval_sample_packing", "gradient_checkpointing_kwargs", "tf32", "max_grad_norm", "num_epochs",
-    "early_stopping_patience", "local_rank", "save_total_limit", "group_by_length", "debug", "save_first_step",
-    "xformers_attention_kwargs", "tokens", "shuffle_merged_datasets", "dataset_processes", "save_safetensors",
-    "fsdp_final_state_dict_type", "peft_use_rslora", "lr_quadratic_warmup", "loss_watchdog_threshold",
-    "loss_watchdog_patience",
-})
+IGNORED = frozenset(
+    {  # data, logging, schedules, evaluation cadence, saving: no effect on a step's memory or time
+        "model_type",
+        "tokenizer_type",
+        "base_model_config",
+        "trust_remote_code",
+        "datasets",
+        "dataset_prepared_path",
+        "val_set_size",
+        "output_dir",
+        "lora_model_dir",
+        "wandb_project",
+        "wandb_entity",
+        "wandb_watch",
+        "wandb_name",
+        "wandb_log_model",
+        "hub_model_id",
+        "lr_scheduler",
+        "learning_rate",
+        "warmup_ratio",
+        "warmup_steps",
+        "evals_per_epoch",
+        "saves_per_epoch",
+        "eval_steps",
+        "save_steps",
+        "weight_decay",
+        "special_tokens",
+        "resume_from_checkpoint",
+        "logging_steps",
+        "chat_template",
+        "strict",
+        "seed",
+        "train_on_inputs",
+        "eval_sample_packing",
+        "gradient_checkpointing_kwargs",
+        "tf32",
+        "max_grad_norm",
+        "num_epochs",
+        "early_stopping_patience",
+        "local_rank",
+        "save_total_limit",
+        "group_by_length",
+        "debug",
+        "save_first_step",
+        "xformers_attention_kwargs",
+        "tokens",
+        "shuffle_merged_datasets",
+        "dataset_processes",
+        "save_safetensors",
+        "fsdp_final_state_dict_type",
+        "peft_use_rslora",
+        "lr_quadratic_warmup",
+        "loss_watchdog_threshold",
+        "loss_watchdog_patience",
+    }
+)
 UNMODELLED = {
     "lora_modules_to_save": "these modules (often embed_tokens and lm_head) train fully: gradients and optimizer "
-                            "states for them too",
+    "states for them too",
     "unfrozen_parameters": "only these parameters train; the plan trains every weight",
     "eval_batch_size": "evaluation runs at this micro-batch size",
     "liger_rope": "Liger's fused RoPE saves fewer intermediates",
@@ -80,15 +159,19 @@ UNMODELLED = {
 _ALL_LINEAR = list(_TARGETS.values())  # lora_target_linear: every linear layer of the blocks (peft all-linear)
 _DOUBLE_QUANT = "bnb_config_kwargs.bnb_4bit_use_double_quant"
 # schemas/peft.py: lora_r, lora_alpha (None: peft's own), lora_dropout (default 0.0)
-_LORA_KEYS = (("lora_r", "workload.lora.rank", as_int), ("lora_alpha", "workload.lora.alpha", as_number),
-              ("lora_dropout", "workload.lora.dropout", as_number))
+_LORA_KEYS = (
+    ("lora_r", "workload.lora.rank", as_int),
+    ("lora_alpha", "workload.lora.alpha", as_number),
+    ("lora_dropout", "workload.lora.dropout", as_number),
+)
 
 
 def detect(text: str | Document) -> bool:
     """An Axolotl config: YAML naming a base_model and Axolotl's own keys (not a torchtune `_component_` config)."""
     cfg = quiet_mapping(text)
-    return "base_model" in cfg and bool({"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"}
-                                        & set(cfg))
+    return "base_model" in cfg and bool(
+        {"sequence_len", "micro_batch_size", "adapter", "datasets", "num_epochs"} & set(cfg)
+    )
 
 
 def _model(cfg: dict[str, Any], r: Reading) -> None:
@@ -107,8 +190,11 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
     if adapter == "qlora" and not four:
         raise bad("adapter", "qlora", "needs load_in_4bit: true")
     if adapter is None and (four or eight):
-        raise bad("load_in_4bit" if four else "load_in_8bit", True, "needs an adapter (lora or qlora): a quantized "
-                                                                    "base trains adapters only")
+        raise bad(
+            "load_in_4bit" if four else "load_in_8bit",
+            True,
+            "needs an adapter (lora or qlora): a quantized base trains adapters only",
+        )
     if adapter is None:
         r.set("adapter (absent)", "workload.task", "finetune")
         return "finetune"
@@ -118,8 +204,11 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
         r.set("load_in_4bit" if four else "load_in_8bit", "precision.weights", "nf4" if four else "int8")
     if four:  # loaders/model.py: BitsAndBytesConfig(bnb_4bit_use_double_quant=True, quant_type nf4) unless overridden
         kwargs = as_mapping("bnb_config_kwargs", cfg.get("bnb_config_kwargs") or {})
-        r.set(_DOUBLE_QUANT if "bnb_4bit_use_double_quant" in kwargs else "load_in_4bit (loaders/model.py)",
-              "precision.double_quant", as_bool(_DOUBLE_QUANT, kwargs.get("bnb_4bit_use_double_quant", True)))
+        r.set(
+            _DOUBLE_QUANT if "bnb_4bit_use_double_quant" in kwargs else "load_in_4bit (loaders/model.py)",
+            "precision.double_quant",
+            as_bool(_DOUBLE_QUANT, kwargs.get("bnb_4bit_use_double_quant", True)),
+        )
     return task
 
 
@@ -140,8 +229,11 @@ def _lora(cfg: dict[str, Any], r: Reading) -> None:
         else:
             r.unmodelled.append(f"lora_target_modules: {module!r} is no projection the plan's targets name")
     if targets:
-        r.set("lora_target_linear" if linear and targets == set(_linear_layers(r)) else "lora_target_modules",
-              "workload.lora.targets", [t for t in _ALL_LINEAR if t in targets])
+        r.set(
+            "lora_target_linear" if linear and targets == set(_linear_layers(r)) else "lora_target_modules",
+            "workload.lora.targets",
+            [t for t in _ALL_LINEAR if t in targets],
+        )
 
 
 def _linear_layers(r: Reading) -> list[str]:
@@ -181,17 +273,24 @@ def _techniques(cfg: dict[str, Any], r: Reading) -> None:
     checkpointing = cfg.get("gradient_checkpointing", False)  # config.py default False; frameworks.yaml: full
     if checkpointing not in (True, False, "offload", "offload_disk"):
         raise bad("gradient_checkpointing", checkpointing, "must be true, false, offload or offload_disk")
-    r.set("gradient_checkpointing" if "gradient_checkpointing" in cfg else "gradient_checkpointing (absent: false)",
-          "techniques.activation_checkpointing", "full" if checkpointing else "none")
+    r.set(
+        "gradient_checkpointing" if "gradient_checkpointing" in cfg else "gradient_checkpointing (absent: false)",
+        "techniques.activation_checkpointing",
+        "full" if checkpointing else "none",
+    )
     offload = cfg.get("activation_offloading") or checkpointing in ("offload", "offload_disk")
     if offload or "activation_offloading" in cfg:  # offload: the checkpointed layer inputs go to host memory
-        r.set("activation_offloading" if cfg.get("activation_offloading") is not None else "gradient_checkpointing",
-              "techniques.activation_offload", bool(offload))
+        r.set(
+            "activation_offloading" if cfg.get("activation_offloading") is not None else "gradient_checkpointing",
+            "techniques.activation_offload",
+            bool(offload),
+        )
     if checkpointing == "offload_disk" or cfg.get("activation_offloading") == "disk":
         r.unmodelled.append("gradient_checkpointing: offloads to disk, not host memory")
     if cfg.get("attn_implementation") is not None:
-        r.set("attn_implementation", "techniques.attention",
-              "eager" if cfg["attn_implementation"] in _EAGER else "flash")
+        r.set(
+            "attn_implementation", "techniques.attention", "eager" if cfg["attn_implementation"] in _EAGER else "flash"
+        )
     for key, attention in _LEGACY_ATTENTION.items():
         if cfg.get(key):
             r.set(key, "techniques.attention", attention)
@@ -201,8 +300,11 @@ def _techniques(cfg: dict[str, Any], r: Reading) -> None:
     liger = _LIGER in plugins and cfg.get("liger_fused_linear_cross_entropy")
     cce = _CCE in plugins and cfg.get("cut_cross_entropy", True)  # integrations/cut_cross_entropy/args.py default
     if liger or cce:
-        r.set(f"plugins + {'liger_fused_linear_cross_entropy' if liger else 'cut_cross_entropy'}",
-              "techniques.loss", "fused")
+        r.set(
+            f"plugins + {'liger_fused_linear_cross_entropy' if liger else 'cut_cross_entropy'}",
+            "techniques.loss",
+            "fused",
+        )
     r.unmodelled.extend(f"plugins: {p} is not modelled" for p in plugins if p not in (_LIGER, _CCE))
 
 
@@ -213,16 +315,26 @@ def _fsdp(cfg: dict[str, Any], r: Reading) -> None:
     grad_op = fsdp.get("sharding_strategy") == "SHARD_GRAD_OP" or fsdp.get("reshard_after_forward") is False
     r.set("fsdp_config", "parallelism.zero_stage", 2 if grad_op else 3)
     if fsdp.get("offload_params") is not None:
-        r.set("fsdp_config.offload_params", "techniques.offload",
-              "optimizer_and_params" if as_bool("fsdp_config.offload_params", fsdp["offload_params"]) else "none")
+        r.set(
+            "fsdp_config.offload_params",
+            "techniques.offload",
+            "optimizer_and_params" if as_bool("fsdp_config.offload_params", fsdp["offload_params"]) else "none",
+        )
     if fsdp.get("activation_checkpointing"):
         r.set("fsdp_config.activation_checkpointing", "techniques.activation_checkpointing", "full")
     for key in fsdp:
         if key == "use_orig_params" and cfg.get("adapter"):
-            r.unmodelled.append("fsdp_config.use_orig_params: FSDP1 flat parameters (parallelism.flat_params) are "
-                                "not read")
-        elif key not in ("sharding_strategy", "reshard_after_forward", "offload_params", "activation_checkpointing",
-                         "version", "use_orig_params"):
+            r.unmodelled.append(
+                "fsdp_config.use_orig_params: FSDP1 flat parameters (parallelism.flat_params) are not read"
+            )
+        elif key not in (
+            "sharding_strategy",
+            "reshard_after_forward",
+            "offload_params",
+            "activation_checkpointing",
+            "version",
+            "use_orig_params",
+        ):
             r.ignored.append(f"fsdp_config.{key}")
 
 
@@ -232,8 +344,11 @@ def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
     value = cfg["deepspeed"]
     if isinstance(value, dict):
         stage = as_mapping("deepspeed.zero_optimization", value.get("zero_optimization") or {}).get("stage", 0)
-        r.set("deepspeed.zero_optimization.stage", "parallelism.zero_stage", as_int("deepspeed.zero_optimization.stage",
-                                                                               stage, 0))
+        r.set(
+            "deepspeed.zero_optimization.stage",
+            "parallelism.zero_stage",
+            as_int("deepspeed.zero_optimization.stage", stage, 0),
+        )
         return
     match = _zero_file(str(value))
     if not match:
@@ -243,10 +358,13 @@ def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
     if "cpuoffload_all" in match["rest"]:
         r.set("deepspeed (file name)", "techniques.offload", "optimizer_and_params")
     elif "cpuoffload" in match["rest"]:
-        r.unmodelled.append(f"deepspeed: {value}: offloads the parameters only; the plan offloads the optimizer "
-                            "with them")
-    r.unmodelled.append(f"deepspeed: {value}: the stage is read from the file's name, not the file (its buckets "
-                        "and precision are the DeepSpeed defaults)")
+        r.unmodelled.append(
+            f"deepspeed: {value}: offloads the parameters only; the plan offloads the optimizer with them"
+        )
+    r.unmodelled.append(
+        f"deepspeed: {value}: the stage is read from the file's name, not the file (its buckets "
+        "and precision are the DeepSpeed defaults)"
+    )
 
 
 def _zero_file(name: str) -> re.Match | None:
@@ -257,13 +375,18 @@ def _zero_file(name: str) -> re.Match | None:
 
 def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
     length = cfg.get("sequence_len", 512)  # config.py default 512
-    r.set("sequence_len" if "sequence_len" in cfg else "sequence_len (absent: 512)", "workload.sequence_length",
-          as_int("sequence_len", length))
+    r.set(
+        "sequence_len" if "sequence_len" in cfg else "sequence_len (absent: 512)",
+        "workload.sequence_length",
+        as_int("sequence_len", length),
+    )
     if cfg.get("sample_packing") or cfg.get("pad_to_sequence_len"):
         r.ignored.extend(k for k in ("sample_packing", "pad_to_sequence_len") if k in cfg)
     else:
-        r.unmodelled.append("sample_packing: false: each batch is padded to its longest sample, up to sequence_len; "
-                            "the plan takes every sequence at sequence_len (an upper bound)")
+        r.unmodelled.append(
+            "sample_packing: false: each batch is padded to its longest sample, up to sequence_len; "
+            "the plan takes every sequence at sequence_len (an upper bound)"
+        )
     micro = as_int("micro_batch_size", cfg.get("micro_batch_size") or 1)  # training.py defaults 1 and 1
     accumulation = as_int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps") or 1)
     if "micro_batch_size" in cfg:
@@ -278,8 +401,11 @@ def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
         if gpus % context:
             raise bad("context_parallel_size", context, f"must divide the GPU count ({gpus})")
         r.set("gpus", "hardware.count", gpus)
-        r.set("gradient_accumulation_steps × micro_batch_size × data ranks", "workload.global_batch_size",
-              micro * accumulation * (gpus // context))
+        r.set(
+            "gradient_accumulation_steps × micro_batch_size × data ranks",
+            "workload.global_batch_size",
+            micro * accumulation * (gpus // context),
+        )
     elif accumulation > 1:
         r.unmodelled.append("gradient_accumulation_steps: the global batch needs the GPU count (give gpus)")
     if cfg.get("max_steps") is not None:
@@ -294,18 +420,54 @@ def _experts(cfg: dict[str, Any], r: Reading, gpus: int | None, context: int) ->
         return
     r.set("expert_parallel_size", "parallelism.expert", experts)
     if gpus is None:
-        r.set("expert_parallel_size (absent a GPU count: the fewest GPUs it runs on)", "hardware.count",
-              experts * context)
+        r.set(
+            "expert_parallel_size (absent a GPU count: the fewest GPUs it runs on)", "hardware.count", experts * context
+        )
 
 
-_TAKEN = frozenset({
-    "base_model", "adapter", "load_in_4bit", "load_in_8bit", "bnb_config_kwargs", "lora_r", "lora_alpha",
-    "lora_dropout", "peft_use_dora", "lora_target_modules", "lora_target_linear", "fp8", "fp16", "float16", "bf16",
-    "bfloat16", "fp8_enable_fsdp_float8_all_gather", "optimizer", "gradient_checkpointing", "activation_offloading",
-    "attn_implementation", *_LEGACY_ATTENTION, "torch_compile", "plugins", "liger_fused_linear_cross_entropy",
-    "cut_cross_entropy", "fsdp", "fsdp_config", "fsdp_version", "deepspeed", "sequence_len", "sample_packing",
-    "pad_to_sequence_len", "micro_batch_size", "gradient_accumulation_steps", "context_parallel_size",
-    "sequence_parallel_degree", "max_steps", "expert_parallel_size"})
+_TAKEN = frozenset(
+    {
+        "base_model",
+        "adapter",
+        "load_in_4bit",
+        "load_in_8bit",
+        "bnb_config_kwargs",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "peft_use_dora",
+        "lora_target_modules",
+        "lora_target_linear",
+        "fp8",
+        "fp16",
+        "float16",
+        "bf16",
+        "bfloat16",
+        "fp8_enable_fsdp_float8_all_gather",
+        "optimizer",
+        "gradient_checkpointing",
+        "activation_offloading",
+        "attn_implementation",
+        *_LEGACY_ATTENTION,
+        "torch_compile",
+        "plugins",
+        "liger_fused_linear_cross_entropy",
+        "cut_cross_entropy",
+        "fsdp",
+        "fsdp_config",
+        "fsdp_version",
+        "deepspeed",
+        "sequence_len",
+        "sample_packing",
+        "pad_to_sequence_len",
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "context_parallel_size",
+        "sequence_parallel_degree",
+        "max_steps",
+        "expert_parallel_size",
+    }
+)
 
 
 def read(text: str | Document, *, gpus: int | None = None) -> Imported:
@@ -347,9 +509,15 @@ def _write_lora(plan: Plan, cfg: dict[str, Any]) -> None:
     if wl.task == "qlora" and prec.weights not in ("nf4", "int8"):
         raise bad("precision.weights", prec.weights, "cannot be said: bitsandbytes loads nf4 (load_in_4bit) or int8")
     four, eight = wl.task == "qlora" and prec.weights == "nf4", wl.task == "qlora" and prec.weights == "int8"
-    cfg.update(adapter="qlora" if four else "lora", load_in_4bit=four, load_in_8bit=eight, lora_r=wl.lora.rank,
-               lora_alpha=wl.lora.alpha, lora_dropout=wl.lora.dropout,
-               lora_target_modules=[m for m, t in _TARGETS.items() if t in wl.lora.targets])
+    cfg.update(
+        adapter="qlora" if four else "lora",
+        load_in_4bit=four,
+        load_in_8bit=eight,
+        lora_r=wl.lora.rank,
+        lora_alpha=wl.lora.alpha,
+        lora_dropout=wl.lora.dropout,
+        lora_target_modules=[m for m, t in _TARGETS.items() if t in wl.lora.targets],
+    )
     if wl.lora.variant == "dora":
         cfg["peft_use_dora"] = True
     if four and not prec.double_quant:
@@ -363,64 +531,122 @@ def _write_sharding(plan: Plan, cfg: dict[str, Any]) -> None:
     if par.zero_stage in (1, 2) and offload == "none":  # axolotl's deepspeed_configs/zero1.json, zero2.json
         cfg["deepspeed"] = f"deepspeed_configs/zero{par.zero_stage}.json"
     elif par.zero_stage:  # schemas/fsdp.py
-        cfg.update(fsdp_version=2, fsdp_config={"offload_params": offload != "none",
-                                                "reshard_after_forward": par.zero_stage == 3,
-                                                "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                                                "state_dict_type": "FULL_STATE_DICT"})
+        cfg.update(
+            fsdp_version=2,
+            fsdp_config={
+                "offload_params": offload != "none",
+                "reshard_after_forward": par.zero_stage == 3,
+                "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                "state_dict_type": "FULL_STATE_DICT",
+            },
+        )
     if par.context > 1:
         cfg["context_parallel_size"] = par.context
     if par.tensor > 1 or par.pipeline > 1 or par.expert > 1:
-        raise bad("parallelism.tensor" if par.tensor > 1 else "parallelism.pipeline" if par.pipeline > 1 else
-                  "parallelism.expert", max(par.tensor, par.pipeline, par.expert),
-                  "cannot be said: Axolotl's parallelism here is FSDP or DeepSpeed over data and context ranks")
+        raise bad(
+            "parallelism.tensor"
+            if par.tensor > 1
+            else "parallelism.pipeline"
+            if par.pipeline > 1
+            else "parallelism.expert",
+            max(par.tensor, par.pipeline, par.expert),
+            "cannot be said: Axolotl's parallelism here is FSDP or DeepSpeed over data and context ranks",
+        )
 
 
 def write(plan: Plan) -> str:
     """The Axolotl config that runs the plan (launch it with `axolotl train config.yaml` on the plan's GPUs)."""
     wl, tech = plan.workload, plan.techniques
     if not checkpoint(plan):
-        raise bad("model.preset", plan.model.preset, "is needed, with its own architecture: an Axolotl config names "
-                                                     "its base_model checkpoint")
+        raise bad(
+            "model.preset",
+            plan.model.preset,
+            "is needed, with its own architecture: an Axolotl config names its base_model checkpoint",
+        )
     if tech.activation_checkpointing not in ("none", "full"):
-        raise bad("techniques.activation_checkpointing", tech.activation_checkpointing,
-                  "cannot be said: gradient_checkpointing wraps every layer or none")
+        raise bad(
+            "techniques.activation_checkpointing",
+            tech.activation_checkpointing,
+            "cannot be said: gradient_checkpointing wraps every layer or none",
+        )
     if tech.loss == "chunked":
-        raise bad("techniques.loss", "chunked", "cannot be said: Axolotl's losses are HF's (full) or fused "
-                                                "(Liger, Cut Cross Entropy)")
+        raise bad(
+            "techniques.loss",
+            "chunked",
+            "cannot be said: Axolotl's losses are HF's (full) or fused (Liger, Cut Cross Entropy)",
+        )
     cfg: dict[str, Any] = {"base_model": checkpoint(plan)}
     _write_lora(plan, cfg)
-    cfg.update(datasets=[{"path": "tatsu-lab/alpaca", "type": "alpaca"}], output_dir="./outputs/out",
-               sequence_len=wl.sequence_length, sample_packing=True, pad_to_sequence_len=True,
-               micro_batch_size=wl.micro_batch_size, gradient_accumulation_steps=plan.micro_batches_per_step,
-               num_epochs=1)
+    cfg.update(
+        datasets=[{"path": "tatsu-lab/alpaca", "type": "alpaca"}],
+        output_dir="./outputs/out",
+        sequence_len=wl.sequence_length,
+        sample_packing=True,
+        pad_to_sequence_len=True,
+        micro_batch_size=wl.micro_batch_size,
+        gradient_accumulation_steps=plan.micro_batches_per_step,
+        num_epochs=1,
+    )
     if wl.steps is not None:
         cfg["max_steps"] = wl.steps
     _write_precision(plan, cfg)
-    cfg.update(gradient_checkpointing=tech.activation_checkpointing == "full",
-               activation_offloading=tech.activation_offload, torch_compile=tech.compile,
-               attn_implementation="eager" if tech.attention == "eager" else "flash_attention_2")
+    cfg.update(
+        gradient_checkpointing=tech.activation_checkpointing == "full",
+        activation_offloading=tech.activation_offload,
+        torch_compile=tech.compile,
+        attn_implementation="eager" if tech.attention == "eager" else "flash_attention_2",
+    )
     if tech.loss == "fused":
         cfg.update(plugins=[_LIGER], liger_fused_linear_cross_entropy=True)
     _write_sharding(plan, cfg)
-    header = f"# Axolotl config written by VRAM Planner for {plan.hardware.count} GPU(s); launch: axolotl train " \
-             "config.yaml\n"
+    header = (
+        f"# Axolotl config written by VRAM Planner for {plan.hardware.count} GPU(s); launch: axolotl train "
+        "config.yaml\n"
+    )
     return header + yaml.safe_dump(cfg, sort_keys=False)
 
 
 FORMAT = Format(
-    name="axolotl", label="Axolotl config (YAML)", framework="axolotl", suffix=".yaml", detect=detect, read=read,
+    name="axolotl",
+    label="Axolotl config (YAML)",
+    framework="axolotl",
+    suffix=".yaml",
+    detect=detect,
+    read=read,
     write=write,
-    says=("workload.task", "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size",
-          "workload.steps", "workload.lora.rank", "workload.lora.alpha", "workload.lora.targets",
-          "workload.lora.dropout", "workload.lora.variant", "precision.compute", "precision.weights",
-          "precision.double_quant", "precision.optimizer", "precision.optimizer_impl", "precision.optimizer_library",
-          "precision.fp8_all_gather", "techniques.activation_checkpointing", "techniques.activation_offload",
-          "techniques.attention", "techniques.loss", "techniques.compile", "techniques.offload",
-          "parallelism.zero_stage", "parallelism.context", "parallelism.data", "hardware.count"),
+    says=(
+        "workload.task",
+        "workload.sequence_length",
+        "workload.micro_batch_size",
+        "workload.global_batch_size",
+        "workload.steps",
+        "workload.lora.rank",
+        "workload.lora.alpha",
+        "workload.lora.targets",
+        "workload.lora.dropout",
+        "workload.lora.variant",
+        "precision.compute",
+        "precision.weights",
+        "precision.double_quant",
+        "precision.optimizer",
+        "precision.optimizer_impl",
+        "precision.optimizer_library",
+        "precision.fp8_all_gather",
+        "techniques.activation_checkpointing",
+        "techniques.activation_offload",
+        "techniques.attention",
+        "techniques.loss",
+        "techniques.compile",
+        "techniques.offload",
+        "parallelism.zero_stage",
+        "parallelism.context",
+        "parallelism.data",
+        "hardware.count",
+    ),
     cannot_say={
         "precision.master_weights": "the model is loaded in the bf16/fp16 flag's dtype: no fp32 master copy",
         "precision.weights": "bitsandbytes loads nf4 (load_in_4bit) or int8 (load_in_8bit); a LoRA's frozen base "
-                             "loads in the bf16/fp16 flag's dtype",
+        "loads in the bf16/fp16 flag's dtype",
         "precision.gradients": "gradients are in the parameters' dtype",
         "precision.optimizer_state": "optimizer states follow the optimizer named",
         "precision.quant_group_size": "bitsandbytes NF4 blocks are 64 values",
@@ -430,15 +656,17 @@ FORMAT = Format(
         "parallelism.tensor": "tensor_parallel_size is DeepSpeed AutoTP, not the plan's Megatron-style split",
         "parallelism.pipeline": "no pipeline parallelism",
         "parallelism.expert": "no expert parallelism",
-        **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
-                        "inside the DeepSpeed JSON the config points to (ZeRO-1/2); FSDP has none"),
+        **dict.fromkeys(
+            ("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+            "inside the DeepSpeed JSON the config points to (ZeRO-1/2); FSDP has none",
+        ),
         "parallelism.flat_params": "FSDP1's use_orig_params is not read back: the config is written for FSDP2",
         "precision.fp32_embedding_states": "no option: the Trainer's 32-bit nn.Embedding states with a bitsandbytes "
-                                           "8-bit optimizer (the axolotl recipe's)",
+        "8-bit optimizer (the axolotl recipe's)",
         "precision.fp8_recipe": "fp8: true is torchao's tensorwise recipe",
         "precision.optimizer_block_size": "the 8-bit optimizer's block size is not an option",
         "techniques.expandable_segments": "Axolotl sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True itself when "
-                                          "it is unset",
+        "it is unset",
         "techniques.optimizer_in_backward": "the Trainer steps after backward",
         "techniques.moe_capacity_factor": "Transformers' MoE layers are dropless",
         "workload.task": "pretrain reads back as finetune (the same memory)",

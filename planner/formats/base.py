@@ -1,7 +1,7 @@
 """What every framework config format shares: the result of reading one, and the small helpers the readers use.
 
 A reader turns a framework's own config (a torchtitan TOML, a DeepSpeed JSON, a `vllm serve` command line, ...)
-into a partial plan dict in the file format of planner/codec.py, with `framework` set so that the framework's
+into a partial plan dict in the file format of planner/plan/codec.py, with `framework` set so that the framework's
 recipe (planner/data/frameworks.yaml) fills what the config leaves out. Nothing is dropped silently: each key of
 the config is either read (and says which plan key it set), known to leave memory alone, known to change memory
 in a way no plan key says (`unmodelled`, with why), or unknown to the reader.
@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from planner.errors import OverLimit, PlanError
 from planner.loader import CONFIG, check_size
-from planner.models import aliases, presets
-from planner.plan import Inference, Plan, Workload
+from planner.plan.config import Inference, Plan, Workload
+from planner.plan.models import aliases, presets
 
 Parsed = TypeVar("Parsed")
 
@@ -112,30 +112,47 @@ def training_defaults(fmt: str, *, task: str = "", sequence: str = "") -> dict[s
     """What a training plan takes for the keys every plan needs (the task, the sequence length, the micro-batch)
     where a `fmt` config does not say them, with why: {plan key: (value, why)}; `task` and `sequence` replace the
     why of those two where the format has its own reason."""
-    return {"workload.task": (_WORKLOAD.task, task or f"the {fmt} config does not say what it trains: the plan's "
-                                                      f"default {_WORKLOAD.task}"),
-            "workload.sequence_length": (_WORKLOAD.sequence_length, sequence or f"the {fmt} config does not say the "
-                                         f"sequence length: the plan's default {_WORKLOAD.sequence_length}"),
-            "workload.micro_batch_size": (_WORKLOAD.micro_batch_size, f"the {fmt} config does not say the micro-batch: "
-                                          f"the plan's default {_WORKLOAD.micro_batch_size}")}
+    return {
+        "workload.task": (
+            _WORKLOAD.task,
+            task or f"the {fmt} config does not say what it trains: the plan's default {_WORKLOAD.task}",
+        ),
+        "workload.sequence_length": (
+            _WORKLOAD.sequence_length,
+            sequence
+            or f"the {fmt} config does not say the sequence length: the plan's default {_WORKLOAD.sequence_length}",
+        ),
+        "workload.micro_batch_size": (
+            _WORKLOAD.micro_batch_size,
+            f"the {fmt} config does not say the micro-batch: the plan's default {_WORKLOAD.micro_batch_size}",
+        ),
+    }
 
 
 def serving_defaults(flag: str, engine: str) -> dict[str, tuple[Any, str]]:
     """What a serving plan takes where a server's command line does not say its context (`flag`: the engine then
     takes the model's whole context) or how many requests run at once: {plan key: (value, why)}."""
     context = f"{flag} unset, {engine} takes the model's whole context: planned as the plan's default"
-    return {"workload.inference.prompt_tokens": (_INFERENCE.prompt_tokens, f"{context} {_INFERENCE.prompt_tokens}"),
-            "workload.inference.output_tokens": (_INFERENCE.output_tokens, f"{context} {_INFERENCE.output_tokens}"),
-            "workload.inference.batch_size": (_INFERENCE.batch_size, f"the {engine} command line does not say how many "
-                                              f"requests run at once: the plan's default {_INFERENCE.batch_size}")}
+    return {
+        "workload.inference.prompt_tokens": (_INFERENCE.prompt_tokens, f"{context} {_INFERENCE.prompt_tokens}"),
+        "workload.inference.output_tokens": (_INFERENCE.output_tokens, f"{context} {_INFERENCE.output_tokens}"),
+        "workload.inference.batch_size": (
+            _INFERENCE.batch_size,
+            f"the {engine} command line does not say how many "
+            f"requests run at once: the plan's default {_INFERENCE.batch_size}",
+        ),
+    }
 
 
 def marked(imported: Imported, defaults: Mapping[str, tuple[Any, str]]) -> Imported:
     """The import with each key of `defaults` that the config does not set read as its default, "(absent: why)",
     so that no value a plan needs comes from a default unnamed. The plan dict stays silent on it: laid over a base
     plan (overlay), the base's value stands."""
-    reads = tuple(KeyRead(source=f"(absent: {why})", plan_key=key, value=value)
-                  for key, (value, why) in defaults.items() if get_key(imported.plan, key) is None)
+    reads = tuple(
+        KeyRead(source=f"(absent: {why})", plan_key=key, value=value)
+        for key, (value, why) in defaults.items()
+        if get_key(imported.plan, key) is None
+    )
     return replace(imported, read=imported.read + reads)
 
 
@@ -185,8 +202,10 @@ MAX_NAME = 255
 # ("Meta-Llama-3.1-70B-Instruct-quantized.w8a8", "Qwen2.5-7B-Instruct-AWQ", "Qwen3-30B-A3B-NVFP4"; Unsloth's
 # "llama-3-8b-bnb-4bit" and "-unsloth-bnb-4bit": unslothai/unsloth@015bdef unsloth/models/mapper.py maps each to
 # its 16-bit original). The weights' quantization is the config's to say, not the name's.
-_VARIANT = re.compile(r"(-(instruct|chat|it|base|hf|pt|sft|thinking|fp16|bf16|fp8(-dynamic)?|nvfp4|awq|"
-                      r"gptq(-int[48])?|(unsloth-)?bnb-4bit|\d{4}|quantized\.\w+|w\d+a\d+))+$")
+_VARIANT = re.compile(
+    r"(-(instruct|chat|it|base|hf|pt|sft|thinking|fp16|bf16|fp8(-dynamic)?|nvfp4|awq|"
+    r"gptq(-int[48])?|(unsloth-)?bnb-4bit|\d{4}|quantized\.\w+|w\d+a\d+))+$"
+)
 ALIAS_RULE = "the alias table (planner/data/model_aliases.yaml: its config.json has the preset's architecture)"
 
 
@@ -216,20 +235,25 @@ def resolve_model(name: str) -> Resolution | None:
         return None
     if wanted in presets():
         return Resolution(preset=wanted)
-    repos = [(p.id, p.hf_id, "") for p in presets().values()] + [(a.preset, a.repo, ALIAS_RULE)
-                                                                   for a in aliases().values()]
+    repos = [(p.id, p.hf_id, "") for p in presets().values()] + [
+        (a.preset, a.repo, ALIAS_RULE) for a in aliases().values()
+    ]
     for preset_id, repo, rule in repos:
         if last == repo.lower().split("/")[-1]:
             return Resolution(preset=preset_id, rule=rule)
     bare = _bare(last)
-    found = next(((preset_id, repo, rule) for preset_id, repo, rule in repos
-                  if bare == _bare(repo.split("/")[-1])), None)
+    found = next(
+        ((preset_id, repo, rule) for preset_id, repo, rule in repos if bare == _bare(repo.split("/")[-1])), None
+    )
     if found is None:
         return None
     meta = " and Meta's prefix" if "meta-" in (last[:5], found[1].lower().split("/")[-1][:5]) else ""
-    return Resolution(preset=found[0], rule=f"its name and {found[1]}'s alike without fine-tune or repack suffixes"
-                                            f"{meta} (both {bare}; the weights' quantization is the config's, not "
-                                            f"the name's)" + (f", then {found[2]}" if found[2] else ""))
+    return Resolution(
+        preset=found[0],
+        rule=f"its name and {found[1]}'s alike without fine-tune or repack suffixes"
+        f"{meta} (both {bare}; the weights' quantization is the config's, not "
+        f"the name's)" + (f", then {found[2]}" if found[2] else ""),
+    )
 
 
 def _bare(repo: str) -> str:

@@ -21,34 +21,56 @@ from planner.formats.shell import ASSIGNMENT, environment, lines, words
 # environment variables that change a serving engine's memory but have no plan key
 ENV_UNMODELLED = {
     "PYTORCH_CUDA_ALLOC_CONF": "the caching allocator's settings (expandable segments) change the engine's "
-                               "reserve, which the serving model does not itemize",
+    "reserve, which the serving model does not itemize",
     "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "vLLM >= 0.20 counts the CUDA graphs inside the fraction unless 0 "
-                                                "(the plan's fraction_scope follows framework_release)",
+    "(the plan's fraction_scope follows framework_release)",
     "VLLM_ATTENTION_BACKEND": "the attention backend's workspace",
 }
 
 # environment variables that choose devices, credentials, caches, logging or loading speed, none of which changes
 # a GPU's memory (the device list is the user's --gpus)
-ENV_IGNORED = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HF_TOKEN", "HF_HOME",
-                         "HF_HUB_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "SAFETENSORS_FAST_GPU", "NCCL_DEBUG",
-                         "VLLM_LOGGING_LEVEL", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS"})
+ENV_IGNORED = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "HF_TOKEN",
+        "HF_HOME",
+        "HF_HUB_OFFLINE",
+        "HF_HUB_ENABLE_HF_TRANSFER",
+        "SAFETENSORS_FAST_GPU",
+        "NCCL_DEBUG",
+        "VLLM_LOGGING_LEVEL",
+        "TOKENIZERS_PARALLELISM",
+        "OMP_NUM_THREADS",
+    }
+)
 
 
 # What a server's command line cannot say of a plan, for every serving engine (each format adds its own)
 SERVER_CANNOT_SAY = {
     "parallelism.context": "no context parallelism: its GPUs serve as data-parallel replicas",
     "parallelism.data": "its context-parallel GPUs serve as data-parallel replicas",
-    **dict.fromkeys(("parallelism.pipeline_schedule", "parallelism.virtual_stages"),
-                    "a server's pipeline runs one stage per rank"),
+    **dict.fromkeys(
+        ("parallelism.pipeline_schedule", "parallelism.virtual_stages"), "a server's pipeline runs one stage per rank"
+    ),
     "parallelism.pipeline_layers": "the server cuts the layers over its pipeline ranks itself",
     "techniques.expandable_segments": "an environment variable, not an argument",
     "workload.inference.gpu_memory_utilization": "none (a generate() loop): a server always claims its fraction "
-                                                 "of the GPU",
-    **dict.fromkeys(("workload.inference.static_cache", "workload.inference.mask_buffer",
-                     "workload.inference.expand_kv", "workload.inference.math_sdpa_decode"),
-                    "a generate() loop's: a server pages its KV cache"),
-    **dict.fromkeys(("workload.inference.quantize_on_load", "workload.inference.dynamic_activation_quant"),
-                    "torchao generate.py's: a server loads its checkpoint as it is stored"),
+    "of the GPU",
+    **dict.fromkeys(
+        (
+            "workload.inference.static_cache",
+            "workload.inference.mask_buffer",
+            "workload.inference.expand_kv",
+            "workload.inference.math_sdpa_decode",
+        ),
+        "a generate() loop's: a server pages its KV cache",
+    ),
+    **dict.fromkeys(
+        ("workload.inference.quantize_on_load", "workload.inference.dynamic_activation_quant"),
+        "torchao generate.py's: a server loads its checkpoint as it is stored",
+    ),
     "parallelism.async_tp": "a training technique",
 }
 
@@ -111,7 +133,7 @@ def command_line(text: str, engine: Engine) -> tuple[list[str], list[str], list[
     if start is None:
         raise bad("command", text.strip()[:60], runs)
     env = [ASSIGNMENT.match(line).group(1) for line in found[:start] if ASSIGNMENT.match(line)]
-    others = [line for line in found[:start] if not ASSIGNMENT.match(line)] + found[start + 1:]
+    others = [line for line in found[:start] if not ASSIGNMENT.match(line)] + found[start + 1 :]
     assignments, tokens = environment(words(found[start]))
     head = _head(tokens, engine.starts)
     if head is None:
@@ -123,7 +145,7 @@ def _head(tokens: list[str], starts: tuple[tuple[str, ...], ...]) -> int | None:
     """The index just after the first of `starts` in `tokens` (a program may be named by its path)."""
     for i in range(len(tokens)):
         for start in starts:
-            window = tokens[i:i + len(start)]
+            window = tokens[i : i + len(start)]
             if len(window) == len(start) and all(t == s or t.endswith("/" + s) for t, s in zip(window, start)):
                 return i + len(start)
     return None
@@ -147,8 +169,11 @@ def split_flags(args: list[str], engine: Engine) -> list[tuple[str, Any]]:
             out.append((_canonical("--" + name[5:], engine), False))
         elif eq:
             out.append((name, value))
-        elif name in _switches(engine) or i >= len(args) or (args[i].startswith("-")
-                                                             and not re.fullmatch(r"-\d+(\.\d+)?", args[i])):
+        elif (
+            name in _switches(engine)
+            or i >= len(args)
+            or (args[i].startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", args[i]))
+        ):
             out.append((name, None))
         else:
             out.append((name, args[i]))
@@ -168,19 +193,27 @@ def _canonical(name: str, engine: Engine) -> str:
 
 def _known(engine: Engine) -> set[str]:
     """Every flag the engine's tables name."""
-    return {*engine.flags, *engine.aliases.values(), *engine.switches, *engine.unmodelled, *engine.ignored,
-            *engine.model_flags}
+    return {
+        *engine.flags,
+        *engine.aliases.values(),
+        *engine.switches,
+        *engine.unmodelled,
+        *engine.ignored,
+        *engine.model_flags,
+    }
 
 
 def _switches(engine: Engine) -> frozenset[str]:
     return engine.switches | {name for name, flag in engine.flags.items() if flag.switch}
 
 
-def read_flags(pairs: list[tuple[str, Any]], env: list[str], engine: Engine, *, gpus: int | None,
-               others: list[str] = ()) -> Imported:
+def read_flags(
+    pairs: list[tuple[str, Any]], env: list[str], engine: Engine, *, gpus: int | None, others: list[str] = ()
+) -> Imported:
     """Each flag read through the engine's table into a partial plan with the framework set."""
-    out = Reading(format=engine.name, plan={"framework": engine.framework},
-                  unknown=[f"line: {line[:80]}" for line in others])
+    out = Reading(
+        format=engine.name, plan={"framework": engine.framework}, unknown=[f"line: {line[:80]}" for line in others]
+    )
     out.set(f"{engine.name} (a server: it serves the model)", "workload.task", "inference")
     named = False
     for name, value in pairs:

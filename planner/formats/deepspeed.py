@@ -14,10 +14,19 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import bad
-from planner.formats.base import (Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, document, marked,
-                                  training_defaults)
+from planner.formats.base import (
+    RELEASE_WHY,
+    Document,
+    Format,
+    Imported,
+    KeyRead,
+    accumulation,
+    document,
+    marked,
+    training_defaults,
+)
 from planner.formats.reading import Reading, as_bool, as_int, choice, mapping, quiet_mapping
-from planner.plan import Plan
+from planner.plan.config import Plan
 
 FRAMEWORK = "deepspeed"
 AUTO = "auto"
@@ -38,11 +47,33 @@ OPTIMIZER_TYPES = {"adamw": "AdamW", "lion": "Lion", "muon": "Muon"}  # how ship
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 # top-level keys known to leave memory and step time alone (scheduling, logging, monitoring, checkpoints)
-IGNORED = frozenset({
-    "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "prescale_gradients",
-    "gradient_predivide_factor", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "tensorboard",
-    "wandb", "csv_monitor", "comet", "flops_profiler", "dump_state", "checkpoint", "seed", "memory_breakdown",
-    "elasticity", "autotuning", "disable_allgather", "sparse_gradients", "graph_harvesting", "use_node_local_storage"})
+IGNORED = frozenset(
+    {
+        "scheduler",
+        "gradient_clipping",
+        "steps_per_print",
+        "wall_clock_breakdown",
+        "prescale_gradients",
+        "gradient_predivide_factor",
+        "zero_allow_untested_optimizer",
+        "zero_force_ds_cpu_optimizer",
+        "tensorboard",
+        "wandb",
+        "csv_monitor",
+        "comet",
+        "flops_profiler",
+        "dump_state",
+        "checkpoint",
+        "seed",
+        "memory_breakdown",
+        "elasticity",
+        "autotuning",
+        "disable_allgather",
+        "sparse_gradients",
+        "graph_harvesting",
+        "use_node_local_storage",
+    }
+)
 # top-level keys that change memory in a way no plan key says
 UNMODELLED = {
     "amp": "NVIDIA Apex AMP keeps its own casts and master copies (opt level)",
@@ -53,24 +84,39 @@ UNMODELLED = {
     "curriculum_learning": "the sequence length grows during training; the plan takes one length",
     "pipeline": "DeepSpeed's pipeline engine (PipelineModule) is not read; give parallelism.pipeline",
     "sequence_parallel_size": "Ulysses sequence parallelism (all-to-all over heads) is not the plan's context "
-                              "parallelism",
+    "parallelism",
     "compile": "DeepCompile schedules ZeRO-3 prefetch and offload itself",
     "aio": "NVMe offload I/O buffers (host memory)",
     "hybrid_engine": "the RLHF hybrid engine switches the model to inference kernels for generation",
 }
 # zero_optimization keys known to leave memory and step time alone
-ZERO_IGNORED = frozenset({
-    "allgather_partitions", "reduce_scatter", "round_robin_gradients", "load_from_fp32_weights",
-    "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1", "gather_16bit_weights_on_model_save",
-    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
-    "use_multi_rank_bucket_allreduce", "memory_efficient_linear", "override_module_apply",
-    "log_trace_cache_warnings", "enable_sanity_checks", "pipeline_loading_checkpoint", "cpu_offload_use_pin_memory",
-    "save_muon_momentum_buffer_in_memory"})
+ZERO_IGNORED = frozenset(
+    {
+        "allgather_partitions",
+        "reduce_scatter",
+        "round_robin_gradients",
+        "load_from_fp32_weights",
+        "elastic_checkpoint",
+        "ignore_unused_parameters",
+        "legacy_stage1",
+        "gather_16bit_weights_on_model_save",
+        "stage3_gather_16bit_weights_on_model_save",
+        "stage3_gather_fp16_weights_on_model_save",
+        "use_multi_rank_bucket_allreduce",
+        "memory_efficient_linear",
+        "override_module_apply",
+        "log_trace_cache_warnings",
+        "enable_sanity_checks",
+        "pipeline_loading_checkpoint",
+        "cpu_offload_use_pin_memory",
+        "save_muon_momentum_buffer_in_memory",
+    }
+)
 # zero_optimization keys that change memory with no plan key (each listed with its alias from zero/config.py)
 _GATHER = "ZeRO-3 keeps gathered parameters on the GPU"
 ZERO_UNMODELLED = {
     "overlap_comm": "gradient reduction overlaps backward on a side stream (stage 1/2 then keep a second reduce "
-                    "bucket, stage_1_and_2.py ipg_buffer)",
+    "bucket, stage_1_and_2.py ipg_buffer)",
     "allgather_bucket_size": "stage 1/2 all-gather the updated partitions in buckets of this many elements",
     "stage3_prefetch_bucket_size": f"{_GATHER}: parameters fetched ahead of use, up to this many elements",
     "prefetch_bucket_size": f"{_GATHER}: parameters fetched ahead of use, up to this many elements",
@@ -94,19 +140,35 @@ ZERO_UNMODELLED = {
 # zero_optimization keys used at some stages only (stage_1_and_2.py reads allgather_bucket_size, stage3.py the
 # stage3_* and ZeRO++ keys); at the other stages they are ignored
 _STAGE3 = (3,)
-STAGE_KEYS = {"allgather_bucket_size": (1, 2), **{key: _STAGE3 for key in ZERO_UNMODELLED if key not in (
-    "overlap_comm", "allgather_bucket_size", "zenflow")}}
+STAGE_KEYS = {
+    "allgather_bucket_size": (1, 2),
+    **{key: _STAGE3 for key in ZERO_UNMODELLED if key not in ("overlap_comm", "allgather_bucket_size", "zenflow")},
+}
 # offload_optimizer / offload_param keys known to leave GPU memory alone (host pinning, NVMe paths and buffers)
-OFFLOAD_IGNORED = frozenset({"pin_memory", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "fast_init",
-                             "pipeline", "pipeline_read", "pipeline_write", "cpuadam_cores_perc"})
+OFFLOAD_IGNORED = frozenset(
+    {
+        "pin_memory",
+        "nvme_path",
+        "buffer_count",
+        "buffer_size",
+        "max_in_cpu",
+        "fast_init",
+        "pipeline",
+        "pipeline_read",
+        "pipeline_write",
+        "cpuadam_cores_perc",
+    }
+)
 # activation_checkpointing switches that change memory (runtime/activation_checkpointing/config.py)
 CHECKPOINT_UNMODELLED = {
     "partition_activations": "each checkpoint is split over the model-parallel ranks",
     "cpu_checkpointing": "checkpoints are kept in host memory (needs partition_activations)",
     "contiguous_memory_optimization": "checkpoints are copied into one preallocated buffer",
 }
-CHECKPOINT_WHY = ("tunes deepspeed.checkpointing.checkpoint, which the model's code must call; it does not turn "
-                  "checkpointing on (give techniques.activation_checkpointing)")
+CHECKPOINT_WHY = (
+    "tunes deepspeed.checkpointing.checkpoint, which the model's code must call; it does not turn "
+    "checkpointing on (give techniques.activation_checkpointing)"
+)
 
 
 def _given(led: Reading, key: str, value: Any) -> bool:
@@ -126,35 +188,55 @@ def _batch(led: Reading, config: dict[str, Any], data: int | None) -> None:
     GPUs; any two give the third, and accumulation is 1 where only one of the others is given."""
     tbs, mb, gas = (as_int(k, config[k], 1) if k in config and _given(led, k, config[k]) else None for k in BATCH_KEYS)
     if None not in (tbs, mb, gas, data) and tbs != mb * gas * data:
-        raise bad("train_batch_size", tbs, f"must equal train_micro_batch_size_per_gpu × gradient_accumulation_steps"
-                                           f" × data-parallel GPUs = {mb} × {gas} × {data} = {mb * gas * data}")
+        raise bad(
+            "train_batch_size",
+            tbs,
+            f"must equal train_micro_batch_size_per_gpu × gradient_accumulation_steps"
+            f" × data-parallel GPUs = {mb} × {gas} × {data} = {mb * gas * data}",
+        )
     if mb is None and tbs is not None and data is not None:
         mb = tbs // data // (gas or 1)
         if mb < 1:
-            raise bad("train_batch_size", tbs, f"is less than one sequence per GPU over {data} data-parallel GPUs"
-                                               f" × {gas or 1} accumulation steps")
+            raise bad(
+                "train_batch_size",
+                tbs,
+                f"is less than one sequence per GPU over {data} data-parallel GPUs × {gas or 1} accumulation steps",
+            )
         if mb * (gas or 1) * data != tbs:
-            raise bad("train_batch_size", tbs, f"is not a multiple of data-parallel GPUs × accumulation steps "
-                                               f"({data} × {gas or 1}); DeepSpeed's batch check would fail")
+            raise bad(
+                "train_batch_size",
+                tbs,
+                f"is not a multiple of data-parallel GPUs × accumulation steps "
+                f"({data} × {gas or 1}); DeepSpeed's batch check would fail",
+            )
         led.set("train_batch_size", "workload.micro_batch_size", mb)  # ÷ (GPUs × accumulation)
     elif mb is not None:
         led.set("train_micro_batch_size_per_gpu", "workload.micro_batch_size", mb)
     if tbs is None and mb is not None and data is not None:
         tbs = mb * (gas or 1) * data
     if tbs is not None:
-        led.set("train_batch_size" if "train_batch_size" in config and config["train_batch_size"] != AUTO else
-                "train_micro_batch_size_per_gpu", "workload.global_batch_size", tbs)
+        led.set(
+            "train_batch_size"
+            if "train_batch_size" in config and config["train_batch_size"] != AUTO
+            else "train_micro_batch_size_per_gpu",
+            "workload.global_batch_size",
+            tbs,
+        )
         if mb is None:
-            led.note("train_batch_size", "the micro-batch is train_batch_size ÷ (GPUs × accumulation): give the GPU "
-                                         "count")
+            led.note(
+                "train_batch_size", "the micro-batch is train_batch_size ÷ (GPUs × accumulation): give the GPU count"
+            )
         if gas is not None:  # it divides or multiplies the other two
-            led.read.append(KeyRead(source="gradient_accumulation_steps", plan_key="workload.global_batch_size",
-                                    value=tbs))
+            led.read.append(
+                KeyRead(source="gradient_accumulation_steps", plan_key="workload.global_batch_size", value=tbs)
+            )
     elif gas == 1 and mb is None:
         led.ignored.append("gradient_accumulation_steps")  # 1: the global batch is the plan's default
     elif gas is not None or mb is not None:
-        led.note("gradient_accumulation_steps" if gas is not None else "train_micro_batch_size_per_gpu",
-                 "the global batch is micro-batch × accumulation × GPUs: give the micro-batch and the GPU count")
+        led.note(
+            "gradient_accumulation_steps" if gas is not None else "train_micro_batch_size_per_gpu",
+            "the global batch is micro-batch × accumulation × GPUs: give the micro-batch and the GPU count",
+        )
 
 
 def _gpus_of_batch(led: Reading, config: dict[str, Any], tensor: int) -> int | None:
@@ -164,9 +246,13 @@ def _gpus_of_batch(led: Reading, config: dict[str, Any], tensor: int) -> int | N
         return None
     tbs, mb, gas = (as_int(k, config[k], 1) for k in BATCH_KEYS)
     if tbs % (mb * gas):
-        raise bad("train_batch_size", tbs, f"is not a multiple of train_micro_batch_size_per_gpu × "
-                                           f"gradient_accumulation_steps ({mb} × {gas}); DeepSpeed's batch check "
-                                           f"would fail")
+        raise bad(
+            "train_batch_size",
+            tbs,
+            f"is not a multiple of train_micro_batch_size_per_gpu × "
+            f"gradient_accumulation_steps ({mb} × {gas}); DeepSpeed's batch check "
+            f"would fail",
+        )
     return tbs // (mb * gas) * tensor
 
 
@@ -212,8 +298,11 @@ def _data_types(led: Reading, section: Any) -> None:
         raise bad("data_types", section, "must be a section")
     for key, value in section.items():
         if key == "grad_accum_dtype":  # engine.py get_data_types: gradients accumulate in this dtype
-            led.set("data_types.grad_accum_dtype", "precision.gradients",
-                    choice("data_types.grad_accum_dtype", value, DTYPES, any_case=True))
+            led.set(
+                "data_types.grad_accum_dtype",
+                "precision.gradients",
+                choice("data_types.grad_accum_dtype", value, DTYPES, any_case=True),
+            )
         elif key == "param_dtype":  # must match bf16/fp16 (engine.py _assert_valid_mixed_precision_config)
             led.ignored.append("data_types.param_dtype")
         else:
@@ -260,11 +349,15 @@ def _offload_device(led: Reading, key: str, value: Any) -> str:
             led.ignored.append(f"zero_optimization.{key}.{sub}")
     device = str(value.get("device", "none")).lower()
     if device not in OFFLOAD_DEVICES:
-        raise bad(f"zero_optimization.{key}.device", value.get("device"),
-                  f"is not one of: {', '.join(OFFLOAD_DEVICES)}")
+        raise bad(
+            f"zero_optimization.{key}.device", value.get("device"), f"is not one of: {', '.join(OFFLOAD_DEVICES)}"
+        )
     if device == "nvme":  # off the GPU as with cpu; the host and NVMe side is not planned
-        led.note(f"zero_optimization.{key}.device", "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds "
-                                                    "the same; the NVMe transfers' time is not planned")
+        led.note(
+            f"zero_optimization.{key}.device",
+            "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds "
+            "the same; the NVMe transfers' time is not planned",
+        )
     return "none" if device == "none" else "cpu"
 
 
@@ -273,9 +366,13 @@ def _offload(led: Reading, zero: dict[str, Any], stage: int) -> None:
     legacy cpu_offload_param), ZeRO-3 only, → optimizer_and_params."""
     devices = {}
     for key, legacy in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
-        devices[key] = (f"zero_optimization.{key}.device", _offload_device(led, key, zero[key])) if key in zero \
-            else (f"zero_optimization.{legacy}", "cpu") if as_bool(f"zero_optimization.{legacy}", zero.get(legacy, False)) \
+        devices[key] = (
+            (f"zero_optimization.{key}.device", _offload_device(led, key, zero[key]))
+            if key in zero
+            else (f"zero_optimization.{legacy}", "cpu")
+            if as_bool(f"zero_optimization.{legacy}", zero.get(legacy, False))
             else ("", "none")
+        )
     (optimizer_key, optimizer), (param_key, params) = devices["offload_optimizer"], devices["offload_param"]
     if params == "cpu" and stage != 3:
         raise bad(param_key, "cpu", f"needs zero_optimization.stage 3, not {stage}")
@@ -297,20 +394,36 @@ def _buckets(led: Reading, zero: dict[str, Any], stage: int) -> None:
     size = zero.get("reduce_bucket_size")
     if size is not None and _given(led, "zero_optimization.reduce_bucket_size", size):
         # 0: an empty bucket; the plan's smallest is 1 element (no memory to speak of)
-        led.set("zero_optimization.reduce_bucket_size", "parallelism.reduce_bucket_elements",
-                max(1, as_int("zero_optimization.reduce_bucket_size", size, 0)))
+        led.set(
+            "zero_optimization.reduce_bucket_size",
+            "parallelism.reduce_bucket_elements",
+            max(1, as_int("zero_optimization.reduce_bucket_size", size, 0)),
+        )
     if not as_bool("zero_optimization.contiguous_gradients", zero.get("contiguous_gradients", True)):
         led.set("zero_optimization.contiguous_gradients", "parallelism.reduce_bucket_elements", 1)
     size = zero.get("sub_group_size")
     if size is not None and stage == 3 and _given(led, "zero_optimization.sub_group_size", size):
         # larger than any model is the whole partition, which the plan bounds at 1e13
-        led.set("zero_optimization.sub_group_size", "parallelism.sub_group_elements",
-                min(WHOLE_PARTITION, max(1, as_int("zero_optimization.sub_group_size", size, 0))))
+        led.set(
+            "zero_optimization.sub_group_size",
+            "parallelism.sub_group_elements",
+            min(WHOLE_PARTITION, max(1, as_int("zero_optimization.sub_group_size", size, 0))),
+        )
 
 
 # zero_optimization keys the functions above read
-ZERO_READ = frozenset({"stage", "offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param",
-                       "reduce_bucket_size", "contiguous_gradients", "sub_group_size"})
+ZERO_READ = frozenset(
+    {
+        "stage",
+        "offload_optimizer",
+        "offload_param",
+        "cpu_offload",
+        "cpu_offload_param",
+        "reduce_bucket_size",
+        "contiguous_gradients",
+        "sub_group_size",
+    }
+)
 
 
 def _zero(led: Reading, zero: Any) -> None:
@@ -329,13 +442,17 @@ def _zero(led: Reading, zero: Any) -> None:
         if key in ZERO_READ:
             name = f"zero_optimization.{key}"
             if not any(r.source.startswith(name) for r in led.read) and not any(
-                    n.startswith(name) for n in led.unmodelled + led.ignored):
+                n.startswith(name) for n in led.unmodelled + led.ignored
+            ):
                 # the defaults (contiguous_gradients true, offload none), and sub_group_size below ZeRO-3
                 # (stage_1_and_2.py steps whole partitions)
                 led.ignored.append(name)
         elif key in ZERO_UNMODELLED and value is not False and (key not in STAGE_KEYS or stage in STAGE_KEYS[key]):
-            led.note(f"zero_optimization.{key}", (f"{AUTO!r} (the HF integration fills it from the model): "
-                                                  if value == AUTO else "") + ZERO_UNMODELLED[key])
+            led.note(
+                f"zero_optimization.{key}",
+                (f"{AUTO!r} (the HF integration fills it from the model): " if value == AUTO else "")
+                + ZERO_UNMODELLED[key],
+            )
         elif key in ZERO_IGNORED or key in ZERO_UNMODELLED:  # off, or not used at this stage
             led.ignored.append(f"zero_optimization.{key}")
         else:
@@ -369,8 +486,11 @@ def _tensor_parallel(led: Reading, section: Any) -> int:
 
 
 SECTIONS: dict[str, Callable[[Reading, Any], Any]] = {
-    "zero_optimization": _zero, "optimizer": _optimizer, "data_types": _data_types,
-    "activation_checkpointing": _checkpointing}
+    "zero_optimization": _zero,
+    "optimizer": _optimizer,
+    "data_types": _data_types,
+    "activation_checkpointing": _checkpointing,
+}
 
 
 def read(text: str | Document, *, gpus: int | None = None) -> Imported:
@@ -413,9 +533,11 @@ def write(plan: Plan) -> str:
     wl, pr, par = plan.workload, plan.precision, plan.parallelism
     data = plan.hardware.count // par.tensor  # every GPU outside the AutoTP groups is a data-parallel rank
     steps = accumulation(plan, data)
-    config: dict[str, Any] = {"train_batch_size": wl.micro_batch_size * steps * data,
-                              "train_micro_batch_size_per_gpu": wl.micro_batch_size,
-                              "gradient_accumulation_steps": steps}
+    config: dict[str, Any] = {
+        "train_batch_size": wl.micro_batch_size * steps * data,
+        "train_micro_batch_size_per_gpu": wl.micro_batch_size,
+        "gradient_accumulation_steps": steps,
+    }
     if pr.compute in ("bf16", "fp16"):
         config[pr.compute] = {"enabled": True}
     config["data_types"] = {"grad_accum_dtype": pr.gradients}
@@ -436,50 +558,92 @@ def detect(text: str | Document) -> bool:
     data = quiet_mapping(doc) if doc.text.lstrip().startswith("{") else {}
     return "per_device_train_batch_size" not in data and bool(
         {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
-        & set(data))
+        & set(data)
+    )
 
 
 # what a DeepSpeed config leaves to the training script (its model, data and loop)
 SCRIPT_KEYS = (
-    "workload.task", "workload.sequence_length", "workload.steps", "workload.train_tokens", "workload.lora.rank",
-    "workload.lora.alpha", "workload.lora.targets", "workload.lora.dropout", "workload.lora.variant",
-    "precision.weights", "precision.quant_group_size", "precision.double_quant", "precision.optimizer_library",
-    "precision.optimizer_block_size", "precision.fp32_embedding_states", "techniques.attention", "techniques.loss",
-    "techniques.loss_chunks", "techniques.compile", "techniques.compile_scope", "techniques.checkpoint_every",
-    "techniques.activation_offload", "techniques.optimizer_in_backward", "techniques.moe_capacity_factor",
-    "techniques.expandable_segments")
+    "workload.task",
+    "workload.sequence_length",
+    "workload.steps",
+    "workload.train_tokens",
+    "workload.lora.rank",
+    "workload.lora.alpha",
+    "workload.lora.targets",
+    "workload.lora.dropout",
+    "workload.lora.variant",
+    "precision.weights",
+    "precision.quant_group_size",
+    "precision.double_quant",
+    "precision.optimizer_library",
+    "precision.optimizer_block_size",
+    "precision.fp32_embedding_states",
+    "techniques.attention",
+    "techniques.loss",
+    "techniques.loss_chunks",
+    "techniques.compile",
+    "techniques.compile_scope",
+    "techniques.checkpoint_every",
+    "techniques.activation_offload",
+    "techniques.optimizer_in_backward",
+    "techniques.moe_capacity_factor",
+    "techniques.expandable_segments",
+)
 FORMAT = Format(
-    name="deepspeed", label="DeepSpeed config (JSON)", framework=FRAMEWORK, suffix=".json", detect=detect,
-    read=read, write=write,
-    says=("workload.micro_batch_size", "workload.global_batch_size", "precision.compute", "precision.gradients",
-          "precision.optimizer", "precision.optimizer_impl", "parallelism.zero_stage", "parallelism.tensor",
-          "parallelism.reduce_bucket_elements", "parallelism.sub_group_elements", "techniques.offload"),
+    name="deepspeed",
+    label="DeepSpeed config (JSON)",
+    framework=FRAMEWORK,
+    suffix=".json",
+    detect=detect,
+    read=read,
+    write=write,
+    says=(
+        "workload.micro_batch_size",
+        "workload.global_batch_size",
+        "precision.compute",
+        "precision.gradients",
+        "precision.optimizer",
+        "precision.optimizer_impl",
+        "parallelism.zero_stage",
+        "parallelism.tensor",
+        "parallelism.reduce_bucket_elements",
+        "parallelism.sub_group_elements",
+        "techniques.offload",
+    ),
     cannot_say={
         "precision.compute": "fp8: DeepSpeed's config enables bf16 or fp16 only (fp8 comes from Transformer Engine "
-                             "in the model's code)",
+        "in the model's code)",
         "precision.master_weights": "DeepSpeed's ZeRO and mixed-precision optimizers always keep fp32 master weights",
         "precision.optimizer_state": "the optimizer's states follow its master weights (fp32)",
         "precision.optimizer": "8-bit, paged, Adafactor and SGD optimizers have no DeepSpeed optimizer type: they "
-                               "are passed to deepspeed.initialize as a client optimizer",
+        "are passed to deepspeed.initialize as a client optimizer",
         "precision.optimizer_impl": "only Adam/AdamW choose one (optimizer.params.torch_adam); Lion and Muon are "
-                                    "DeepSpeed's own",
+        "DeepSpeed's own",
         "techniques.activation_checkpointing": CHECKPOINT_WHY.replace("tunes", "the config's section tunes"),
         "parallelism.pipeline": "DeepSpeed's pipeline engine is configured in code (PipelineModule), not here",
         "parallelism.sub_group_elements": "at ZeRO stage 1/2 DeepSpeed steps each group's whole partition",
         "parallelism.reduce_bucket_elements": "none (no bucket, as under FSDP): DeepSpeed ZeRO always fills one "
-                                              "(reduce_bucket_size, default 5e8)",
+        "(reduce_bucket_size, default 5e8)",
         **dict.fromkeys(SCRIPT_KEYS, "the training script's: DeepSpeed's config holds the engine's settings only"),
-        **dict.fromkeys(("precision.fp8_recipe", "precision.fp8_all_gather"),
-                        "fp8 comes from Transformer Engine in the model's code"),
-        **dict.fromkeys(("parallelism.pipeline_layers", "parallelism.pipeline_schedule", "parallelism.virtual_stages"),
-                        "DeepSpeed's pipeline engine is configured in code (PipelineModule), not here"),
+        **dict.fromkeys(
+            ("precision.fp8_recipe", "precision.fp8_all_gather"),
+            "fp8 comes from Transformer Engine in the model's code",
+        ),
+        **dict.fromkeys(
+            ("parallelism.pipeline_layers", "parallelism.pipeline_schedule", "parallelism.virtual_stages"),
+            "DeepSpeed's pipeline engine is configured in code (PipelineModule), not here",
+        ),
         "parallelism.context": "Ulysses sequence parallelism is set up in code, not here",
         "parallelism.expert": "MoE expert parallelism is set up in the model's code (deepspeed.moe), not here",
-        **dict.fromkeys(("parallelism.sequence_parallel", "parallelism.async_tp"),
-                        "AutoTP (tensor_parallel.autotp_size) shards the linear layers only"),
+        **dict.fromkeys(
+            ("parallelism.sequence_parallel", "parallelism.async_tp"),
+            "AutoTP (tensor_parallel.autotp_size) shards the linear layers only",
+        ),
         "parallelism.data": "every GPU outside the AutoTP groups is a data-parallel rank",
         "parallelism.flat_params": "FSDP's: DeepSpeed's ZeRO-3 partitions each parameter",
         "framework_release": RELEASE_WHY,
         "workload.global_batch_size": "train_batch_size = micro-batch × accumulation × data-parallel GPUs: the "
-                                      "accumulation keeps the planned batch where their micro-batches divide it",
-    })
+        "accumulation keeps the planned batch where their micro-batches divide it",
+    },
+)

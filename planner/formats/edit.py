@@ -47,7 +47,9 @@ class Change:
     new: str | None  # its text now; None where it is removed
 
     def line(self) -> str:
-        return f"{self.key}: {'unset' if self.old is None else self.old} → {'removed' if self.new is None else self.new}"
+        return (
+            f"{self.key}: {'unset' if self.old is None else self.old} → {'removed' if self.new is None else self.new}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,8 +66,7 @@ def written_keys(text: str, suffix: str) -> dict[Path, Any]:
     or a command's flags ({("--flag",): value or True}) and variables ({("NAME",): value})."""
     if suffix == ".sh":
         return _flags(text)
-    data = json.loads(text) if suffix == ".json" else tomllib.loads(text) if suffix == ".toml" else \
-        yaml.safe_load(text)
+    data = json.loads(text) if suffix == ".json" else tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
     return _leaves(data, ())
 
 
@@ -101,8 +102,11 @@ def _flags(text: str) -> dict[Path, Any]:
 
 def delta(before: dict[Path, Any], after: dict[Path, Any]) -> dict[Path, Any]:
     """The keys whose value differs from `before` to `after`: {path: the value after, or REMOVED}."""
-    return {path: after.get(path, REMOVED) for path in dict.fromkeys([*before, *after])
-            if before.get(path, REMOVED) != after.get(path, REMOVED)}
+    return {
+        path: after.get(path, REMOVED)
+        for path in dict.fromkeys([*before, *after])
+        if before.get(path, REMOVED) != after.get(path, REMOVED)
+    }
 
 
 # --- the original's syntax -----------------------------------------------------------------------------------------
@@ -147,8 +151,14 @@ def _variable(path: Path) -> bool:
     return len(path) == 1 and re.fullmatch(r"[A-Z_][A-Z0-9_]*", path[0]) is not None
 
 
-def edit_text(original: str, kind: str, changes: dict[Path, Any], *, program: re.Pattern[str] | None = None,
-              aliases: dict[str, tuple[str, ...]] | None = None) -> Edited:
+def edit_text(
+    original: str,
+    kind: str,
+    changes: dict[Path, Any],
+    *,
+    program: re.Pattern[str] | None = None,
+    aliases: dict[str, tuple[str, ...]] | None = None,
+) -> Edited:
     """The original (in syntax `kind`) with each changed key set to its value (or removed), and what changed. For a
     command line, `program` finds the command a flag it lacks is added to and `aliases` gives a flag's other
     spellings."""
@@ -163,10 +173,14 @@ def edit_text(original: str, kind: str, changes: dict[Path, Any], *, program: re
 
 
 # --- YAML, line by line --------------------------------------------------------------------------------------------
-_YAML_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_$][^:#]*?|\"[^\"]*\"|'[^']*')[ \t]*:(?=[ \t]|$)"
-                       r"(?P<rest>.*)$")
-_YAML_VALUE = re.compile(r"^(?P<pad>[ \t]*)(?P<value>\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*'|(?:[^#\s]|[ \t]+(?!#)\S)*)"
-                         r"(?P<tail>[ \t]*(?:#.*)?)$")
+_YAML_KEY = re.compile(
+    r"^(?P<indent> *)(?P<key>[A-Za-z0-9_$][^:#]*?|\"[^\"]*\"|'[^']*')[ \t]*:(?=[ \t]|$)"
+    r"(?P<rest>.*)$"
+)
+_YAML_VALUE = re.compile(
+    r"^(?P<pad>[ \t]*)(?P<value>\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*'|(?:[^#\s]|[ \t]+(?!#)\S)*)"
+    r"(?P<tail>[ \t]*(?:#.*)?)$"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,8 +217,14 @@ def _yaml_entries(rows: list[str]) -> dict[Path, _Entry]:
         text = value["value"] if value else key["rest"].strip()
         if text in ("|", ">", "|-", ">-", "|+", ">+"):
             skip_deeper = indent
-        entries[path] = _Entry(path=path, line=n, indent=indent, start=offset, end=offset + len(text),
-                               last=_block_end(rows, n, indent) if not text or skip_deeper is not None else n)
+        entries[path] = _Entry(
+            path=path,
+            line=n,
+            indent=indent,
+            start=offset,
+            end=offset + len(text),
+            last=_block_end(rows, n, indent) if not text or skip_deeper is not None else n,
+        )
     return entries
 
 
@@ -240,21 +260,21 @@ def _yaml_set(text: str, path: Path, value: Any) -> tuple[str, Change | None]:
     if path in entries:
         at = entries[path]
         row = rows[at.line]
-        old = row[at.start:at.end] if at.last == at.line else _flow(yaml.safe_load(text), path)
+        old = row[at.start : at.end] if at.last == at.line else _flow(yaml.safe_load(text), path)
         if value is REMOVED:
-            del rows[at.line:at.last + 1]
+            del rows[at.line : at.last + 1]
             return "\n".join(rows), Change(key=key, old=old, new=None)
         new = _yaml_scalar(value, old)
         if new == old:
             return text, None
-        head = row[:at.start] if at.start < len(row) else row.rstrip() + " "
-        rows[at.line:at.last + 1] = [head + new + row[at.end:]]
+        head = row[: at.start] if at.start < len(row) else row.rstrip() + " "
+        rows[at.line : at.last + 1] = [head + new + row[at.end :]]
         return "\n".join(rows), Change(key=key, old=old, new=new)
     if value is REMOVED:
         return text, None
     new = _yaml_scalar(value, "")
     parent = next((path[:n] for n in range(len(path) - 1, 0, -1) if path[:n] in entries), ())
-    _insert(rows, entries, parent, [(k, None) for k in path[len(parent):-1]] + [(path[-1], new)])
+    _insert(rows, entries, parent, [(k, None) for k in path[len(parent) : -1]] + [(path[-1], new)])
     return "\n".join(rows), Change(key=key, old=None, new=new)
 
 
@@ -268,9 +288,11 @@ def _insert(rows: list[str], entries: dict[Path, _Entry], parent: Path, chain: l
     else:
         indent = 0
         after = max((n for n, row in enumerate(rows) if row.strip()), default=-1)
-    added = [" " * (indent + 2 * depth) + f"{key}:" + ("" if value is None else f" {value}")
-             for depth, (key, value) in enumerate(chain)]
-    rows[after + 1:after + 1] = added
+    added = [
+        " " * (indent + 2 * depth) + f"{key}:" + ("" if value is None else f" {value}")
+        for depth, (key, value) in enumerate(chain)
+    ]
+    rows[after + 1 : after + 1] = added
 
 
 def _flow(data: Any, path: Path) -> str:
@@ -281,8 +303,10 @@ def _flow(data: Any, path: Path) -> str:
 
 # --- TOML, line by line --------------------------------------------------------------------------------------------
 _TOML_TABLE = re.compile(r"^[ \t]*\[(?P<name>[^\[\]]+)\][ \t]*(?:#.*)?$")
-_TOML_KEY = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z0-9_\-]+)[ \t]*=[ \t]*"
-                       r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^#]*?)(?P<tail>[ \t]*(?:#.*)?)$")
+_TOML_KEY = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z0-9_\-]+)[ \t]*=[ \t]*"
+    r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^#]*?)(?P<tail>[ \t]*(?:#.*)?)$"
+)
 
 
 def _toml_entries(rows: list[str]) -> tuple[dict[Path, _Entry], dict[Path, int]]:
@@ -296,8 +320,9 @@ def _toml_entries(rows: list[str]) -> tuple[dict[Path, _Entry], dict[Path, int]]
             tables[table] = n
         elif key := _TOML_KEY.match(row):
             path = (*table, key["key"])
-            entries[path] = _Entry(path=path, line=n, indent=len(key["indent"]), start=key.start("value"),
-                                   end=key.end("value"), last=n)
+            entries[path] = _Entry(
+                path=path, line=n, indent=len(key["indent"]), start=key.start("value"), end=key.end("value"), last=n
+            )
             tables[table] = n
     return entries, tables
 
@@ -316,14 +341,14 @@ def _toml_set(text: str, path: Path, value: Any) -> tuple[str, Change | None]:
     key = ".".join(path)
     if path in entries:
         at = entries[path]
-        old = rows[at.line][at.start:at.end]
+        old = rows[at.line][at.start : at.end]
         if value is REMOVED:
             del rows[at.line]
             return "\n".join(rows), Change(key=key, old=old, new=None)
         new = _toml_value(value)
         if new == old:
             return text, None
-        rows[at.line] = rows[at.line][:at.start] + new + rows[at.line][at.end:]
+        rows[at.line] = rows[at.line][: at.start] + new + rows[at.line][at.end :]
         return "\n".join(rows), Change(key=key, old=old, new=new)
     if value is REMOVED:
         return text, None
@@ -333,8 +358,9 @@ def _toml_set(text: str, path: Path, value: Any) -> tuple[str, Change | None]:
         rows.insert(tables[table] + 1, f"{path[-1]} = {new}")
     else:
         end = max((n for n, row in enumerate(rows) if row.strip()), default=-1)
-        rows[end + 1:end + 1] = ["", f"[{'.'.join(table)}]", f"{path[-1]} = {new}"] if table else \
-            [f"{path[-1]} = {new}"]
+        rows[end + 1 : end + 1] = (
+            ["", f"[{'.'.join(table)}]", f"{path[-1]} = {new}"] if table else [f"{path[-1]} = {new}"]
+        )
     return "\n".join(rows), Change(key=key, old=None, new=new)
 
 
@@ -358,8 +384,7 @@ def _json_spans(text: str) -> tuple[dict[Path, _Span], dict[Path, tuple[int, int
     return members, objects
 
 
-def _json_value(text: str, i: int, path: Path, members: dict[Path, _Span],
-                objects: dict[Path, tuple[int, int]]) -> int:
+def _json_value(text: str, i: int, path: Path, members: dict[Path, _Span], objects: dict[Path, tuple[int, int]]) -> int:
     """Scan the JSON value at i (recording the members of its objects); the index just after it."""
     if text[i] not in "{[":
         return _DECODER.raw_decode(text, i)[1]
@@ -385,39 +410,44 @@ def _json_set(text: str, path: Path, value: Any) -> tuple[str, Change | None]:
     key = ".".join(path)
     if path in members:
         at = members[path]
-        old = text[at.start:at.end]
+        old = text[at.start : at.end]
         if value is REMOVED:
             siblings = sorted(s.key for p, s in members.items() if p[:-1] == path[:-1])
             before = [members[p].end for p in members if p[:-1] == path[:-1] and members[p].key < at.key]
             after = next((k for k in siblings if k > at.key), None)
-            start, end = (max(before), at.end) if before else (at.key, after) if after else \
-                (objects[path[:-1]][0] + 1, at.end)
+            start, end = (
+                (max(before), at.end) if before else (at.key, after) if after else (objects[path[:-1]][0] + 1, at.end)
+            )
             return text[:start] + text[end:], Change(key=key, old=old, new=None)
         new = json.dumps(value)
-        return (text, None) if new == old else (text[:at.start] + new + text[at.end:],
-                                                Change(key=key, old=old, new=new))
+        return (
+            (text, None) if new == old else (text[: at.start] + new + text[at.end :], Change(key=key, old=old, new=new))
+        )
     if value is REMOVED:
         return text, None
     parent = next(path[:n] for n in range(len(path) - 1, -1, -1) if path[:n] in objects)
     nested: Any = value
-    for part in reversed(path[len(parent) + 1:]):
+    for part in reversed(path[len(parent) + 1 :]):
         nested = {part: nested}
-    return _json_add(text, members, objects, parent, path[len(parent)], nested), \
-        Change(key=key, old=None, new=json.dumps(value))
+    return _json_add(text, members, objects, parent, path[len(parent)], nested), Change(
+        key=key, old=None, new=json.dumps(value)
+    )
 
 
-def _json_add(text: str, members: dict[Path, _Span], objects: dict[Path, tuple[int, int]], parent: Path, name: str,
-              value: Any) -> str:
+def _json_add(
+    text: str, members: dict[Path, _Span], objects: dict[Path, tuple[int, int]], parent: Path, name: str, value: Any
+) -> str:
     """Add the member `name: value` after the last member of object `parent`, indented as that member is."""
-    siblings = sorted((s for p, s in members.items() if p[:-1] == parent and len(p) == len(parent) + 1),
-                      key=lambda s: s.key)
+    siblings = sorted(
+        (s for p, s in members.items() if p[:-1] == parent and len(p) == len(parent) + 1), key=lambda s: s.key
+    )
     if siblings:
         last = siblings[-1]
-        indent = text[text.rfind("\n", 0, last.key) + 1:last.key]
+        indent = text[text.rfind("\n", 0, last.key) + 1 : last.key]
         at, lead = last.end, ","
     else:
         brace = objects[parent][0]
-        indent = text[text.rfind("\n", 0, brace) + 1:brace] + "    "
+        indent = text[text.rfind("\n", 0, brace) + 1 : brace] + "    "
         at, lead = brace + 1, ""
     first = min((s for p, s in members.items() if len(p) == 1), key=lambda s: s.key, default=None)
     step = 4 if first is None else first.key - text.rfind("\n", 0, first.key) - 1
@@ -426,7 +456,10 @@ def _json_add(text: str, members: dict[Path, _Span], objects: dict[Path, tuple[i
 
 
 EDITORS: dict[str, Callable[[str, Path, Any], tuple[str, Change | None]]] = {
-    "yaml": _yaml_set, "toml": _toml_set, "json": _json_set}
+    "yaml": _yaml_set,
+    "toml": _toml_set,
+    "json": _json_set,
+}
 
 
 # --- command lines, flag by flag -----------------------------------------------------------------------------------
@@ -443,15 +476,19 @@ def _occurrences(rows: list[str], names: tuple[str, ...]) -> list[tuple[int, re.
     """Each (line, match) of one of the flag `names` in the lines' code (comments left out): its value in `value`
     (None for a switch)."""
     spelled = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-    pattern = re.compile(rf"(?<![\w-])(?P<flag>{spelled})(?:(?:=|[ \t]+)(?P<value>\"[^\"]*\"|'[^']*'|"
-                         rf"(?!--)[^\s\\\"')]+))?(?![\w-])")
+    pattern = re.compile(
+        rf"(?<![\w-])(?P<flag>{spelled})(?:(?:=|[ \t]+)(?P<value>\"[^\"]*\"|'[^']*'|"
+        rf"(?!--)[^\s\\\"')]+))?(?![\w-])"
+    )
     return [(n, m) for n, row in enumerate(rows) for m in pattern.finditer(row, 0, _code(row))]
 
 
 def _assignment(rows: list[str], name: str) -> tuple[int, re.Match] | None:
     """The one line that assigns the shell variable `name` a literal value, where there is one only."""
-    pattern = re.compile(rf"^[ \t]*(?:export[ \t]+)?{re.escape(name)}=(?P<value>\"[^\"$]*\"|'[^']*'|[^\s$\"'`(]*)"
-                         r"(?=[ \t]|$)")
+    pattern = re.compile(
+        rf"^[ \t]*(?:export[ \t]+)?{re.escape(name)}=(?P<value>\"[^\"$]*\"|'[^']*'|[^\s$\"'`(]*)"
+        r"(?=[ \t]|$)"
+    )
     found = [(n, m) for n, row in enumerate(rows) if (m := pattern.match(row))]
     return found[0] if len(found) == 1 else None
 
@@ -460,8 +497,9 @@ def _sh_word(value: Any) -> str:
     return shlex.quote(str(value))
 
 
-def _sh_set(text: str, flag: str, value: Any, program: re.Pattern[str] | None,
-            aliases: tuple[str, ...]) -> tuple[str, Change | None]:
+def _sh_set(
+    text: str, flag: str, value: Any, program: re.Pattern[str] | None, aliases: tuple[str, ...]
+) -> tuple[str, Change | None]:
     rows = text.split("\n")
     if not flag.startswith("--"):  # a variable the writer assigns (GPUS_PER_NODE=8)
         at = _assignment(rows, flag)
@@ -473,9 +511,9 @@ def _sh_set(text: str, flag: str, value: Any, program: re.Pattern[str] | None,
         return (text, None) if value is REMOVED else _append(rows, flag, value, program)
     if value is REMOVED:
         for n, m in reversed(found):
-            rows[n] = rows[n][:m.start()].rstrip(" \t") + rows[n][m.end():]
+            rows[n] = rows[n][: m.start()].rstrip(" \t") + rows[n][m.end() :]
         for n in sorted({n for n, _ in found}, reverse=True):
-            code = rows[n][:_code(rows[n])].strip()
+            code = rows[n][: _code(rows[n])].strip()
             if code not in ("", "\\"):
                 continue
             if code == "" and n and rows[n - 1].rstrip().endswith("\\"):  # the command's last line: it ends before
@@ -485,8 +523,9 @@ def _sh_set(text: str, flag: str, value: Any, program: re.Pattern[str] | None,
     return _set_occurrences(text, rows, found, flag, value)
 
 
-def _set_occurrences(text: str, rows: list[str], found: list[tuple[int, re.Match]], flag: str,
-                     value: Any) -> tuple[str, Change | None]:
+def _set_occurrences(
+    text: str, rows: list[str], found: list[tuple[int, re.Match]], flag: str, value: Any
+) -> tuple[str, Change | None]:
     """Each occurrence of `flag` given `value`: its value word replaced (or the variable it names, where one line
     assigns it), a switch given a value where the value is not True."""
     change = None
@@ -495,26 +534,27 @@ def _set_occurrences(text: str, rows: list[str], found: list[tuple[int, re.Match
         variable = _VARIABLE.match(old) if old else None
         assigned = _assignment(rows, variable[1]) if variable else None
         if assigned is not None:
-            text, change = _replace(rows, assigned[0], assigned[1].span("value"), f"{variable[1]} ({flag})",
-                                    _sh_word(value))
+            text, change = _replace(
+                rows, assigned[0], assigned[1].span("value"), f"{variable[1]} ({flag})", _sh_word(value)
+            )
             rows = text.split("\n")
         elif old is None:
             if value is True or str(value).lower() == "true":
                 continue
-            rows[n] = rows[n][:m.end()] + " " + _sh_word(value) + rows[n][m.end():]
+            rows[n] = rows[n][: m.end()] + " " + _sh_word(value) + rows[n][m.end() :]
             change = Change(key=m["flag"], old="set", new=_sh_word(value))
         elif old.strip("\"'") != str(value):
             new = "" if value is True else _sh_word(value)
-            rows[n] = rows[n][:m.start("value") - (not new)] + new + rows[n][m.end("value"):]
+            rows[n] = rows[n][: m.start("value") - (not new)] + new + rows[n][m.end("value") :]
             change = Change(key=m["flag"], old=old, new=new or "set")
     return "\n".join(rows), change
 
 
 def _replace(rows: list[str], n: int, span: tuple[int, int], key: str, new: str) -> tuple[str, Change | None]:
-    old = rows[n][span[0]:span[1]]
+    old = rows[n][span[0] : span[1]]
     if old.strip("\"'") == new.strip("\"'"):
         return "\n".join(rows), None
-    rows[n] = rows[n][:span[0]] + new + rows[n][span[1]:]
+    rows[n] = rows[n][: span[0]] + new + rows[n][span[1] :]
     return "\n".join(rows), Change(key=key, old=old, new=new)
 
 
@@ -522,19 +562,19 @@ def _append(rows: list[str], flag: str, value: Any, program: re.Pattern[str] | N
     """Add `flag value` at the end of the command (the last command that `program` finds, continuations
     followed): on a line of its own where the command runs over several."""
     word = flag if value is True else f"{flag} {_sh_word(value)}"
-    starts = [n for n, row in enumerate(rows) if program is not None and program.search(row[:_code(row)])]
-    code = [n for n, row in enumerate(rows) if row[:_code(row)].strip()]
+    starts = [n for n, row in enumerate(rows) if program is not None and program.search(row[: _code(row)])]
+    code = [n for n, row in enumerate(rows) if row[: _code(row)].strip()]
     if not code:
         raise bad("config", "", f"has no command to add {flag} to")
     last = starts[-1] if starts else code[-1]
-    while rows[last][:_code(rows[last])].rstrip().endswith("\\") and last + 1 < len(rows):
+    while rows[last][: _code(rows[last])].rstrip().endswith("\\") and last + 1 < len(rows):
         last += 1
     row = rows[last]
     cut = _code(row)
     if starts and last > starts[-1]:
-        indent = row[:len(row) - len(row.lstrip())]
+        indent = row[: len(row) - len(row.lstrip())]
         comment = row[cut:].strip()
-        rows[last:last + 1] = [row[:cut].rstrip() + " \\", indent + word + (" " + comment if comment else "")]
+        rows[last : last + 1] = [row[:cut].rstrip() + " \\", indent + word + (" " + comment if comment else "")]
     else:
         rows[last] = row[:cut].rstrip() + " " + word + (" " + row[cut:].strip() if row[cut:].strip() else "")
     return "\n".join(rows), Change(key=flag, old=None, new="set" if value is True else _sh_word(value))

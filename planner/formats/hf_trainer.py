@@ -18,11 +18,21 @@ import yaml
 
 from planner.errors import PlanError, bad
 from planner.formats import accelerate
-from planner.formats.base import (Document, Format, Imported, KeyRead, RELEASE_WHY, accumulation, checkpoint, document,
-                                  marked, training_defaults)
+from planner.formats.base import (
+    RELEASE_WHY,
+    Document,
+    Format,
+    Imported,
+    KeyRead,
+    accumulation,
+    checkpoint,
+    document,
+    marked,
+    training_defaults,
+)
 from planner.formats.reading import Reading, as_bool, as_int, as_number, choice, quiet_mapping
 from planner.formats.shell import environment, words
-from planner.plan import Plan
+from planner.plan.config import Plan
 
 FRAMEWORK = "hf_trainer"
 
@@ -47,28 +57,51 @@ class Args:
 # AdamW's foreach default, its fused kernel, transformers' own for-loop AdamW (adamw_hf), bitsandbytes' 8-bit
 # and paged ones, torchao's 8-bit (adamw_torch_8bit)
 OPTIMS: dict[str, tuple[str, str | None, str | None]] = {
-    "adamw_torch": ("adamw", "foreach", None), "adamw_torch_fused": ("adamw", "fused", None),
-    "adamw_apex_fused": ("adamw", "fused", None), "adamw_hf": ("adamw", "forloop", None),
-    "adamw_bnb_8bit": ("adamw_8bit", None, "bitsandbytes"), "adamw_8bit": ("adamw_8bit", None, "bitsandbytes"),
-    "adamw_torch_8bit": ("adamw_8bit", None, "torchao"), "paged_adamw_32bit": ("paged_adamw", None, None),
-    "paged_adamw_8bit": ("paged_adamw_8bit", None, "bitsandbytes"), "adafactor": ("adafactor", None, None),
-    "lion_32bit": ("lion", None, None), "sgd": ("sgd", None, None)}
+    "adamw_torch": ("adamw", "foreach", None),
+    "adamw_torch_fused": ("adamw", "fused", None),
+    "adamw_apex_fused": ("adamw", "fused", None),
+    "adamw_hf": ("adamw", "forloop", None),
+    "adamw_bnb_8bit": ("adamw_8bit", None, "bitsandbytes"),
+    "adamw_8bit": ("adamw_8bit", None, "bitsandbytes"),
+    "adamw_torch_8bit": ("adamw_8bit", None, "torchao"),
+    "paged_adamw_32bit": ("paged_adamw", None, None),
+    "paged_adamw_8bit": ("paged_adamw_8bit", None, "bitsandbytes"),
+    "adafactor": ("adafactor", None, None),
+    "lion_32bit": ("lion", None, None),
+    "sgd": ("sgd", None, None),
+}
 # the spelling a plan's optimizer is written in (the first of OPTIMS that reads back as it)
 OPTIM_NAMES = {spec: name for name, spec in reversed(OPTIMS.items())}
 # dtype / torch_dtype (ModelConfig; from_pretrained) → the plan's dtype
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # attn_implementation (transformers AttentionInterface): eager materializes the scores; the rest are fused
-ATTENTION = {"eager": "eager", "sdpa": "flash", "flash_attention_2": "flash", "flash_attention_3": "flash",
-             "flex_attention": "flash", "kernels-community/vllm-flash-attn3": "flash"}
+ATTENTION = {
+    "eager": "eager",
+    "sdpa": "flash",
+    "flash_attention_2": "flash",
+    "flash_attention_3": "flash",
+    "flex_attention": "flash",
+    "kernels-community/vllm-flash-attn3": "flash",
+}
 # PEFT module names of the projections (Llama-style models); "all-linear": every linear layer but the output head
-MODULES = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up",
-           "down_proj": "down"}
+MODULES = {
+    "q_proj": "q",
+    "k_proj": "k",
+    "v_proj": "v",
+    "o_proj": "o",
+    "gate_proj": "gate",
+    "up_proj": "up",
+    "down_proj": "down",
+}
 ALL_LINEAR = ("q", "k", "v", "o", "gate", "up", "down")
 # TRL ModelConfig defaults where use_peft is on (lora_r 16, lora_alpha 32, lora_dropout 0.05): the plan's are
 # 8, 16 and 0, so they are written
-TRL_LORA = {"lora_r": ("workload.lora.rank", 16), "lora_alpha": ("workload.lora.alpha", 32.0),
-            "lora_dropout": ("workload.lora.dropout", 0.05)}
+TRL_LORA = {
+    "lora_r": ("workload.lora.rank", 16),
+    "lora_alpha": ("workload.lora.alpha", 32.0),
+    "lora_dropout": ("workload.lora.dropout", 0.05),
+}
 # TrainingArguments per_device_train_batch_size defaults to 8 (the plan's 1 is written over)
 DEFAULT_MICRO_BATCH = 8
 # the sequence length where no key gives it: TRL SFTConfig/DPOConfig max_length 1024, run_clm.py block_size
@@ -120,39 +153,125 @@ UNMODELLED = {
     "torch_empty_cache_steps": "the caching allocator is emptied every this many steps",
 }
 # keys known to leave memory and step time alone
-IGNORED = frozenset({
-    "output_dir", "overwrite_output_dir", "run_name", "seed", "data_seed", "learning_rate", "lr_scheduler_type",
-    "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps", "weight_decay", "adam_beta1", "adam_beta2",
-    "adam_epsilon", "max_grad_norm", "do_train", "do_eval", "do_predict", "eval_strategy", "evaluation_strategy",
-    "eval_steps", "per_device_eval_batch_size", "eval_accumulation_steps", "logging_steps", "logging_strategy",
-    "logging_first_step", "logging_dir", "log_level", "save_strategy", "save_steps", "save_total_limit",
-    "save_only_model", "push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo", "hub_model_revision",
-    "report_to", "remove_unused_columns", "label_names", "chat_template", "chat_template_path", "eos_token",
-    "pad_token", "dataset_mixture", "dataset_mixer", "dataset_splits", "dataset_name", "dataset_config",
-    "dataset_train_split", "dataset_test_split", "dataset_num_proc", "dataset_text_field", "dataset_kwargs",
-    "preprocessing_num_workers", "assistant_only_loss", "completion_only_loss", "average_tokens_across_devices",
-    "neftune_noise_alpha", "max_prompt_length", "max_completion_length", "model_revision", "trust_remote_code",
-    "gradient_checkpointing_kwargs", "packing_strategy", "torch_compile_backend", "torch_compile_mode",
-    "ddp_timeout", "ddp_find_unused_parameters", "ddp_backend", "dataloader_num_workers",
-    "dataloader_pin_memory", "dataloader_drop_last", "disable_tqdm", "include_tokens_per_second",
-    "lora_task_type", "use_rslora", "train_file", "validation_file", "dataset_config_name", "cache_dir",
-    "tokenizer_name", "use_fast_tokenizer", "validation_split_percentage", "group_by_length", "bf16_full_eval",
-    "fp16_full_eval", "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "resume_from_checkpoint",
-    "hub_token", "label_smoothing_factor", "loss_type", "truncation_mode", "warmup_lr", "ignore_data_skip"})
+IGNORED = frozenset(
+    {
+        "output_dir",
+        "overwrite_output_dir",
+        "run_name",
+        "seed",
+        "data_seed",
+        "learning_rate",
+        "lr_scheduler_type",
+        "lr_scheduler_kwargs",
+        "warmup_ratio",
+        "warmup_steps",
+        "weight_decay",
+        "adam_beta1",
+        "adam_beta2",
+        "adam_epsilon",
+        "max_grad_norm",
+        "do_train",
+        "do_eval",
+        "do_predict",
+        "eval_strategy",
+        "evaluation_strategy",
+        "eval_steps",
+        "per_device_eval_batch_size",
+        "eval_accumulation_steps",
+        "logging_steps",
+        "logging_strategy",
+        "logging_first_step",
+        "logging_dir",
+        "log_level",
+        "save_strategy",
+        "save_steps",
+        "save_total_limit",
+        "save_only_model",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_strategy",
+        "hub_private_repo",
+        "hub_model_revision",
+        "report_to",
+        "remove_unused_columns",
+        "label_names",
+        "chat_template",
+        "chat_template_path",
+        "eos_token",
+        "pad_token",
+        "dataset_mixture",
+        "dataset_mixer",
+        "dataset_splits",
+        "dataset_name",
+        "dataset_config",
+        "dataset_train_split",
+        "dataset_test_split",
+        "dataset_num_proc",
+        "dataset_text_field",
+        "dataset_kwargs",
+        "preprocessing_num_workers",
+        "assistant_only_loss",
+        "completion_only_loss",
+        "average_tokens_across_devices",
+        "neftune_noise_alpha",
+        "max_prompt_length",
+        "max_completion_length",
+        "model_revision",
+        "trust_remote_code",
+        "gradient_checkpointing_kwargs",
+        "packing_strategy",
+        "torch_compile_backend",
+        "torch_compile_mode",
+        "ddp_timeout",
+        "ddp_find_unused_parameters",
+        "ddp_backend",
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "dataloader_drop_last",
+        "disable_tqdm",
+        "include_tokens_per_second",
+        "lora_task_type",
+        "use_rslora",
+        "train_file",
+        "validation_file",
+        "dataset_config_name",
+        "cache_dir",
+        "tokenizer_name",
+        "use_fast_tokenizer",
+        "validation_split_percentage",
+        "group_by_length",
+        "bf16_full_eval",
+        "fp16_full_eval",
+        "load_best_model_at_end",
+        "metric_for_best_model",
+        "greater_is_better",
+        "resume_from_checkpoint",
+        "hub_token",
+        "label_smoothing_factor",
+        "loss_type",
+        "truncation_mode",
+        "warmup_lr",
+        "ignore_data_skip",
+    }
+)
 
 
 # --- the keys read together -----------------------------------------------------------------------------------------
 def read_batch(led: Reading, args: Args) -> None:
     """per_device_train_batch_size (default 8) × gradient_accumulation_steps × GPUs = the global batch."""
     if not args.has("per_device_train_batch_size"):
-        led.set("(TrainingArguments' default per_device_train_batch_size)", "workload.micro_batch_size",
-                DEFAULT_MICRO_BATCH)
+        led.set(
+            "(TrainingArguments' default per_device_train_batch_size)", "workload.micro_batch_size", DEFAULT_MICRO_BATCH
+        )
     if not args.has("gradient_accumulation_steps"):
         return
     key = args.name("gradient_accumulation_steps")
     steps = as_int(key, args.values["gradient_accumulation_steps"], 1)
-    micro = led.plan["workload"]["micro_batch_size"] if "per_device_train_batch_size" not in args.values else \
-        as_int(args.name("per_device_train_batch_size"), args.values["per_device_train_batch_size"], 1)
+    micro = (
+        led.plan["workload"]["micro_batch_size"]
+        if "per_device_train_batch_size" not in args.values
+        else as_int(args.name("per_device_train_batch_size"), args.values["per_device_train_batch_size"], 1)
+    )
     if args.gpus is None:
         if steps > 1:
             led.note(key, "the global batch is micro-batch × accumulation × GPUs: give the GPU count")
@@ -171,8 +290,10 @@ def read_steps(led: Reading, args: Args) -> None:
         if args.has("max_steps") and as_int(args.name("max_steps"), steps, -1) > 0:
             led.ignored.append(args.name("num_train_epochs"))
         else:
-            led.note(args.name("num_train_epochs"), "the job's length in epochs needs the dataset's size: give "
-                                                    "workload.steps or train_tokens")
+            led.note(
+                args.name("num_train_epochs"),
+                "the job's length in epochs needs the dataset's size: give workload.steps or train_tokens",
+            )
 
 
 def read_precision(led: Reading, args: Args) -> None:
@@ -194,13 +315,18 @@ def _dtype(led: Reading, args: Args, task: str) -> None:
     if key is None or args.values[key] is None:  # a YAML null: from_pretrained's default, as when absent
         return
     if str(args.values[key]).lower() == "auto":
-        led.note(args.name(key), "'auto' loads the checkpoint's own dtype (its config.json): give "
-                                 "precision.master_weights none for a 16-bit checkpoint")
+        led.note(
+            args.name(key),
+            "'auto' loads the checkpoint's own dtype (its config.json): give "
+            "precision.master_weights none for a 16-bit checkpoint",
+        )
         return
     dtype = choice(args.name(key), args.values[key], DTYPES, any_case=True)
     if task == "qlora":
-        led.note(args.name(key), "with 4-bit loading it is the dequantized matmuls' dtype and the unquantized "
-                                 "layers' (embeddings, norms)")
+        led.note(
+            args.name(key),
+            "with 4-bit loading it is the dequantized matmuls' dtype and the unquantized layers' (embeddings, norms)",
+        )
     elif task == "lora":
         led.set(args.name(key), "precision.weights", dtype)
     else:
@@ -224,14 +350,16 @@ def read_optim(led: Reading, args: Args) -> None:
 
 def _task(led: Reading, args: Args) -> str:
     """use_peft with load_in_4bit / load_in_8bit (TRL ModelConfig, get_quantization_config)."""
-    peft, four, eight = (as_bool(args.name(k), args.values.get(k, False)) for k in ("use_peft", "load_in_4bit",
-                                                                                  "load_in_8bit"))
+    peft, four, eight = (
+        as_bool(args.name(k), args.values.get(k, False)) for k in ("use_peft", "load_in_4bit", "load_in_8bit")
+    )
     if four and eight:
         raise bad(args.name("load_in_4bit"), True, f"and {args.name('load_in_8bit')} are both true; TRL loads one")
     quant = "load_in_4bit" if four else "load_in_8bit" if eight else ""
     if quant and not peft:
-        raise bad(args.name(quant), True, f"needs {args.name('use_peft')}: a quantized model trains only through "
-                                          f"adapters")
+        raise bad(
+            args.name(quant), True, f"needs {args.name('use_peft')}: a quantized model trains only through adapters"
+        )
     task = "qlora" if quant else "lora" if peft else "finetune"
     led.set(args.name("use_peft") if args.has("use_peft") else "(no use_peft)", "workload.task", task)
     if eight:
@@ -240,8 +368,11 @@ def _task(led: Reading, args: Args) -> str:
         kind = str(args.values.get("bnb_4bit_quant_type", "nf4")).lower()
         if kind not in ("nf4", "fp4"):
             raise bad(args.name("bnb_4bit_quant_type"), args.values["bnb_4bit_quant_type"], "is not one of: nf4, fp4")
-        led.set(args.name("bnb_4bit_quant_type" if args.has("bnb_4bit_quant_type") else "load_in_4bit"),
-                "precision.weights", "nf4")
+        led.set(
+            args.name("bnb_4bit_quant_type" if args.has("bnb_4bit_quant_type") else "load_in_4bit"),
+            "precision.weights",
+            "nf4",
+        )
         if kind == "fp4":
             led.note(args.name("bnb_4bit_quant_type"), "fp4 is read as nf4: the same 4 bits and block scales")
     if peft:
@@ -275,8 +406,15 @@ def read_fsdp(led: Reading, args: Args) -> None:
     """fsdp: its words (trainer_utils.py FSDPOption; true is full_shard) → the framework accelerate_fsdp, the ZeRO
     stage and CPU offload; fsdp_config: the FSDP options accelerate's config has (planner/formats/accelerate.py)."""
     value = args.values.get("fsdp", "")
-    words = ["full_shard"] if value is True else [] if value in (False, None) else \
-        str(value).split() if isinstance(value, str) else [str(w) for w in value]
+    words = (
+        ["full_shard"]
+        if value is True
+        else []
+        if value in (False, None)
+        else str(value).split()
+        if isinstance(value, str)
+        else [str(w) for w in value]
+    )
     if words:
         led.plan["framework"] = "accelerate_fsdp"
     key = args.name("fsdp")
@@ -289,11 +427,18 @@ def read_fsdp(led: Reading, args: Args) -> None:
         led.set(key, "techniques.offload", "optimizer_and_params")
     elif "offload" in words:
         led.note(key, "offload with shard_grad_op: the plan offloads parameters only under full sharding")
-    unknown = [w for w in words if w not in FSDP_WORDS and w not in ("offload", "auto_wrap") and
-               not w.startswith("hybrid_shard")]
+    unknown = [
+        w
+        for w in words
+        if w not in FSDP_WORDS and w not in ("offload", "auto_wrap") and not w.startswith("hybrid_shard")
+    ]
     if unknown:
-        raise bad(key, value, "is not a list of fsdp options (full_shard, shard_grad_op, hybrid_shard, "
-                              "hybrid_shard_zero2, offload, auto_wrap)")
+        raise bad(
+            key,
+            value,
+            "is not a list of fsdp options (full_shard, shard_grad_op, hybrid_shard, "
+            "hybrid_shard_zero2, offload, auto_wrap)",
+        )
     options = args.values.get("fsdp_config")
     if isinstance(options, str):
         led.note(args.name("fsdp_config"), "a file: its options are not read")
@@ -301,15 +446,18 @@ def read_fsdp(led: Reading, args: Args) -> None:
         raise bad(args.name("fsdp_config"), options, "must be a mapping or a file")
     elif words:  # transformers training_args.py: use_orig_params defaults to true
         adapters = led.plan["workload"]["task"] in ("lora", "qlora")
-        accelerate.fsdp_options(led, options or {}, f"{args.name('fsdp_config')}.", adapters=adapters,
-                                orig_default=True)
+        accelerate.fsdp_options(
+            led, options or {}, f"{args.name('fsdp_config')}.", adapters=adapters, orig_default=True
+        )
 
 
 def _deepspeed(led: Reading, args: Args) -> None:
     if args.values.get("deepspeed"):
         led.plan["framework"] = "deepspeed"
-        led.note(args.name("deepspeed"), f"the ZeRO stage, offload and buckets are in {args.values['deepspeed']}: "
-                                         "read it with the deepspeed format")
+        led.note(
+            args.name("deepspeed"),
+            f"the ZeRO stage, offload and buckets are in {args.values['deepspeed']}: read it with the deepspeed format",
+        )
 
 
 def _sequence(led: Reading, args: Args) -> None:
@@ -320,17 +468,46 @@ def _sequence(led: Reading, args: Args) -> None:
 
 def _packing(led: Reading, args: Args) -> None:
     if args.has("packing") and not as_bool(args.name("packing"), args.values["packing"]):
-        led.note(args.name("packing"), "sequences are padded to the longest of each batch, up to max_length; the "
-                                       "plan takes max_length")
+        led.note(
+            args.name("packing"),
+            "sequences are padded to the longest of each batch, up to max_length; the plan takes max_length",
+        )
 
 
 # the keys the functions above read (each gets a KeyRead or a note where it says something)
-TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (read_batch, read_steps, _sequence, read_precision, read_optim,
-                                                       _targets, read_fsdp, _deepspeed, _packing)
-READ_TOGETHER = frozenset({"gradient_accumulation_steps", "max_steps", "num_train_epochs", "bf16", "fp16",
-                           "dtype", "torch_dtype", "optim", "use_peft", "load_in_4bit", "load_in_8bit",
-                           "bnb_4bit_quant_type", "lora_target_modules", "fsdp", "fsdp_config", "deepspeed",
-                           "packing", "model_name_or_path"})
+TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (
+    read_batch,
+    read_steps,
+    _sequence,
+    read_precision,
+    read_optim,
+    _targets,
+    read_fsdp,
+    _deepspeed,
+    _packing,
+)
+READ_TOGETHER = frozenset(
+    {
+        "gradient_accumulation_steps",
+        "max_steps",
+        "num_train_epochs",
+        "bf16",
+        "fp16",
+        "dtype",
+        "torch_dtype",
+        "optim",
+        "use_peft",
+        "load_in_4bit",
+        "load_in_8bit",
+        "bnb_4bit_quant_type",
+        "lora_target_modules",
+        "fsdp",
+        "fsdp_config",
+        "deepspeed",
+        "packing",
+        "model_name_or_path",
+    }
+)
 
 
 def _mentioned(led: Reading, name: str) -> bool:
@@ -350,8 +527,11 @@ def read_args(args: Args, led: Reading) -> Imported:
     for key, value in args.values.items():
         name = args.name(key)
         if key in READ_TOGETHER:
-            if not _mentioned(led, name) and not (key == "model_name_or_path" and led.model_name) and not any(
-                    n == name or n.startswith(f"{name}.") for n in led.ignored + led.unknown):
+            if (
+                not _mentioned(led, name)
+                and not (key == "model_name_or_path" and led.model_name)
+                and not any(n == name or n.startswith(f"{name}.") for n in led.ignored + led.unknown)
+            ):
                 led.ignored.append(name)  # read, and it says what the plan has anyway
         elif key in SIMPLE and value is None:
             led.note(name, "null: no limit; give the plan's key")
@@ -368,12 +548,41 @@ def read_args(args: Args, led: Reading) -> Imported:
 LAUNCHER_COUNT = ("num_processes", "nproc_per_node", "nproc-per-node", "num_gpus")
 # launcher options known to leave memory alone (where the processes start; the Trainer's own bf16/fp16 wins over
 # accelerate's --mixed_precision)
-LAUNCHER_IGNORED = frozenset({
-    "multi_gpu", "num_machines", "machine_rank", "main_process_ip", "main_process_port", "rdzv_backend",
-    "same_network", "nnodes", "node_rank", "master_addr", "master_port", "standalone", "rdzv_endpoint", "rdzv_id",
-    "rdzv-backend", "rdzv-endpoint", "rdzv-id", "max_restarts", "max-restarts", "monitor_interval",
-    "mixed_precision", "num_nodes", "hostfile", "include", "exclude", "master-addr", "master-port", "nnodes",
-    "node-rank", "gpu_ids", "module", "m"})
+LAUNCHER_IGNORED = frozenset(
+    {
+        "multi_gpu",
+        "num_machines",
+        "machine_rank",
+        "main_process_ip",
+        "main_process_port",
+        "rdzv_backend",
+        "same_network",
+        "nnodes",
+        "node_rank",
+        "master_addr",
+        "master_port",
+        "standalone",
+        "rdzv_endpoint",
+        "rdzv_id",
+        "rdzv-backend",
+        "rdzv-endpoint",
+        "rdzv-id",
+        "max_restarts",
+        "max-restarts",
+        "monitor_interval",
+        "mixed_precision",
+        "num_nodes",
+        "hostfile",
+        "include",
+        "exclude",
+        "master-addr",
+        "master-port",
+        "node-rank",
+        "gpu_ids",
+        "module",
+        "m",
+    }
+)
 LAUNCHERS = ("python", "python3", "accelerate", "launch", "torchrun", "deepspeed")
 # where PyTorch's caching allocator reads its settings (PyTorch >= 2.1; PYTORCH_ALLOC_CONF from 2.8)
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -435,8 +644,9 @@ def _launcher(led: Reading, tokens: list[str], gpus: int | None) -> int | None:
         raise bad("--num_processes", count, f"differs from the GPU count given ({gpus})")
     if options.get("use_fsdp"):
         led.plan["framework"] = "accelerate_fsdp"
-        accelerate.fsdp_options(led, {k: v for k, v in options.items() if k.startswith("fsdp_")}, "--",
-                                adapters=None, orig_default=False)
+        accelerate.fsdp_options(
+            led, {k: v for k, v in options.items() if k.startswith("fsdp_")}, "--", adapters=None, orig_default=False
+        )
     if options.get("use_deepspeed"):
         led.plan["framework"] = "deepspeed"
         accelerate.deepspeed_plugin(led, {k: v for k, v in options.items() if k in accelerate.DEEPSPEED_KEYS}, "--")
@@ -447,8 +657,12 @@ def _launcher(led: Reading, tokens: list[str], gpus: int | None) -> int | None:
             led.read.append(KeyRead(source=f"--{key}", plan_key="hardware.count", value=count))
         elif key in LAUNCHER_IGNORED or key in ("use_fsdp", "use_deepspeed"):
             led.ignored.append(f"--{key}")
-        elif not (key.startswith("fsdp_") and options.get("use_fsdp") or
-                  key in accelerate.DEEPSPEED_KEYS and options.get("use_deepspeed")):  # read by the plugin
+        elif not (
+            key.startswith("fsdp_")
+            and options.get("use_fsdp")
+            or key in accelerate.DEEPSPEED_KEYS
+            and options.get("use_deepspeed")
+        ):  # read by the plugin
             led.unknown.append(f"--{key}")
     return gpus if count is None else count
 
@@ -462,8 +676,9 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     env, launcher, script = _split(doc.text)
     _environment(led, env)
     count = _launcher(led, launcher, gpus)
-    return marked(read_args(Args(values=_flags(script), dash="--", gpus=count), led),
-                  training_defaults("TrainingArguments"))
+    return marked(
+        read_args(Args(values=_flags(script), dash="--", gpus=count), led), training_defaults("TrainingArguments")
+    )
 
 
 # --- writing ------------------------------------------------------------------------------------------------------
@@ -474,13 +689,21 @@ def _write_model(plan: Plan, out: dict[str, Any]) -> None:
         out["model_name_or_path"] = checkpoint(plan)
     if wl.task in ("lora", "qlora"):
         lora = wl.lora
-        out.update({"use_peft": True, "lora_r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
-                    "lora_target_modules": [name for name, short in MODULES.items() if short in lora.targets]})
+        out.update(
+            {
+                "use_peft": True,
+                "lora_r": lora.rank,
+                "lora_alpha": lora.alpha,
+                "lora_dropout": lora.dropout,
+                "lora_target_modules": [name for name, short in MODULES.items() if short in lora.targets],
+            }
+        )
         if lora.variant == "dora":
             out["use_dora"] = True
     if wl.task == "qlora":
-        out.update({"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"} if pr.weights == "nf4" else
-                   {"load_in_8bit": True})
+        out.update(
+            {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"} if pr.weights == "nf4" else {"load_in_8bit": True}
+        )
         if pr.double_quant:
             out["use_bnb_nested_quant"] = True
     elif wl.task == "lora":
@@ -493,18 +716,34 @@ def write(plan: Plan) -> str:
     wl, pr, tech, par = plan.workload, plan.precision, plan.techniques, plan.parallelism
     out: dict[str, Any] = {}
     _write_model(plan, out)
-    out.update({"bf16": pr.compute == "bf16", "fp16": pr.compute == "fp16",
-                "per_device_train_batch_size": wl.micro_batch_size,
-                "gradient_accumulation_steps": accumulation(plan, plan.hardware.count),  # every GPU a data rank
-                "max_length": wl.sequence_length, "max_steps": wl.steps or -1,
-                "gradient_checkpointing": tech.activation_checkpointing != "none",
-                "attn_implementation": "eager" if tech.attention == "eager" else "flash_attention_2"})
-    optim = OPTIM_NAMES.get((pr.optimizer, pr.optimizer_impl if pr.optimizer == "adamw" else None,
-                             pr.optimizer_library))
+    out.update(
+        {
+            "bf16": pr.compute == "bf16",
+            "fp16": pr.compute == "fp16",
+            "per_device_train_batch_size": wl.micro_batch_size,
+            "gradient_accumulation_steps": accumulation(plan, plan.hardware.count),  # every GPU a data rank
+            "max_length": wl.sequence_length,
+            "max_steps": wl.steps or -1,
+            "gradient_checkpointing": tech.activation_checkpointing != "none",
+            "attn_implementation": "eager" if tech.attention == "eager" else "flash_attention_2",
+        }
+    )
+    optim = OPTIM_NAMES.get(
+        (pr.optimizer, pr.optimizer_impl if pr.optimizer == "adamw" else None, pr.optimizer_library)
+    )
     if optim:
         out["optim"] = optim
-    out.update({key: True for key, on in (("torch_compile", tech.compile), ("use_liger_kernel", tech.loss == "fused"),
-                                          ("activation_offloading", tech.activation_offload)) if on})
+    out.update(
+        {
+            key: True
+            for key, on in (
+                ("torch_compile", tech.compile),
+                ("use_liger_kernel", tech.loss == "fused"),
+                ("activation_offloading", tech.activation_offload),
+            )
+            if on
+        }
+    )
     if plan.framework == "deepspeed":
         out["deepspeed"] = "ds_config.json"  # written by the deepspeed format
     elif par.zero_stage in (2, 3):
@@ -516,10 +755,20 @@ def write(plan: Plan) -> str:
 
 # keys a TrainingArguments file has and no torchtune, axolotl or accelerate config does (and OTHER_KEYS: keys of
 # configs that are not TrainingArguments files, LLaMA-Factory's finetuning_type among them)
-TRAINING_KEYS = frozenset({"per_device_train_batch_size", "model_name_or_path", "gradient_checkpointing_kwargs",
-                           "lr_scheduler_type", "per_device_eval_batch_size", "use_peft", "max_seq_length"})
-OTHER_KEYS = frozenset({"base_model", "sequence_len", "micro_batch_size", "distributed_type", "compute_environment",
-                        "finetuning_type"})
+TRAINING_KEYS = frozenset(
+    {
+        "per_device_train_batch_size",
+        "model_name_or_path",
+        "gradient_checkpointing_kwargs",
+        "lr_scheduler_type",
+        "per_device_eval_batch_size",
+        "use_peft",
+        "max_seq_length",
+    }
+)
+OTHER_KEYS = frozenset(
+    {"base_model", "sequence_len", "micro_batch_size", "distributed_type", "compute_environment", "finetuning_type"}
+)
 
 
 def detect(text: str | Document) -> bool:
@@ -534,15 +783,40 @@ def detect(text: str | Document) -> bool:
 
 NO_TENSOR = "the Trainer's data-parallel arguments have no tensor parallelism"
 FORMAT = Format(
-    name="hf_trainer", label="Hugging Face TrainingArguments / TRL recipe (YAML or command line)", framework=FRAMEWORK,
-    suffix=".yaml", detect=detect, read=read, write=write,
-    says=("workload.task", "workload.micro_batch_size", "workload.global_batch_size", "workload.steps",
-          "workload.sequence_length", "workload.lora.rank", "workload.lora.alpha", "workload.lora.dropout",
-          "workload.lora.targets", "workload.lora.variant", "precision.compute", "precision.master_weights",
-          "precision.weights", "precision.double_quant", "precision.optimizer", "precision.optimizer_impl",
-          "precision.optimizer_library", "techniques.activation_checkpointing", "techniques.compile",
-          "techniques.loss", "techniques.attention", "techniques.activation_offload", "techniques.offload",
-          "parallelism.zero_stage", "parallelism.flat_params"),
+    name="hf_trainer",
+    label="Hugging Face TrainingArguments / TRL recipe (YAML or command line)",
+    framework=FRAMEWORK,
+    suffix=".yaml",
+    detect=detect,
+    read=read,
+    write=write,
+    says=(
+        "workload.task",
+        "workload.micro_batch_size",
+        "workload.global_batch_size",
+        "workload.steps",
+        "workload.sequence_length",
+        "workload.lora.rank",
+        "workload.lora.alpha",
+        "workload.lora.dropout",
+        "workload.lora.targets",
+        "workload.lora.variant",
+        "precision.compute",
+        "precision.master_weights",
+        "precision.weights",
+        "precision.double_quant",
+        "precision.optimizer",
+        "precision.optimizer_impl",
+        "precision.optimizer_library",
+        "techniques.activation_checkpointing",
+        "techniques.compile",
+        "techniques.loss",
+        "techniques.attention",
+        "techniques.activation_offload",
+        "techniques.offload",
+        "parallelism.zero_stage",
+        "parallelism.flat_params",
+    ),
     cannot_say={
         "workload.task": "pretrain reads back as finetune (from_pretrained weights; the same memory)",
         "precision.compute": "fp8: TrainingArguments has no fp8 switch (accelerate's mixed_precision fp8 does)",
@@ -560,26 +834,37 @@ FORMAT = Format(
         "parallelism.async_tp": NO_TENSOR,
         "parallelism.context": "the Trainer's data-parallel arguments have no context parallelism",
         "parallelism.expert": "the Trainer's data-parallel arguments have no expert parallelism",
-        **dict.fromkeys(("parallelism.pipeline", "parallelism.pipeline_layers", "parallelism.pipeline_schedule",
-                         "parallelism.virtual_stages"), "the Trainer has no pipeline parallelism"),
+        **dict.fromkeys(
+            (
+                "parallelism.pipeline",
+                "parallelism.pipeline_layers",
+                "parallelism.pipeline_schedule",
+                "parallelism.virtual_stages",
+            ),
+            "the Trainer has no pipeline parallelism",
+        ),
         "parallelism.data": "the Trainer runs every GPU as a data-parallel rank",
         "workload.global_batch_size": "per-device batch × accumulation × GPUs: the accumulation keeps the planned "
-                                     "batch where the GPUs' micro-batches divide it",
-        **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
-                        "DeepSpeed's: in the JSON the deepspeed argument names (export it --to deepspeed); FSDP has "
-                        "none"),
+        "batch where the GPUs' micro-batches divide it",
+        **dict.fromkeys(
+            ("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+            "DeepSpeed's: in the JSON the deepspeed argument names (export it --to deepspeed); FSDP has none",
+        ),
         "techniques.offload": "FSDP's offload moves the parameters with the optimizer; optimizer-only offload is "
-                              "DeepSpeed's, in its JSON",
+        "DeepSpeed's, in its JSON",
         "framework": "the fsdp argument runs accelerate's FSDP plugin (accelerate_fsdp), the deepspeed argument "
-                     "DeepSpeed (deepspeed)",
+        "DeepSpeed (deepspeed)",
         "framework_release": RELEASE_WHY,
-        **dict.fromkeys(("precision.gradients", "precision.optimizer_state"),
-                        "no argument: they follow the parameters' dtype (dtype; fp32 without one)"),
+        **dict.fromkeys(
+            ("precision.gradients", "precision.optimizer_state"),
+            "no argument: they follow the parameters' dtype (dtype; fp32 without one)",
+        ),
         "precision.weights": "bitsandbytes loads nf4 (load_in_4bit) or int8 (load_in_8bit); LoRA's frozen base "
-                             "loads in bf16, fp16 or fp32 (dtype)",
+        "loads in bf16, fp16 or fp32 (dtype)",
         "precision.fp32_embedding_states": "no argument: the Trainer's 32-bit nn.Embedding states with a "
-                                           "bitsandbytes 8-bit optimizer (the hf_trainer recipe's)",
+        "bitsandbytes 8-bit optimizer (the hf_trainer recipe's)",
         "techniques.compile_scope": "torch_compile compiles the model with its loss",
         "techniques.moe_capacity_factor": "Transformers' MoE layers are dropless",
         "parallelism.flat_params": "FSDP1's (fsdp_config use_orig_params); a DeepSpeed plan's JSON has none",
-    })
+    },
+)

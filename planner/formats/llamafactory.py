@@ -41,9 +41,13 @@ DEFAULT_CUTOFF = 2048
 ATTENTION = {"auto": "flash", "disabled": "eager", "sdpa": "flash", "fa2": "flash", "fa3": "flash"}
 # examples/deepspeed/*.json: what LLaMA-Factory's shipped DeepSpeed configs say (zero_optimization.stage,
 # offload_optimizer / offload_param), for a config whose JSON is not beside it
-DEEPSPEED_EXAMPLES = {"ds_z0_config.json": (0, "none"), "ds_z2_config.json": (2, "none"),
-                      "ds_z2_offload_config.json": (2, "optimizer"), "ds_z3_config.json": (3, "none"),
-                      "ds_z3_offload_config.json": (3, "optimizer_and_params")}
+DEEPSPEED_EXAMPLES = {
+    "ds_z0_config.json": (0, "none"),
+    "ds_z2_config.json": (2, "none"),
+    "ds_z2_offload_config.json": (2, "optimizer"),
+    "ds_z3_config.json": (3, "none"),
+    "ds_z3_offload_config.json": (3, "optimizer_and_params"),
+}
 # a checkpoint quantized ahead (examples/train_qlora/*_gptq, _awq, _aqlm): LLaMA-Factory trains LoRA on it as loaded
 PREQUANTIZED = re.compile(r"gptq|awq|aqlm")
 # keys of LLaMA-Factory's v1 trainer configs (examples/v1: src/llamafactory/v1/config), which v0 does not have
@@ -59,8 +63,10 @@ REFUSED = {
     "use_kt": "KTransformers runs the experts on the CPU: the plan puts every weight on the GPUs",
     "use_llama_pro": "LLaMA Pro trains the expanded blocks only: the plan trains every weight or adapters",
     "mixture_of_depths": "mixture-of-depths layers are not a plan architecture",
-    **dict.fromkeys(("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size"),
-                    "a Megatron-Core run (mcore_adapter, USE_MCA=1): write it as a megatron command line"),
+    **dict.fromkeys(
+        ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size"),
+        "a Megatron-Core run (mcore_adapter, USE_MCA=1): write it as a megatron command line",
+    ),
 }
 UNMODELLED = {
     "additional_target": "these modules are trained in full beside the adapters",
@@ -72,20 +78,73 @@ UNMODELLED = {
     "shift_attn": "LongLoRA's shifted short attention",
     "rope_scaling": "RoPE scaling lengthens the context; the plan takes cutoff_len",
 }
-IGNORED = frozenset({  # data, templates, logging, evaluation, saving: no effect on a step's memory or time
-    "trust_remote_code", "dataset", "eval_dataset", "dataset_dir", "template", "max_samples", "overwrite_cache",
-    "preprocessing_num_workers", "dataloader_num_workers", "plot_loss", "val_size", "tokenized_path", "do_train",
-    "mask_history", "streaming", "buffer_size", "mix_strategy", "interleave_probs", "default_system",
-    "enable_thinking", "tool_format", "media_dir", "image_max_pixels", "image_min_pixels", "video_max_pixels",
-    "video_min_pixels", "video_fps", "video_maxlen", "adapter_name_or_path", "cache_dir", "use_fast_tokenizer",
-    "model_revision", "use_rslora", "pissa_init", "pissa_iter", "pissa_convert", "loraplus_lr_ratio",
-    "loraplus_lr_embedding", "create_new_adapter", "train_from_scratch", "low_cpu_mem_usage", "fp8_backend",
-    "fsdp_transformer_layer_cls_to_wrap", "compute_accuracy", "disable_shuffling", "ray_num_workers",
-    "include_effective_tokens_per_second", "use_reentrant_gc", "print_param_status", "use_swanlab",
-    "freeze_multi_modal_projector", "preprocessing_batch_size", "ignore_pad_token_for_loss", "eval_on_each_dataset",
-    "use_dft_loss", "train_on_prompt", "freeze_vision_tower", "use_asft_loss", "use_eaft_loss", "asft_alpha",
-    "eaft_alpha", "early_stopping_steps",
-    *hf_trainer.IGNORED})
+IGNORED = frozenset(
+    {  # data, templates, logging, evaluation, saving: no effect on a step's memory or time
+        "trust_remote_code",
+        "dataset",
+        "eval_dataset",
+        "dataset_dir",
+        "template",
+        "max_samples",
+        "overwrite_cache",
+        "preprocessing_num_workers",
+        "dataloader_num_workers",
+        "plot_loss",
+        "val_size",
+        "tokenized_path",
+        "do_train",
+        "mask_history",
+        "streaming",
+        "buffer_size",
+        "mix_strategy",
+        "interleave_probs",
+        "default_system",
+        "enable_thinking",
+        "tool_format",
+        "media_dir",
+        "image_max_pixels",
+        "image_min_pixels",
+        "video_max_pixels",
+        "video_min_pixels",
+        "video_fps",
+        "video_maxlen",
+        "adapter_name_or_path",
+        "cache_dir",
+        "use_fast_tokenizer",
+        "model_revision",
+        "use_rslora",
+        "pissa_init",
+        "pissa_iter",
+        "pissa_convert",
+        "loraplus_lr_ratio",
+        "loraplus_lr_embedding",
+        "create_new_adapter",
+        "train_from_scratch",
+        "low_cpu_mem_usage",
+        "fp8_backend",
+        "fsdp_transformer_layer_cls_to_wrap",
+        "compute_accuracy",
+        "disable_shuffling",
+        "ray_num_workers",
+        "include_effective_tokens_per_second",
+        "use_reentrant_gc",
+        "print_param_status",
+        "use_swanlab",
+        "freeze_multi_modal_projector",
+        "preprocessing_batch_size",
+        "ignore_pad_token_for_loss",
+        "eval_on_each_dataset",
+        "use_dft_loss",
+        "train_on_prompt",
+        "freeze_vision_tower",
+        "use_asft_loss",
+        "use_eaft_loss",
+        "asft_alpha",
+        "eaft_alpha",
+        "early_stopping_steps",
+        *hf_trainer.IGNORED,
+    }
+)
 
 
 def _task(cfg: dict[str, Any], r: Reading) -> str:
@@ -95,24 +154,36 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
         raise PlanError("stage", f"{cfg['stage']}: {RL_WHY}")
     kind = cfg.get("finetuning_type", DEFAULT_TYPE)
     if kind in ("freeze", "oft"):
-        why = ("trains the last freeze_trainable_layers layers (default 2) in full and freezes the rest" if kind ==
-               "freeze" else "OFT's orthogonal adapters")
+        why = (
+            "trains the last freeze_trainable_layers layers (default 2) in full and freezes the rest"
+            if kind == "freeze"
+            else "OFT's orthogonal adapters"
+        )
         raise PlanError("finetuning_type", f"{kind}: {why}; the plan trains every weight (full) or LoRA adapters")
     choice("finetuning_type", kind, {"full": 0, "lora": 0})
     bits = cfg.get("quantization_bit")
     if bits is not None and kind != "lora":
-        raise bad("quantization_bit", bits, "needs finetuning_type lora: a quantized model trains adapters only "
-                                            "(model/adapter.py)")
+        raise bad(
+            "quantization_bit",
+            bits,
+            "needs finetuning_type lora: a quantized model trains adapters only (model/adapter.py)",
+        )
     task = "finetune" if kind == "full" else "qlora" if bits is not None else "lora"
-    r.set("finetuning_type" if "finetuning_type" in cfg else "finetuning_type (absent: the default lora)",
-          "workload.task", task)
+    r.set(
+        "finetuning_type" if "finetuning_type" in cfg else "finetuning_type (absent: the default lora)",
+        "workload.task",
+        task,
+    )
     if bits is not None:
         _quantization(cfg, r, as_int("quantization_bit", bits))
     if stage in ("dpo", "rm"):
         r.set("stage", "workload.objective", "preference" if stage == "dpo" else "reward")
     if stage == "dpo":
-        r.set("pref_loss" if "pref_loss" in cfg else "pref_loss (absent: the default sigmoid)",
-              "workload.preference.loss_type", choice("pref_loss", cfg.get("pref_loss", "sigmoid"), PREF_LOSSES))
+        r.set(
+            "pref_loss" if "pref_loss" in cfg else "pref_loss (absent: the default sigmoid)",
+            "workload.preference.loss_type",
+            choice("pref_loss", cfg.get("pref_loss", "sigmoid"), PREF_LOSSES),
+        )
     return task
 
 
@@ -120,16 +191,25 @@ def _quantization(cfg: dict[str, Any], r: Reading, bits: int) -> None:
     """quantization_bit with quantization_method (default bnb; model_utils/quantization.py)."""
     method = as_text("quantization_method", cfg.get("quantization_method", "bnb")).lower()
     if (method, bits) not in (("bnb", 4), ("bnb", 8), ("hqq", 4), ("hqq", 8), ("eetq", 8)):
-        raise bad("quantization_bit", bits, f"with quantization_method {method}: the plan's quantized weights are "
-                                            "4-bit (nf4) or 8-bit (int8)")
+        raise bad(
+            "quantization_bit",
+            bits,
+            f"with quantization_method {method}: the plan's quantized weights are 4-bit (nf4) or 8-bit (int8)",
+        )
     r.set("quantization_bit", "precision.weights", "nf4" if bits == 4 else "int8")
     if method != "bnb":
-        r.note("quantization_method", f"{method}'s {bits}-bit weights are planned as bitsandbytes' "
-                                      f"{'nf4' if bits == 4 else 'int8'} (the same bits, other scales)")
+        r.note(
+            "quantization_method",
+            f"{method}'s {bits}-bit weights are planned as bitsandbytes' "
+            f"{'nf4' if bits == 4 else 'int8'} (the same bits, other scales)",
+        )
     if bits == 4 and method == "bnb":  # BitsAndBytesConfig(bnb_4bit_use_double_quant=double_quantization)
         double = as_bool("double_quantization", cfg.get("double_quantization", True))
-        r.set("double_quantization" if "double_quantization" in cfg else "double_quantization (absent: true)",
-              "precision.double_quant", double)
+        r.set(
+            "double_quantization" if "double_quantization" in cfg else "double_quantization (absent: true)",
+            "precision.double_quant",
+            double,
+        )
         if str(cfg.get("quantization_type", "nf4")).lower() == "fp4":
             r.note("quantization_type", "fp4 is read as nf4: the same 4 bits and block scales")
 
@@ -138,10 +218,16 @@ def _lora(cfg: dict[str, Any], r: Reading) -> None:
     rank = as_int("lora_rank", cfg.get("lora_rank", DEFAULT_RANK))
     r.set("lora_rank" if "lora_rank" in cfg else "lora_rank (absent: 8)", "workload.lora.rank", rank)
     alpha = cfg.get("lora_alpha") or rank * 2
-    r.set("lora_alpha" if cfg.get("lora_alpha") else "lora_alpha (absent: lora_rank × 2)", "workload.lora.alpha",
-          as_number("lora_alpha", alpha, 0))
-    r.set("lora_dropout" if "lora_dropout" in cfg else "lora_dropout (absent: 0)", "workload.lora.dropout",
-          as_number("lora_dropout", cfg.get("lora_dropout", DEFAULT_DROPOUT), 0, 1))
+    r.set(
+        "lora_alpha" if cfg.get("lora_alpha") else "lora_alpha (absent: lora_rank × 2)",
+        "workload.lora.alpha",
+        as_number("lora_alpha", alpha, 0),
+    )
+    r.set(
+        "lora_dropout" if "lora_dropout" in cfg else "lora_dropout (absent: 0)",
+        "workload.lora.dropout",
+        as_number("lora_dropout", cfg.get("lora_dropout", DEFAULT_DROPOUT), 0, 1),
+    )
     if "use_dora" in cfg:
         r.set("use_dora", "workload.lora.variant", "dora" if as_bool("use_dora", cfg["use_dora"]) else "lora")
     target = cfg.get("lora_target", "all")
@@ -171,19 +257,27 @@ def _precision(cfg: dict[str, Any], r: Reading, task: str) -> None:
         if task == "finetune":
             r.set("pure_bf16", "precision.master_weights", "none")
     elif "precision" not in r.plan or "compute" not in r.plan["precision"]:
-        r.set("bf16 (absent: the model loads in its checkpoint's dtype, planned as bf16)", "precision.compute",
-              "bf16")
-        r.note("bf16", "absent: LLaMA-Factory loads the model in the checkpoint's dtype (patcher.py "
-                       "infer_optim_dtype) and the Trainer runs no autocast; planned as bf16 autocast")
+        r.set("bf16 (absent: the model loads in its checkpoint's dtype, planned as bf16)", "precision.compute", "bf16")
+        r.note(
+            "bf16",
+            "absent: LLaMA-Factory loads the model in the checkpoint's dtype (patcher.py "
+            "infer_optim_dtype) and the Trainer runs no autocast; planned as bf16 autocast",
+        )
     if as_bool("fp8", cfg.get("fp8", False)):
         r.set("fp8", "precision.compute", "fp8")
         if cfg.get("fp8_enable_fsdp_float8_all_gather") is not None:
-            r.set("fp8_enable_fsdp_float8_all_gather", "precision.fp8_all_gather",
-                  as_bool("fp8_enable_fsdp_float8_all_gather", cfg["fp8_enable_fsdp_float8_all_gather"]))
+            r.set(
+                "fp8_enable_fsdp_float8_all_gather",
+                "precision.fp8_all_gather",
+                as_bool("fp8_enable_fsdp_float8_all_gather", cfg["fp8_enable_fsdp_float8_all_gather"]),
+            )
     compute = r.plan["precision"]["compute"]
     if task == "lora":  # patcher.py: from_pretrained(torch_dtype=compute_dtype); adapters upcast to fp32
-        r.set(f"{'pure_bf16' if pure else 'bf16/fp16'} (the frozen base loads in compute_dtype)",
-              "precision.weights", "fp32" if compute == "fp32" else "fp16" if compute == "fp16" else "bf16")
+        r.set(
+            f"{'pure_bf16' if pure else 'bf16/fp16'} (the frozen base loads in compute_dtype)",
+            "precision.weights",
+            "fp32" if compute == "fp32" else "fp16" if compute == "fp16" else "bf16",
+        )
     hf_trainer.read_optim(r, args)
     if as_bool("use_muon", cfg.get("use_muon", False)):
         r.set("use_muon", "precision.optimizer", "muon")
@@ -194,14 +288,22 @@ def _techniques(cfg: dict[str, Any], r: Reading) -> None:
     flash_attn, Liger (its fused linear cross-entropy for sft and pt: liger_kernel.py), torch_compile."""
     disabled = as_bool("disable_gradient_checkpointing", cfg.get("disable_gradient_checkpointing", False))
     forced = as_bool("gradient_checkpointing", cfg.get("gradient_checkpointing", False))
-    source = ("gradient_checkpointing" if forced else "disable_gradient_checkpointing" if
-              "disable_gradient_checkpointing" in cfg else "disable_gradient_checkpointing (absent: false)")
+    source = (
+        "gradient_checkpointing"
+        if forced
+        else "disable_gradient_checkpointing"
+        if "disable_gradient_checkpointing" in cfg
+        else "disable_gradient_checkpointing (absent: false)"
+    )
     r.set(source, "techniques.activation_checkpointing", "none" if disabled and not forced else "full")
     if as_bool("use_unsloth_gc", cfg.get("use_unsloth_gc", False)):  # saves each layer's input on the CPU
         r.set("use_unsloth_gc", "techniques.activation_offload", True)
     attention = str(cfg.get("flash_attn", "auto")).lower()
-    r.set("flash_attn" if "flash_attn" in cfg else "flash_attn (absent: auto, transformers' sdpa)",
-          "techniques.attention", choice("flash_attn", attention, ATTENTION))
+    r.set(
+        "flash_attn" if "flash_attn" in cfg else "flash_attn (absent: auto, transformers' sdpa)",
+        "techniques.attention",
+        choice("flash_attn", attention, ATTENTION),
+    )
     liger = [k for k in ("enable_liger_kernel", "use_liger_kernel") if as_bool(k, cfg.get(k, False))]
     if liger:
         r.set(liger[0], "techniques.loss", "fused")
@@ -214,12 +316,15 @@ def _data(cfg: dict[str, Any], r: Reading, stage: str) -> None:
     length = as_int("cutoff_len", cfg.get("cutoff_len", DEFAULT_CUTOFF))
     r.set("cutoff_len" if "cutoff_len" in cfg else "cutoff_len (absent: 2048)", "workload.sequence_length", length)
     packing = cfg.get("packing")
-    packed = (as_bool("packing", packing) if packing is not None else stage == "pt") or \
-        as_bool("neat_packing", cfg.get("neat_packing", False))
+    packed = (as_bool("packing", packing) if packing is not None else stage == "pt") or as_bool(
+        "neat_packing", cfg.get("neat_packing", False)
+    )
     if not packed:
-        r.note("packing" if packing is not None else "packing (absent: off for sft)",
-               "each batch is padded to its longest sample, up to cutoff_len; the plan takes every sequence at "
-               "cutoff_len (an upper bound)")
+        r.note(
+            "packing" if packing is not None else "packing (absent: off for sft)",
+            "each batch is padded to its longest sample, up to cutoff_len; the plan takes every sequence at "
+            "cutoff_len (an upper bound)",
+        )
 
 
 def _deepspeed(cfg: dict[str, Any], r: Reading, files: Callable[[str], str | None] | None) -> None:
@@ -237,14 +342,21 @@ def _deepspeed(cfg: dict[str, Any], r: Reading, files: Callable[[str], str | Non
         return
     name = as_text("deepspeed", value).replace("\\", "/").split("/")[-1]
     if name not in DEEPSPEED_EXAMPLES:
-        raise bad("deepspeed", value, "is not beside the config, and its name is none of LLaMA-Factory's "
-                                      f"examples/deepspeed files ({', '.join(DEEPSPEED_EXAMPLES)}): its ZeRO stage "
-                                      "is in the file; give the file")
+        raise bad(
+            "deepspeed",
+            value,
+            "is not beside the config, and its name is none of LLaMA-Factory's "
+            f"examples/deepspeed files ({', '.join(DEEPSPEED_EXAMPLES)}): its ZeRO stage "
+            "is in the file; give the file",
+        )
     stage, offload = DEEPSPEED_EXAMPLES[name]
     r.set(f"deepspeed ({name}: LLaMA-Factory's examples/deepspeed file)", "parallelism.zero_stage", stage)
     r.set(f"deepspeed ({name}: LLaMA-Factory's examples/deepspeed file)", "techniques.offload", offload)
-    r.note("deepspeed", f"{value} is not beside the config: its stage and offload are those of LLaMA-Factory's "
-                        f"examples/deepspeed/{name}")
+    r.note(
+        "deepspeed",
+        f"{value} is not beside the config: its stage and offload are those of LLaMA-Factory's "
+        f"examples/deepspeed/{name}",
+    )
 
 
 def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
@@ -255,38 +367,81 @@ def _batch(cfg: dict[str, Any], r: Reading, gpus: int | None) -> None:
         r.set("gpus", "hardware.count", gpus)
     hf_trainer.read_batch(r, args)
     if "per_device_train_batch_size" in cfg:
-        r.set("per_device_train_batch_size", "workload.micro_batch_size",
-              as_int("per_device_train_batch_size", cfg["per_device_train_batch_size"]))
+        r.set(
+            "per_device_train_batch_size",
+            "workload.micro_batch_size",
+            as_int("per_device_train_batch_size", cfg["per_device_train_batch_size"]),
+        )
     hf_trainer.read_steps(r, args)
 
 
 def _refuse(cfg: dict[str, Any]) -> None:
     """A config whose run the plan does not describe: PlanError naming the key and why."""
     if V1_KEYS & set(cfg) and "model" in cfg:
-        raise PlanError("config", f"a LLaMA-Factory v1 config ({', '.join(sorted(V1_KEYS & set(cfg)))}): its keys "
-                                  "are not read yet; write it with the v0 keys (model_name_or_path, stage, "
-                                  "finetuning_type, ...)")
+        raise PlanError(
+            "config",
+            f"a LLaMA-Factory v1 config ({', '.join(sorted(V1_KEYS & set(cfg)))}): its keys "
+            "are not read yet; write it with the v0 keys (model_name_or_path, stage, "
+            "finetuning_type, ...)",
+        )
     for key, why in REFUSED.items():
         value = cfg.get(key)
-        on = as_int(key, value) > 1 if key.endswith("_size") and value is not None else \
-            isinstance(value, str) or (value is not None and as_bool(key, value))
+        on = (
+            as_int(key, value) > 1
+            if key.endswith("_size") and value is not None
+            else isinstance(value, str) or (value is not None and as_bool(key, value))
+        )
         if on:
             raise PlanError(key, f"{value}: {why}")
 
 
 # the keys the functions above read (sort_rest files each one no read or note names as ignored)
-_TAKEN = frozenset({
-    "model_name_or_path", "stage", "finetuning_type", "quantization_bit", "quantization_method",
-    "quantization_type", "double_quantization", "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "use_dora",
-    "bf16", "fp16", "pure_bf16", "fp8", "fp8_enable_fsdp_float8_all_gather", "optim", "use_muon",
-    "disable_gradient_checkpointing", "gradient_checkpointing", "use_unsloth_gc", "flash_attn",
-    "enable_liger_kernel", "use_liger_kernel", "torch_compile", "cutoff_len", "packing", "neat_packing", "deepspeed",
-    "fsdp", "fsdp_config", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
-    "num_train_epochs", *REFUSED})
+_TAKEN = frozenset(
+    {
+        "model_name_or_path",
+        "stage",
+        "finetuning_type",
+        "quantization_bit",
+        "quantization_method",
+        "quantization_type",
+        "double_quantization",
+        "lora_rank",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target",
+        "use_dora",
+        "bf16",
+        "fp16",
+        "pure_bf16",
+        "fp8",
+        "fp8_enable_fsdp_float8_all_gather",
+        "optim",
+        "use_muon",
+        "disable_gradient_checkpointing",
+        "gradient_checkpointing",
+        "use_unsloth_gc",
+        "flash_attn",
+        "enable_liger_kernel",
+        "use_liger_kernel",
+        "torch_compile",
+        "cutoff_len",
+        "packing",
+        "neat_packing",
+        "deepspeed",
+        "fsdp",
+        "fsdp_config",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "max_steps",
+        "num_train_epochs",
+        *REFUSED,
+    }
+)
 
 
-def read(text: str | Document, *, gpus: int | None = None,
-         files: Callable[[str], str | None] | None = None) -> Imported:
+def read(
+    text: str | Document, *, gpus: int | None = None, files: Callable[[str], str | None] | None = None
+) -> Imported:
     """A LLaMA-Factory training config read as a partial plan (see the module's docstring); `files` gives the text
     of a file the config names (its DeepSpeed JSON), or None where there is none."""
     cfg = mapping(text)
@@ -297,8 +452,11 @@ def read(text: str | Document, *, gpus: int | None = None,
         raise bad("model_name_or_path", name, "must name the model (a Hugging Face repo id or path)")
     r.model("model_name_or_path", name)
     if PREQUANTIZED.search(name.lower()) and cfg.get("quantization_bit") is None:
-        r.note("model_name_or_path", f"{name} names a pre-quantized checkpoint (its quantization is in its "
-                                     "config.json): planned with a 16-bit base")
+        r.note(
+            "model_name_or_path",
+            f"{name} names a pre-quantized checkpoint (its quantization is in its "
+            "config.json): planned with a 16-bit base",
+        )
     task = _task(cfg, r)
     if task != "finetune":
         _lora(cfg, r)
@@ -322,15 +480,45 @@ def detect(text: str | Document) -> bool:
 
 
 FORMAT = Format(
-    name="llamafactory", label="LLaMA-Factory training config (YAML; read only)", framework=FRAMEWORK,
-    suffix=".yaml", detect=detect, read=read, write=None, reads_files=True,
-    says=("workload.task", "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size",
-          "workload.steps", "workload.lora.rank", "workload.lora.alpha", "workload.lora.dropout",
-          "workload.lora.targets", "workload.lora.variant", "precision.compute", "precision.master_weights",
-          "precision.weights", "precision.double_quant", "precision.optimizer", "precision.optimizer_impl",
-          "precision.optimizer_library", "precision.fp8_all_gather", "techniques.activation_checkpointing",
-          "techniques.activation_offload", "techniques.attention", "techniques.loss", "techniques.compile",
-          "techniques.offload", "parallelism.zero_stage", "parallelism.flat_params", "hardware.count"),
-    cannot_say={"export": "LLaMA-Factory configs are read, not written: export the plan --to hf_trainer, deepspeed or "
-                          "accelerate and run it with those"},
+    name="llamafactory",
+    label="LLaMA-Factory training config (YAML; read only)",
+    framework=FRAMEWORK,
+    suffix=".yaml",
+    detect=detect,
+    read=read,
+    write=None,
+    reads_files=True,
+    says=(
+        "workload.task",
+        "workload.sequence_length",
+        "workload.micro_batch_size",
+        "workload.global_batch_size",
+        "workload.steps",
+        "workload.lora.rank",
+        "workload.lora.alpha",
+        "workload.lora.dropout",
+        "workload.lora.targets",
+        "workload.lora.variant",
+        "precision.compute",
+        "precision.master_weights",
+        "precision.weights",
+        "precision.double_quant",
+        "precision.optimizer",
+        "precision.optimizer_impl",
+        "precision.optimizer_library",
+        "precision.fp8_all_gather",
+        "techniques.activation_checkpointing",
+        "techniques.activation_offload",
+        "techniques.attention",
+        "techniques.loss",
+        "techniques.compile",
+        "techniques.offload",
+        "parallelism.zero_stage",
+        "parallelism.flat_params",
+        "hardware.count",
+    ),
+    cannot_say={
+        "export": "LLaMA-Factory configs are read, not written: export the plan --to hf_trainer, deepspeed or "
+        "accelerate and run it with those"
+    },
 )

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import OverLimit, bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, marked, set_key, training_defaults
+from planner.formats.base import RELEASE_WHY, Document, Format, Imported, document, marked, set_key, training_defaults
 from planner.formats.reading import Reading, as_int, as_number, choice
 from planner.formats.shell import lines, words
 from planner.loader import CONFIG
-from planner.plan import Plan
+from planner.plan.config import Plan
 
 Args = dict[str, Any]  # flag (without --) → its value: True for a bare flag, a string, or a list of strings
 
@@ -58,8 +58,11 @@ class _Shell:
         self.substitutions += 1
         self.characters += len(value)
         if self.substitutions > MAX_SUBSTITUTIONS or self.characters > CONFIG.max_bytes:
-            raise OverLimit("config", f"substitutes shell variables more than {MAX_SUBSTITUTIONS:,} times or into "
-                                      f"more than {CONFIG.max_bytes:,} characters; that is not a script")
+            raise OverLimit(
+                "config",
+                f"substitutes shell variables more than {MAX_SUBSTITUTIONS:,} times or into "
+                f"more than {CONFIG.max_bytes:,} characters; that is not a script",
+            )
         return value
 
 
@@ -94,8 +97,9 @@ def _following(words: list[str], start: int) -> list[str]:
     """A flag's values: the words from `start` up to the next flag, shell keyword, script or array (found by
     index: a copy of the rest of the line a flag is quadratic in the line's flags)."""
     end = start
-    while end < len(words) and not (words[end].startswith("--") or words[end] in _SHELL_WORDS
-                                    or words[end].endswith((".py", "[@]}"))):
+    while end < len(words) and not (
+        words[end].startswith("--") or words[end] in _SHELL_WORDS or words[end].endswith((".py", "[@]}"))
+    ):
         end += 1
     return words[start:end]
 
@@ -106,14 +110,25 @@ def _following(words: list[str], start: int) -> list[str]:
 NORMS = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
 # GPT2BPETokenizer (gpt2-vocab.json): 50257 tokens (megatron/training/tokenizer/gpt2_tokenization.py's vocab)
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}
-ARCH_INTS = {"num-layers": "num_layers", "hidden-size": "hidden_size", "num-attention-heads": "num_attention_heads",
-             "ffn-hidden-size": "intermediate_size", "kv-channels": "head_dim", "num-experts": "num_experts",
-             "moe-ffn-hidden-size": "moe_intermediate_size"}
+ARCH_INTS = {
+    "num-layers": "num_layers",
+    "hidden-size": "hidden_size",
+    "num-attention-heads": "num_attention_heads",
+    "ffn-hidden-size": "intermediate_size",
+    "kv-channels": "head_dim",
+    "num-experts": "num_experts",
+    "moe-ffn-hidden-size": "moe_intermediate_size",
+}
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
 # --multi-latent-attention: the latent ranks and head widths (arguments.py defaults: kv_lora_rank 32,
 # q_lora_rank None, qk_head_dim 128, qk_pos_emb_head_dim 64, v_head_dim 128)
-MLA = {"kv-lora-rank": ("kv_lora_rank", 32), "q-lora-rank": ("q_lora_rank", None), "qk-head-dim": ("head_dim", 128),
-       "qk-pos-emb-head-dim": ("qk_rope_head_dim", 64), "v-head-dim": ("v_head_dim", 128)}
+MLA = {
+    "kv-lora-rank": ("kv_lora_rank", 32),
+    "q-lora-rank": ("q_lora_rank", None),
+    "qk-head-dim": ("head_dim", 128),
+    "qk-pos-emb-head-dim": ("qk_rope_head_dim", 64),
+    "v-head-dim": ("v_head_dim", 128),
+}
 
 
 def _padded_vocab(vocab: int, divisible_by: int, tensor: int) -> int:
@@ -154,8 +169,11 @@ def _shared_experts(args: Args, arch: dict[str, Any]) -> None:
     shared = as_int("--moe-shared-expert-intermediate-size", args["moe-shared-expert-intermediate-size"])
     width = arch.get("moe_intermediate_size") or arch.get("intermediate_size")
     if width is None or shared % width:
-        raise bad("--moe-shared-expert-intermediate-size", shared, f"is not a whole number of experts of "
-                                                                   f"--moe-ffn-hidden-size ({width})")
+        raise bad(
+            "--moe-shared-expert-intermediate-size",
+            shared,
+            f"is not a whole number of experts of --moe-ffn-hidden-size ({width})",
+        )
     arch["shared_experts"] = shared // width
 
 
@@ -169,8 +187,9 @@ def _dense_layers(args: Args, out: Reading, arch: dict[str, Any]) -> None:
     if pattern:
         arch["first_dense_layers"] = int(pattern.group(1))
     elif freq != "1":
-        out.unmodelled.append(f"--moe-layer-freq: {freq} (a pattern of dense and MoE layers other than the first "
-                              "k dense) is not modelled")
+        out.unmodelled.append(
+            f"--moe-layer-freq: {freq} (a pattern of dense and MoE layers other than the first k dense) is not modelled"
+        )
 
 
 def _vocab(args: Args, out: Reading, arch: dict[str, Any], tensor: int) -> None:
@@ -183,14 +202,31 @@ def _vocab(args: Args, out: Reading, arch: dict[str, Any], tensor: int) -> None:
         vocab = as_int("--vocab-size", args["vocab-size"]) if "vocab-size" in args else TOKENIZER_VOCAB[tokenizer]
         arch["vocab_size"] = _padded_vocab(vocab, divisible, tensor)
     elif tokenizer or "tokenizer-model" in args:
-        out.unmodelled.append(f"--tokenizer-model: the tokenizer ({args.get('tokenizer-model', tokenizer)}) sets "
-                              "the vocabulary; give model.vocab_size")
+        out.unmodelled.append(
+            f"--tokenizer-model: the tokenizer ({args.get('tokenizer-model', tokenizer)}) sets "
+            "the vocabulary; give model.vocab_size"
+        )
 
 
-ARCH_FLAGS = (*ARCH_INTS, *MLA, "group-query-attention", "num-query-groups", "swiglu", "squared-relu",
-              "normalization", "untie-embeddings-and-output-weights", "disable-bias-linear", "qk-layernorm",
-              "moe-router-topk", "moe-shared-expert-intermediate-size", "multi-latent-attention", "vocab-size",
-              "padded-vocab-size", "make-vocab-size-divisible-by", "moe-layer-freq")
+ARCH_FLAGS = (
+    *ARCH_INTS,
+    *MLA,
+    "group-query-attention",
+    "num-query-groups",
+    "swiglu",
+    "squared-relu",
+    "normalization",
+    "untie-embeddings-and-output-weights",
+    "disable-bias-linear",
+    "qk-layernorm",
+    "moe-router-topk",
+    "moe-shared-expert-intermediate-size",
+    "multi-latent-attention",
+    "vocab-size",
+    "padded-vocab-size",
+    "make-vocab-size-divisible-by",
+    "moe-layer-freq",
+)
 
 
 def _model(args: Args, out: Reading, tensor: int) -> str:
@@ -203,8 +239,10 @@ def _model(args: Args, out: Reading, tensor: int) -> str:
             out.set(", ".join(given), f"model.{key}", value)
         return ""
     if given:
-        out.unmodelled.append(f"{', '.join(given)}: an incomplete architecture (no {', '.join(missing)}); give the "
-                              "model as a preset or its keys")
+        out.unmodelled.append(
+            f"{', '.join(given)}: an incomplete architecture (no {', '.join(missing)}); give the "
+            "model as a preset or its keys"
+        )
     tokenizer = args.get("tokenizer-model")
     return tokenizer if isinstance(tokenizer, str) and "$" not in tokenizer else "Megatron-LM GPT model"
 
@@ -231,8 +269,10 @@ FLAGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "expert-model-parallel-size": ("parallelism.expert", _INT),
     "moe-expert-capacity-factor": ("techniques.moe_capacity_factor", as_number),
     # AttnBackend: flash and fused (cuDNN) kernels keep no score matrix; unfused and local materialize it
-    "attention-backend": ("techniques.attention", _table({"flash": "flash", "fused": "flash", "auto": "flash",
-                                                          "unfused": "eager", "local": "eager"})),
+    "attention-backend": (
+        "techniques.attention",
+        _table({"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "eager", "local": "eager"}),
+    ),
     "use-flash-attn": ("techniques.attention", _const("flash")),
     # --optimizer adam (Adam/AdamW with decoupled weight decay) | sgd (with --sgd-momentum 0.9)
     "optimizer": ("precision.optimizer", _table({"adam": "adamw", "sgd": "sgd_momentum"})),
@@ -247,7 +287,7 @@ SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3
 UNMODELLED = {
     "fp8-param-gather": "float8 parameters all-gathered without a bf16 copy have no plan key",
     "cross-entropy-loss-fusion": "the fused vocab-parallel cross-entropy keeps fewer fp32 copies of the logits "
-                                 "than the plan's full loss",
+    "than the plan's full loss",
     "empty-unused-memory-level": "emptying the allocator's cache between steps is not modelled",
     "mtp-num-layers": "multi-token-prediction layers are not modelled",
     "expert-tensor-parallel-size": "experts split over tensor ranks of their own have no plan key",
@@ -265,18 +305,79 @@ UNMODELLED = {
 # flags that leave memory and step time alone: learning rates, logging, data and checkpoint paths, dropout and
 # initialisation, fusions of elementwise kernels, and the launcher's. --overlap-grad-reduce / --overlap-param-gather
 # overlap the (bucketed) communication with compute inside the buffers the plan counts.
-IGNORED = ("use-mcore-models", "max-position-embeddings", "rotary-base", "rotary-percent", "attention-dropout",
-           "hidden-dropout", "apply-layernorm-1p", "no-masked-softmax-fusion", "no-position-embedding",
-           "weight-decay", "clip-grad", "split", "mock-data", "num-workers", "tiktoken-pattern", "vocab-file",
-           "merge-file", "no-create-attention-mask-in-dataloader", "no-mmap-bin-files", "manual-gc",
-           "calculate-per-token-loss", "overlap-grad-reduce", "overlap-param-gather", "moe-grouped-gemm",
-           "moe-router-load-balancing-type", "moe-aux-loss-coeff", "transformer-impl", "norm-epsilon",
-           "fp8-amax-history-len", "fp8-amax-compute-algo", "use-distributed-optimizer", "sequence-parallel",
-           "fp8-format", "fp8-recipe", "bf16", "fp16", "train-samples", "tokenizer-type", "tokenizer-model",
-           "nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint",
-           "standalone", "use-torch-fsdp2", "use-megatron-fsdp", "use-custom-fsdp", "data-parallel-sharding-strategy")
-IGNORED_PREFIXES = ("lr", "min-lr", "decoupled-", "log-", "wandb-", "tensorboard", "eval-", "save", "load", "data-",
-                    "profile", "adam-", "init-method", "no-load", "ckpt-", "distributed-", "exit-", "seed")
+IGNORED = (
+    "use-mcore-models",
+    "max-position-embeddings",
+    "rotary-base",
+    "rotary-percent",
+    "attention-dropout",
+    "hidden-dropout",
+    "apply-layernorm-1p",
+    "no-masked-softmax-fusion",
+    "no-position-embedding",
+    "weight-decay",
+    "clip-grad",
+    "split",
+    "mock-data",
+    "num-workers",
+    "tiktoken-pattern",
+    "vocab-file",
+    "merge-file",
+    "no-create-attention-mask-in-dataloader",
+    "no-mmap-bin-files",
+    "manual-gc",
+    "calculate-per-token-loss",
+    "overlap-grad-reduce",
+    "overlap-param-gather",
+    "moe-grouped-gemm",
+    "moe-router-load-balancing-type",
+    "moe-aux-loss-coeff",
+    "transformer-impl",
+    "norm-epsilon",
+    "fp8-amax-history-len",
+    "fp8-amax-compute-algo",
+    "use-distributed-optimizer",
+    "sequence-parallel",
+    "fp8-format",
+    "fp8-recipe",
+    "bf16",
+    "fp16",
+    "train-samples",
+    "tokenizer-type",
+    "tokenizer-model",
+    "nproc_per_node",
+    "nnodes",
+    "node_rank",
+    "master_addr",
+    "master_port",
+    "rdzv_backend",
+    "rdzv_endpoint",
+    "standalone",
+    "use-torch-fsdp2",
+    "use-megatron-fsdp",
+    "use-custom-fsdp",
+    "data-parallel-sharding-strategy",
+)
+IGNORED_PREFIXES = (
+    "lr",
+    "min-lr",
+    "decoupled-",
+    "log-",
+    "wandb-",
+    "tensorboard",
+    "eval-",
+    "save",
+    "load",
+    "data-",
+    "profile",
+    "adam-",
+    "init-method",
+    "no-load",
+    "ckpt-",
+    "distributed-",
+    "exit-",
+    "seed",
+)
 
 
 def _flags(args: Args, out: Reading) -> None:
@@ -309,15 +410,21 @@ def _sharding(args: Args, out: Reading, tensor: int) -> None:
         out.set("--use-torch-fsdp2", "parallelism.zero_stage", 3)
     elif "use-megatron-fsdp" in args or "use-custom-fsdp" in args:
         strategy = args.get("data-parallel-sharding-strategy", "no_shard")
-        out.set("--use-megatron-fsdp, --data-parallel-sharding-strategy", "parallelism.zero_stage",
-                choice("--data-parallel-sharding-strategy", strategy, SHARDING))
+        out.set(
+            "--use-megatron-fsdp, --data-parallel-sharding-strategy",
+            "parallelism.zero_stage",
+            choice("--data-parallel-sharding-strategy", strategy, SHARDING),
+        )
     elif "use-distributed-optimizer" in args:
         out.set("--use-distributed-optimizer", "parallelism.zero_stage", 1)
     else:  # arguments.py: use_distributed_optimizer False; frameworks.yaml's recipe says 1
         out.set("--use-distributed-optimizer (absent: arguments.py default off)", "parallelism.zero_stage", 0)
     if tensor > 1:  # arguments.py turns --sequence-parallel off when TP = 1
-        out.set("--sequence-parallel" + ("" if "sequence-parallel" in args else " (absent: arguments.py default off)"),
-                "parallelism.sequence_parallel", "sequence-parallel" in args)
+        out.set(
+            "--sequence-parallel" + ("" if "sequence-parallel" in args else " (absent: arguments.py default off)"),
+            "parallelism.sequence_parallel",
+            "sequence-parallel" in args,
+        )
 
 
 def _pipeline(args: Args, out: Reading, num_layers: int | None) -> None:
@@ -329,28 +436,40 @@ def _pipeline(args: Args, out: Reading, num_layers: int | None) -> None:
     elif "num-layers-per-virtual-pipeline-stage" in args and num_layers is not None:
         per_stage = as_int("--num-layers-per-virtual-pipeline-stage", args["num-layers-per-virtual-pipeline-stage"])
         if num_layers % (per_stage * pipeline):
-            raise bad("--num-layers-per-virtual-pipeline-stage", per_stage,
-                      f"does not divide the layers of a pipeline rank ({num_layers} ÷ {pipeline})")
+            raise bad(
+                "--num-layers-per-virtual-pipeline-stage",
+                per_stage,
+                f"does not divide the layers of a pipeline rank ({num_layers} ÷ {pipeline})",
+            )
         virtual = num_layers // (per_stage * pipeline)
     if virtual > 1:
         source = "--num-virtual-stages-per-pipeline-rank or --num-layers-per-virtual-pipeline-stage"
         out.set(source, "parallelism.virtual_stages", virtual)
         out.set(source, "parallelism.pipeline_schedule", "interleaved_1f1b")
-    accounted = [f for f in ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split")
-                 if f in args]
+    accounted = [
+        f for f in ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split") if f in args
+    ]
     if len(accounted) == 2:
-        out.set("--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split",
-                "parallelism.pipeline_split", "weighted")
+        out.set(
+            "--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split",
+            "parallelism.pipeline_split",
+            "weighted",
+        )
     elif accounted:
-        out.unmodelled.append(f"--{accounted[0]}: one of the embedding and the loss counted as a layer has no plan "
-                              "split (weighted counts both)")
+        out.unmodelled.append(
+            f"--{accounted[0]}: one of the embedding and the loss counted as a layer has no plan "
+            "split (weighted counts both)"
+        )
     _uneven(args, out, num_layers, pipeline, virtual)
 
 
 def _uneven(args: Args, out: Reading, num_layers: int | None, pipeline: int, virtual: int) -> None:
     """--decoder-first/last-pipeline-num-layers: those stages' layers, the rest spread evenly over the middle."""
-    ends = {flag: as_int(f"--{flag}", args[flag]) for flag in ("decoder-first-pipeline-num-layers",
-                                                                "decoder-last-pipeline-num-layers") if flag in args}
+    ends = {
+        flag: as_int(f"--{flag}", args[flag])
+        for flag in ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers")
+        if flag in args
+    }
     if not ends:
         return
     source = ", ".join(f"--{flag}" for flag in ends)
@@ -359,8 +478,11 @@ def _uneven(args: Args, out: Reading, num_layers: int | None, pipeline: int, vir
         return
     middle, rest = pipeline - len(ends), num_layers - sum(ends.values())
     if rest < 0 or (middle == 0 and rest) or (middle and rest % middle):
-        raise bad(source, list(ends.values()), f"leaves {rest} of --num-layers ({num_layers}) for {middle} middle "
-                                               "stages: they must share them evenly")
+        raise bad(
+            source,
+            list(ends.values()),
+            f"leaves {rest} of --num-layers ({num_layers}) for {middle} middle stages: they must share them evenly",
+        )
     first = [ends["decoder-first-pipeline-num-layers"]] if "decoder-first-pipeline-num-layers" in ends else []
     last = [ends["decoder-last-pipeline-num-layers"]] if "decoder-last-pipeline-num-layers" in ends else []
     out.set(source, "parallelism.pipeline_layers", first + [rest // middle if middle else 0] * middle + last)
@@ -375,18 +497,30 @@ def _recompute(args: Args, out: Reading) -> None:
     out.set("--recompute-granularity", "techniques.activation_checkpointing", mode)
     method, layers = args.get("recompute-method"), args.get("recompute-num-layers", "1")
     if mode == "full" and (method == "block" or str(layers) != "1"):
-        out.unmodelled.append(f"--recompute-method: {method} with --recompute-num-layers {layers} recomputes groups "
-                              "or some layers; modelled as every layer (full)")
+        out.unmodelled.append(
+            f"--recompute-method: {method} with --recompute-num-layers {layers} recomputes groups "
+            "or some layers; modelled as every layer (full)"
+        )
     modules = args.get("recompute-modules", "core_attn")
     if mode == "selective" and modules not in ("core_attn", ["core_attn"]):
-        out.unmodelled.append(f"--recompute-modules: {modules} recomputes other modules than the attention core "
-                              "(the plan's selective)")
+        out.unmodelled.append(
+            f"--recompute-modules: {modules} recomputes other modules than the attention core (the plan's selective)"
+        )
 
 
-_HANDLED = ("recompute-granularity", "recompute-method", "recompute-num-layers", "recompute-modules",
-            "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage",
-            "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-            "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", *FLAGS)
+_HANDLED = (
+    "recompute-granularity",
+    "recompute-method",
+    "recompute-num-layers",
+    "recompute-modules",
+    "num-virtual-stages-per-pipeline-rank",
+    "num-layers-per-virtual-pipeline-stage",
+    "account-for-embedding-in-pipeline-split",
+    "account-for-loss-in-pipeline-split",
+    "decoder-first-pipeline-num-layers",
+    "decoder-last-pipeline-num-layers",
+    *FLAGS,
+)
 
 
 def read(text: str | Document, *, gpus: int | None = None) -> Imported:
@@ -414,8 +548,10 @@ def _position_embedding(args: Args, out: Reading, incomplete: bool) -> None:
     """GPTModel adds a learned position table (max_position_embeddings × hidden) unless rope or none."""
     kind = args.pop("position-embedding-type", None)
     if kind in (None, "learned_absolute") and not incomplete:
-        out.unmodelled.append(f"--position-embedding-type: {kind or 'absent: arguments.py default'} learned_absolute "
-                              "adds a position table the model keys do not count")
+        out.unmodelled.append(
+            f"--position-embedding-type: {kind or 'absent: arguments.py default'} learned_absolute "
+            "adds a position table the model keys do not count"
+        )
     elif kind is not None:
         out.ignored.append("--position-embedding-type")
 
@@ -435,7 +571,7 @@ CANNOT_SAY = {
     "precision.fp8_all_gather": "--fp8-param-gather gathers fp8 weights without ZeRO-3",
     "precision.fp8_recipe": "rowwise and nvfp4: Megatron's recipes are delayed, tensorwise, mxfp8 and blockwise",
     "techniques.activation_checkpointing": "selective_op and every_k: Megatron recomputes every layer (full) or "
-                                           "the attention core (selective)",
+    "the attention core (selective)",
     "techniques.loss": "chunked or fused: Megatron's vocab-parallel cross-entropy takes the whole logits",
     "techniques.compile": "Megatron does not torch.compile the model",
     "techniques.activation_offload": "--cpu-offloading is not modelled",
@@ -445,17 +581,23 @@ CANNOT_SAY = {
     "parallelism.pipeline_schedule": "gpipe and zero_bubble: Megatron runs 1F1B, interleaved with virtual stages",
     "parallelism.pipeline_layers": "other than first and last stages around an even middle, or with virtual stages",
     "model.vocab_size": "Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by × tensor ranks",
-    **dict.fromkeys(("model.sliding_window", "model.global_attention_every"),
-                    "sliding-window layers are not written: every layer attends to the whole sequence"),
+    **dict.fromkeys(
+        ("model.sliding_window", "model.global_attention_every"),
+        "sliding-window layers are not written: every layer attends to the whole sequence",
+    ),
     "precision.optimizer_impl": "Megatron's Adam is Apex/Transformer Engine's fused one",
-    **dict.fromkeys(("precision.optimizer_library", "precision.optimizer_block_size",
-                     "precision.fp32_embedding_states"), "Megatron has no 8-bit optimizer"),
+    **dict.fromkeys(
+        ("precision.optimizer_library", "precision.optimizer_block_size", "precision.fp32_embedding_states"),
+        "Megatron has no 8-bit optimizer",
+    ),
     "parallelism.flat_params": "FSDP1's: Megatron's FSDP shards each parameter",
     "precision.gradients": "other than bf16 (--grad-reduce-in-bf16) and fp32 (main_grads)",
     "parallelism.async_tp": "Megatron overlaps tensor-parallel communication with --tp-comm-overlap (Transformer "
-                            "Engine userbuffers), which is not modelled",
-    **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
-                    "DeepSpeed's: Megatron's distributed optimizer has its own buckets"),
+    "Engine userbuffers), which is not modelled",
+    **dict.fromkeys(
+        ("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+        "DeepSpeed's: Megatron's distributed optimizer has its own buckets",
+    ),
     "framework_release": RELEASE_WHY,
 }
 UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
@@ -464,16 +606,20 @@ UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
     ("precision.optimizer", lambda p: p.precision.optimizer not in ("adamw", "sgd_momentum")),
     ("precision.fp8_all_gather", lambda p: p.precision.fp8_all_gather),
     ("precision.fp8_recipe", lambda p: p.precision.fp8_recipe in ("rowwise", "nvfp4")),
-    ("techniques.activation_checkpointing", lambda p: p.techniques.activation_checkpointing in ("selective_op",
-                                                                                                 "every_k")),
+    (
+        "techniques.activation_checkpointing",
+        lambda p: p.techniques.activation_checkpointing in ("selective_op", "every_k"),
+    ),
     ("techniques.loss", lambda p: p.techniques.loss != "full"),
     ("techniques.compile", lambda p: p.techniques.compile),
     ("techniques.activation_offload", lambda p: p.techniques.activation_offload),
     ("techniques.offload", lambda p: p.techniques.offload == "optimizer_and_params"),
     ("techniques.optimizer_in_backward", lambda p: p.techniques.optimizer_in_backward),
     ("parallelism.pipeline_schedule", lambda p: p.parallelism.pipeline_schedule in ("gpipe", "zero_bubble")),
-    ("parallelism.pipeline_layers", lambda p: p.parallelism.pipeline_layers is not None
-     and _ends(p.parallelism.pipeline_layers) is None),
+    (
+        "parallelism.pipeline_layers",
+        lambda p: p.parallelism.pipeline_layers is not None and _ends(p.parallelism.pipeline_layers) is None,
+    ),
 )
 WRITE_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 WRITE_FP8 = {"tensorwise": "tensorwise", "mxfp8": "mxfp8", "rowwise": "blockwise", "nvfp4": "mxfp8"}
@@ -490,44 +636,77 @@ def _ends(layers: tuple[int, ...]) -> tuple[int, int] | None:
 def _model_flags(plan: Plan) -> list[str]:
     m = plan.model
     if m.layer_pattern:
-        raise bad("model.layer_pattern", m.layer_pattern, "cannot be said: pretrain_gpt.py builds attention layers "
-                                                          "(a hybrid is pretrain_mamba.py's)")
+        raise bad(
+            "model.layer_pattern",
+            m.layer_pattern,
+            "cannot be said: pretrain_gpt.py builds attention layers (a hybrid is pretrain_mamba.py's)",
+        )
     if m.mla and not m.qk_rope_head_dim:
-        raise bad("model.qk_rope_head_dim", 0, "cannot be said: Megatron's latent attention has a rotary part "
-                                               "(--qk-pos-emb-head-dim of at least 1)")
-    flags = [f"--num-layers {m.num_layers}", f"--hidden-size {m.hidden_size}",
-             f"--ffn-hidden-size {m.intermediate_size}", f"--num-attention-heads {m.num_attention_heads}",
-             f"--kv-channels {m.head_dim}", "--position-embedding-type rope",
-             f"--normalization {'RMSNorm' if m.norm == 'rmsnorm' else 'LayerNorm'}",
-             f"--vocab-size {m.vocab_size}", "--make-vocab-size-divisible-by 1"]
+        raise bad(
+            "model.qk_rope_head_dim",
+            0,
+            "cannot be said: Megatron's latent attention has a rotary part (--qk-pos-emb-head-dim of at least 1)",
+        )
+    flags = [
+        f"--num-layers {m.num_layers}",
+        f"--hidden-size {m.hidden_size}",
+        f"--ffn-hidden-size {m.intermediate_size}",
+        f"--num-attention-heads {m.num_attention_heads}",
+        f"--kv-channels {m.head_dim}",
+        "--position-embedding-type rope",
+        f"--normalization {'RMSNorm' if m.norm == 'rmsnorm' else 'LayerNorm'}",
+        f"--vocab-size {m.vocab_size}",
+        "--make-vocab-size-divisible-by 1",
+    ]
     if m.num_kv_heads != m.num_attention_heads:
         flags += ["--group-query-attention", f"--num-query-groups {m.num_kv_heads}"]
     flags += {"swiglu": ["--swiglu"], "relu2": ["--squared-relu"], "gelu": []}[m.mlp]
-    flags += [flag for flag, on in (("--untie-embeddings-and-output-weights", not m.tie_embeddings),
-                                    ("--disable-bias-linear", not m.bias), ("--qk-layernorm", m.qk_norm)) if on]
+    flags += [
+        flag
+        for flag, on in (
+            ("--untie-embeddings-and-output-weights", not m.tie_embeddings),
+            ("--disable-bias-linear", not m.bias),
+            ("--qk-layernorm", m.qk_norm),
+        )
+        if on
+    ]
     if m.num_experts:
-        flags += [f"--num-experts {m.num_experts}", f"--moe-router-topk {m.experts_per_token}",
-                  f"--moe-ffn-hidden-size {m.moe_intermediate_size}"]
+        flags += [
+            f"--num-experts {m.num_experts}",
+            f"--moe-router-topk {m.experts_per_token}",
+            f"--moe-ffn-hidden-size {m.moe_intermediate_size}",
+        ]
         flags += [f"--moe-shared-expert-intermediate-size {m.shared_experts * m.moe_intermediate_size}"] * bool(
-            m.shared_experts)
+            m.shared_experts
+        )
         flags += [f'--moe-layer-freq "([0]*{m.first_dense_layers}+[1]*{m.moe_layers})"'] * bool(m.first_dense_layers)
     if m.mla:
-        flags += ["--multi-latent-attention", f"--kv-lora-rank {m.kv_lora_rank}", f"--qk-head-dim {m.head_dim}",
-                  f"--qk-pos-emb-head-dim {m.qk_rope_head_dim}", f"--v-head-dim {m.v_head_dim}"]
+        flags += [
+            "--multi-latent-attention",
+            f"--kv-lora-rank {m.kv_lora_rank}",
+            f"--qk-head-dim {m.head_dim}",
+            f"--qk-pos-emb-head-dim {m.qk_rope_head_dim}",
+            f"--v-head-dim {m.v_head_dim}",
+        ]
         flags += [f"--q-lora-rank {m.q_lora_rank}"] * (m.q_lora_rank is not None)
     return flags
 
 
 def _training_flags(plan: Plan) -> list[str]:
     wl, prec, tech = plan.workload, plan.precision, plan.techniques
-    flags = [f"--seq-length {wl.sequence_length}", f"--max-position-embeddings {wl.sequence_length}",
-             f"--micro-batch-size {wl.micro_batch_size}", f"--global-batch-size {wl.global_batch_size}"]
+    flags = [
+        f"--seq-length {wl.sequence_length}",
+        f"--max-position-embeddings {wl.sequence_length}",
+        f"--micro-batch-size {wl.micro_batch_size}",
+        f"--global-batch-size {wl.global_batch_size}",
+    ]
     if wl.steps is not None:
         flags.append(f"--train-iters {wl.steps}")
     elif wl.train_tokens is not None:
         flags.append(f"--train-samples {-(-wl.train_tokens // wl.sequence_length)}")
     flags += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [], "fp8": ["--bf16", "--fp8-format hybrid"]}[
-        prec.compute]
+        prec.compute
+    ]
     if prec.compute == "fp8":
         flags.append(f"--fp8-recipe {WRITE_FP8[prec.fp8_recipe]}")
     flags += ["--grad-reduce-in-bf16"] * (prec.gradients == "bf16")
@@ -545,8 +724,12 @@ def _training_flags(plan: Plan) -> list[str]:
 
 def _parallel_flags(plan: Plan) -> list[str]:
     par = plan.parallelism
-    flags = [f"--tensor-model-parallel-size {par.tensor}", f"--pipeline-model-parallel-size {par.pipeline}",
-             f"--context-parallel-size {par.context}", f"--expert-model-parallel-size {par.expert}"]
+    flags = [
+        f"--tensor-model-parallel-size {par.tensor}",
+        f"--pipeline-model-parallel-size {par.pipeline}",
+        f"--context-parallel-size {par.context}",
+        f"--expert-model-parallel-size {par.expert}",
+    ]
     flags += ["--sequence-parallel"] * par.sequence_parallel
     if par.zero_stage == 1:
         flags.append("--use-distributed-optimizer")
@@ -569,17 +752,35 @@ def write(plan: Plan) -> str:
     per_node = 8 if count % 8 == 0 else count
     lines = ["#!/bin/bash", f"# Megatron-LM run for {plan.name or 'a VRAM Planner plan'} (written by VRAM Planner)"]
     lines += [f"# not said: {key} ({CANNOT_SAY[key]})" for key, unsaid in UNSAID if unsaid(plan)]
-    lines += ["", "export CUDA_DEVICE_MAX_CONNECTIONS=1", f"GPUS_PER_NODE={per_node}", f"NUM_NODES={count // per_node}",
-              "", "torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES pretrain_gpt.py \\"]
-    flags = ["--use-mcore-models", *_model_flags(plan), *_training_flags(plan), *_parallel_flags(plan), "--mock-data",
-             "--tokenizer-type NullTokenizer"]
+    lines += [
+        "",
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+        f"GPUS_PER_NODE={per_node}",
+        f"NUM_NODES={count // per_node}",
+        "",
+        "torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES pretrain_gpt.py \\",
+    ]
+    flags = [
+        "--use-mcore-models",
+        *_model_flags(plan),
+        *_training_flags(plan),
+        *_parallel_flags(plan),
+        "--mock-data",
+        "--tokenizer-type NullTokenizer",
+    ]
     lines += [f"    {flag} \\" for flag in flags[:-1]] + [f"    {flags[-1]}"]
     return "\n".join(lines) + "\n"
 
 
 # Megatron's own flags that no other framework's config spells this way
-MARKERS = ("tensor-model-parallel-size", "pipeline-model-parallel-size", "num-layers", "micro-batch-size",
-           "use-distributed-optimizer", "seq-length")
+MARKERS = (
+    "tensor-model-parallel-size",
+    "pipeline-model-parallel-size",
+    "num-layers",
+    "micro-batch-size",
+    "use-distributed-optimizer",
+    "seq-length",
+)
 
 
 def detect(text: str | Document) -> bool:
@@ -594,12 +795,40 @@ def detect(text: str | Document) -> bool:
     return sum(flag in args for flag in MARKERS) >= 2
 
 
-SAYS = ("workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size", "workload.steps",
-        "precision.compute", "precision.gradients", "precision.optimizer", "techniques.activation_checkpointing",
-        "techniques.attention", "techniques.offload", "techniques.moe_capacity_factor", "parallelism.data",
-        "parallelism.zero_stage", "parallelism.tensor", "parallelism.pipeline", "parallelism.context",
-        "parallelism.expert", "parallelism.sequence_parallel", "parallelism.virtual_stages",
-        "parallelism.pipeline_schedule", "parallelism.pipeline_split", "parallelism.pipeline_layers", "hardware.count")
+SAYS = (
+    "workload.sequence_length",
+    "workload.micro_batch_size",
+    "workload.global_batch_size",
+    "workload.steps",
+    "precision.compute",
+    "precision.gradients",
+    "precision.optimizer",
+    "techniques.activation_checkpointing",
+    "techniques.attention",
+    "techniques.offload",
+    "techniques.moe_capacity_factor",
+    "parallelism.data",
+    "parallelism.zero_stage",
+    "parallelism.tensor",
+    "parallelism.pipeline",
+    "parallelism.context",
+    "parallelism.expert",
+    "parallelism.sequence_parallel",
+    "parallelism.virtual_stages",
+    "parallelism.pipeline_schedule",
+    "parallelism.pipeline_split",
+    "parallelism.pipeline_layers",
+    "hardware.count",
+)
 
-FORMAT = Format(name="megatron", label="Megatron-LM arguments (shell script or torchrun line)", framework="megatron",
-                suffix=".sh", detect=detect, read=read, write=write, says=SAYS, cannot_say=CANNOT_SAY)
+FORMAT = Format(
+    name="megatron",
+    label="Megatron-LM arguments (shell script or torchrun line)",
+    framework="megatron",
+    suffix=".sh",
+    detect=detect,
+    read=read,
+    write=write,
+    says=SAYS,
+    cannot_say=CANNOT_SAY,
+)

@@ -46,8 +46,9 @@ class Reading:
         """A key that changes memory but no plan key says."""
         self.unmodelled.append(f"{key}: {why}")
 
-    def other(self, key: str, *, unmodelled: dict[str, str], ignored: frozenset[str] | set[str],
-              name: str | None = None) -> None:
+    def other(
+        self, key: str, *, unmodelled: dict[str, str], ignored: frozenset[str] | set[str], name: str | None = None
+    ) -> None:
         """A key no reader took: noted where it changes memory (`unmodelled`: why), ignored where known to leave
         it alone, else unknown (listed as `name`, the key by default)."""
         if key in unmodelled:
@@ -70,13 +71,20 @@ class Reading:
         return found.preset
 
     def imported(self) -> Imported:
-        return Imported(format=self.format, plan=self.plan, read=tuple(self.read),
-                        model_name=self.model_name[0] if self.model_name else "",
-                        unmodelled=tuple(self.unmodelled), ignored=tuple(self.ignored), unknown=tuple(self.unknown),
-                        notes=tuple(self.notes))
+        return Imported(
+            format=self.format,
+            plan=self.plan,
+            read=tuple(self.read),
+            model_name=self.model_name[0] if self.model_name else "",
+            unmodelled=tuple(self.unmodelled),
+            ignored=tuple(self.ignored),
+            unknown=tuple(self.unknown),
+            notes=tuple(self.notes),
+        )
 
-    def sort_rest(self, cfg: dict[str, Any], *, known: frozenset[str], ignored: frozenset[str],
-                  unmodelled: dict[str, str]) -> None:
+    def sort_rest(
+        self, cfg: dict[str, Any], *, known: frozenset[str], ignored: frozenset[str], unmodelled: dict[str, str]
+    ) -> None:
         """Account for each top-level key of `cfg` that no read or note names yet: `unmodelled` where it is set
         (not null, false, empty or a degree of 1), ignored where it is known (read, and left as the recipe has
         it) or known to leave memory alone, else unknown."""

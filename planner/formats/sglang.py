@@ -12,19 +12,40 @@ from __future__ import annotations
 import re
 
 from planner.errors import bad
-from planner.formats.base import Document, Format, Imported, RELEASE_WHY, document, marked, serving_defaults
-from planner.formats.cmdline import (SERVER_CANNOT_SAY, Engine, Flag, among, command_line, fraction, one, read_flags,
-                                     split_flags, switch, write_command)
+from planner.formats.base import RELEASE_WHY, Document, Format, Imported, document, marked, serving_defaults
+from planner.formats.cmdline import (
+    SERVER_CANNOT_SAY,
+    Engine,
+    Flag,
+    among,
+    command_line,
+    fraction,
+    one,
+    read_flags,
+    split_flags,
+    switch,
+    write_command,
+)
 from planner.formats.reading import as_int
 from planner.formats.vllm import DTYPES, context, model_arg, name_weights
-from planner.plan import Plan, default_weights
+from planner.plan.config import Plan, default_weights
 
 # --kv-cache-dtype (server_args.py choices: auto, fp8_e5m2, fp8_e4m3, bf16/bfloat16, fp4_e2m1); auto: the model dtype
 KV_DTYPES = {"fp8_e5m2": "fp8", "fp8_e4m3": "fp8", "bf16": "bf16", "bfloat16": "bf16"}
 # --quantization (server_args.py QUANTIZATION_CHOICES) in a plan dtype: w8a8_int8 is 8-bit integer weights
-QUANTIZATION = {"fp8": "fp8", "w8a8_fp8": "fp8", "modelopt": "fp8", "modelopt_fp8": "fp8", "awq": "int4",
-                "awq_marlin": "int4", "gptq": "int4", "gptq_marlin": "int4", "marlin": "int4",
-                "bitsandbytes": "nf4", "w8a8_int8": "int8"}
+QUANTIZATION = {
+    "fp8": "fp8",
+    "w8a8_fp8": "fp8",
+    "modelopt": "fp8",
+    "modelopt_fp8": "fp8",
+    "awq": "int4",
+    "awq_marlin": "int4",
+    "gptq": "int4",
+    "gptq_marlin": "int4",
+    "marlin": "int4",
+    "bitsandbytes": "nf4",
+    "w8a8_int8": "int8",
+}
 WRITE_QUANTIZATION = {"fp8": "fp8", "int4": "awq", "nf4": "bitsandbytes", "int8": "w8a8_int8"}
 
 
@@ -48,12 +69,20 @@ FLAGS = {
     "--dp-size": one("parallelism.data", as_int),
     "--disable-cuda-graph": switch("workload.inference.cuda_graphs", lambda on: not on),
 }
-ALIASES = {"--model": "--model-path", "--tp": "--tp-size", "--tensor-parallel-size": "--tp-size",
-           "--dp": "--dp-size", "--data-parallel-size": "--dp-size", "--pp": "--pp-size",
-           "--pipeline-parallel-size": "--pp-size", "--ep": "--ep-size", "--expert-parallel-size": "--ep-size"}
+ALIASES = {
+    "--model": "--model-path",
+    "--tp": "--tp-size",
+    "--tensor-parallel-size": "--tp-size",
+    "--dp": "--dp-size",
+    "--data-parallel-size": "--dp-size",
+    "--pp": "--pp-size",
+    "--pipeline-parallel-size": "--pp-size",
+    "--ep": "--ep-size",
+    "--expert-parallel-size": "--ep-size",
+}
 UNMODELLED = {
     "--ep-size": "SGLang shards whole experts over the tensor ranks; the planner splits each expert over them "
-                 "(the same bytes per GPU)",
+    "(the same bytes per GPU)",
     "--cuda-graph-max-bs": "the CUDA graphs captured (the planner takes a fixed graph pool)",
     "--cuda-graph-bs": "the CUDA graphs captured (the planner takes a fixed graph pool)",
     "--max-total-tokens": "a cap on the KV pool's tokens below what the fraction holds",
@@ -77,25 +106,85 @@ UNMODELLED = {
     "--disable-custom-all-reduce": "no custom all-reduce buffers (the planner counts 2 × 8 MiB at tensor 2-8)",
     "--json-model-override-args": "the model's architecture as overridden",
 }
-SWITCHES = frozenset({"--disable-cuda-graph", "--disable-radix-cache", "--trust-remote-code", "--enable-dp-attention",
-                      "--enable-torch-compile", "--enable-metrics", "--enable-lora", "--enable-hierarchical-cache",
-                      "--disable-custom-all-reduce", "--skip-tokenizer-init", "--enable-cache-report",
-                      "--log-requests", "--show-time-cost", "--disable-overlap-schedule", "--enable-mixed-chunk",
-                      "--enable-p2p-check", "--disable-cuda-graph-padding"})
-IGNORED = frozenset({
-    "--host", "--port", "--trust-remote-code", "--log-level", "--log-level-http", "--served-model-name",
-    "--tokenizer-path", "--tokenizer-mode", "--revision", "--download-dir", "--random-seed", "--chat-template",
-    "--reasoning-parser", "--tool-call-parser", "--api-key", "--attention-backend", "--sampling-backend",
-    "--enable-metrics", "--skip-tokenizer-init", "--enable-cache-report", "--log-requests", "--show-time-cost",
-    "--schedule-policy", "--schedule-conservativeness", "--disable-radix-cache", "--disable-overlap-schedule",
-    "--enable-mixed-chunk", "--enable-p2p-check", "--disable-cuda-graph-padding", "--nnodes", "--node-rank",
-    "--dist-init-addr", "--load-format", "--grammar-backend", "--stream-interval", "--watchdog-timeout",
-    "--decode-log-interval", "--mm-attention-backend", "--moe-runner-backend", "--device",
-})
-ENGINE = Engine(name="sglang", framework="sglang", program=re.compile(r"sglang\.launch_server|\bsglang\s+serve\b"),
-                starts=(("-m", "sglang.launch_server"), ("sglang", "serve")), model_flags=("--model-path",),
-                flags=FLAGS, aliases=ALIASES, switches=SWITCHES, unmodelled=UNMODELLED, ignored=IGNORED,
-                model_key=name_weights, abbreviations=True)
+SWITCHES = frozenset(
+    {
+        "--disable-cuda-graph",
+        "--disable-radix-cache",
+        "--trust-remote-code",
+        "--enable-dp-attention",
+        "--enable-torch-compile",
+        "--enable-metrics",
+        "--enable-lora",
+        "--enable-hierarchical-cache",
+        "--disable-custom-all-reduce",
+        "--skip-tokenizer-init",
+        "--enable-cache-report",
+        "--log-requests",
+        "--show-time-cost",
+        "--disable-overlap-schedule",
+        "--enable-mixed-chunk",
+        "--enable-p2p-check",
+        "--disable-cuda-graph-padding",
+    }
+)
+IGNORED = frozenset(
+    {
+        "--host",
+        "--port",
+        "--trust-remote-code",
+        "--log-level",
+        "--log-level-http",
+        "--served-model-name",
+        "--tokenizer-path",
+        "--tokenizer-mode",
+        "--revision",
+        "--download-dir",
+        "--random-seed",
+        "--chat-template",
+        "--reasoning-parser",
+        "--tool-call-parser",
+        "--api-key",
+        "--attention-backend",
+        "--sampling-backend",
+        "--enable-metrics",
+        "--skip-tokenizer-init",
+        "--enable-cache-report",
+        "--log-requests",
+        "--show-time-cost",
+        "--schedule-policy",
+        "--schedule-conservativeness",
+        "--disable-radix-cache",
+        "--disable-overlap-schedule",
+        "--enable-mixed-chunk",
+        "--enable-p2p-check",
+        "--disable-cuda-graph-padding",
+        "--nnodes",
+        "--node-rank",
+        "--dist-init-addr",
+        "--load-format",
+        "--grammar-backend",
+        "--stream-interval",
+        "--watchdog-timeout",
+        "--decode-log-interval",
+        "--mm-attention-backend",
+        "--moe-runner-backend",
+        "--device",
+    }
+)
+ENGINE = Engine(
+    name="sglang",
+    framework="sglang",
+    program=re.compile(r"sglang\.launch_server|\bsglang\s+serve\b"),
+    starts=(("-m", "sglang.launch_server"), ("sglang", "serve")),
+    model_flags=("--model-path",),
+    flags=FLAGS,
+    aliases=ALIASES,
+    switches=SWITCHES,
+    unmodelled=UNMODELLED,
+    ignored=IGNORED,
+    model_key=name_weights,
+    abbreviations=True,
+)
 
 
 def detect(text: str | Document) -> bool:
@@ -104,8 +193,10 @@ def detect(text: str | Document) -> bool:
 
 def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     env, args, others = command_line(document(text).text, ENGINE)
-    return marked(read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others),
-                  serving_defaults("--context-length", "SGLang"))
+    return marked(
+        read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others),
+        serving_defaults("--context-length", "SGLang"),
+    )
 
 
 def _precision_args(plan: Plan) -> list[tuple[str, object]]:
@@ -117,8 +208,11 @@ def _precision_args(plan: Plan) -> list[tuple[str, object]]:
     native = (default_weights("inference", prec.activation_dtype, plan.model), prec.activation_dtype)
     kv = None if prec.kv_cache == prec.activation_dtype else {"fp8": "fp8_e5m2", "bf16": "bfloat16"}.get(prec.kv_cache)
     if kv is None and prec.kv_cache != prec.activation_dtype:
-        raise bad("precision.kv_cache", prec.kv_cache, f"is not an SGLang --kv-cache-dtype beside --dtype {dtype} "
-                                                       "(auto, fp8_e5m2, fp8_e4m3, bfloat16)")
+        raise bad(
+            "precision.kv_cache",
+            prec.kv_cache,
+            f"is not an SGLang --kv-cache-dtype beside --dtype {dtype} (auto, fp8_e5m2, fp8_e4m3, bfloat16)",
+        )
     quant = None if prec.weights in native else WRITE_QUANTIZATION.get(prec.weights)
     if quant is None and prec.weights not in native:
         raise bad("precision.weights", prec.weights, f"has no SGLang --quantization beside --dtype {dtype}")
@@ -128,35 +222,60 @@ def _precision_args(plan: Plan) -> list[tuple[str, object]]:
 def write(plan: Plan) -> str:
     inf, par = plan.workload.inference, plan.parallelism
     args = _precision_args(plan) + [
-        ("--context-length", inf.context_tokens), ("--mem-fraction-static", inf.gpu_memory_utilization),
-        ("--max-running-requests", inf.max_num_seqs), ("--chunked-prefill-size", inf.prefill_chunk_tokens),
-        ("--tp-size", par.tensor if par.tensor > 1 else None), ("--pp-size", par.pipeline if par.pipeline > 1 else None),
-        ("--dp-size", par.data * par.context if par.data * par.context > 1 else None), ("--disable-cuda-graph", True if not inf.cuda_graphs else None)]
-    return write_command(f"python -m sglang.launch_server --model-path {model_arg(plan)}",
-                         [(f, v) for f, v in args if v is not None])
+        ("--context-length", inf.context_tokens),
+        ("--mem-fraction-static", inf.gpu_memory_utilization),
+        ("--max-running-requests", inf.max_num_seqs),
+        ("--chunked-prefill-size", inf.prefill_chunk_tokens),
+        ("--tp-size", par.tensor if par.tensor > 1 else None),
+        ("--pp-size", par.pipeline if par.pipeline > 1 else None),
+        ("--dp-size", par.data * par.context if par.data * par.context > 1 else None),
+        ("--disable-cuda-graph", True if not inf.cuda_graphs else None),
+    ]
+    return write_command(
+        f"python -m sglang.launch_server --model-path {model_arg(plan)}", [(f, v) for f, v in args if v is not None]
+    )
 
 
-SAYS = ("model.preset", "workload.task", "workload.inference.gpu_memory_utilization",
-        "workload.inference.max_num_seqs", "workload.inference.prefill_chunk_tokens",
-        "workload.inference.cuda_graphs", "precision.compute", "precision.weights", "precision.kv_cache",
-        "parallelism.tensor", "parallelism.pipeline", "parallelism.data")
+SAYS = (
+    "model.preset",
+    "workload.task",
+    "workload.inference.gpu_memory_utilization",
+    "workload.inference.max_num_seqs",
+    "workload.inference.prefill_chunk_tokens",
+    "workload.inference.cuda_graphs",
+    "precision.compute",
+    "precision.weights",
+    "precision.kv_cache",
+    "parallelism.tensor",
+    "parallelism.pipeline",
+    "parallelism.data",
+)
 CANNOT_SAY = {
     **SERVER_CANNOT_SAY,
     "workload.inference.prefill_chunk_tokens": "none (the whole prompt batch): SGLang chunks prefill by default "
-                                               "(--chunked-prefill-size)",
+    "(--chunked-prefill-size)",
     "framework_release": RELEASE_WHY,
     "techniques.attention": "SGLang's attention is always fused (FlashInfer, FlashAttention, Triton)",
     "techniques.compile": "--enable-torch-compile is not modelled",
     "parallelism.sequence_parallel": "no sequence parallelism",
     "workload.inference.batch_size": "a server takes the requests that arrive; --max-running-requests caps them",
     "workload.inference.prompt_tokens": "one length, --context-length (prompt + output); read back as the prompt "
-                                        "with 256 output tokens",
+    "with 256 output tokens",
     "workload.inference.output_tokens": "one length, --context-length (prompt + output); read back as 256",
     "workload.inference.fraction_scope": "SGLang's mem_fraction_static is always the static scope",
     "workload.inference.prefix_caching": "the planner's prefix_caching is vLLM's hybrid-state mode; SGLang's radix "
-                                         "cache shares pages of the same pool",
+    "cache shares pages of the same pool",
     "parallelism.expert": "--ep-size shards experts over the tensor ranks, not a degree of its own",
     "precision.quant_group_size": "the quantized checkpoint's own group size",
 }
-FORMAT = Format(name="sglang", label="SGLang server command line (sglang.launch_server)", framework="sglang",
-                suffix=".sh", detect=detect, read=read, write=write, says=SAYS, cannot_say=CANNOT_SAY)
+FORMAT = Format(
+    name="sglang",
+    label="SGLang server command line (sglang.launch_server)",
+    framework="sglang",
+    suffix=".sh",
+    detect=detect,
+    read=read,
+    write=write,
+    says=SAYS,
+    cannot_say=CANNOT_SAY,
+)

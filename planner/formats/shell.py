@@ -45,8 +45,7 @@ def split(text: str) -> list[str]:
     end = _BLANKS.match(text, pos).end()
     if end < len(text):  # a quote never closed, or a last backslash that escapes nothing (the odd one of a run)
         backslashes = len(text) - len(text.rstrip("\\"))
-        raise ValueError("No escaped character" if text[end] in '\\"' and backslashes % 2 else
-                         "No closing quotation")
+        raise ValueError("No escaped character" if text[end] in '\\"' and backslashes % 2 else "No closing quotation")
     return found
 
 

@@ -30,26 +30,45 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import PlanError, bad
-from planner.formats.base import (Document, Format, Imported, RELEASE_WHY, document, get_key, marked, preset_for,
-                                  set_key, training_defaults)
+from planner.formats.base import (
+    RELEASE_WHY,
+    Document,
+    Format,
+    Imported,
+    document,
+    get_key,
+    marked,
+    preset_for,
+    set_key,
+    training_defaults,
+)
 from planner.formats.reading import Reading, as_bool, as_int, as_text, as_texts, choice
 from planner.formats.shell import environment, words
 from planner.formats.torchtitan_registry import Models, Registry, entry_keys, registry
 from planner.loader import CONFIG, parse_toml
-from planner.models import Model, presets
-from planner.plan import Plan
+from planner.plan.config import Plan
+from planner.plan.models import Model, presets
 
 # model.name and model.flavor → a preset with torchtitan's architecture for that flavor (torchtitan/models/
 # llama3/__init__.py llama3_args, qwen3/__init__.py qwen3_args, deepseek_v3/__init__.py deepseekv3_args at
 # v0.2.2; tests/test_formats_torchtitan.py checks each preset against the flavor's args)
 FLAVORS: dict[tuple[str, str], str] = {
-    ("llama3", "8B"): "llama-3.1-8b", ("llama3", "8B_flex"): "llama-3.1-8b", ("llama3", "8B_varlen"): "llama-3.1-8b",
-    ("llama3", "70B"): "llama-3.1-70b", ("llama3", "405B"): "llama-3.1-405b",
-    ("qwen3", "0.6B"): "qwen3-0.6b", ("qwen3", "1.7B"): "qwen3-1.7b", ("qwen3", "4B"): "qwen3-4b",
-    ("qwen3", "8B"): "qwen3-8b", ("qwen3", "14B"): "qwen3-14b", ("qwen3", "32B"): "qwen3-32b",
-    ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
+    ("llama3", "8B"): "llama-3.1-8b",
+    ("llama3", "8B_flex"): "llama-3.1-8b",
+    ("llama3", "8B_varlen"): "llama-3.1-8b",
+    ("llama3", "70B"): "llama-3.1-70b",
+    ("llama3", "405B"): "llama-3.1-405b",
+    ("qwen3", "0.6B"): "qwen3-0.6b",
+    ("qwen3", "1.7B"): "qwen3-1.7b",
+    ("qwen3", "4B"): "qwen3-4b",
+    ("qwen3", "8B"): "qwen3-8b",
+    ("qwen3", "14B"): "qwen3-14b",
+    ("qwen3", "32B"): "qwen3-32b",
+    ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
+    ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
     # deepseek_v3's "16B" and "236B" are DeepSeek-V2-Lite's and DeepSeek-V2's shapes (MLA, 64 / 160 experts)
-    ("deepseek_v3", "16B"): "deepseek-v2-lite", ("deepseek_v3", "236B"): "deepseek-v2",
+    ("deepseek_v3", "16B"): "deepseek-v2-lite",
+    ("deepseek_v3", "236B"): "deepseek-v2",
     ("deepseek_v3", "671B"): "deepseek-v3",
 }
 WRITE_FLAVOR = {preset: key for key, preset in reversed(FLAVORS.items())}  # the plain flavor of each preset
@@ -57,14 +76,28 @@ WRITE_FLAVOR = {preset: key for key, preset in reversed(FLAVORS.items())}  # the
 # the debug flavors, which no preset has: their architecture (llama3 debugmodel: dim 256, 6 layers, 16 heads,
 # vocab 2048, FeedForward hidden int(2 × 4 × 256 / 3) = 682 rounded up to multiple_of 256 = 768; qwen3
 # debugmodel: as written in qwen3_args)
-_LLAMA3_DEBUG = {"num_layers": 6, "hidden_size": 256, "num_attention_heads": 16, "intermediate_size": 768,
-                 "vocab_size": 2048}
+_LLAMA3_DEBUG = {
+    "num_layers": 6,
+    "hidden_size": 256,
+    "num_attention_heads": 16,
+    "intermediate_size": 768,
+    "vocab_size": 2048,
+}
 ARCHITECTURES: dict[tuple[str, str], dict[str, Any]] = {
-    ("llama3", "debugmodel"): _LLAMA3_DEBUG, ("llama3", "debugmodel_flex_attn"): _LLAMA3_DEBUG,
+    ("llama3", "debugmodel"): _LLAMA3_DEBUG,
+    ("llama3", "debugmodel_flex_attn"): _LLAMA3_DEBUG,
     ("llama3", "debugmodel_varlen_attn"): _LLAMA3_DEBUG,
-    ("qwen3", "debugmodel"): {"num_layers": 8, "hidden_size": 256, "num_attention_heads": 16, "num_kv_heads": 8,
-                              "head_dim": 128, "intermediate_size": 3072, "vocab_size": 2048, "qk_norm": True,
-                              "tie_embeddings": True},
+    ("qwen3", "debugmodel"): {
+        "num_layers": 8,
+        "hidden_size": 256,
+        "num_attention_heads": 16,
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 2048,
+        "qk_norm": True,
+        "tie_embeddings": True,
+    },
 }
 
 # training.mixed_precision_param (JobConfig Literal["bfloat16", "float32"]) → precision.compute
@@ -80,23 +113,37 @@ AC_MODES = ("selective", "full", "memory_budget", "none")
 # parallelism.pipeline_parallel_schedule (torch.distributed.pipelining schedule names) → the plan's schedule;
 # the multi-stage schedules hold 2 stages per rank unless pipeline_parallel_layers_per_stage says otherwise
 # (distributed/pipeline_parallel.py pipeline_llm: stages_per_rank = 1 if single-stage else 2)
-SCHEDULES = {"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1), "Interleaved1F1B": ("interleaved_1f1b", 2),
-             "InterleavedZeroBubble": ("zero_bubble", 1), "ZBVZeroBubble": ("zero_bubble", 1)}
-WRITE_SCHEDULE = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved_1f1b": "Interleaved1F1B",
-                  "zero_bubble": "InterleavedZeroBubble"}
+SCHEDULES = {
+    "1F1B": ("1f1b", 1),
+    "GPipe": ("gpipe", 1),
+    "Interleaved1F1B": ("interleaved_1f1b", 2),
+    "InterleavedZeroBubble": ("zero_bubble", 1),
+    "ZBVZeroBubble": ("zero_bubble", 1),
+}
+WRITE_SCHEDULE = {
+    "1f1b": "1F1B",
+    "gpipe": "GPipe",
+    "interleaved_1f1b": "Interleaved1F1B",
+    "zero_bubble": "InterleavedZeroBubble",
+}
 # quantize.linear.float8.recipe_name (None: torchao Float8LinearConfig's tensorwise default)
 FP8_RECIPES = {"tensorwise": "tensorwise", "rowwise": "rowwise", "rowwise_with_gw_hp": "rowwise"}
 # model.converters: v0.2 registers "quantize.linear.float8" / "quantize.linear.mx" (components/quantization),
 # v0.1.0 "float8" / "mx"
 FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
 MX_CONVERTERS = ("mx", "quantize.linear.mx")
-COMPILE_SCOPES = {frozenset({"model"}): "blocks", frozenset({"loss"}): "loss",
-                  frozenset({"model", "loss"}): "blocks_and_loss"}
+COMPILE_SCOPES = {
+    frozenset({"model"}): "blocks",
+    frozenset({"loss"}): "loss",
+    frozenset({"model", "loss"}): "blocks_and_loss",
+}
 WRITE_COMPILE = {"blocks": ["model"], "loss": ["loss"], "blocks_and_loss": ["model", "loss"]}
 
 # the task of a torchtitan config, which names none
-TASK_WHY = ("torchtitan trains every parameter of the model it builds: read as pretrain (a run from a checkpoint "
-            "holds the same memory)")
+TASK_WHY = (
+    "torchtitan trains every parameter of the model it builds: read as pretrain (a run from a checkpoint "
+    "holds the same memory)"
+)
 # JobConfig's own defaults where they differ from the torchtitan recipe's (planner/data/frameworks.yaml leaves
 # them to the plan's defaults, micro_batch_size 1 and sequence_length 4096): Training.local_batch_size 8,
 # Training.seq_len 2048 (torchtitan/config/job_config.py at v0.2.2, 73a0e69); written where a config leaves them out
@@ -109,53 +156,102 @@ ALIAS_SECTIONS = {"float8.": "quantize.linear.float8.", "mx.": "quantize.linear.
 # keys that change memory with no plan key: their JobConfig default (a config that gives the default changes
 # nothing) and why
 UNMODELLED: dict[str, tuple[Any, str]] = {
-    "validation.enable": (False, "validation forward passes between steps (their batch and sequence) are not "
-                                 "modelled"),
+    "validation.enable": (False, "validation forward passes between steps (their batch and sequence) are not modelled"),
     "fault_tolerance.enable": (False, "TorchFT replica groups are not modelled"),
-    "parallelism.disable_loss_parallel": (False, "the logits gathered over the tensor-parallel ranks before the "
-                                                 "loss are not modelled"),
+    "parallelism.disable_loss_parallel": (
+        False,
+        "the logits gathered over the tensor-parallel ranks before the loss are not modelled",
+    ),
     "parallelism.enable_compiled_autograd": (False, "compiled autograd's backward graph is not modelled"),
     "parallelism.expert_tensor_parallel_degree": (1, "experts split over tensor ranks have no plan key"),
     "parallelism.expert_parallel_comm_backend": ("standard", "DeepEP's dispatch buffers are not modelled"),
-    "parallelism.pipeline_parallel_first_stage_less_layers": (1, "the plan's weighted split gives the first "
-                                                                 "stage one layer less"),
-    "parallelism.pipeline_parallel_last_stage_less_layers": (1, "the plan's weighted split gives the last stage "
-                                                                "one layer less"),
-    "parallelism.pipeline_parallel_layers_per_stage": (None, "stages per rank from the layer count: give "
-                                                             "parallelism.virtual_stages"),
+    "parallelism.pipeline_parallel_first_stage_less_layers": (
+        1,
+        "the plan's weighted split gives the first stage one layer less",
+    ),
+    "parallelism.pipeline_parallel_last_stage_less_layers": (
+        1,
+        "the plan's weighted split gives the last stage one layer less",
+    ),
+    "parallelism.pipeline_parallel_layers_per_stage": (
+        None,
+        "stages per rank from the layer count: give parallelism.virtual_stages",
+    ),
     "parallelism.module_fqns_per_model_part": (None, "a split by module names: give parallelism.pipeline_layers"),
-    "parallelism.pipeline_parallel_split_points": ([], "a split by module names: give "
-                                                       "parallelism.pipeline_layers"),
+    "parallelism.pipeline_parallel_split_points": ([], "a split by module names: give parallelism.pipeline_layers"),
     "parallelism.pipeline_parallel_schedule_csv": ("", "a schedule read from a CSV file"),
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": (
-        ["moe.router.gate"], "matmuls the op-level policy recomputes are fixed in the plan"),
-    "quantize.linear.float8.force_recompute_fp8_weight_in_bwd": (False, "recomputed float8 weights are not "
-                                                                        "modelled"),
+        ["moe.router.gate"],
+        "matmuls the op-level policy recomputes are fixed in the plan",
+    ),
+    "quantize.linear.float8.force_recompute_fp8_weight_in_bwd": (False, "recomputed float8 weights are not modelled"),
     # since 2026-08 (configs.py ParallelismConfig at b5bcd76c): sequence parallelism can be turned off
-    "parallelism.enable_sequence_parallel": (True, "off, the norms' activations are not sharded over the tensor "
-                                                   "ranks; the plan shards them"),
+    "parallelism.enable_sequence_parallel": (
+        True,
+        "off, the norms' activations are not sharded over the tensor ranks; the plan shards them",
+    ),
 }
 # sections whose every key leaves memory and step time alone (paths, logging, schedules of the learning rate,
 # checkpoint I/O, timeouts, seeds)
 # (and the registry's trainer-config fields of the same kind: profiler, dataloader, validator, tokenizer, override)
-IGNORED_SECTIONS = ("job.", "profiling.", "metrics.", "lr_scheduler.", "checkpoint.", "comm.", "memory_estimation.",
-                    "profiler.", "dataloader.", "validator.", "tokenizer.", "override.",
-                    "experimental.", "debug.", "validation.", "fault_tolerance.", "training.dataloader.")
-IGNORED = ("optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps", "optimizer.weight_decay",
-           "training.max_norm", "training.dataset", "training.dataset_path", "training.gc_freq", "training.gc_debug",
-           "training.seed", "training.deterministic", "model.print_after_conversion", "compile.backend",
-           "parallelism.context_parallel_rotate_method", "parallelism.context_parallel_load_balancer",
-           "parallelism.pipeline_parallel_expert_parallel_overlap", "activation_checkpoint.preserve_rng_state",
-           "activation_checkpoint.determinism_check", "activation_checkpoint.debug", "activation_checkpoint.early_stop",
-           "activation_checkpoint.visualize_memory_budget_pareto",
-           "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", "quantize.linear.float8.emulate",
-           "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice", "quantize.linear.mx.use_fp8_dim1_cast_triton_kernel",
-           # the registry's: the attention kernel (flex, varlen: the same activations as SDPA's fused kernel), the
-           # tensor-parallel GEMM backend, the converters' compile flag, the SPMD bookkeeping backend
-           "model.attn_backend", "model.tp_gemm_backend", "quantize.linear.float8.model_compile_enabled",
-           "quantize.linear.mx.model_compile_enabled", "parallelism.spmd_backend",
-           # the grouped-GEMM settings act only with their converter, which model.converters reports
-           "quantize.grouped_mm.mx.recipe_name", "quantize.grouped_mm.float8.fqns", "quantize.grouped_mm.mx.fqns")
+IGNORED_SECTIONS = (
+    "job.",
+    "profiling.",
+    "metrics.",
+    "lr_scheduler.",
+    "checkpoint.",
+    "comm.",
+    "memory_estimation.",
+    "profiler.",
+    "dataloader.",
+    "validator.",
+    "tokenizer.",
+    "override.",
+    "experimental.",
+    "debug.",
+    "validation.",
+    "fault_tolerance.",
+    "training.dataloader.",
+)
+IGNORED = (
+    "optimizer.lr",
+    "optimizer.beta1",
+    "optimizer.beta2",
+    "optimizer.eps",
+    "optimizer.weight_decay",
+    "training.max_norm",
+    "training.dataset",
+    "training.dataset_path",
+    "training.gc_freq",
+    "training.gc_debug",
+    "training.seed",
+    "training.deterministic",
+    "model.print_after_conversion",
+    "compile.backend",
+    "parallelism.context_parallel_rotate_method",
+    "parallelism.context_parallel_load_balancer",
+    "parallelism.pipeline_parallel_expert_parallel_overlap",
+    "activation_checkpoint.preserve_rng_state",
+    "activation_checkpoint.determinism_check",
+    "activation_checkpoint.debug",
+    "activation_checkpoint.early_stop",
+    "activation_checkpoint.visualize_memory_budget_pareto",
+    "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
+    "quantize.linear.float8.emulate",
+    "quantize.linear.mx.mxfp8_dim1_cast_kernel_choice",
+    "quantize.linear.mx.use_fp8_dim1_cast_triton_kernel",
+    # the registry's: the attention kernel (flex, varlen: the same activations as SDPA's fused kernel), the
+    # tensor-parallel GEMM backend, the converters' compile flag, the SPMD bookkeeping backend
+    "model.attn_backend",
+    "model.tp_gemm_backend",
+    "quantize.linear.float8.model_compile_enabled",
+    "quantize.linear.mx.model_compile_enabled",
+    "parallelism.spmd_backend",
+    # the grouped-GEMM settings act only with their converter, which model.converters reports
+    "quantize.grouped_mm.mx.recipe_name",
+    "quantize.grouped_mm.float8.fqns",
+    "quantize.grouped_mm.mx.fqns",
+)
 
 Config = dict[str, tuple[str, Any]]  # canonical key → (the key as the config spelled it, its value)
 # run_train.sh's environment variables → the keys they set: CONFIG_FILE up to v0.2.2; MODULE and CONFIG since the
@@ -166,7 +262,7 @@ LAUNCH_VARIABLES = {"CONFIG_FILE": "job.config_file", "MODULE": "registry.module
 def _canonical(key: str) -> str:
     for old, new in ALIAS_SECTIONS.items():
         if key.startswith(old):
-            return new + key[len(old):]
+            return new + key[len(old) :]
     return ALIASES.get(key, key)
 
 
@@ -273,16 +369,24 @@ def _registry_config(found: Registry, over: Config, entry: str, out: Reading) ->
     name = entry or launched
     if not name:
         if len(found.names()) != 1:
-            raise PlanError("config", f"the config registry defines {len(found.names())} configs: "
-                                      f"{', '.join(found.names())}; name one (--entry, or torchtitan's --config)")
+            raise PlanError(
+                "config",
+                f"the config registry defines {len(found.names())} configs: "
+                f"{', '.join(found.names())}; name one (--entry, or torchtitan's --config)",
+            )
         name = found.names()[0]
     if name in found.refused:
         raise bad("--config", name, f"is not read: {found.refused[name]}")
     if name not in found.entries:
         raise bad("--config", name, f"is not a config of the registry; its configs: {', '.join(found.names())}")
     prefix = next((m for m in MODULES if name == m or name.startswith(m + "_")), "")
-    why = (f"{msrc} {module}" if mgiven else f"model.name {prefix}: the entry's name {name}" if prefix
-           else "the module is not named: give --module")
+    why = (
+        f"{msrc} {module}"
+        if mgiven
+        else f"model.name {prefix}: the entry's name {name}"
+        if prefix
+        else "the module is not named: give --module"
+    )
     models = Models(calls=found.models, module=str(module) if mgiven else prefix or "unknown-module", why=why)
     try:
         keys, unread = entry_keys(found.entries[name], models, _inert)
@@ -305,8 +409,11 @@ def _model(config: Config, out: Reading) -> str:
     """model.name and model.flavor → a preset or the flavor's architecture; else the HF assets' name."""
     name_src, name, has_name = _take(config, "model.name", "llama3")
     flavor_src, flavor, has_flavor = _take(config, "model.flavor", "debugmodel")
-    paths = [(src, value) for src, value, given in (_take(config, "model.hf_assets_path"),
-                                                     _take(config, "model.tokenizer_path")) if given]
+    paths = [
+        (src, value)
+        for src, value, given in (_take(config, "model.hf_assets_path"), _take(config, "model.tokenizer_path"))
+        if given
+    ]
     out.ignored.extend(src for src, _ in paths)
     if not (has_name or has_flavor):
         return ""
@@ -343,8 +450,10 @@ def _precision(config: Config, out: Reading) -> None:
         out.set(src, "precision.gradients", choice(src, reduce, {"float32": "fp32"}))
     elif given:
         out.ignored.append(src)  # no mixed precision with bf16 parameters
-    for key, plan_key, table in (("optimizer.name", "precision.optimizer", OPTIMIZERS),
-                                 ("optimizer.implementation", "precision.optimizer_impl", IMPLEMENTATIONS)):
+    for key, plan_key, table in (
+        ("optimizer.name", "precision.optimizer", OPTIMIZERS),
+        ("optimizer.implementation", "precision.optimizer_impl", IMPLEMENTATIONS),
+    ):
         src, value, given = _take(config, key)
         if given:
             out.set(src, plan_key, choice(src, value, table))
@@ -373,12 +482,15 @@ def _checkpointing(config: Config, out: Reading) -> None:
             out.set(f"{source}, {option_src}", "techniques.activation_checkpointing", "every_k")
             out.set(option_src, "techniques.checkpoint_every", every)
     elif mode == "memory_budget":
-        out.unmodelled.append(f"{mode_src}: memory_budget (the compiler's min-cut recomputation) has no plan key; "
-                              "the plan keeps the recipe's checkpointing")
+        out.unmodelled.append(
+            f"{mode_src}: memory_budget (the compiler's min-cut recomputation) has no plan key; "
+            "the plan keeps the recipe's checkpointing"
+        )
     else:
         out.set(source, "techniques.activation_checkpointing", mode)
-    out.ignored.extend(src for src, given in ((option_src, has_option and mode != "selective"),
-                                              (budget_src, has_budget)) if given)
+    out.ignored.extend(
+        src for src, given in ((option_src, has_option and mode != "selective"), (budget_src, has_budget)) if given
+    )
 
 
 def _compile(config: Config, out: Reading) -> None:
@@ -404,8 +516,11 @@ def _float8(config: Config, out: Reading) -> None:
     mx = any(n in MX_CONVERTERS for n in names)
     if float8 and mx:
         raise bad(src, converters, "names both a float8 and an mx converter for the linear layers")
-    out.unmodelled.extend(f"{src}: {n} converts layers the plan does not model in low precision" for n in names
-                          if n not in FLOAT8_CONVERTERS + MX_CONVERTERS)
+    out.unmodelled.extend(
+        f"{src}: {n} converts layers the plan does not model in low precision"
+        for n in names
+        if n not in FLOAT8_CONVERTERS + MX_CONVERTERS
+    )
     if float8 or mx:
         out.set(src, "precision.compute", "fp8")
     if mx:
@@ -419,13 +534,16 @@ def _float8_settings(config: Config, out: Reading, float8: bool, mx: bool) -> No
     if given and float8:
         out.set(src, "precision.fp8_recipe", choice(src, recipe, FP8_RECIPES))
         if recipe == "rowwise_with_gw_hp":
-            out.unmodelled.append(f"{src}: rowwise_with_gw_hp keeps the weight gradient's matmul in high precision;"
-                                  " modelled as rowwise")
+            out.unmodelled.append(
+                f"{src}: rowwise_with_gw_hp keeps the weight gradient's matmul in high precision; modelled as rowwise"
+            )
     src_ag, all_gather, given_ag = _take(config, prefix + "enable_fsdp_float8_all_gather")
     if given_ag and float8:
         out.set(src_ag, "precision.fp8_all_gather", as_bool(src_ag, all_gather))
-    for key, default, active in ((prefix + "filter_fqns", [], float8),
-                                 ("quantize.linear.mx.filter_fqns", ["output"], mx)):
+    for key, default, active in (
+        (prefix + "filter_fqns", [], float8),
+        ("quantize.linear.mx.filter_fqns", ["output"], mx),
+    ):
         fsrc, fqns, fgiven = _take(config, key, default)
         if fgiven and active and fqns != default:
             out.unmodelled.append(f"{fsrc}: the linear layers it keeps in bf16 are modelled in low precision")
@@ -434,8 +552,15 @@ def _float8_settings(config: Config, out: Reading, float8: bool, mx: bool) -> No
     msrc, mx_recipe, mgiven = _take(config, "quantize.linear.mx.recipe_name")
     if mgiven and mx and not str(mx_recipe).startswith("mxfp8"):
         out.unmodelled.append(f"{msrc}: {mx_recipe} is not an MXFP8 recipe; modelled as mxfp8")
-    out.ignored.extend(s for s, g in ((src, given and not float8), (src_ag, given_ag and not float8),
-                                      (msrc, mgiven and (not mx or str(mx_recipe).startswith("mxfp8")))) if g)
+    out.ignored.extend(
+        s
+        for s, g in (
+            (src, given and not float8),
+            (src_ag, given_ag and not float8),
+            (msrc, mgiven and (not mx or str(mx_recipe).startswith("mxfp8"))),
+        )
+        if g
+    )
 
 
 def _gather_needs_fsdp(out: Reading) -> None:
@@ -449,10 +574,12 @@ def _gather_needs_fsdp(out: Reading) -> None:
     out.ignored.append(f"{read.source} (no FSDP on one data × context rank: nothing is all-gathered)")
 
 
-_DEGREES = (("parallelism.tensor_parallel_degree", "parallelism.tensor"),
-            ("parallelism.pipeline_parallel_degree", "parallelism.pipeline"),
-            ("parallelism.context_parallel_degree", "parallelism.context"),
-            ("parallelism.expert_parallel_degree", "parallelism.expert"))
+_DEGREES = (
+    ("parallelism.tensor_parallel_degree", "parallelism.tensor"),
+    ("parallelism.pipeline_parallel_degree", "parallelism.pipeline"),
+    ("parallelism.context_parallel_degree", "parallelism.context"),
+    ("parallelism.expert_parallel_degree", "parallelism.expert"),
+)
 
 
 def _parallel(config: Config, out: Reading, gpus: int | None) -> int:
@@ -501,22 +628,29 @@ def _data(config: Config, out: Reading, gpus: int | None, model_parallel: int, c
         return
     if shard == -1:
         if gpus % (replicate * model_parallel):
-            raise bad(ssrc, -1, f"leaves no whole degree: {gpus} GPUs are not a multiple of replicate × tensor × "
-                                f"pipeline × context ({replicate} × {model_parallel})")
+            raise bad(
+                ssrc,
+                -1,
+                f"leaves no whole degree: {gpus} GPUs are not a multiple of replicate × tensor × "
+                f"pipeline × context ({replicate} × {model_parallel})",
+            )
         shard = gpus // (replicate * model_parallel)
     out.set(source, "parallelism.data", replicate * shard)
     # FSDP shards over the dp_shard × cp mesh when either is > 1 (distributed/parallel_dims.py fsdp_enabled)
     out.set(source, "parallelism.zero_stage", 3 if shard * cp > 1 else 0)
     if replicate > 1 and shard > 1:
-        out.unmodelled.append(f"{rsrc}: HSDP shards over {shard} of the {replicate * shard} data ranks; the plan "
-                              f"shards over all of them (parallelism.zero_stage 3)")
+        out.unmodelled.append(
+            f"{rsrc}: HSDP shards over {shard} of the {replicate * shard} data ranks; the plan "
+            f"shards over all of them (parallelism.zero_stage 3)"
+        )
 
 
 def _batch(config: Config, out: Reading, pipeline: int) -> None:
     """Sequences: local batch (per data rank and step), global batch, pipeline micro-batches, sequence, steps."""
     src, length, given = _take(config, "training.seq_len", TRAINING_DEFAULTS["training.seq_len"])
-    out.set(src if given else f"{src} (absent: JobConfig default {length})", "workload.sequence_length",
-            as_int(src, length))
+    out.set(
+        src if given else f"{src} (absent: JobConfig default {length})", "workload.sequence_length", as_int(src, length)
+    )
     src, steps, given = _take(config, "training.steps")
     if given:
         out.set(src, "workload.steps", as_int(src, steps))
@@ -555,11 +689,15 @@ def _rest(config: Config, out: Reading) -> None:
             else:
                 out.unmodelled.append(f"{src}: {why}")
         elif key == "job.config_file":
-            out.unmodelled.append(f"{src}: the TOML it names ({value}) is not read here; read its text with this "
-                                  "command line as overrides")
+            out.unmodelled.append(
+                f"{src}: the TOML it names ({value}) is not read here; read its text with this "
+                "command line as overrides"
+            )
         elif key == "registry.config":
-            out.unmodelled.append(f"{src}: the config_registry.py entry it names ({value}) is not read here; read "
-                                  "the registry with this command line as overrides (or the entry with --entry)")
+            out.unmodelled.append(
+                f"{src}: the config_registry.py entry it names ({value}) is not read here; read "
+                "the registry with this command line as overrides (or the entry with --entry)"
+            )
         elif key == "registry.module":
             out.ignored.append(f"{src} {value}")
         elif key in IGNORED or key.startswith(IGNORED_SECTIONS):
@@ -574,35 +712,37 @@ CANNOT_SAY = {
     "workload.train_tokens": "torchtitan counts training.steps",
     "precision.compute": "fp16: training.mixed_precision_param is bfloat16 or float32",
     "precision.gradients": "follows training.dtype: fp32 reduction (mixed_precision_reduce allows only float32), "
-                           "bf16 with bf16 parameters",
+    "bf16 with bf16 parameters",
     "precision.optimizer_state": "follows training.dtype: fp32, or bf16 with bf16 parameters",
     "precision.optimizer": "other than AdamW: optimizer.name is Adam or AdamW",
     "precision.fp8_recipe": "nvfp4: torchtitan's float8 recipes are tensorwise, rowwise and MXFP8",
     "techniques.activation_checkpointing": "selective (Megatron's attention-core recompute): torchtitan's selective "
-                                           "modes are per op or every k-th layer",
+    "modes are per op or every k-th layer",
     "techniques.attention": "eager: torchtitan runs SDPA or FlexAttention",
     "techniques.loss": "chunked or fused: torchtitan's cross-entropy takes the whole fp32 logits",
     "techniques.activation_offload": "JobConfig has no activation offloading",
     "techniques.offload": "optimizer alone: training.enable_cpu_offload moves parameters, gradients and optimizer "
-                          "states, and only under FSDP (more than one data × context rank)",
+    "states, and only under FSDP (more than one data × context rank)",
     "techniques.optimizer_in_backward": "under FSDP (context parallelism shards with it): the plan models the "
-                                        "early step without ZeRO, so it is not written",
+    "early step without ZeRO, so it is not written",
     "techniques.moe_capacity_factor": "torchtitan's MoE is dropless",
     "techniques.expandable_segments": "run_train.sh sets PYTORCH_ALLOC_CONF, not the job config",
     "parallelism.zero_stage": "1 and 2 (FSDP shards everything, DDP nothing), 3 on one data × context rank, and 0 "
-                              "with context parallelism (FSDP shards over data × context)",
+    "with context parallelism (FSDP shards over data × context)",
     "precision.master_weights": "none with fp32 compute: training.dtype float32 keeps fp32 parameters, the master",
     "precision.fp8_all_gather": "with MXFP8 (quantize.linear.mx gathers 16-bit weights) or without FSDP",
     "parallelism.flat_params": "FSDP2 shards each parameter: no flat parameters",
-    **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
-                    "DeepSpeed's: FSDP2 has no such buckets"),
+    **dict.fromkeys(
+        ("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+        "DeepSpeed's: FSDP2 has no such buckets",
+    ),
     "framework_release": RELEASE_WHY,
     "parallelism.sequence_parallel": "off with tensor parallelism: torchtitan always shards the norms' activations",
     "parallelism.virtual_stages": "more than 2 per rank: pipeline_parallel_layers_per_stage sets them from the "
-                                  "layer count",
+    "layer count",
     "parallelism.pipeline_split": "even or auto: torchtitan's split gives the first and last stage one layer less",
     "parallelism.pipeline_layers": "module_fqns_per_model_part names modules, not layer counts; torchtitan's own "
-                                   "split gives the first and last stage one layer less",
+    "split gives the first and last stage one layer less",
 }
 # when a plan's value is one the written config cannot run (its comment then says so)
 UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
@@ -615,12 +755,19 @@ UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
     ("techniques.attention", lambda p: p.techniques.attention == "eager"),
     ("techniques.loss", lambda p: p.techniques.loss != "full"),
     ("techniques.activation_offload", lambda p: p.techniques.activation_offload),
-    ("techniques.offload", lambda p: p.techniques.offload == "optimizer" or p.techniques.offload != "none" and
-     not _fsdp(p)),
+    (
+        "techniques.offload",
+        lambda p: p.techniques.offload == "optimizer" or p.techniques.offload != "none" and not _fsdp(p),
+    ),
     ("techniques.optimizer_in_backward", lambda p: p.techniques.optimizer_in_backward and _fsdp(p)),
     ("techniques.moe_capacity_factor", lambda p: p.techniques.moe_capacity_factor is not None),
-    ("parallelism.zero_stage", lambda p: p.parallelism.zero_stage in (1, 2)
-     or (p.parallelism.zero_stage == 3 and p.parallelism.data * p.parallelism.context == 1)),
+    (
+        "parallelism.zero_stage",
+        lambda p: (
+            p.parallelism.zero_stage in (1, 2)
+            or (p.parallelism.zero_stage == 3 and p.parallelism.data * p.parallelism.context == 1)
+        ),
+    ),
     ("parallelism.sequence_parallel", lambda p: p.parallelism.tensor > 1 and not p.parallelism.sequence_parallel),
     ("parallelism.virtual_stages", lambda p: p.parallelism.virtual_stages > 2),
     ("parallelism.pipeline_layers", lambda p: p.parallelism.pipeline_layers is not None),
@@ -628,8 +775,13 @@ UNSAID: tuple[tuple[str, Callable[[Plan], bool]], ...] = (
 )
 WRITE_PARAM = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32", "fp16": "bfloat16"}
 WRITE_IMPL = {plan: name for name, plan in IMPLEMENTATIONS.items()}
-WRITE_AC = {"none": "none", "full": "full", "selective_op": "selective", "every_k": "selective",
-            "selective": "selective"}
+WRITE_AC = {
+    "none": "none",
+    "full": "full",
+    "selective_op": "selective",
+    "every_k": "selective",
+    "selective": "selective",
+}
 
 
 def _toml(value: Any) -> str:
@@ -655,10 +807,14 @@ def _preset_model(preset: str) -> Model:
 def _write_training(plan: Plan) -> dict[str, Any]:
     wl, prec, par = plan.workload, plan.precision, plan.parallelism
     local = wl.micro_batch_size * (plan.micro_batches_per_step if par.pipeline > 1 else 1)
-    training = {"local_batch_size": local, "global_batch_size": wl.global_batch_size,
-                "seq_len": wl.sequence_length, "mixed_precision_param": WRITE_PARAM[prec.compute],
-                "dtype": "bfloat16" if prec.master_weights == "none" and prec.compute != "fp32" else "float32",
-                "enable_cpu_offload": plan.techniques.offload == "optimizer_and_params" and _fsdp(plan)}
+    training = {
+        "local_batch_size": local,
+        "global_batch_size": wl.global_batch_size,
+        "seq_len": wl.sequence_length,
+        "mixed_precision_param": WRITE_PARAM[prec.compute],
+        "dtype": "bfloat16" if prec.master_weights == "none" and prec.compute != "fp32" else "float32",
+        "enable_cpu_offload": plan.techniques.offload == "optimizer_and_params" and _fsdp(plan),
+    }
     if training["dtype"] == "float32":
         training["mixed_precision_reduce"] = "float32"
     if wl.steps is not None:
@@ -676,11 +832,15 @@ def _fsdp(plan: Plan) -> bool:
 def _write_parallelism(plan: Plan) -> dict[str, Any]:
     par = plan.parallelism
     sharded = par.zero_stage != 0
-    out = {"data_parallel_replicate_degree": 1 if sharded else par.data,
-           "data_parallel_shard_degree": par.data if sharded else 1,
-           "tensor_parallel_degree": par.tensor, "enable_async_tensor_parallel": par.async_tp,
-           "pipeline_parallel_degree": par.pipeline, "context_parallel_degree": par.context,
-           "expert_parallel_degree": par.expert}
+    out = {
+        "data_parallel_replicate_degree": 1 if sharded else par.data,
+        "data_parallel_shard_degree": par.data if sharded else 1,
+        "tensor_parallel_degree": par.tensor,
+        "enable_async_tensor_parallel": par.async_tp,
+        "pipeline_parallel_degree": par.pipeline,
+        "context_parallel_degree": par.context,
+        "expert_parallel_degree": par.expert,
+    }
     if par.pipeline > 1:
         out["pipeline_parallel_schedule"] = WRITE_SCHEDULE[par.pipeline_schedule]
         out["pipeline_parallel_microbatch_size"] = plan.workload.micro_batch_size
@@ -693,8 +853,12 @@ def _write_quantize(plan: Plan) -> dict[str, dict[str, Any]]:
         return {}
     if prec.fp8_recipe == "mxfp8":
         return {"quantize.linear.mx": {"recipe_name": "mxfp8_cublas"}}
-    return {"quantize.linear.float8": {"recipe_name": prec.fp8_recipe if prec.fp8_recipe != "nvfp4" else "tensorwise",
-                                       "enable_fsdp_float8_all_gather": prec.fp8_all_gather}}
+    return {
+        "quantize.linear.float8": {
+            "recipe_name": prec.fp8_recipe if prec.fp8_recipe != "nvfp4" else "tensorwise",
+            "enable_fsdp_float8_all_gather": prec.fp8_all_gather,
+        }
+    }
 
 
 def write(plan: Plan) -> str:
@@ -708,12 +872,19 @@ def write(plan: Plan) -> str:
     if checkpoint["mode"] == "selective":
         every_k = tech.activation_checkpointing == "every_k"
         checkpoint["selective_ac_option"] = str(tech.checkpoint_every) if every_k else "op"
-    sections = {"model": model,
-                "optimizer": {"name": "AdamW", "implementation": WRITE_IMPL[plan.precision.optimizer_impl],
-                              "early_step_in_backward": tech.optimizer_in_backward and not _fsdp(plan)},
-                "training": _write_training(plan), "parallelism": _write_parallelism(plan),
-                "compile": {"enable": tech.compile, "components": WRITE_COMPILE[tech.compile_scope]},
-                "activation_checkpoint": checkpoint, **quantize}
+    sections = {
+        "model": model,
+        "optimizer": {
+            "name": "AdamW",
+            "implementation": WRITE_IMPL[plan.precision.optimizer_impl],
+            "early_step_in_backward": tech.optimizer_in_backward and not _fsdp(plan),
+        },
+        "training": _write_training(plan),
+        "parallelism": _write_parallelism(plan),
+        "compile": {"enable": tech.compile, "components": WRITE_COMPILE[tech.compile_scope]},
+        "activation_checkpoint": checkpoint,
+        **quantize,
+    }
     lines = [f"# torchtitan job config for {plan.name or 'a VRAM Planner plan'} (written by VRAM Planner)"]
     if not model.get("flavor"):
         lines.append("# model: no torchtitan flavor has this architecture; add one to the model's args")
@@ -724,9 +895,17 @@ def write(plan: Plan) -> str:
 
 
 # keys only a torchtitan config has (the TOML's sections, or a command line's --section.key)
-MARKERS = ("model.flavor", "training.seq_len", "training.local_batch_size", "training.batch_size",
-           "parallelism.data_parallel_shard_degree", "parallelism.tensor_parallel_degree", "activation_checkpoint.mode",
-           "job.config_file", "job.dump_folder")
+MARKERS = (
+    "model.flavor",
+    "training.seq_len",
+    "training.local_batch_size",
+    "training.batch_size",
+    "parallelism.data_parallel_shard_degree",
+    "parallelism.tensor_parallel_degree",
+    "activation_checkpoint.mode",
+    "job.config_file",
+    "job.dump_folder",
+)
 
 
 def detect(text: str | Document) -> bool:
@@ -742,15 +921,43 @@ def detect(text: str | Document) -> bool:
     return any(key in config for key in MARKERS) or "torchtitan.train" in doc.text or "run_train.sh" in doc.text
 
 
-SAYS = ("workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size", "workload.steps",
-        "precision.compute", "precision.master_weights", "precision.optimizer_impl", "precision.fp8_recipe",
-        "precision.fp8_all_gather", "techniques.activation_checkpointing", "techniques.checkpoint_every",
-        "techniques.compile", "techniques.compile_scope", "techniques.offload", "techniques.optimizer_in_backward",
-        "parallelism.data", "parallelism.zero_stage", "parallelism.tensor", "parallelism.pipeline",
-        "parallelism.context", "parallelism.expert", "parallelism.async_tp", "parallelism.pipeline_schedule",
-        "parallelism.virtual_stages", "parallelism.pipeline_microbatches", "hardware.count")
+SAYS = (
+    "workload.sequence_length",
+    "workload.micro_batch_size",
+    "workload.global_batch_size",
+    "workload.steps",
+    "precision.compute",
+    "precision.master_weights",
+    "precision.optimizer_impl",
+    "precision.fp8_recipe",
+    "precision.fp8_all_gather",
+    "techniques.activation_checkpointing",
+    "techniques.checkpoint_every",
+    "techniques.compile",
+    "techniques.compile_scope",
+    "techniques.offload",
+    "techniques.optimizer_in_backward",
+    "parallelism.data",
+    "parallelism.zero_stage",
+    "parallelism.tensor",
+    "parallelism.pipeline",
+    "parallelism.context",
+    "parallelism.expert",
+    "parallelism.async_tp",
+    "parallelism.pipeline_schedule",
+    "parallelism.virtual_stages",
+    "parallelism.pipeline_microbatches",
+    "hardware.count",
+)
 
-FORMAT = Format(name="torchtitan", label="torchtitan job config (TOML or config_registry.py) or --section.key command "
-                                       "line",
-                framework="torchtitan", suffix=".toml", detect=detect, read=read, write=write, says=SAYS,
-                cannot_say=CANNOT_SAY)
+FORMAT = Format(
+    name="torchtitan",
+    label="torchtitan job config (TOML or config_registry.py) or --section.key command line",
+    framework="torchtitan",
+    suffix=".toml",
+    detect=detect,
+    read=read,
+    write=write,
+    says=SAYS,
+    cannot_say=CANNOT_SAY,
+)

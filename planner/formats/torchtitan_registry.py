@@ -68,7 +68,7 @@ class Refused(Exception):
 
 def _clip(text: str, limit: int = 80) -> str:
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def dotted(node: ast.expr) -> str | None:
@@ -114,8 +114,14 @@ def _size(value: Any, limit: int) -> int:
     return n
 
 
-_NUMBER_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-               ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a / b, ast.Mod: lambda a, b: a % b}
+_NUMBER_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Div: lambda a, b: a / b,
+    ast.Mod: lambda a, b: a % b,
+}
 
 
 def _number(value: Any) -> bool:
@@ -139,8 +145,9 @@ def evaluate(node: ast.expr, env: dict[str, Any], module: _Module) -> Any:
     """An expression's value: a literal, a name bound before, a call as a Built, or Unread."""
     module.spend()
     if isinstance(node, ast.Constant):
-        ok = isinstance(node.value, (str, bool, float, type(None))) or (type(node.value) is int and
-                                                                       int_fits(node.value))
+        ok = isinstance(node.value, (str, bool, float, type(None))) or (
+            type(node.value) is int and int_fits(node.value)
+        )
         return node.value if ok else Unread(text=_clip(ast.unparse(node)))
     if isinstance(node, (ast.List, ast.Tuple)):
         return [evaluate(item, env, module) for item in node.elts]
@@ -172,8 +179,7 @@ def evaluate(node: ast.expr, env: dict[str, Any], module: _Module) -> Any:
 def _call(node: ast.Call, env: dict[str, Any], module: _Module) -> Any:
     """A call: another entry of the file (a copy of its result), or a Built of the callee's name."""
     name = dotted(node.func)
-    if name is None or any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None
-                                                                                   for k in node.keywords):
+    if name is None or any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
         return Unread(text=_clip(ast.unparse(node)))
     if name in module.functions:
         if node.args or node.keywords or not is_entry(module.functions[name]):
@@ -181,8 +187,11 @@ def _call(node: ast.Call, env: dict[str, Any], module: _Module) -> Any:
         value = entry(name, module).value
         module.spend(_size(value, MAX_STEPS - module.spent[0] + 1))
         return copy.deepcopy(value)
-    return Built(kind=name, args=tuple(evaluate(a, env, module) for a in node.args),
-                 fields={k.arg: evaluate(k.value, env, module) for k in node.keywords if k.arg})
+    return Built(
+        kind=name,
+        args=tuple(evaluate(a, env, module) for a in node.args),
+        fields={k.arg: evaluate(k.value, env, module) for k in node.keywords if k.arg},
+    )
 
 
 def _assign(target: ast.expr, value: Any, env: dict[str, Any], module: _Module) -> bool:
@@ -303,16 +312,20 @@ def _models(tree: ast.Module) -> dict[str, str]:
     for statement in tree.body:
         if isinstance(statement, ast.ImportFrom):
             package = (statement.module or "").split(".")[-1] if not statement.level else ""
-            out.update({alias.asname or alias.name: package for alias in statement.names
-                        if alias.name == "model_registry"})
+            out.update(
+                {alias.asname or alias.name: package for alias in statement.names if alias.name == "model_registry"}
+            )
     return out or {"model_registry": ""}
 
 
 def _constants(tree: ast.Module, module: _Module) -> None:
     """The module-level `NAME = value` assignments, in order (a value the reader cannot evaluate stays Unread)."""
     for statement in tree.body:
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0],
-                                                                                            ast.Name):
+        if (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
             try:
                 module.constants[statement.targets[0].id] = evaluate(statement.value, {}, module)
             except (Refused, RecursionError):
@@ -329,11 +342,15 @@ def _constants(tree: ast.Module, module: _Module) -> None:
 Keys = dict[str, tuple[str, Any]]  # torchtitan's `section.key` → (where the registry says it, its value)
 
 # converter config → the TOML's quantize section (torchtitan/components/quantization/{float8,mx}.py)
-CONVERTERS = {"Float8LinearConverter": "quantize.linear.float8", "MXLinearConverter": "quantize.linear.mx",
-              "MXFP8LinearConverter": "quantize.linear.mx",
-              "Float8GroupedMMConverter": "quantize.grouped_mm.float8", "MXGroupedMMConverter": "quantize.grouped_mm.mx",
-              "Float8GroupedExpertsConverter": "quantize.grouped_mm.float8",
-              "MXFP8GroupedExpertsConverter": "quantize.grouped_mm.mx"}
+CONVERTERS = {
+    "Float8LinearConverter": "quantize.linear.float8",
+    "MXLinearConverter": "quantize.linear.mx",
+    "MXFP8LinearConverter": "quantize.linear.mx",
+    "Float8GroupedMMConverter": "quantize.grouped_mm.float8",
+    "MXGroupedMMConverter": "quantize.grouped_mm.mx",
+    "Float8GroupedExpertsConverter": "quantize.grouped_mm.float8",
+    "MXFP8GroupedExpertsConverter": "quantize.grouped_mm.mx",
+}
 # activation-checkpointing policy config (torchtitan/distributed/activation_checkpoint.py since c5d93d10) → the
 # TOML's mode and selective option: SelectiveAC is the per-op policy ("Per-op selective activation checkpointing")
 AC_POLICIES = {"SelectiveAC": ("selective", "op"), "FullAC": ("full", None), "MemoryBudgetAC": ("memory_budget", None)}
@@ -346,7 +363,9 @@ FLOAT8_DEFAULT = "rowwise"
 
 def _shown(value: Any) -> str:
     """A value as a note quotes it: an unread expression's text, a call's callee, else its repr."""
-    return value.text if isinstance(value, Unread) else f"{value.kind}(...)" if isinstance(value, Built) else repr(value)
+    return (
+        value.text if isinstance(value, Unread) else f"{value.kind}(...)" if isinstance(value, Built) else repr(value)
+    )
 
 
 def _kind(built: Built) -> str:
@@ -399,8 +418,9 @@ class Models:
 def entry_keys(found: Entry, models: Models, inert: Callable[[str], bool]) -> tuple[Keys, list[str]]:
     """An entry's config as torchtitan's TOML keys, and what it holds that is not read (a value it does not
     evaluate is noted, unless its key is `inert`: known to leave memory alone)."""
-    out = _Keys(unmodelled=[f"{found.name} {line}: a statement this reader does not run" for line in found.unread],
-                inert=inert)
+    out = _Keys(
+        unmodelled=[f"{found.name} {line}: a statement this reader does not run" for line in found.unread], inert=inert
+    )
     config = found.value
     if not isinstance(config, Built):
         raise ValueError(f"returns {config.text if isinstance(config, Unread) else repr(config)}, not a config call")
@@ -459,10 +479,15 @@ def _converters(out: _Keys, source: str, value: Any, float8_default: str | None)
         section = CONVERTERS[kind]
         names.append(section)
         out.section(f"{source}[{kind}]", item, section)
-        if section == "quantize.linear.float8" and float8_default and not isinstance(item.fields.get("recipe_name"),
-                                                                                      str):
-            out.keys.setdefault(f"{section}.recipe_name", (f"{source}[{kind}].recipe_name (absent: default "
-                                                           f"{float8_default})", float8_default))
+        if (
+            section == "quantize.linear.float8"
+            and float8_default
+            and not isinstance(item.fields.get("recipe_name"), str)
+        ):
+            out.keys.setdefault(
+                f"{section}.recipe_name",
+                (f"{source}[{kind}].recipe_name (absent: default {float8_default})", float8_default),
+            )
     out.keys["model.converters"] = (source, names)
 
 
@@ -478,8 +503,9 @@ def _checkpointing(out: _Keys, name: str, value: Any, _models: Models) -> None:
         out.keys["activation_checkpoint.mode"] = (f"{name}={value.kind}", mode)
         if option:
             out.keys["activation_checkpoint.selective_ac_option"] = (f"{name}={value.kind}", option)
-        fields = {("per_op_sac_" + k if k == "force_recompute_mm_shapes_by_fqns" else k): v
-                  for k, v in value.fields.items()}
+        fields = {
+            ("per_op_sac_" + k if k == "force_recompute_mm_shapes_by_fqns" else k): v for k, v in value.fields.items()
+        }
         value = Built(kind=value.kind, fields=fields)
     out.section(name, value)
 
@@ -493,8 +519,9 @@ def _optimizer(out: _Keys, name: str, value: Any, _models: Models) -> None:
     elif kind == "OptimizersInBackwardContainer":
         out.keys["optimizer.early_step_in_backward"] = (f"{name}={value.kind}", True)
     if isinstance(value, Built) and "param_groups" in value.fields:
-        out.unmodelled.append(f"{name}.param_groups: optimizers per parameter group are not read; the plan keeps "
-                              "the recipe's AdamW")
+        out.unmodelled.append(
+            f"{name}.param_groups: optimizers per parameter group are not read; the plan keeps the recipe's AdamW"
+        )
         value = Built(kind=value.kind, fields={k: v for k, v in value.fields.items() if k != "param_groups"})
     out.section(name, value)
 
@@ -510,20 +537,31 @@ def _loss(out: _Keys, name: str, value: Any, _models: Models) -> None:
     """loss=CrossEntropyLoss.Config(...) (the whole logits, as the plan's full loss), or a chunked wrapper."""
     kind = _kind(value) if isinstance(value, Built) else ""
     if kind != "CrossEntropyLoss":
-        out.unmodelled.append(f"{name}: {_shown(value)} is not read; the plan "
-                              "takes the whole fp32 logits (techniques.loss full)")
+        out.unmodelled.append(
+            f"{name}: {_shown(value)} is not read; the plan takes the whole fp32 logits (techniques.loss full)"
+        )
 
 
-_FIELDS = {"model_spec": _model, "model_converters": _container, "activation_checkpoint": _checkpointing,
-           "optimizer": _optimizer, "compile": _compile, "loss": _loss}
+_FIELDS = {
+    "model_spec": _model,
+    "model_converters": _container,
+    "activation_checkpoint": _checkpointing,
+    "optimizer": _optimizer,
+    "compile": _compile,
+    "loss": _loss,
+}
 
 
 def _tokens(out: _Keys) -> None:
     """The token-counted batch (since 73aed7f6) as the old keys: seq_len = max_context_length; per data rank,
     num_tokens_per_microbatch_per_dp_rank ÷ max_context_length sequences a micro-batch (the pipeline's micro-batch
     size under a pipeline, whose num_pp_microbatches make the local batch); the global batch likewise."""
-    token_keys = ("training.num_tokens_per_microbatch_per_dp_rank", "training.max_context_length",
-                  "training.num_tokens_per_train_step", "parallelism.num_pp_microbatches")
+    token_keys = (
+        "training.num_tokens_per_microbatch_per_dp_rank",
+        "training.max_context_length",
+        "training.num_tokens_per_train_step",
+        "parallelism.num_pp_microbatches",
+    )
     if not any(key in out.keys for key in token_keys):
         return
     given = {key: out.keys.pop(key) for key in token_keys if key in out.keys}
@@ -535,8 +573,9 @@ def _tokens(out: _Keys) -> None:
         return
     out.keys["training.seq_len"] = (context_src, context)
     if tokens % context:
-        out.unmodelled.append(f"{tokens_src}: {tokens} tokens are not whole sequences of {context}; the batch is "
-                              "not read")
+        out.unmodelled.append(
+            f"{tokens_src}: {tokens} tokens are not whole sequences of {context}; the batch is not read"
+        )
         return
     per_rank = f"{tokens_src} ÷ {context_src}"
     pipeline = out.keys.get("parallelism.pipeline_parallel_degree", ("", 1))[1]

@@ -16,27 +16,63 @@ from typing import Any
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats.base import (Document, Format, Imported, RELEASE_WHY, checkpoint, document, marked,
-                                  training_defaults)
+from planner.formats.base import (
+    RELEASE_WHY,
+    Document,
+    Format,
+    Imported,
+    checkpoint,
+    document,
+    marked,
+    training_defaults,
+)
 from planner.formats.reading import Reading, as_bool, as_int, as_number, mapping, quiet_mapping
-from planner.plan import Plan
+from planner.plan.config import Plan
 
 # torchtune/models/*/__init__.py: a builder's name without its lora_/qlora_ prefix (and without the _base /
 # _instruct of Qwen's, which share the architecture) -> the preset it builds
 BUILDERS: dict[str, str] = {
-    "llama3_1_8b": "llama-3.1-8b", "llama3_1_70b": "llama-3.1-70b", "llama3_1_405b": "llama-3.1-405b",
-    "llama3_2_1b": "llama-3.2-1b", "llama3_2_3b": "llama-3.2-3b", "llama2_7b": "llama-2-7b",
-    "llama2_13b": "llama-2-13b", "llama2_70b": "llama-2-70b", "mistral_7b": "mistral-7b",
-    "qwen2_5_0_5b": "qwen2.5-0.5b", "qwen2_5_1_5b": "qwen2.5-1.5b", "qwen2_5_3b": "qwen2.5-3b",
-    "qwen2_5_7b": "qwen2.5-7b", "qwen2_5_14b": "qwen2.5-14b", "qwen2_5_32b": "qwen2.5-32b",
-    "qwen2_5_72b": "qwen2.5-72b", "qwen3_0_6b": "qwen3-0.6b", "qwen3_1_7b": "qwen3-1.7b", "qwen3_4b": "qwen3-4b",
-    "qwen3_8b": "qwen3-8b", "qwen3_14b": "qwen3-14b", "qwen3_32b": "qwen3-32b", "gemma2_2b": "gemma-2-2b",
-    "gemma2_9b": "gemma-2-9b", "gemma2_27b": "gemma-2-27b", "phi3_mini": "phi-3-mini", "phi4_14b": "phi-4",
+    "llama3_1_8b": "llama-3.1-8b",
+    "llama3_1_70b": "llama-3.1-70b",
+    "llama3_1_405b": "llama-3.1-405b",
+    "llama3_2_1b": "llama-3.2-1b",
+    "llama3_2_3b": "llama-3.2-3b",
+    "llama2_7b": "llama-2-7b",
+    "llama2_13b": "llama-2-13b",
+    "llama2_70b": "llama-2-70b",
+    "mistral_7b": "mistral-7b",
+    "qwen2_5_0_5b": "qwen2.5-0.5b",
+    "qwen2_5_1_5b": "qwen2.5-1.5b",
+    "qwen2_5_3b": "qwen2.5-3b",
+    "qwen2_5_7b": "qwen2.5-7b",
+    "qwen2_5_14b": "qwen2.5-14b",
+    "qwen2_5_32b": "qwen2.5-32b",
+    "qwen2_5_72b": "qwen2.5-72b",
+    "qwen3_0_6b": "qwen3-0.6b",
+    "qwen3_1_7b": "qwen3-1.7b",
+    "qwen3_4b": "qwen3-4b",
+    "qwen3_8b": "qwen3-8b",
+    "qwen3_14b": "qwen3-14b",
+    "qwen3_32b": "qwen3-32b",
+    "gemma2_2b": "gemma-2-2b",
+    "gemma2_9b": "gemma-2-9b",
+    "gemma2_27b": "gemma-2-27b",
+    "phi3_mini": "phi-3-mini",
+    "phi4_14b": "phi-4",
 }
 # the builder a preset is written as: the models package, and the suffix where the package has _base/_instruct
-_WRITE_SUFFIX = {"qwen2.5-1.5b": "_base", "qwen2.5-7b": "_base", "qwen2.5-14b": "_base", "qwen2.5-32b": "_base",
-                 "qwen2.5-72b": "_base", "qwen3-0.6b": "_base", "qwen3-1.7b": "_base", "qwen3-4b": "_base",
-                 "qwen3-8b": "_base", "qwen3-14b": "_base"}
+_WRITE_SUFFIX = {
+    "qwen2.5-1.5b": "_base",
+    "qwen2.5-7b": "_base",
+    "qwen2.5-14b": "_base",
+    "qwen2.5-32b": "_base",
+    "qwen2.5-72b": "_base",
+    "qwen3-0.6b": "_base",
+    "qwen3-1.7b": "_base",
+    "qwen3-4b": "_base",
+    "qwen3-8b": "_base",
+    "qwen3-14b": "_base",
+}
 # models package -> (tokenizer builder, checkpointer model_type), as the shipped configs write them
 _FAMILIES: dict[str, tuple[str, str]] = {
     "llama3_1": ("torchtune.models.llama3.llama3_tokenizer", "LLAMA3"),
@@ -53,13 +89,18 @@ _BUILDER = re.compile(r"^torchtune\.models\.(?P<family>\w+)\.(?P<kind>q?lora_)?(
 
 # recipe -> (trains adapters, runs on one GPU); recipes/*.py
 RECIPES: dict[str, tuple[bool, bool]] = {
-    "full_finetune_single_device": (False, True), "full_finetune_distributed": (False, False),
-    "lora_finetune_single_device": (True, True), "lora_finetune_distributed": (True, False),
+    "full_finetune_single_device": (False, True),
+    "full_finetune_distributed": (False, False),
+    "lora_finetune_single_device": (True, True),
+    "lora_finetune_distributed": (True, False),
 }
 # the `tune run` line of a config's header comment: its first "tune run", then each flag read one way only
 # (--name, =value, a count), so that a line that is no such command fails in linear time
-_HEADER = re.compile(r"^#(?>.*?\btune run\b)(?P<flags>(?:\s++--[^\s=]++(?:=\S*+)?(?: \d++)?)*+)\s+"
-                     r"(?P<recipe>[a-z_]+)\s+--config", re.M)
+_HEADER = re.compile(
+    r"^#(?>.*?\btune run\b)(?P<flags>(?:\s++--[^\s=]++(?:=\S*+)?(?: \d++)?)*+)\s+"
+    r"(?P<recipe>[a-z_]+)\s+--config",
+    re.M,
+)
 _NPROC = re.compile(r"--nproc_per_node[ =](\d+)")
 
 # torchtune/modules/peft/_utils.py LORA_ATTN_MODULES -> plan targets; apply_lora_to_mlp adapts w1 w2 w3
@@ -68,34 +109,70 @@ _MLP = ("gate", "up", "down")
 
 # optimizer._component_ -> (precision.optimizer, precision.optimizer_library); the configs' spellings
 OPTIMIZERS: dict[str, tuple[str, str | None]] = {
-    "torch.optim.AdamW": ("adamw", None), "torch.optim.Adam": ("adamw", None),
+    "torch.optim.AdamW": ("adamw", None),
+    "torch.optim.Adam": ("adamw", None),
     "bitsandbytes.optim.PagedAdamW8bit": ("paged_adamw_8bit", "bitsandbytes"),
     "bitsandbytes.optim.AdamW8bit": ("adamw_8bit", "bitsandbytes"),
-    "bitsandbytes.optim.PagedAdamW": ("paged_adamw", None), "bitsandbytes.optim.PagedAdamW32bit": ("paged_adamw", None),
+    "bitsandbytes.optim.PagedAdamW": ("paged_adamw", None),
+    "bitsandbytes.optim.PagedAdamW32bit": ("paged_adamw", None),
     "torchao.optim.AdamW8bit": ("adamw_8bit", "torchao"),
     "torchao.prototype.low_bit_optim.AdamW8bit": ("adamw_8bit", "torchao"),
-    "torch.optim.Adafactor": ("adafactor", None), "bitsandbytes.optim.Lion": ("lion", None),
+    "torch.optim.Adafactor": ("adafactor", None),
+    "bitsandbytes.optim.Lion": ("lion", None),
 }
-_OPTIMIZER_OUT = {"adamw": "torch.optim.AdamW", "paged_adamw": "bitsandbytes.optim.PagedAdamW",
-                  "paged_adamw_8bit": "bitsandbytes.optim.PagedAdamW8bit", "adafactor": "torch.optim.Adafactor",
-                  "lion": "bitsandbytes.optim.Lion", "sgd": "torch.optim.SGD", "sgd_momentum": "torch.optim.SGD"}
+_OPTIMIZER_OUT = {
+    "adamw": "torch.optim.AdamW",
+    "paged_adamw": "bitsandbytes.optim.PagedAdamW",
+    "paged_adamw_8bit": "bitsandbytes.optim.PagedAdamW8bit",
+    "adafactor": "torch.optim.Adafactor",
+    "lion": "bitsandbytes.optim.Lion",
+    "sgd": "torch.optim.SGD",
+    "sgd_momentum": "torch.optim.SGD",
+}
 _ADAMW_8BIT_OUT = {"bitsandbytes": "bitsandbytes.optim.AdamW8bit", "torchao": "torchao.optim.AdamW8bit"}
 _OPTIMIZER_IGNORED = {"lr", "weight_decay", "betas", "eps", "amsgrad", "maximize", "capturable", "differentiable"}
 
 # loss._component_ -> techniques.loss: both torchtune losses run the output projection and the fp32
 # cross-entropy on num_output_chunks slices (torchtune/modules/loss, default 8)
-LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
-          "torchtune.modules.loss.LinearCrossEntropyLoss": "chunked", "torch.nn.CrossEntropyLoss": "full"}
+LOSSES = {
+    "torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
+    "torchtune.modules.loss.LinearCrossEntropyLoss": "chunked",
+    "torch.nn.CrossEntropyLoss": "full",
+}
 
-IGNORED = frozenset({  # logging, paths, data order, schedules, evaluation: no effect on a step's memory or time
-    "output_dir", "seed", "shuffle", "checkpointer", "resume_from_checkpoint", "save_adapter_weights_only",
-    "lr_scheduler", "metric_logger", "log_every_n_steps", "log_peak_memory_stats", "log_level", "profiler",
-    "device", "clip_grad_norm", "run_val_every_n_steps", "dataset_val", "batch_size_val", "tensor_parallel_plan",
-    "low_cpu_ram", "enable_async_checkpointing", "cudnn_deterministic_mode", "collate_fn", "resize_token_embeddings",
-    "context_parallel_rotate_method", "epochs", "max_steps_per_epoch"})
+IGNORED = frozenset(
+    {  # logging, paths, data order, schedules, evaluation: no effect on a step's memory or time
+        "output_dir",
+        "seed",
+        "shuffle",
+        "checkpointer",
+        "resume_from_checkpoint",
+        "save_adapter_weights_only",
+        "lr_scheduler",
+        "metric_logger",
+        "log_every_n_steps",
+        "log_peak_memory_stats",
+        "log_level",
+        "profiler",
+        "device",
+        "clip_grad_norm",
+        "run_val_every_n_steps",
+        "dataset_val",
+        "batch_size_val",
+        "tensor_parallel_plan",
+        "low_cpu_ram",
+        "enable_async_checkpointing",
+        "cudnn_deterministic_mode",
+        "collate_fn",
+        "resize_token_embeddings",
+        "context_parallel_rotate_method",
+        "epochs",
+        "max_steps_per_epoch",
+    }
+)
 UNMODELLED = {  # keys that change memory but no plan key says
     "custom_sharded_layers": "shards these modules as FSDP units of their own (their gathered copy is freed "
-                             "sooner); the plan gathers one layer at a time",
+    "sooner); the plan gathers one layer at a time",
     "ac_mode": "torchtune's selective activation checkpointing; the plan reads enable_activation_checkpointing",
     "ac_option": "torchtune's selective activation checkpointing; the plan reads enable_activation_checkpointing",
     "quantizer": "quantization-aware training's fake-quantized copies of activations and weights",
@@ -133,14 +210,17 @@ def _targets(model: dict[str, Any], r: Reading) -> list[str]:
         raise bad("model.lora_attn_modules", attn, f"must be a list of {', '.join(_ATTN)}")
     mlp = as_bool("model.apply_lora_to_mlp", model.get("apply_lora_to_mlp", False))  # builders' default False
     if as_bool("model.apply_lora_to_output", model.get("apply_lora_to_output", False)):
-        r.unmodelled.append("model.apply_lora_to_output: an adapter on the output projection; plan targets "
-                            "name the layers' projections only")
+        r.unmodelled.append(
+            "model.apply_lora_to_output: an adapter on the output projection; plan targets "
+            "name the layers' projections only"
+        )
     return [_ATTN[m] for m in attn] + (list(_MLP) if mlp else [])
 
 
 # model.<key> of a LoRA builder -> (plan key, converter); torchtune/models/*/_component_builders.py lora_*
 _LORA_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "lora_rank": ("workload.lora.rank", as_int), "lora_alpha": ("workload.lora.alpha", as_number),
+    "lora_rank": ("workload.lora.rank", as_int),
+    "lora_alpha": ("workload.lora.alpha", as_number),
     "lora_dropout": ("workload.lora.dropout", as_number),
     "use_dora": ("workload.lora.variant", lambda k, v: "dora" if as_bool(k, v) else "lora"),
 }
@@ -158,8 +238,13 @@ def _model(model: Any, r: Reading) -> None:
     if preset:
         r.set("model._component_", "model.preset", preset)
     quantized = as_bool("model.quantize_base", model.get("quantize_base", False))
-    task = "qlora" if (match and match["kind"] == "qlora_") or quantized else \
-        "lora" if match and match["kind"] == "lora_" else "finetune"
+    task = (
+        "qlora"
+        if (match and match["kind"] == "qlora_") or quantized
+        else "lora"
+        if match and match["kind"] == "lora_"
+        else "finetune"
+    )
     r.set("model._component_", "workload.task", task)
     for key, value in model.items():
         if key in _LORA_KEYS and task != "finetune":
@@ -174,8 +259,10 @@ def _model(model: Any, r: Reading) -> None:
 
 
 # the sequence length of a config whose tokenizer sets no max_seq_len
-SEQUENCE_WHY = ("tokenizer.max_seq_len unset: torchtune truncates no sample, each batch is as long as its longest; "
-                "planned at the plan's default 4096")
+SEQUENCE_WHY = (
+    "tokenizer.max_seq_len unset: torchtune truncates no sample, each batch is as long as its longest; "
+    "planned at the plan's default 4096"
+)
 
 
 def _tokenizer(cfg: dict[str, Any], r: Reading) -> int | None:
@@ -184,8 +271,10 @@ def _tokenizer(cfg: dict[str, Any], r: Reading) -> int | None:
         raise bad("tokenizer", tokenizer, "must be a mapping with _component_, path and max_seq_len")
     length = tokenizer.get("max_seq_len")
     if length is None:
-        r.unmodelled.append("tokenizer.max_seq_len: null: no cap, each batch is as long as its longest sample; "
-                            "the plan keeps its own sequence_length")
+        r.unmodelled.append(
+            "tokenizer.max_seq_len: null: no cap, each batch is as long as its longest sample; "
+            "the plan keeps its own sequence_length"
+        )
     else:
         r.set("tokenizer.max_seq_len", "workload.sequence_length", as_int("tokenizer.max_seq_len", length))
     r.ignored.extend(f"tokenizer.{key}" for key in tokenizer if key != "max_seq_len")
@@ -201,8 +290,10 @@ def _dataset(cfg: dict[str, Any], r: Reading, length: int | None) -> None:
     if packed:
         r.ignored.append("dataset.packed: packed sequences are max_seq_len long, as the plan takes them")
     else:
-        r.unmodelled.append("dataset.packed: False: each batch is padded to its longest sample, up to max_seq_len; "
-                            "the plan takes every sequence at its sequence_length (an upper bound)")
+        r.unmodelled.append(
+            "dataset.packed: False: each batch is padded to its longest sample, up to max_seq_len; "
+            "the plan takes every sequence at its sequence_length (an upper bound)"
+        )
     r.ignored.extend(f"dataset.{key}" for d in datasets if isinstance(d, dict) for key in d if key != "packed")
 
 
@@ -220,14 +311,18 @@ def _optimizer(cfg: dict[str, Any], r: Reading) -> None:
         if library:
             r.set("optimizer._component_", "precision.optimizer_library", library)
     else:
-        r.unmodelled.append(f"optimizer._component_: {component} is no optimizer the plan knows; planned as the "
-                            "recipe's")
+        r.unmodelled.append(
+            f"optimizer._component_: {component} is no optimizer the plan knows; planned as the recipe's"
+        )
     if component.startswith("torch.optim."):  # torch/optim/optimizer.py: foreach on CUDA unless fused or foreach=False
         fused = as_bool("optimizer.fused", optimizer.get("fused", False))
         foreach = as_bool("optimizer.foreach", optimizer.get("foreach", True))
         impl = "fused" if fused else "foreach" if foreach else "forloop"
-        r.set("optimizer.fused" if "fused" in optimizer else "optimizer.fused (absent: PyTorch's foreach)",
-              "precision.optimizer_impl", impl)
+        r.set(
+            "optimizer.fused" if "fused" in optimizer else "optimizer.fused (absent: PyTorch's foreach)",
+            "precision.optimizer_impl",
+            impl,
+        )
     for key, value in optimizer.items():
         if key == "block_size" and component in OPTIMIZERS and OPTIMIZERS[component][1] == "torchao":
             r.set("optimizer.block_size", "precision.optimizer_block_size", as_int("optimizer.block_size", value))
@@ -270,16 +365,26 @@ SIMPLE: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "batch_size": ("workload.micro_batch_size", as_int, None),
     "dtype": ("precision.compute", _dtype, None),
     # recipes/*.py: cfg.get("enable_activation_checkpointing", False); frameworks.yaml has full (the configs')
-    "enable_activation_checkpointing": ("techniques.activation_checkpointing",
-                                        lambda k, v: "full" if as_bool(k, v) else "none", False),
+    "enable_activation_checkpointing": (
+        "techniques.activation_checkpointing",
+        lambda k, v: "full" if as_bool(k, v) else "none",
+        False,
+    ),
     "enable_activation_offloading": ("techniques.activation_offload", as_bool, None),
     "compile": ("techniques.compile", _compile, None),
     "fsdp_cpu_offload": ("techniques.offload", lambda k, v: "optimizer_and_params" if as_bool(k, v) else "none", None),
 }
 # recipes/full_finetune_*.py: optimizer_in_bwd (cfg.get default False); the LoRA recipes do not read it
 _FULL_ONLY = {"optimizer_in_bwd": ("techniques.optimizer_in_backward", as_bool, False)}
-_DISTRIBUTED = ("tensor_parallel_dim", "context_parallel_dim", "data_parallel_shard_dim", "data_parallel_replicate_dim",
-                "fsdp_reshard_after_forward", "fsdp_cpu_offload", "custom_sharded_layers")
+_DISTRIBUTED = (
+    "tensor_parallel_dim",
+    "context_parallel_dim",
+    "data_parallel_shard_dim",
+    "data_parallel_replicate_dim",
+    "fsdp_reshard_after_forward",
+    "fsdp_cpu_offload",
+    "custom_sharded_layers",
+)
 _SECTIONS = ("model", "tokenizer", "dataset", "optimizer", "loss", "gradient_accumulation_steps")
 
 
@@ -302,27 +407,41 @@ def _parallel(cfg: dict[str, Any], r: Reading, recipe: str, count: int | None) -
     if shard != -1:
         shard = as_int("data_parallel_shard_dim", shard)
         if count is not None and shard * split != count:
-            raise bad("data_parallel_shard_dim", shard, f"× data_parallel_replicate_dim × tensor_parallel_dim × "
-                      f"context_parallel_dim = {shard * split} must equal the GPU count ({count})")
+            raise bad(
+                "data_parallel_shard_dim",
+                shard,
+                f"× data_parallel_replicate_dim × tensor_parallel_dim × "
+                f"context_parallel_dim = {shard * split} must equal the GPU count ({count})",
+            )
         count = shard * split
         r.set("data_parallel_shard_dim", "hardware.count", count)
     elif count is not None and count % split:
-        raise bad("tensor_parallel_dim", tp, f"× context_parallel_dim × data_parallel_replicate_dim = {split} must "
-                  f"divide the GPU count ({count})")
+        raise bad(
+            "tensor_parallel_dim",
+            tp,
+            f"× context_parallel_dim × data_parallel_replicate_dim = {split} must divide the GPU count ({count})",
+        )
     reshard = as_bool("fsdp_reshard_after_forward", cfg.get("fsdp_reshard_after_forward", True))
     # reshard_after_forward False keeps each layer's gathered parameters from forward to backward (ZeRO-2)
-    r.set(f"recipe {recipe or 'distributed'} (FSDP2)" + ("" if reshard else " + fsdp_reshard_after_forward"),
-          "parallelism.zero_stage", 3 if reshard else 2)
-    for key, plan_key, value in (("tensor_parallel_dim", "parallelism.tensor", tp),
-                                 ("context_parallel_dim", "parallelism.context", cp)):
+    r.set(
+        f"recipe {recipe or 'distributed'} (FSDP2)" + ("" if reshard else " + fsdp_reshard_after_forward"),
+        "parallelism.zero_stage",
+        3 if reshard else 2,
+    )
+    for key, plan_key, value in (
+        ("tensor_parallel_dim", "parallelism.tensor", tp),
+        ("context_parallel_dim", "parallelism.context", cp),
+    ):
         if key in cfg:
             r.set(key, plan_key, value)
     # models/llama3/_parallelism.py: the TP plan runs the norms as SequenceParallel
     r.set("tensor_parallel_dim", "parallelism.sequence_parallel", tp > 1)
     if replicate > 1:
         shards = "each shard group" if count is None else f"{count // split} ranks"
-        r.unmodelled.append(f"data_parallel_replicate_dim: HSDP shards over {shards} and replicates "
-                            f"{replicate} times; the plan shards over every data rank")
+        r.unmodelled.append(
+            f"data_parallel_replicate_dim: HSDP shards over {shards} and replicates "
+            f"{replicate} times; the plan shards over every data rank"
+        )
     return count // (tp * cp) if count is not None else None
 
 
@@ -330,14 +449,20 @@ def _batch(cfg: dict[str, Any], r: Reading, data: int | None) -> None:
     accumulation = as_int("gradient_accumulation_steps", cfg.get("gradient_accumulation_steps", 1))
     micro = cfg.get("batch_size")
     if data is not None and micro is not None:
-        r.set("batch_size × gradient_accumulation_steps × data ranks", "workload.global_batch_size",
-              micro * accumulation * data)
+        r.set(
+            "batch_size × gradient_accumulation_steps × data ranks",
+            "workload.global_batch_size",
+            micro * accumulation * data,
+        )
     elif accumulation > 1:
         r.unmodelled.append("gradient_accumulation_steps: the global batch needs the GPU count (give gpus)")
     epochs, per_epoch = cfg.get("epochs"), cfg.get("max_steps_per_epoch")
     if per_epoch is not None:
-        r.set("epochs × max_steps_per_epoch", "workload.steps",
-              as_int("epochs", epochs) * as_int("max_steps_per_epoch", per_epoch))
+        r.set(
+            "epochs × max_steps_per_epoch",
+            "workload.steps",
+            as_int("epochs", epochs) * as_int("max_steps_per_epoch", per_epoch),
+        )
 
 
 def read(text: str | Document, *, gpus: int | None = None) -> Imported:
@@ -349,17 +474,22 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     _model(cfg.get("model"), r)
     task = r.plan["workload"]["task"]
     if recipe and RECIPES[recipe][0] != (task != "finetune"):
-        raise bad("model._component_", cfg["model"]["_component_"],
-                  f"{'is' if task == 'finetune' else 'is not'} a full model builder, but recipe {recipe} trains "
-                  f"{'adapters' if RECIPES[recipe][0] else 'every weight'}")
+        raise bad(
+            "model._component_",
+            cfg["model"]["_component_"],
+            f"{'is' if task == 'finetune' else 'is not'} a full model builder, but recipe {recipe} trains "
+            f"{'adapters' if RECIPES[recipe][0] else 'every weight'}",
+        )
     if count is not None:
         r.set(count_source, "hardware.count", count)
     data = 1 if single else _parallel(cfg, r, recipe, count)
     _simple(cfg, r, SIMPLE if not single else {k: v for k, v in SIMPLE.items() if k not in _DISTRIBUTED})
     if task == "finetune" and not single and cfg.get("optimizer_in_bwd"):
         r.set("optimizer_in_bwd", "techniques.optimizer_in_backward", False)
-        r.unmodelled.append("optimizer_in_bwd: True: the plan models the optimizer in backward without FSDP only; "
-                            "planned with a full set of gradients")
+        r.unmodelled.append(
+            "optimizer_in_bwd: True: the plan models the optimizer in backward without FSDP only; "
+            "planned with a full set of gradients"
+        )
     elif task == "finetune":
         _simple(cfg, r, _FULL_ONLY)
     _dataset(cfg, r, _tokenizer(cfg, r))
@@ -375,8 +505,9 @@ def _sort(cfg: dict[str, Any], r: Reading, single: bool, task: str) -> None:
     for key in cfg:
         if single and key in _DISTRIBUTED or task != "finetune" and key in _FULL_ONLY:
             r.ignored.append(f"{key}: not read by this recipe")
-    r.sort_rest(cfg, known=frozenset({*_SECTIONS, *SIMPLE, *_FULL_ONLY, *_DISTRIBUTED}), ignored=IGNORED,
-                unmodelled=UNMODELLED)
+    r.sort_rest(
+        cfg, known=frozenset({*_SECTIONS, *SIMPLE, *_FULL_ONLY, *_DISTRIBUTED}), ignored=IGNORED, unmodelled=UNMODELLED
+    )
 
 
 # plan values the recipes cannot run: (plan key, allowed values, why)
@@ -384,8 +515,11 @@ _WRITABLE: tuple[tuple[str, tuple[Any, ...], str], ...] = (
     ("precision.compute", ("bf16", "fp32"), "torchtune's dtype is bf16 or fp32"),
     ("techniques.activation_checkpointing", ("none", "full"), "enable_activation_checkpointing is on or off"),
     ("techniques.loss", ("full", "chunked"), "torchtune's losses are chunked or torch.nn.CrossEntropyLoss"),
-    ("techniques.offload", ("none", "optimizer_and_params"), "fsdp_cpu_offload moves parameters, gradients and "
-                                                             "optimizer states together"),
+    (
+        "techniques.offload",
+        ("none", "optimizer_and_params"),
+        "fsdp_cpu_offload moves parameters, gradients and optimizer states together",
+    ),
     ("techniques.attention", ("flash",), "torchtune's attention is SDPA"),
 )
 
@@ -402,14 +536,23 @@ def _check_writable(plan: Plan) -> None:
     if prec.weights != frozen:
         raise bad("precision.weights", prec.weights, f"cannot be said: torchtune's {wl.task} weights are {frozen}")
     if wl.task in ("lora", "qlora") and 0 < len(set(wl.lora.targets) & set(_MLP)) < 3:
-        raise bad("workload.lora.targets", list(wl.lora.targets), "cannot be said: apply_lora_to_mlp adapts all of "
-                                                                   "gate, up and down or none")
+        raise bad(
+            "workload.lora.targets",
+            list(wl.lora.targets),
+            "cannot be said: apply_lora_to_mlp adapts all of gate, up and down or none",
+        )
     if (plan.hardware.count > 1 or par.zero_stage) and par.zero_stage not in (2, 3):
-        raise bad("parallelism.zero_stage", par.zero_stage, "cannot be said: the distributed recipes shard with "
-                                                             "FSDP2 (3, or 2 with fsdp_reshard_after_forward False)")
+        raise bad(
+            "parallelism.zero_stage",
+            par.zero_stage,
+            "cannot be said: the distributed recipes shard with FSDP2 (3, or 2 with fsdp_reshard_after_forward False)",
+        )
     if par.pipeline > 1 or par.expert > 1:
-        raise bad("parallelism.pipeline" if par.pipeline > 1 else "parallelism.expert",
-                  max(par.pipeline, par.expert), "cannot be said: torchtune's recipes have no such parallelism")
+        raise bad(
+            "parallelism.pipeline" if par.pipeline > 1 else "parallelism.expert",
+            max(par.pipeline, par.expert),
+            "cannot be said: torchtune's recipes have no such parallelism",
+        )
 
 
 def _attr(plan: Plan, dotted: str) -> Any:
@@ -424,8 +567,11 @@ def _builder(plan: Plan) -> tuple[str, str]:
     preset = plan.model.preset
     names = [name for name, p in BUILDERS.items() if p == preset]
     if not names:
-        raise bad("model.preset", preset, f"has no torchtune model builder; allowed: "
-                                          f"{', '.join(sorted(set(BUILDERS.values())))}")
+        raise bad(
+            "model.preset",
+            preset,
+            f"has no torchtune model builder; allowed: {', '.join(sorted(set(BUILDERS.values())))}",
+        )
     if not checkpoint(plan):
         raise bad("model.preset", preset, "has other layers here: a torchtune builder builds the preset's own")
     family = next(f for f in sorted(_FAMILIES, key=len, reverse=True) if names[0].startswith(f))
@@ -437,9 +583,14 @@ def _write_model(plan: Plan, component: str) -> dict[str, Any]:
     model: dict[str, Any] = {"_component_": component}
     lora = plan.workload.lora
     if plan.workload.task in ("lora", "qlora"):
-        model.update(lora_attn_modules=[m for m, t in _ATTN.items() if t in lora.targets],
-                     apply_lora_to_mlp="gate" in lora.targets, apply_lora_to_output=False, lora_rank=lora.rank,
-                     lora_alpha=lora.alpha, lora_dropout=lora.dropout)
+        model.update(
+            lora_attn_modules=[m for m, t in _ATTN.items() if t in lora.targets],
+            apply_lora_to_mlp="gate" in lora.targets,
+            apply_lora_to_output=False,
+            lora_rank=lora.rank,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+        )
         if lora.variant == "dora":
             model["use_dora"] = True
     return model
@@ -467,53 +618,103 @@ def write(plan: Plan) -> str:
     wl, par, tech = plan.workload, plan.parallelism, plan.techniques
     component, family = _builder(plan)
     single = plan.hardware.count == 1 and par.zero_stage == 0
-    recipe = ("lora" if wl.task in ("lora", "qlora") else "full") + "_finetune_" + \
-        ("single_device" if single else "distributed")
+    recipe = (
+        ("lora" if wl.task in ("lora", "qlora") else "full")
+        + "_finetune_"
+        + ("single_device" if single else "distributed")
+    )
     tokenizer, model_type = _FAMILIES[family]
     checkpoints = f"/tmp/{plan.model.preset}"
     cfg: dict[str, Any] = {
-        "output_dir": f"/tmp/torchtune/{plan.model.preset}", "model": _write_model(plan, component),
-        "tokenizer": {"_component_": tokenizer, "path": f"{checkpoints}/original/tokenizer.model",
-                      "max_seq_len": wl.sequence_length},
-        "checkpointer": {"_component_": "torchtune.training.FullModelHFCheckpointer", "checkpoint_dir": checkpoints,
-                         "checkpoint_files": {"filename_format": "model-{}-of-{}.safetensors", "max_filename": "00004"},
-                         "output_dir": "${output_dir}", "model_type": model_type},
+        "output_dir": f"/tmp/torchtune/{plan.model.preset}",
+        "model": _write_model(plan, component),
+        "tokenizer": {
+            "_component_": tokenizer,
+            "path": f"{checkpoints}/original/tokenizer.model",
+            "max_seq_len": wl.sequence_length,
+        },
+        "checkpointer": {
+            "_component_": "torchtune.training.FullModelHFCheckpointer",
+            "checkpoint_dir": checkpoints,
+            "checkpoint_files": {"filename_format": "model-{}-of-{}.safetensors", "max_filename": "00004"},
+            "output_dir": "${output_dir}",
+            "model_type": model_type,
+        },
         "dataset": {"_component_": "torchtune.datasets.alpaca_cleaned_dataset", "packed": True},
-        "seed": None, "shuffle": True, "batch_size": wl.micro_batch_size, "epochs": 1,
-        "max_steps_per_epoch": wl.steps, "gradient_accumulation_steps": plan.micro_batches_per_step,
+        "seed": None,
+        "shuffle": True,
+        "batch_size": wl.micro_batch_size,
+        "epochs": 1,
+        "max_steps_per_epoch": wl.steps,
+        "gradient_accumulation_steps": plan.micro_batches_per_step,
         "optimizer": _write_optimizer(plan),
         "loss": {"_component_": "torchtune.modules.loss.LinearCrossEntropyLoss", "num_output_chunks": tech.loss_chunks}
-        if tech.loss == "chunked" else {"_component_": "torch.nn.CrossEntropyLoss"},
-        "compile": tech.compile, "device": "cuda", "dtype": plan.precision.compute,
+        if tech.loss == "chunked"
+        else {"_component_": "torch.nn.CrossEntropyLoss"},
+        "compile": tech.compile,
+        "device": "cuda",
+        "dtype": plan.precision.compute,
         "enable_activation_checkpointing": tech.activation_checkpointing == "full",
         "enable_activation_offloading": tech.activation_offload,
     }
     if wl.task not in ("lora", "qlora"):
         cfg["optimizer_in_bwd"] = tech.optimizer_in_backward
     if not single:
-        cfg.update(tensor_parallel_dim=par.tensor, context_parallel_dim=par.context,
-                   fsdp_cpu_offload=tech.offload != "none", fsdp_reshard_after_forward=par.zero_stage == 3)
+        cfg.update(
+            tensor_parallel_dim=par.tensor,
+            context_parallel_dim=par.context,
+            fsdp_cpu_offload=tech.offload != "none",
+            fsdp_reshard_after_forward=par.zero_stage == 3,
+        )
         if par.tensor > 1:
             cfg["tensor_parallel_plan"] = {"_component_": "torchtune.models.llama3.base_llama_tp_plan"}
-    launch = "tune run " + ("" if single else f"--nproc_per_node {plan.hardware.count} ") + \
-        f"{recipe} --config ./config.yaml"
+    launch = (
+        "tune run "
+        + ("" if single else f"--nproc_per_node {plan.hardware.count} ")
+        + f"{recipe} --config ./config.yaml"
+    )
     source = f" from the plan {plan.name!r}" if plan.name else ""
-    header = f"# Config for {recipe}.py, written by VRAM Planner{source}.\n" \
-             f"# To launch, run:\n#   {launch}\n\n"
+    header = f"# Config for {recipe}.py, written by VRAM Planner{source}.\n# To launch, run:\n#   {launch}\n\n"
     return header + yaml.safe_dump(cfg, sort_keys=False)
 
 
 FORMAT = Format(
-    name="torchtune", label="torchtune recipe config (YAML)", framework="torchtune", suffix=".yaml", detect=detect,
-    read=read, write=write,
-    says=("workload.task", "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size",
-          "workload.steps", "workload.lora.rank", "workload.lora.alpha", "workload.lora.targets",
-          "workload.lora.dropout", "workload.lora.variant", "precision.compute", "precision.optimizer",
-          "precision.optimizer_impl", "precision.optimizer_library", "techniques.activation_checkpointing",
-          "techniques.activation_offload", "techniques.optimizer_in_backward", "techniques.loss",
-          "techniques.loss_chunks", "techniques.compile", "techniques.offload", "parallelism.zero_stage",
-          "parallelism.tensor", "parallelism.sequence_parallel", "parallelism.context", "parallelism.data",
-          "hardware.count"),
+    name="torchtune",
+    label="torchtune recipe config (YAML)",
+    framework="torchtune",
+    suffix=".yaml",
+    detect=detect,
+    read=read,
+    write=write,
+    says=(
+        "workload.task",
+        "workload.sequence_length",
+        "workload.micro_batch_size",
+        "workload.global_batch_size",
+        "workload.steps",
+        "workload.lora.rank",
+        "workload.lora.alpha",
+        "workload.lora.targets",
+        "workload.lora.dropout",
+        "workload.lora.variant",
+        "precision.compute",
+        "precision.optimizer",
+        "precision.optimizer_impl",
+        "precision.optimizer_library",
+        "techniques.activation_checkpointing",
+        "techniques.activation_offload",
+        "techniques.optimizer_in_backward",
+        "techniques.loss",
+        "techniques.loss_chunks",
+        "techniques.compile",
+        "techniques.offload",
+        "parallelism.zero_stage",
+        "parallelism.tensor",
+        "parallelism.sequence_parallel",
+        "parallelism.context",
+        "parallelism.data",
+        "hardware.count",
+    ),
     cannot_say={
         "precision.master_weights": "torchtune trains in its one dtype (bf16 or fp32): no fp32 master copy",
         "precision.gradients": "gradients are in the training dtype",
@@ -529,12 +730,14 @@ FORMAT = Format(
         "parallelism.expert": "the recipes have no expert parallelism",
         "workload.train_tokens": "a job's length is epochs × max_steps_per_epoch: give workload.steps",
         "workload.task": "pretrain reads back as finetune (the same memory)",
-        **dict.fromkeys(("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
-                        "DeepSpeed's: FSDP2 has no such buckets"),
+        **dict.fromkeys(
+            ("parallelism.reduce_bucket_elements", "parallelism.sub_group_elements"),
+            "DeepSpeed's: FSDP2 has no such buckets",
+        ),
         "parallelism.sequence_parallel": "off with tensor parallelism: the recipes' TP plans run the norms "
-                                         "sequence-parallel",
+        "sequence-parallel",
         "techniques.expandable_segments": "off: torchtune sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                                          "itself when it is unset",
+        "itself when it is unset",
         "framework_release": RELEASE_WHY,
         "parallelism.flat_params": "FSDP2 shards each parameter: no flat parameters",
     },

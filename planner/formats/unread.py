@@ -36,25 +36,51 @@ class Unread:
 # - NeMo (NVIDIA/NeMo): a Hydra config's trainer, exp_manager, model; `nemo llm pretrain|finetune --factory`
 # - Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge, ConfigContainer): train, ddp, dist, rng beside model
 UNREAD = (
-    Unread(stack="verl", keys=frozenset({"actor_rollout_ref", "algorithm"}), command=r"\bverl\.trainer\.",
-           why=POST_TRAINING),
+    Unread(
+        stack="verl",
+        keys=frozenset({"actor_rollout_ref", "algorithm"}),
+        command=r"\bverl\.trainer\.",
+        why=POST_TRAINING,
+    ),
     Unread(stack="OpenRLHF", command=r"\bopenrlhf\.cli\.train_", why=POST_TRAINING),
-    Unread(stack="litgpt", keys=frozenset({"checkpoint_dir", "out_dir", "precision", "devices"}),
-           why="litgpt's config hub YAML is not read yet"),
-    Unread(stack="litgpt", keys=frozenset({"model_name", "initial_checkpoint_dir", "out_dir"}),
-           why="litgpt's config hub YAML is not read yet"),
-    Unread(stack="MaxText", keys=frozenset({"per_device_batch_size", "max_target_length"}),
-           why="MaxText (JAX) configs are not read yet"),
-    Unread(stack="MaxText", keys=frozenset({"base_emb_dim", "base_num_decoder_layers"}),
-           why="MaxText (JAX) model files are not read yet"),
-    Unread(stack="nanotron", keys=frozenset({"general", "parallelism", "tokens", "data_stages"}),
-           why="nanotron configs are not read yet"),
-    Unread(stack="NeMo", keys=frozenset({"trainer", "exp_manager", "model"}),
-           why="NeMo's Hydra configs are not read yet"),
-    Unread(stack="NeMo", command=r"\bnemo\s+llm\s+(pretrain|finetune)\b",
-           why="NeMo 2 recipes (Python factories) are not read yet"),
-    Unread(stack="Megatron-Bridge", keys=frozenset({"train", "ddp", "dist", "rng"}),
-           why="Megatron-Bridge's ConfigContainer overrides are not read yet"),
+    Unread(
+        stack="litgpt",
+        keys=frozenset({"checkpoint_dir", "out_dir", "precision", "devices"}),
+        why="litgpt's config hub YAML is not read yet",
+    ),
+    Unread(
+        stack="litgpt",
+        keys=frozenset({"model_name", "initial_checkpoint_dir", "out_dir"}),
+        why="litgpt's config hub YAML is not read yet",
+    ),
+    Unread(
+        stack="MaxText",
+        keys=frozenset({"per_device_batch_size", "max_target_length"}),
+        why="MaxText (JAX) configs are not read yet",
+    ),
+    Unread(
+        stack="MaxText",
+        keys=frozenset({"base_emb_dim", "base_num_decoder_layers"}),
+        why="MaxText (JAX) model files are not read yet",
+    ),
+    Unread(
+        stack="nanotron",
+        keys=frozenset({"general", "parallelism", "tokens", "data_stages"}),
+        why="nanotron configs are not read yet",
+    ),
+    Unread(
+        stack="NeMo", keys=frozenset({"trainer", "exp_manager", "model"}), why="NeMo's Hydra configs are not read yet"
+    ),
+    Unread(
+        stack="NeMo",
+        command=r"\bnemo\s+llm\s+(pretrain|finetune)\b",
+        why="NeMo 2 recipes (Python factories) are not read yet",
+    ),
+    Unread(
+        stack="Megatron-Bridge",
+        keys=frozenset({"train", "ddp", "dist", "rng"}),
+        why="Megatron-Bridge's ConfigContainer overrides are not read yet",
+    ),
 )
 
 

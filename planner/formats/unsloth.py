@@ -40,34 +40,113 @@ LOADERS = ("FastLanguageModel", "FastModel", "FastVisionModel")
 TRAINERS = ("SFTTrainer", "Trainer", "UnslothTrainer")
 TRAINER_ARGS = ("SFTConfig", "TrainingArguments", "UnslothTrainingArguments")
 # Unsloth's own defaults (loader.py, llama.py at 015bdef; see the module's docstring)
-LOAD_DEFAULTS = {"model_name": "unsloth/Llama-3.2-1B-Instruct", "max_seq_length": 2048, "load_in_4bit": True,
-                 "load_in_8bit": False, "load_in_16bit": False, "full_finetuning": False}
+LOAD_DEFAULTS = {
+    "model_name": "unsloth/Llama-3.2-1B-Instruct",
+    "max_seq_length": 2048,
+    "load_in_4bit": True,
+    "load_in_8bit": False,
+    "load_in_16bit": False,
+    "full_finetuning": False,
+}
 PEFT_DEFAULTS = {"r": 16, "lora_alpha": 16, "lora_dropout": 0.0, "use_gradient_checkpointing": "unsloth"}
 # dtype None: Unsloth loads bfloat16 where the GPU supports it (is_bfloat16_supported), else float16
 DTYPES = {**hf_trainer.DTYPES, "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 # _utils.py apply_unsloth_gradient_checkpointing: below this many tokens "unsloth" is plain checkpointing
 OFFLOAD_FROM = 512
 # unsloth-cli.py's flags: flag → (the call keyword it is passed as, the CLI's default where it passes one)
-CLI = {"model_name": ("load", "unsloth/llama-3-8b"), "max_seq_length": ("load", 2048), "dtype": ("load", None),
-       "load_in_4bit": ("load", False), "r": ("peft", 16), "lora_alpha": ("peft", 16), "lora_dropout": ("peft", 0.0),
-       "bias": ("peft", "none"), "use_gradient_checkpointing": ("peft", "unsloth"), "use_rslora": ("peft", False),
-       "loftq_config": ("peft", None), "use_dora": ("peft", False), "per_device_train_batch_size": ("trainer", 2),
-       "gradient_accumulation_steps": ("trainer", 4), "max_steps": ("trainer", 400), "optim": ("trainer", "adamw_8bit"),
-       "packing": ("trainer", False)}
+CLI = {
+    "model_name": ("load", "unsloth/llama-3-8b"),
+    "max_seq_length": ("load", 2048),
+    "dtype": ("load", None),
+    "load_in_4bit": ("load", False),
+    "r": ("peft", 16),
+    "lora_alpha": ("peft", 16),
+    "lora_dropout": ("peft", 0.0),
+    "bias": ("peft", "none"),
+    "use_gradient_checkpointing": ("peft", "unsloth"),
+    "use_rslora": ("peft", False),
+    "loftq_config": ("peft", None),
+    "use_dora": ("peft", False),
+    "per_device_train_batch_size": ("trainer", 2),
+    "gradient_accumulation_steps": ("trainer", 4),
+    "max_steps": ("trainer", 400),
+    "optim": ("trainer", "adamw_8bit"),
+    "packing": ("trainer", False),
+}
 # keywords known to leave memory and time alone, by call
 IGNORED = {
-    "load": frozenset({"token", "device_map", "trust_remote_code", "revision", "fix_tokenizer", "rope_scaling",
-                       "random_state", "use_exact_model_name", "resize_model_vocab", "text_only", "attn_implementation"}),
-    "peft": frozenset({"model", "random_state", "use_rslora", "init_lora_weights", "temporary_location",
-                       "max_seq_length", "loftq_config", "layers_pattern", "ensure_weight_tying"}),
+    "load": frozenset(
+        {
+            "token",
+            "device_map",
+            "trust_remote_code",
+            "revision",
+            "fix_tokenizer",
+            "rope_scaling",
+            "random_state",
+            "use_exact_model_name",
+            "resize_model_vocab",
+            "text_only",
+            "attn_implementation",
+        }
+    ),
+    "peft": frozenset(
+        {
+            "model",
+            "random_state",
+            "use_rslora",
+            "init_lora_weights",
+            "temporary_location",
+            "max_seq_length",
+            "loftq_config",
+            "layers_pattern",
+            "ensure_weight_tying",
+        }
+    ),
     # unsloth-cli.py's flags for data, saving and pushing the model, and the optimizer's schedule
-    "cli": frozenset({"dataset", "save_model", "save_path", "save_gguf", "quantization", "push_model", "push_gguf",
-                      "hub_path", "hub_token", "raw_text_file", "chunk_size", "stride", "per_device_eval_batch_size",
-                      "warmup_steps", "learning_rate", "logging_steps", "weight_decay", "lr_scheduler_type", "seed",
-                      "output_dir", "report_to", "random_state"}),
-    "trainer": frozenset({"model", "tokenizer", "processing_class", "train_dataset", "eval_dataset", "args",
-                          "data_collator", "formatting_func", "callbacks", "dataset_text_field", "dataset_num_proc",
-                          "compute_metrics", *hf_trainer.IGNORED}),
+    "cli": frozenset(
+        {
+            "dataset",
+            "save_model",
+            "save_path",
+            "save_gguf",
+            "quantization",
+            "push_model",
+            "push_gguf",
+            "hub_path",
+            "hub_token",
+            "raw_text_file",
+            "chunk_size",
+            "stride",
+            "per_device_eval_batch_size",
+            "warmup_steps",
+            "learning_rate",
+            "logging_steps",
+            "weight_decay",
+            "lr_scheduler_type",
+            "seed",
+            "output_dir",
+            "report_to",
+            "random_state",
+        }
+    ),
+    "trainer": frozenset(
+        {
+            "model",
+            "tokenizer",
+            "processing_class",
+            "train_dataset",
+            "eval_dataset",
+            "args",
+            "data_collator",
+            "formatting_func",
+            "callbacks",
+            "dataset_text_field",
+            "dataset_num_proc",
+            "compute_metrics",
+            *hf_trainer.IGNORED,
+        }
+    ),
 }
 UNMODELLED = {
     "bias": "trained biases beside the adapters",
@@ -131,8 +210,9 @@ def _script(text: str, r: Reading) -> Calls:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise PlanError("script", f"is not Python that parses ({type(exc).__name__})") from None
     names, calls, first = _constants(tree), {}, {}
-    nodes = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call) and _kind(n.func)),
-                   key=lambda n: (n.lineno, n.col_offset))
+    nodes = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _kind(n.func)), key=lambda n: (n.lineno, n.col_offset)
+    )
     for node in nodes:
         kind, name = _kind(node.func)
         if first.setdefault(name, node.lineno) != node.lineno:
@@ -140,8 +220,9 @@ def _script(text: str, r: Reading) -> Calls:
             continue
         for kw in node.keywords:
             if kw.arg is not None:
-                calls.setdefault(kind, {})[kw.arg] = Arg(value=_literal(kw.value, names),
-                                                         source=f"{name}({kw.arg}=) line {node.lineno}")
+                calls.setdefault(kind, {})[kw.arg] = Arg(
+                    value=_literal(kw.value, names), source=f"{name}({kw.arg}=) line {node.lineno}"
+                )
         calls.setdefault(kind, {})
     return calls
 
@@ -158,8 +239,9 @@ def _command(text: str) -> Calls:
         source = f"--{flag}" if flag in flags else f"--{flag} (absent: unsloth-cli.py's default {default})"
         calls[kind][flag] = Arg(value=flags.get(flag, default), source=source)
     calls["peft"]["target_modules"] = Arg(value=list(MODULES), source="unsloth-cli.py (its target_modules)")
-    calls["trainer"]["max_length"] = Arg(value=calls["load"]["max_seq_length"].value,
-                                         source="--max_seq_length (unsloth-cli.py passes it as max_length)")
+    calls["trainer"]["max_length"] = Arg(
+        value=calls["load"]["max_seq_length"].value, source="--max_seq_length (unsloth-cli.py passes it as max_length)"
+    )
     calls["trainer"]["bf16"] = Arg(value=NOT_READ, source="unsloth-cli.py (bf16=is_bfloat16_supported())")
     calls["cli"] = {k: Arg(value=v, source=f"--{k}") for k, v in flags.items() if k not in CLI}
     return calls
@@ -183,16 +265,26 @@ def _task(r: Reading, calls: Calls) -> str:
     four, four_src = _take(r, load, "load_in_4bit", True, "from_pretrained")
     eight, _ = _take(r, load, "load_in_8bit", False, "from_pretrained")
     sixteen, sixteen_src = _take(r, load, "load_in_16bit", False, "from_pretrained")
-    full, four, eight, sixteen = (as_bool(k, v) for k, v in (("full_finetuning", full), ("load_in_4bit", four),
-                                                             ("load_in_8bit", eight), ("load_in_16bit", sixteen)))
+    full, four, eight, sixteen = (
+        as_bool(k, v)
+        for k, v in (
+            ("full_finetuning", full),
+            ("load_in_4bit", four),
+            ("load_in_8bit", eight),
+            ("load_in_16bit", sixteen),
+        )
+    )
     if full:
         r.set(full_src, "workload.task", "finetune")
         if four or eight:
             r.note(full_src, "full fine-tuning turns 4-bit and 8-bit loading off (FastModel): 16-bit weights")
         return "finetune"
     if "peft" not in calls:
-        raise PlanError("get_peft_model", "absent, and full_finetuning is false: Unsloth trains LoRA adapters "
-                                          "(get_peft_model) or every weight (full_finetuning=True)")
+        raise PlanError(
+            "get_peft_model",
+            "absent, and full_finetuning is false: Unsloth trains LoRA adapters "
+            "(get_peft_model) or every weight (full_finetuning=True)",
+        )
     if eight and (four and "load_in_4bit" in load or sixteen):
         raise bad("load_in_8bit", True, "with another of load_in_4bit / load_in_16bit: Unsloth loads one")
     bits = "int8" if eight else None if sixteen else "nf4" if four else None
@@ -206,8 +298,11 @@ def _task(r: Reading, calls: Calls) -> str:
 
 def _lora(r: Reading, peft: dict[str, Arg]) -> None:
     """r, lora_alpha, lora_dropout, target_modules, use_dora."""
-    for key, plan_key in (("r", "workload.lora.rank"), ("lora_alpha", "workload.lora.alpha"),
-                          ("lora_dropout", "workload.lora.dropout")):
+    for key, plan_key in (
+        ("r", "workload.lora.rank"),
+        ("lora_alpha", "workload.lora.alpha"),
+        ("lora_dropout", "workload.lora.dropout"),
+    ):
         value, source = _take(r, peft, key, PEFT_DEFAULTS[key], "get_peft_model")
         r.set(source, plan_key, as_int(key, value) if key == "r" else as_number(key, value, 0))
     names, source = _take(r, peft, "target_modules", list(MODULES), "get_peft_model")
@@ -223,8 +318,11 @@ def _lora(r: Reading, peft: dict[str, Arg]) -> None:
     if targets:
         r.set(source, "workload.lora.targets", targets)
     if "use_dora" in peft and peft["use_dora"].value is not NOT_READ:
-        r.set(peft["use_dora"].source, "workload.lora.variant",
-              "dora" if as_bool("use_dora", peft["use_dora"].value) else "lora")
+        r.set(
+            peft["use_dora"].source,
+            "workload.lora.variant",
+            "dora" if as_bool("use_dora", peft["use_dora"].value) else "lora",
+        )
 
 
 def _precision(r: Reading, calls: Calls, task: str) -> None:
@@ -244,8 +342,11 @@ def _precision(r: Reading, calls: Calls, task: str) -> None:
     if task == "finetune":
         mixed, mixed_src = _take(r, load, "float32_mixed_precision", None, "from_pretrained")
         fp32 = mixed is True or (mixed is None and compute != "bf16")
-        r.set(f"{mixed_src} (vision.py: bf16 full fine-tuning steps bf16 parameters)", "precision.master_weights",
-              "fp32" if fp32 else "none")
+        r.set(
+            f"{mixed_src} (vision.py: bf16 full fine-tuning steps bf16 parameters)",
+            "precision.master_weights",
+            "fp32" if fp32 else "none",
+        )
     hf_trainer.read_optim(r, Args(values={k: v for k, v in literal.items() if k == "optim"}, dash=dash, gpus=None))
     for key in ("bf16", "fp16", "optim"):
         if key in trainer and trainer[key].value is NOT_READ:
@@ -261,15 +362,20 @@ def _techniques(r: Reading, calls: Calls, sequence: int) -> None:
         r.set(source, "techniques.activation_checkpointing", "full")
         r.set(f"{source} (layer inputs copied to CPU buffers)", "techniques.activation_offload", True)
     elif mode == "unsloth":
-        r.set(f"{source} (under {OFFLOAD_FROM} tokens: plain checkpointing)", "techniques.activation_checkpointing",
-              "full")
+        r.set(
+            f"{source} (under {OFFLOAD_FROM} tokens: plain checkpointing)",
+            "techniques.activation_checkpointing",
+            "full",
+        )
     else:
         r.set(source, "techniques.activation_checkpointing", "full" if as_bool(source, mode) else "none")
-    r.set("(Unsloth's unsloth_fused_ce_loss: the output head and loss in chunks of tokens)", "techniques.loss",
-          "fused")
+    r.set("(Unsloth's unsloth_fused_ce_loss: the output head and loss in chunks of tokens)", "techniques.loss", "fused")
     r.set("(Unsloth's attention: flash-attn, xformers or SDPA, a fused kernel)", "techniques.attention", "flash")
-    r.note("(Unsloth's kernels)", "its Triton RMSNorm, SwiGLU and RoPE kernels save fewer intermediates than the "
-                                  "eager layers planned (kernels/*.py): the activations are an upper bound")
+    r.note(
+        "(Unsloth's kernels)",
+        "its Triton RMSNorm, SwiGLU and RoPE kernels save fewer intermediates than the "
+        "eager layers planned (kernels/*.py): the activations are an upper bound",
+    )
 
 
 def _sequence(r: Reading, calls: Calls) -> int:
@@ -284,18 +390,38 @@ def _sequence(r: Reading, calls: Calls) -> int:
     r.set(source, "workload.sequence_length", length)
     packing = trainer.get("packing")
     if packing is None or packing.value is NOT_READ or not as_bool("packing", packing.value):
-        r.note(packing.source if packing else "packing (absent: off)",
-               "each batch is padded to its longest sample, up to the maximum length; the plan takes every sequence "
-               "at it (an upper bound)")
+        r.note(
+            packing.source if packing else "packing (absent: off)",
+            "each batch is padded to its longest sample, up to the maximum length; the plan takes every sequence "
+            "at it (an upper bound)",
+        )
     return length
 
 
 def _rest(r: Reading, calls: Calls) -> None:
     """Every keyword no step above took: noted, ignored or unknown."""
-    taken = {"load": {"model_name", "max_seq_length", "dtype", "float32_mixed_precision", "use_gradient_checkpointing",
-                      *LOAD_DEFAULTS}, "peft": {*PEFT_DEFAULTS, "target_modules", "use_dora"},
-             "trainer": {"bf16", "fp16", "optim", "packing", "per_device_train_batch_size",
-                         "gradient_accumulation_steps", "max_steps", "num_train_epochs", *hf_trainer.SEQUENCE_KEYS}}
+    taken = {
+        "load": {
+            "model_name",
+            "max_seq_length",
+            "dtype",
+            "float32_mixed_precision",
+            "use_gradient_checkpointing",
+            *LOAD_DEFAULTS,
+        },
+        "peft": {*PEFT_DEFAULTS, "target_modules", "use_dora"},
+        "trainer": {
+            "bf16",
+            "fp16",
+            "optim",
+            "packing",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "max_steps",
+            "num_train_epochs",
+            *hf_trainer.SEQUENCE_KEYS,
+        },
+    }
     for kind, call in calls.items():
         for key, arg in call.items():
             if key in taken.get(kind, ()):
@@ -319,8 +445,11 @@ def _batch(r: Reading, trainer: dict[str, Arg], gpus: int | None, dash: str) -> 
         r.set("gpus", "hardware.count", gpus)
     hf_trainer.read_batch(r, args)
     if "per_device_train_batch_size" in values:
-        r.set(trainer["per_device_train_batch_size"].source, "workload.micro_batch_size",
-              as_int("per_device_train_batch_size", values["per_device_train_batch_size"]))
+        r.set(
+            trainer["per_device_train_batch_size"].source,
+            "workload.micro_batch_size",
+            as_int("per_device_train_batch_size", values["per_device_train_batch_size"]),
+        )
     hf_trainer.read_steps(r, args)
 
 
@@ -350,19 +479,44 @@ def _is_command(text: str) -> bool:
 def detect(text: str | Document) -> bool:
     """An unsloth-cli.py command line, or a Python script that imports unsloth and calls its loader."""
     body = document(text).text
-    return _is_command(body) or ("unsloth" in body and "import" in body and
-                                 any(f"{loader}.from_pretrained" in body for loader in LOADERS))
+    return _is_command(body) or (
+        "unsloth" in body and "import" in body and any(f"{loader}.from_pretrained" in body for loader in LOADERS)
+    )
 
 
 FORMAT = Format(
-    name="unsloth", label="Unsloth training script (.py, read with ast) or unsloth-cli.py command line (read only)",
-    framework=FRAMEWORK, suffix=".py", detect=detect, read=read, write=None,
-    says=("workload.task", "workload.sequence_length", "workload.micro_batch_size", "workload.global_batch_size",
-          "workload.steps", "workload.lora.rank", "workload.lora.alpha", "workload.lora.dropout",
-          "workload.lora.targets", "workload.lora.variant", "precision.compute", "precision.master_weights",
-          "precision.weights", "precision.double_quant", "precision.optimizer", "precision.optimizer_impl",
-          "precision.optimizer_library", "techniques.activation_checkpointing", "techniques.activation_offload",
-          "techniques.loss", "techniques.attention", "hardware.count"),
-    cannot_say={"export": "Unsloth scripts are read, not written: export the plan --to hf_trainer and run it with "
-                          "the Trainer"},
+    name="unsloth",
+    label="Unsloth training script (.py, read with ast) or unsloth-cli.py command line (read only)",
+    framework=FRAMEWORK,
+    suffix=".py",
+    detect=detect,
+    read=read,
+    write=None,
+    says=(
+        "workload.task",
+        "workload.sequence_length",
+        "workload.micro_batch_size",
+        "workload.global_batch_size",
+        "workload.steps",
+        "workload.lora.rank",
+        "workload.lora.alpha",
+        "workload.lora.dropout",
+        "workload.lora.targets",
+        "workload.lora.variant",
+        "precision.compute",
+        "precision.master_weights",
+        "precision.weights",
+        "precision.double_quant",
+        "precision.optimizer",
+        "precision.optimizer_impl",
+        "precision.optimizer_library",
+        "techniques.activation_checkpointing",
+        "techniques.activation_offload",
+        "techniques.loss",
+        "techniques.attention",
+        "hardware.count",
+    ),
+    cannot_say={
+        "export": "Unsloth scripts are read, not written: export the plan --to hf_trainer and run it with the Trainer"
+    },
 )

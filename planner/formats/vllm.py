@@ -18,32 +18,71 @@ import re
 from dataclasses import replace
 from typing import Any
 
-
 from planner.errors import bad, short
-from planner.formats.base import (Document, Format, Imported, KeyRead, RELEASE_WHY, checkpoint, document, marked,
-                                  serving_defaults, set_key)
-from planner.formats.cmdline import (SERVER_CANNOT_SAY, Engine, Flag, among, command_line, fraction, one, read_flags,
-                                     split_flags, switch, write_command)
+from planner.formats.base import (
+    RELEASE_WHY,
+    Document,
+    Format,
+    Imported,
+    KeyRead,
+    checkpoint,
+    document,
+    marked,
+    serving_defaults,
+    set_key,
+)
+from planner.formats.cmdline import (
+    SERVER_CANNOT_SAY,
+    Engine,
+    Flag,
+    among,
+    command_line,
+    fraction,
+    one,
+    read_flags,
+    split_flags,
+    switch,
+    write_command,
+)
 from planner.formats.reading import as_int, quiet_mapping
-from planner.plan import Inference, Plan, default_weights
+from planner.plan.config import Inference, Plan, default_weights
 
 # the plan's default output tokens (Inference.output_tokens), taken as a request's output when a length is read
 DEFAULT_OUTPUT = Inference().output_tokens
 # --dtype (vllm/config/model.py _STR_DTYPE_TO_TORCH_DTYPE; "auto" is the checkpoint's torch_dtype: not written)
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
 # --kv-cache-dtype (vllm/config/cache.py CacheDType; "auto" is the model dtype: not written)
-KV_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_inc": "fp8", "fp8_ds_mla": "fp8",
-             "bfloat16": "bf16"}
+KV_DTYPES = {
+    "fp8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "fp8_inc": "fp8",
+    "fp8_ds_mla": "fp8",
+    "bfloat16": "bf16",
+}
 # --quantization methods that load weights in a plan's dtype (vllm/model_executor/layers/quantization/__init__.py
 # QUANTIZATION_METHODS): fp8 quantizes a 16-bit checkpoint at load; AWQ and GPTQ checkpoints are 4-bit (GPTQ's
 # default bits); bitsandbytes loads 4-bit NF4 (vllm bitsandbytes_loader: load_in_4bit unless the checkpoint says 8)
-QUANTIZATION = {"fp8": "fp8", "fbgemm_fp8": "fp8", "ptpc_fp8": "fp8", "modelopt": "fp8", "awq": "int4",
-                "awq_marlin": "int4", "gptq": "int4", "gptq_marlin": "int4", "marlin": "int4",
-                "bitsandbytes": "nf4"}
+QUANTIZATION = {
+    "fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "ptpc_fp8": "fp8",
+    "modelopt": "fp8",
+    "awq": "int4",
+    "awq_marlin": "int4",
+    "gptq": "int4",
+    "gptq_marlin": "int4",
+    "marlin": "int4",
+    "bitsandbytes": "nf4",
+}
 # what a checkpoint's name says of its weights (Hugging Face naming of quantized releases: "-AWQ", "-FP8",
 # "-GPTQ-Int8", "-w8a8", "-bnb-4bit"); checked in order, the first match wins
-NAME_WEIGHTS = ((re.compile(r"gptq-int8|w8a8|int8", re.I), "int8"), (re.compile(r"fp8", re.I), "fp8"),
-                (re.compile(r"awq|gptq|w4a16|int4", re.I), "int4"), (re.compile(r"bnb-4bit|nf4", re.I), "nf4"))
+NAME_WEIGHTS = (
+    (re.compile(r"gptq-int8|w8a8|int8", re.I), "int8"),
+    (re.compile(r"fp8", re.I), "fp8"),
+    (re.compile(r"awq|gptq|w4a16|int4", re.I), "int4"),
+    (re.compile(r"bnb-4bit|nf4", re.I), "nf4"),
+)
 # what --enforce-eager and --max-model-len set
 _EAGER = "workload.inference.cuda_graphs"
 
@@ -77,8 +116,13 @@ FLAGS = {
     "--enforce-eager": switch(_EAGER, lambda on: not on),
     "--enable-prefix-caching": switch("workload.inference.prefix_caching"),
 }
-ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-           "-q": "--quantization", "-O": "--compilation-config"}
+ALIASES = {
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-q": "--quantization",
+    "-O": "--compilation-config",
+}
 UNMODELLED = {
     "--block-size": "the planner pages the KV cache in vLLM's default 16-token blocks",
     "--swap-space": "host RAM (GiB per GPU) for preempted sequences' KV blocks (V0); GPU memory unchanged",
@@ -92,7 +136,7 @@ UNMODELLED = {
     "--cuda-graph-sizes": "the CUDA graphs captured (the planner takes a fixed graph pool)",
     "--compilation-config": "the CUDA graphs captured and the compile passes (the planner takes a fixed graph pool)",
     "--enable-expert-parallel": "vLLM shards whole experts over tensor × data ranks; the planner splits each "
-                                "expert over the tensor ranks (the same bytes per GPU at data 1)",
+    "expert over the tensor ranks (the same bytes per GPU at data 1)",
     "--enable-chunked-prefill": "off (V0 only): a prefill of the whole prompt instead of --max-num-batched-tokens",
     "--disable-custom-all-reduce": "no custom all-reduce buffers (the planner counts 2 × 8 MiB at tensor 2-8)",
     "--speculative-config": "a draft model's weights, KV cache and activations",
@@ -111,33 +155,118 @@ UNMODELLED = {
     "--mamba-ssm-cache-dtype": "the recurrent state's dtype (the planner takes the model's)",
     "--language-model-only": "a multimodal checkpoint without its encoder's weights",
 }
-SWITCHES = frozenset({"--enable-expert-parallel", "--disable-custom-all-reduce", "--enable-lora",
-                      "--enable-chunked-prefill", "--trust-remote-code", "--disable-log-requests",
-                      "--disable-log-stats", "--enable-auto-tool-choice", "--async-scheduling",
-                      "--calculate-kv-scales", "--language-model-only", "--enable-log-requests",
-                      "--disable-fastapi-docs", "--enable-request-id-headers", "--disable-frontend-multiprocessing",
-                      "--headless", "--skip-tokenizer-init", "--enable-sleep-mode", "--disable-uvicorn-access-log"})
-IGNORED = frozenset({
-    "--host", "--port", "--api-key", "--served-model-name", "--trust-remote-code", "--disable-log-requests",
-    "--disable-log-stats", "--enable-log-requests", "--uvicorn-log-level", "--disable-uvicorn-access-log",
-    "--tokenizer", "--tokenizer-mode", "--revision", "--tokenizer-revision", "--code-revision", "--download-dir",
-    "--seed", "--chat-template", "--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser",
-    "--generation-config", "--override-generation-config", "--default-chat-template-kwargs", "--max-logprobs",
-    "--distributed-executor-backend", "--async-scheduling", "--attention-backend", "--api-server-count",
-    "--disable-fastapi-docs", "--enable-request-id-headers", "--response-role", "--ssl-keyfile", "--ssl-certfile",
-    "--allowed-origins", "--root-path", "--middleware", "--config-format", "--guided-decoding-backend",
-    "--structured-outputs-config", "--disable-frontend-multiprocessing", "--headless", "--skip-tokenizer-init",
-    "--enable-sleep-mode", "--otlp-traces-endpoint", "--collect-detailed-traces", "--scheduling-policy",
-    "--max-num-partial-prefills", "--long-prefill-token-threshold", "--data-parallel-address",
-    "--data-parallel-rpc-port", "--data-parallel-size-local", "--data-parallel-start-rank", "--node-rank",
-    "--nnodes", "--master-addr", "--master-port", "--kv-transfer-config", "--kv-events-config", "--task",
-    "--runner", "--convert", "--model-impl", "--mm-encoder-tp-mode", "--chat-template-content-format",
-    "--model-tag", "--tool-parser-plugin", "--lora-modules", "--log-config-file", "--max-log-len", "--enable-prompt-tokens-details",
-})
-ENGINE = Engine(name="vllm", framework="vllm", program=re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server"),
-                starts=(("vllm", "serve"), ("-m", "vllm.entrypoints.openai.api_server")), model_flags=("--model",),
-                flags=FLAGS, aliases=ALIASES, switches=SWITCHES, unmodelled=UNMODELLED,
-                ignored=IGNORED - set(UNMODELLED), underscores=True, model_key=name_weights)
+SWITCHES = frozenset(
+    {
+        "--enable-expert-parallel",
+        "--disable-custom-all-reduce",
+        "--enable-lora",
+        "--enable-chunked-prefill",
+        "--trust-remote-code",
+        "--disable-log-requests",
+        "--disable-log-stats",
+        "--enable-auto-tool-choice",
+        "--async-scheduling",
+        "--calculate-kv-scales",
+        "--language-model-only",
+        "--enable-log-requests",
+        "--disable-fastapi-docs",
+        "--enable-request-id-headers",
+        "--disable-frontend-multiprocessing",
+        "--headless",
+        "--skip-tokenizer-init",
+        "--enable-sleep-mode",
+        "--disable-uvicorn-access-log",
+    }
+)
+IGNORED = frozenset(
+    {
+        "--host",
+        "--port",
+        "--api-key",
+        "--served-model-name",
+        "--trust-remote-code",
+        "--disable-log-requests",
+        "--disable-log-stats",
+        "--enable-log-requests",
+        "--uvicorn-log-level",
+        "--disable-uvicorn-access-log",
+        "--tokenizer",
+        "--tokenizer-mode",
+        "--revision",
+        "--tokenizer-revision",
+        "--code-revision",
+        "--download-dir",
+        "--seed",
+        "--chat-template",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "--reasoning-parser",
+        "--generation-config",
+        "--override-generation-config",
+        "--default-chat-template-kwargs",
+        "--max-logprobs",
+        "--distributed-executor-backend",
+        "--async-scheduling",
+        "--attention-backend",
+        "--api-server-count",
+        "--disable-fastapi-docs",
+        "--enable-request-id-headers",
+        "--response-role",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--allowed-origins",
+        "--root-path",
+        "--middleware",
+        "--config-format",
+        "--guided-decoding-backend",
+        "--structured-outputs-config",
+        "--disable-frontend-multiprocessing",
+        "--headless",
+        "--skip-tokenizer-init",
+        "--enable-sleep-mode",
+        "--otlp-traces-endpoint",
+        "--collect-detailed-traces",
+        "--scheduling-policy",
+        "--max-num-partial-prefills",
+        "--long-prefill-token-threshold",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-size-local",
+        "--data-parallel-start-rank",
+        "--node-rank",
+        "--nnodes",
+        "--master-addr",
+        "--master-port",
+        "--kv-transfer-config",
+        "--kv-events-config",
+        "--task",
+        "--runner",
+        "--convert",
+        "--model-impl",
+        "--mm-encoder-tp-mode",
+        "--chat-template-content-format",
+        "--model-tag",
+        "--tool-parser-plugin",
+        "--lora-modules",
+        "--log-config-file",
+        "--max-log-len",
+        "--enable-prompt-tokens-details",
+    }
+)
+ENGINE = Engine(
+    name="vllm",
+    framework="vllm",
+    program=re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server"),
+    starts=(("vllm", "serve"), ("-m", "vllm.entrypoints.openai.api_server")),
+    model_flags=("--model",),
+    flags=FLAGS,
+    aliases=ALIASES,
+    switches=SWITCHES,
+    unmodelled=UNMODELLED,
+    ignored=IGNORED - set(UNMODELLED),
+    underscores=True,
+    model_key=name_weights,
+)
 
 
 def _yaml_config(text: str | Document) -> dict[str, Any] | None:
@@ -154,16 +283,21 @@ def _yaml_config(text: str | Document) -> dict[str, Any] | None:
 
 def detect(text: str | Document) -> bool:
     doc = document(text)
-    return bool(ENGINE.program.search(doc.text)) or ("sglang" not in doc.text and _yaml_config(doc) is not None
-                                                     and "_component_" not in doc.text)
+    return bool(ENGINE.program.search(doc.text)) or (
+        "sglang" not in doc.text and _yaml_config(doc) is not None and "_component_" not in doc.text
+    )
 
 
 def read_mapping(config: dict[str, Any], *, gpus: int | None = None) -> Imported:
     """Flags given as a mapping (the --config YAML, the "non-default args" a vLLM log prints): each key is a flag
     without its dashes, true a switch given, false its --no- form."""
-    args = [a for key, value in config.items()
-            for a in ((f"--{key}",) if value is True else (f"--no-{key}",) if value is False
-                      else (f"--{key}", _flag_text(value)))]
+    args = [
+        a
+        for key, value in config.items()
+        for a in (
+            (f"--{key}",) if value is True else (f"--no-{key}",) if value is False else (f"--{key}", _flag_text(value))
+        )
+    ]
     return _prefix_default(read_flags(split_flags(args, ENGINE), [], ENGINE, gpus=gpus))
 
 
@@ -179,8 +313,10 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     if config is not None:
         return marked(read_mapping(config, gpus=gpus), serving_defaults("max-model-len", "vLLM"))
     env, args, others = command_line(doc.text, ENGINE)
-    return marked(_prefix_default(read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others)),
-                  serving_defaults("--max-model-len", "vLLM"))
+    return marked(
+        _prefix_default(read_flags(split_flags(args, ENGINE), env, ENGINE, gpus=gpus, others=others)),
+        serving_defaults("--max-model-len", "vLLM"),
+    )
 
 
 def _prefix_default(imported: Imported) -> Imported:
@@ -190,9 +326,18 @@ def _prefix_default(imported: Imported) -> Imported:
         return imported
     plan = copy.deepcopy(imported.plan)
     set_key(plan, "workload.inference.prefix_caching", True)
-    return replace(imported, plan=plan, read=imported.read + (
-        KeyRead(source="--enable-prefix-caching (vLLM's default)", plan_key="workload.inference.prefix_caching",
-                value=True),))
+    return replace(
+        imported,
+        plan=plan,
+        read=imported.read
+        + (
+            KeyRead(
+                source="--enable-prefix-caching (vLLM's default)",
+                plan_key="workload.inference.prefix_caching",
+                value=True,
+            ),
+        ),
+    )
 
 
 def _weights_flag(plan: Plan) -> str | None:
@@ -202,8 +347,12 @@ def _weights_flag(plan: Plan) -> str | None:
         return None
     writes = {"fp8": "fp8", "int4": "awq", "nf4": "bitsandbytes"}
     if prec.weights not in writes:
-        raise bad("precision.weights", prec.weights, f"has no vLLM --quantization that loads it (with --dtype "
-                                                     f"{_dtype_flag(plan)}); serve a checkpoint in it by its name")
+        raise bad(
+            "precision.weights",
+            prec.weights,
+            f"has no vLLM --quantization that loads it (with --dtype "
+            f"{_dtype_flag(plan)}); serve a checkpoint in it by its name",
+        )
     return writes[prec.weights]
 
 
@@ -217,8 +366,11 @@ def _kv_flag(plan: Plan) -> str | None:
     if kv == plan.precision.activation_dtype:
         return None
     if kv not in ("fp8", "bf16"):
-        raise bad("precision.kv_cache", kv, f"is not a vLLM --kv-cache-dtype beside --dtype {_dtype_flag(plan)} "
-                                            f"(auto, fp8, bfloat16)")
+        raise bad(
+            "precision.kv_cache",
+            kv,
+            f"is not a vLLM --kv-cache-dtype beside --dtype {_dtype_flag(plan)} (auto, fp8, bfloat16)",
+        )
     return {"fp8": "fp8", "bf16": "bfloat16"}[kv]
 
 
@@ -232,22 +384,38 @@ def write(plan: Plan) -> str:
     inf, par = plan.workload.inference, plan.parallelism
     if plan.precision.compute == "fp8":
         raise bad("precision.compute", "fp8", "is not a vLLM --dtype; serve fp8 weights with --quantization fp8")
-    args = [("--dtype", _dtype_flag(plan)), ("--quantization", _weights_flag(plan)),
-            ("--kv-cache-dtype", _kv_flag(plan)), ("--max-model-len", inf.context_tokens),
-            ("--gpu-memory-utilization", inf.gpu_memory_utilization), ("--max-num-seqs", inf.max_num_seqs),
-            ("--max-num-batched-tokens", inf.prefill_chunk_tokens),
-            ("--tensor-parallel-size", par.tensor if par.tensor > 1 else None),
-            ("--pipeline-parallel-size", par.pipeline if par.pipeline > 1 else None),
-            ("--data-parallel-size", par.data * par.context if par.data * par.context > 1 else None),
-            ("--enforce-eager", True if not inf.cuda_graphs else None),
-            ("--enable-prefix-caching" if inf.prefix_caching else "--no-enable-prefix-caching", True)]
+    args = [
+        ("--dtype", _dtype_flag(plan)),
+        ("--quantization", _weights_flag(plan)),
+        ("--kv-cache-dtype", _kv_flag(plan)),
+        ("--max-model-len", inf.context_tokens),
+        ("--gpu-memory-utilization", inf.gpu_memory_utilization),
+        ("--max-num-seqs", inf.max_num_seqs),
+        ("--max-num-batched-tokens", inf.prefill_chunk_tokens),
+        ("--tensor-parallel-size", par.tensor if par.tensor > 1 else None),
+        ("--pipeline-parallel-size", par.pipeline if par.pipeline > 1 else None),
+        ("--data-parallel-size", par.data * par.context if par.data * par.context > 1 else None),
+        ("--enforce-eager", True if not inf.cuda_graphs else None),
+        ("--enable-prefix-caching" if inf.prefix_caching else "--no-enable-prefix-caching", True),
+    ]
     return write_command(f"vllm serve {model_arg(plan)}", [(f, v) for f, v in args if v is not None])
 
 
-SAYS = ("model.preset", "workload.task", "workload.inference.gpu_memory_utilization",
-        "workload.inference.max_num_seqs", "workload.inference.prefill_chunk_tokens",
-        "workload.inference.cuda_graphs", "workload.inference.prefix_caching", "precision.compute",
-        "precision.weights", "precision.kv_cache", "parallelism.tensor", "parallelism.pipeline", "parallelism.data")
+SAYS = (
+    "model.preset",
+    "workload.task",
+    "workload.inference.gpu_memory_utilization",
+    "workload.inference.max_num_seqs",
+    "workload.inference.prefill_chunk_tokens",
+    "workload.inference.cuda_graphs",
+    "workload.inference.prefix_caching",
+    "precision.compute",
+    "precision.weights",
+    "precision.kv_cache",
+    "parallelism.tensor",
+    "parallelism.pipeline",
+    "parallelism.data",
+)
 CANNOT_SAY = {
     **SERVER_CANNOT_SAY,
     "framework_release": RELEASE_WHY,
@@ -255,12 +423,21 @@ CANNOT_SAY = {
     "techniques.compile": "vLLM's own compilation (-O, --compilation-config) is not read back",
     "workload.inference.batch_size": "a server takes the requests that arrive; --max-num-seqs caps them",
     "workload.inference.prompt_tokens": "one length, --max-model-len (prompt + output); read back as the prompt "
-                                        "with 256 output tokens",
+    "with 256 output tokens",
     "workload.inference.output_tokens": "one length, --max-model-len (prompt + output); read back as 256",
     "workload.inference.fraction_scope": "what the fraction covers follows the vLLM release (framework_release)",
     "parallelism.expert": "--enable-expert-parallel shards experts over tensor × data ranks, not a degree of its own",
     "precision.quant_group_size": "the quantized checkpoint's own group size",
     "techniques.attention": "vLLM's attention is always fused (FlashAttention, FlashInfer, ...)",
 }
-FORMAT = Format(name="vllm", label="vLLM server command line (vllm serve)", framework="vllm", suffix=".sh",
-                detect=detect, read=read, write=write, says=SAYS, cannot_say=CANNOT_SAY)
+FORMAT = Format(
+    name="vllm",
+    label="vLLM server command line (vllm serve)",
+    framework="vllm",
+    suffix=".sh",
+    detect=detect,
+    read=read,
+    write=write,
+    says=SAYS,
+    cannot_say=CANNOT_SAY,
+)

@@ -46,16 +46,36 @@ from dataclasses import replace
 from planner.catalog import Gpu, load_catalog, plan_gpu
 from planner.memory.inference import inference_estimate, kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from planner.memory.result import TOTALS_MEANING, Estimate, Item, Level, Phase, Serving, Stage
-from planner.memory.runtime import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, LEAST_FRACTION,
-                                    NCCL_BYTES_PER_COMMUNICATOR, RESERVE_FRACTION)
+from planner.memory.runtime import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    LEAST_FRACTION,
+    NCCL_BYTES_PER_COMMUNICATOR,
+    RESERVE_FRACTION,
+)
 from planner.memory.training import states_floor, training_estimate
-from planner.plan import Plan
+from planner.plan.config import Plan
 from planner.units import from_gib
 
-__all__ = ["CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "LEAST_FRACTION", "NCCL_BYTES_PER_COMMUNICATOR",
-           "RESERVE_FRACTION",
-           "TOTALS_MEANING", "Estimate", "Item", "Level", "Phase", "Serving", "Stage", "estimate", "states_floor",
-           "kv_bytes_per_token", "kv_cache_bytes", "weight_bytes"]
+__all__ = [
+    "CUBLAS_WORKSPACE_BYTES",
+    "CUDA_CONTEXT_BYTES",
+    "LEAST_FRACTION",
+    "NCCL_BYTES_PER_COMMUNICATOR",
+    "RESERVE_FRACTION",
+    "TOTALS_MEANING",
+    "Estimate",
+    "Item",
+    "Level",
+    "Phase",
+    "Serving",
+    "Stage",
+    "estimate",
+    "states_floor",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "weight_bytes",
+]
 
 
 def estimate(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, detail: bool = True) -> Estimate:

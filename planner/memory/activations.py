@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.dtypes import nbytes
 from planner.memory.layout import StageContext, autocast, routed_slots, stage_layer_indices
 from planner.memory.terms import count
-from planner.models import RECURRENT, attention_widths, gdn_widths, mamba2_widths, projection_shapes
-from planner.plan import Plan
-from planner.sac import op_sac_projections
+from planner.plan.config import Plan
+from planner.plan.dtypes import nbytes
+from planner.plan.models import RECURRENT, attention_widths, gdn_widths, mamba2_widths, projection_shapes
+from planner.plan.sac import op_sac_projections
 
 # NVFP4 (torchao nvfp4 training): 4-bit values with one 1-byte e4m3 scale per 16 (NVIDIA's NVFP4 format).
 NVFP4_BYTES = 0.5 + 1 / 16
@@ -119,18 +119,26 @@ def _lora_layer_acts(plan: Plan) -> LayerActs:
     shared = [("q", "k", "v"), ("gate", "up")] if m.mlp == "swiglu" else [("q", "k", "v"), ("up",)]
     outs = sum(b16 * h for group in shared if not own_copies and targets & set(group))
     norm_formula = f"2 × {'fp32 input 4h' if m.norm == 'rmsnorm' else f'input {b16}h'}" + (
-        f" + {outs // (b16 * h)} shared norm output(s) {b16}h" if outs else "")
+        f" + {outs // (b16 * h)} shared norm output(s) {b16}h" if outs else ""
+    )
     attention, scores, attention_formula = attention_acts(plan, b16, frozen=True)
     # MLP: SwiGLU keeps gate, silu(gate), up; the product only if down is adapted (and shares it); GeLU keeps fc
     keep = (3 if m.mlp == "swiglu" else 1) + (1 if ("down" in targets and not own_copies) else 0)
     adapters = _lora_adapter_acts(plan, b16)
     attention_formula += f" + adapters {count(adapters)} B" + (
-        " (with DoRA's 2 × d_out outputs)" if lora.variant == "dora" else "")
+        " (with DoRA's 2 × d_out outputs)" if lora.variant == "dora" else ""
+    )
     moe_mlp, moe_formula = _lora_moe_acts(plan, b16)
-    return LayerActs(norms=2 * norm_in + outs, attention=attention + adapters,  # adapters split like attention
-                     scores=scores, mlp=keep * b16 * inter, moe_mlp=moe_mlp, norm_formula=norm_formula,
-                     attention_formula=attention_formula,
-                     mlp_formula=f"{keep} × {b16}I (frozen projections save no inputs)" + moe_formula)
+    return LayerActs(
+        norms=2 * norm_in + outs,
+        attention=attention + adapters,  # adapters split like attention
+        scores=scores,
+        mlp=keep * b16 * inter,
+        moe_mlp=moe_mlp,
+        norm_formula=norm_formula,
+        attention_formula=attention_formula,
+        mlp_formula=f"{keep} × {b16}I (frozen projections save no inputs)" + moe_formula,
+    )
 
 
 # --- Full training ------------------------------------------------------------------------------------------
@@ -142,8 +150,10 @@ def _norm_acts(plan: Plan, b16: int, consumers: int) -> tuple[int, str]:
     h, cast = plan.model.hidden_size, autocast(plan)
     if plan.model.norm == "rmsnorm":
         if cast:
-            return (2 * (4 + 4) * h + 2 * consumers * h,
-                    f"2 norms × (fp32 input 4h + normalized 4h) + {consumers} autocast copies × 2h")
+            return (
+                2 * (4 + 4) * h + 2 * consumers * h,
+                f"2 norms × (fp32 input 4h + normalized 4h) + {consumers} autocast copies × 2h",
+            )
         if b16 == 4:
             return 2 * 12 * h, "2 norms × (input 4h + normalized 4h + output 4h)"
         return 2 * (4 + 2 * b16) * h, f"2 norms × (fp32 upcast 4h + normalized {b16}h + output {b16}h)"
@@ -161,10 +171,14 @@ def _compiled_acts(plan: Plan, b16: int, inter: int) -> tuple[int, str, int, str
     m, t = plan.model, plan.parallelism.tensor
     q, k, v, out = attention_widths(m, t)
     factor = 3 if m.mlp == "swiglu" else 2
-    return (4 * b16 * m.hidden_size + 8,
-            f"compiled: layer input, 2 norm outputs and o_proj's output 4 × {b16}h + 2 fp32 rstd",
-            b16 * (q + k + v + out) + 4 * (m.num_attention_heads // t), f"compiled: {b16}(q + k + v + out) + 4a",
-            factor * b16 * inter, f"compiled: {factor} × {b16}I (silu recomputed)")
+    return (
+        4 * b16 * m.hidden_size + 8,
+        f"compiled: layer input, 2 norm outputs and o_proj's output 4 × {b16}h + 2 fp32 rstd",
+        b16 * (q + k + v + out) + 4 * (m.num_attention_heads // t),
+        f"compiled: {b16}(q + k + v + out) + 4a",
+        factor * b16 * inter,
+        f"compiled: {factor} × {b16}I (silu recomputed)",
+    )
 
 
 def _moe_acts(plan: Plan, b16: int, factor: int) -> tuple[int, str]:
@@ -180,11 +194,19 @@ def _moe_acts(plan: Plan, b16: int, factor: int) -> tuple[int, str]:
     # DeepSeek's routers (V2/V3: the latent-attention presets) run in fp32 on an fp32 copy of the input (+4h)
     router_copy = 4 * h if m.mla else 0
     slots = routed_slots(plan)
-    moe_mlp = (4 * m.num_experts + 12 * k + 4 + router_copy + round(slots * (b16 * (2 * h + factor * e) + 28))
-               + m.shared_experts * factor * b16 * e)
-    return moe_mlp, (f"; MoE layers: router 4E + 12k + 4{' + fp32 input 4h' if router_copy else ''}"
-                     f" + {slots:g} routed slots × ({b16}(2h + {factor}I_e) + 28)"
-                     + (f" + {m.shared_experts} shared × {factor} × {b16}I_e" if m.shared_experts else ""))
+    moe_mlp = (
+        4 * m.num_experts
+        + 12 * k
+        + 4
+        + router_copy
+        + round(slots * (b16 * (2 * h + factor * e) + 28))
+        + m.shared_experts * factor * b16 * e
+    )
+    return moe_mlp, (
+        f"; MoE layers: router 4E + 12k + 4{' + fp32 input 4h' if router_copy else ''}"
+        f" + {slots:g} routed slots × ({b16}(2h + {factor}I_e) + 28)"
+        + (f" + {m.shared_experts} shared × {factor} × {b16}I_e" if m.shared_experts else "")
+    )
 
 
 def layer_acts(plan: Plan, stage: int = 0) -> LayerActs:
@@ -219,9 +241,18 @@ def layer_acts(plan: Plan, stage: int = 0) -> LayerActs:
     moe_mlp, moe_formula = _moe_acts(plan, b16, factor)
     if m.layer_pattern:
         norms, attention, scores, mlp, moe_mlp, attention_formula = _pattern_mean(
-            plan, stage, b16, (norms, attention, scores, mlp, moe_mlp), attention_formula)
-    return LayerActs(norms=norms, attention=attention, scores=scores, mlp=mlp, moe_mlp=moe_mlp,
-                     norm_formula=norm_formula, attention_formula=attention_formula, mlp_formula=mlp_formula + moe_formula)
+            plan, stage, b16, (norms, attention, scores, mlp, moe_mlp), attention_formula
+        )
+    return LayerActs(
+        norms=norms,
+        attention=attention,
+        scores=scores,
+        mlp=mlp,
+        moe_mlp=moe_mlp,
+        norm_formula=norm_formula,
+        attention_formula=attention_formula,
+        mlp_formula=mlp_formula + moe_formula,
+    )
 
 
 # Values per chunk row of fla's WY matrix A that chunk_gated_delta_rule saves (chunk.py: A of B × T × Hv × 64)
@@ -250,8 +281,9 @@ def recurrent_acts(plan: Plan, b16: int, kind: str) -> tuple[int, str]:
     return saved, f"GDN {b16}(conv in + q, k at Hv + v + A + β + 3 Hv·Dv) + 4 × 4Hv = {count(saved)}"
 
 
-def _pattern_mean(plan: Plan, stage: int, b16: int, acts: tuple[int, int, int, int, int],
-                  attention_formula: str) -> tuple[int, int, int, int, int, str]:
+def _pattern_mean(
+    plan: Plan, stage: int, b16: int, acts: tuple[int, int, int, int, int], attention_formula: str
+) -> tuple[int, int, int, int, int, str]:
     """A hybrid layer's saved bytes averaged over the stage's layers: each layer's mixer (attention or
     recurrent); one-sublayer blocks (Nemotron-H) have one norm and an FFN only in `-` blocks."""
     m, (norms, attention, scores, mlp, moe_mlp) = plan.model, acts
@@ -265,8 +297,14 @@ def _pattern_mean(plan: Plan, stage: int, b16: int, acts: tuple[int, int, int, i
             parts.append(f"{kinds.count(kind)} × {formula}")
     ffn = kinds.count("-") if m.pattern_style == "one_sublayer" else n
     norm_share = 2 if m.pattern_style == "one_sublayer" else 1
-    return (norms // norm_share, mixers // n, scores * attn_layers // n, mlp * ffn // n, moe_mlp * ffn // n,
-            f"mean over {n} layers of [{'; '.join(parts)}]")
+    return (
+        norms // norm_share,
+        mixers // n,
+        scores * attn_layers // n,
+        mlp * ffn // n,
+        moe_mlp * ffn // n,
+        f"mean over {n} layers of [{'; '.join(parts)}]",
+    )
 
 
 def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
@@ -275,7 +313,7 @@ def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
 
     torchtitan/distributed/activation_checkpoint.py _apply_op_sac: the outputs of ops in its save list (mm,
     the SDPA kernels, reduce-scatter, max) are kept, except every second mm of a block; everything else is
-    recomputed in backward (planner/sac.py says which projections are kept). The block's input is kept by
+    recomputed in backward (planner/plan/sac.py says which projections are kept). The block's input is kept by
     the checkpoint. Measured with MemTracker and the partitioner on HF Llama code: 4h + 4q + 2kv + 4a + 2I B in
     bf16. Under NVFP4 only the block input and the attention output are kept (nvfp4_linear.py's Function is
     recomputed whole).
@@ -285,8 +323,15 @@ def sac_op_acts(plan: Plan, input_bytes: int) -> tuple[int, int, int]:
     q, k, v, out = attention_widths(m, t)
     h, inter = m.hidden_size, m.intermediate_size // t
     # where each projection's output goes: 'rep' = full h on every rank
-    width = {"q": (q, "attn"), "k": (k, "attn"), "v": (v, "attn"), "o": (h, "rep"), "gate": (inter, "mlp"),
-             "up": (inter, "mlp"), "down": (h, "rep")}
+    width = {
+        "q": (q, "attn"),
+        "k": (k, "attn"),
+        "v": (v, "attn"),
+        "o": (h, "rep"),
+        "gate": (inter, "mlp"),
+        "up": (inter, "mlp"),
+        "down": (h, "rep"),
+    }
     saved = {"rep": input_bytes * h, "attn": b * out + 4 * (m.num_attention_heads // t), "mlp": 0}
     for names, fate in op_sac_projections(plan):
         if fate == "kept":
@@ -313,4 +358,9 @@ def causal_mask_bytes(ctx: StageContext) -> int:
     wl = ctx.plan.workload
     if ctx.plan.techniques.attention != "eager":
         return 0
-    return wl.sequences_per_forward * wl.sequence_length ** 2 * (4 if ctx.autocast else ctx.bc) // ctx.plan.parallelism.context
+    return (
+        wl.sequences_per_forward
+        * wl.sequence_length**2
+        * (4 if ctx.autocast else ctx.bc)
+        // ctx.plan.parallelism.context
+    )

@@ -26,8 +26,9 @@ only add to what one stream shows.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 from planner.units import MiB
 
@@ -102,8 +103,15 @@ class CachingAllocator:
             self._account(remap)
             block.unmapped -= remap
         if _splits(pool, block.size - size):
-            rest = _Block(block.address + size, block.size - size, pool, block.segment, unmapped=block.unmapped,
-                          prev=block, next=block.next)
+            rest = _Block(
+                block.address + size,
+                block.size - size,
+                pool,
+                block.segment,
+                unmapped=block.unmapped,
+                prev=block,
+                next=block.next,
+            )
             if block.next:
                 block.next.prev = rest
             block.next, block.size, block.unmapped = rest, size, 0

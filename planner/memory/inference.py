@@ -16,17 +16,24 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 
 from planner.catalog import Gpu
-from planner.dtypes import DEFAULT_GROUP_SIZE, QUANTIZED, nbytes, quantized_bytes, tinygemm_int4_bytes
 from planner.frameworks import load_frameworks
 from planner.memory.layout import Layout, attention_layers, layout, layout_attention_layers, stage_split
 from planner.memory.quantize_load import held_beyond_live
 from planner.memory.recurrent import hybrid_pool, prefill_peak, state_bytes_per_sequence, state_formula
 from planner.memory.result import Estimate, Item, Phase, Serving, Stage
-from planner.memory.runtime import (ALLOCATED_ONCE, allocator_reserve, cublas_workspace,
-                                    held_bytes, reserve_formula, runtime_items, within_device)
+from planner.memory.runtime import (
+    ALLOCATED_ONCE,
+    allocator_reserve,
+    cublas_workspace,
+    held_bytes,
+    reserve_formula,
+    runtime_items,
+    within_device,
+)
 from planner.memory.terms import Described, Factor, Product, Size, item
-from planner.models import RECURRENT, attention_widths, param_counts, projection_shapes
-from planner.plan import Plan, Precision
+from planner.plan.config import Plan, Precision
+from planner.plan.dtypes import DEFAULT_GROUP_SIZE, QUANTIZED, nbytes, quantized_bytes, tinygemm_int4_bytes
+from planner.plan.models import RECURRENT, attention_widths, param_counts, projection_shapes
 from planner.units import MiB
 
 # Serving engines round the KV cache to blocks of tokens (vLLM's default block size is 16).
@@ -144,8 +151,9 @@ def _stage_weight_bytes(lay: Layout, prec: Precision, head: bool, stage: int) ->
     is quantized with the projections (torchao's quantize_)."""
     m, counts = lay.model, param_counts(lay.model, lay.tensor)
     dense, moe = lay.layers[stage]
-    linear = dense * (counts.attention + counts.mlp) + moe * (counts.attention + counts.experts + counts.shared
-                                                              + counts.router)
+    linear = dense * (counts.attention + counts.mlp) + moe * (
+        counts.attention + counts.experts + counts.shared + counts.router
+    )
     norms = (dense + moe) * counts.norms
     if m.layer_pattern:  # hybrid: layer by layer
         layer_params, norms, _ = lay.patterns[stage]
@@ -160,8 +168,9 @@ def _stage_weight_bytes(lay: Layout, prec: Precision, head: bool, stage: int) ->
     if head and prec.weights == "int4" and not (moe or m.layer_pattern):  # torchao's int4: the tinygemm layout
         projections = _tinygemm_bytes(lay, prec, dense, quantized)
     else:
-        projections = quantized_bytes(linear, prec.weights, rows=rows, group_size=prec.quant_group_size,
-                                      double_quant=prec.double_quant)
+        projections = quantized_bytes(
+            linear, prec.weights, rows=rows, group_size=prec.quant_group_size, double_quant=prec.double_quant
+        )
     return projections + others * nbytes(prec.activation_dtype), linear + others
 
 
@@ -182,6 +191,7 @@ def _tinygemm_bytes(lay: Layout, prec: Precision, layers: int, head_params: int)
 # _linear_fp_act_int8_weight_impl). Compiled decode steps fuse the cast into the matmul (inductor decomposes a
 # one-row mm into a pointwise product and a sum under coordinate_descent_tuning, which generate.py sets).
 TORCHAO_FP8_DEQUANT_COPIES = 2
+
 
 @dataclass(frozen=True, kw_only=True)
 class _Forward:
@@ -206,7 +216,11 @@ def _attention_peak(plan: Plan, chunk: int, bc: int) -> tuple[int, int]:
     a_r = m.num_attention_heads // t
     v_alive = a_r * (m.head_dim + m.v_head_dim) if m.mla else v
     if m.mla:
-        peak = chunk * (2 * q + k + v_alive + out + a_r * m.qk_rope_head_dim + 2 * m.kv_lora_rank + m.qk_rope_head_dim) * bc
+        peak = (
+            chunk
+            * (2 * q + k + v_alive + out + a_r * m.qk_rope_head_dim + 2 * m.kv_lora_rank + m.qk_rope_head_dim)
+            * bc
+        )
     else:
         peak = chunk * (q + k + v + out) * bc
     if plan.techniques.attention == "eager":
@@ -222,7 +236,9 @@ def _forward(plan: Plan, gpu: Gpu) -> _Forward:
     m, inf, t = plan.model, plan.workload.inference, plan.parallelism.tensor
     bc, h = nbytes(plan.precision.activation_dtype), m.hidden_size
     shapes = projection_shapes(m, t)
-    default_chunk = SERVING_PREFILL_TOKENS if inf.gpu_memory_utilization is not None else inf.batch_size * inf.prompt_tokens
+    default_chunk = (
+        SERVING_PREFILL_TOKENS if inf.gpu_memory_utilization is not None else inf.batch_size * inf.prompt_tokens
+    )
     chunk = min(inf.prefill_chunk_tokens or default_chunk, inf.batch_size * inf.prompt_tokens)
     if inf.gpu_memory_utilization is not None and inf.fraction_scope != "static":
         # vLLM profiles a forward of its whole token budget (gpu_model_runner profile_run: _dummy_run(
@@ -247,17 +263,30 @@ def _forward(plan: Plan, gpu: Gpu) -> _Forward:
         copies = TORCHAO_FP8_DEQUANT_COPIES if torchao and plan.precision.weights == "fp8" else 1
         prefill += copies * max(i * o for i, o in (*shapes.values(), head)) * bc
     vocab_r = param_counts(m, t).embedding // h
-    return _Forward(chunk=chunk, mlp_peak=mlp_peak, attn_peak=attn_peak, prefill=prefill,
-                    logits=inf.batch_size * vocab_r * (bc + 4), v_alive=v_alive)
+    return _Forward(
+        chunk=chunk,
+        mlp_peak=mlp_peak,
+        attn_peak=attn_peak,
+        prefill=prefill,
+        logits=inf.batch_size * vocab_r * (bc + 4),
+        v_alive=v_alive,
+    )
 
 
 def _weights(plan: Plan, detail: bool) -> tuple[Item, Item]:
     prec = plan.precision
     w_bytes, w_params = weight_bytes(plan)
     text = "{:,} params: projections in {}" + (" with scales" if prec.weights in QUANTIZED else "") + ", the rest in {}"
-    return (item("weights", "Weights", Described(w_bytes, text, (w_params, prec.weights, prec.activation_dtype)),
-                 "Served weights, split over tensor- and pipeline-parallel ranks", detail),
-            cublas_workspace("Allocated through PyTorch's caching allocator", detail))
+    return (
+        item(
+            "weights",
+            "Weights",
+            Described(w_bytes, text, (w_params, prec.weights, prec.activation_dtype)),
+            "Served weights, split over tensor- and pipeline-parallel ranks",
+            detail,
+        ),
+        cublas_workspace("Allocated through PyTorch's caching allocator", detail),
+    )
 
 
 def _windowed(plan: Plan, lead: str, end: str = "") -> str:
@@ -320,20 +349,29 @@ def _profile_peak(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> Item:
     hidden = fw.chunk * h * bc
     forward = max(fw.mlp_peak, fw.attn_peak) + 2 * hidden
     sampler = hidden + seqs * vocab * per_logit
-    text = "max(forward of {:,} tokens {:MiB.0}, its hidden states {:MiB.0} + sampler {:,} requests × {:,} vocab × {} B)"
-    return item("activations", "Activation peak (profile run)",
-                Described(max(forward, sampler), text, (fw.chunk, Size(forward), Size(hidden), seqs, vocab, per_logit)),
-                "What the engine reserves: the larger of its largest forward and its sampler warm-up", detail)
+    text = (
+        "max(forward of {:,} tokens {:MiB.0}, its hidden states {:MiB.0} + sampler {:,} requests × {:,} vocab × {} B)"
+    )
+    return item(
+        "activations",
+        "Activation peak (profile run)",
+        Described(max(forward, sampler), text, (fw.chunk, Size(forward), Size(hidden), seqs, vocab, per_logit)),
+        "What the engine reserves: the larger of its largest forward and its sampler warm-up",
+        detail,
+    )
 
 
 def _custom_all_reduce(plan: Plan, detail: bool) -> Item | None:
     """vLLM's custom all-reduce (TP 2-8 on one node): an IPC meta buffer and an input buffer of max_size each."""
     if plan.parallelism.tensor not in (2, 4, 6, 8):
         return None
-    return item("custom_all_reduce", "Custom all-reduce buffers",
-                Product((Factor(2, "buffers"), Factor(Size(CUSTOM_ALL_REDUCE_BYTES), "MiB.0"))),
-                "vLLM custom_all_reduce.py: meta (256 B + max_size) and buffer (max_size = 8 MiB) shared by IPC",
-                detail)
+    return item(
+        "custom_all_reduce",
+        "Custom all-reduce buffers",
+        Product((Factor(2, "buffers"), Factor(Size(CUSTOM_ALL_REDUCE_BYTES), "MiB.0"))),
+        "vLLM custom_all_reduce.py: meta (256 B + max_size) and buffer (max_size = 8 MiB) shared by IPC",
+        detail,
+    )
 
 
 def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tuple[Item, ...], tuple[Item, ...]]:
@@ -343,14 +381,28 @@ def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tup
     forward activations and CUDA graphs come on top."""
     scope = plan.workload.inference.fraction_scope
     static = scope == "static"
-    graphs = item("cuda_graphs", "CUDA graphs", Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
-                  "Captured decode graphs and their memory pool" + ("" if scope == "all" else ", outside the fraction"),
-                  detail)
-    activations = (item("activations", "Prefill activations",
-                        Described(fw.prefill + fw.logits, "{:,} tokens per forward: largest MLP moment + 3 × T·h + "
-                                  "last-token logits", (fw.chunk,)),
-                        "One forward of the largest token chunk, outside the static fraction", detail) if static
-                   else _profile_peak(plan, gpu, fw, detail))
+    graphs = item(
+        "cuda_graphs",
+        "CUDA graphs",
+        Product((Factor(Size(CUDA_GRAPH_BYTES), "MiB.0"),)),
+        "Captured decode graphs and their memory pool" + ("" if scope == "all" else ", outside the fraction"),
+        detail,
+    )
+    activations = (
+        item(
+            "activations",
+            "Prefill activations",
+            Described(
+                fw.prefill + fw.logits,
+                "{:,} tokens per forward: largest MLP moment + 3 × T·h + last-token logits",
+                (fw.chunk,),
+            ),
+            "One forward of the largest token chunk, outside the static fraction",
+            detail,
+        )
+        if static
+        else _profile_peak(plan, gpu, fw, detail)
+    )
     allreduce = _custom_all_reduce(plan, detail)
     inside = (allreduce,) if allreduce else ()
     pool = (graphs,) if plan.workload.inference.cuda_graphs else ()  # (eager: no pool)
@@ -376,38 +428,74 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     inside, outside = _engine_items(plan, gpu, fw, detail)
     static = inf.fraction_scope == "static"
     # made before the engine measures, and not charged to its fraction (vLLM before 0.9.1 charged all of it)
-    before = (runtime_bytes if static else 0 if inf.fraction_scope == "device"
-              else sum(i.bytes for i in runtime if i.name == "cuda_context"))
+    before = (
+        runtime_bytes
+        if static
+        else 0
+        if inf.fraction_scope == "device"
+        else sum(i.bytes for i in runtime if i.name == "cuda_context")
+    )
     outside_bytes = sum(i.bytes for i in outside)
     total = int((gpu.usable_bytes - (before if static else 0)) * inf.gpu_memory_utilization)
     charged = runtime_bytes - before
     budget = max(0, total - weights.bytes - workspace.bytes - sum(i.bytes for i in inside) - charged)
     seq_bytes, concurrent, concurrency, text, args = _paged(plan, budget)
     longest = _longest(plan, budget // b)
-    serving = Serving(kv_budget_bytes=budget, kv_bytes_per_token=kv_bytes_per_token(plan),
-                      max_concurrent_sequences=concurrent, max_concurrency=concurrency,
-                      max_context_tokens=min(longest, m.context_window or longest), cache_context_tokens=longest,
-                      context_window=m.context_window)
-    kv = item("kv_cache", "KV cache (paged)", Described(b * seq_bytes, text, (b,) + args),
-              f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'}"
-              f"{' and recurrent-state pages' if m.pattern_count(RECURRENT) else ''} for the batch at full "
-              f"context; the engine preallocates {Size(budget)} for {serving.max_concurrent_sequences} such sequences",
-              detail)
+    serving = Serving(
+        kv_budget_bytes=budget,
+        kv_bytes_per_token=kv_bytes_per_token(plan),
+        max_concurrent_sequences=concurrent,
+        max_concurrency=concurrency,
+        max_context_tokens=min(longest, m.context_window or longest),
+        cache_context_tokens=longest,
+        context_window=m.context_window,
+    )
+    kv = item(
+        "kv_cache",
+        "KV cache (paged)",
+        Described(b * seq_bytes, text, (b,) + args),
+        f"{plan.precision.kv_cache} {'kv latents + RoPE keys' if m.mla else 'K and V'}"
+        f"{' and recurrent-state pages' if m.pattern_count(RECURRENT) else ''} for the batch at full "
+        f"context; the engine preallocates {Size(budget)} for {serving.max_concurrent_sequences} such sequences",
+        detail,
+    )
     items = (weights, workspace, kv) + inside + outside
     phase = Phase(name="serving", description="engine steady state: weights, activation reserve, KV cache", items=items)
     # The engine claims `total` (and what runs outside its fraction) whatever it holds; if the batch needs more,
     # it cannot start. So fits means: the batch's KV cache fits its budget, and the claim fits the GPU.
     device = max(total, phase.allocated_bytes - outside_bytes + charged) + before + outside_bytes
     usable = min(gpu.usable_bytes, total + before + outside_bytes)
-    stage = Stage(index=0, layers=max(stage_split(plan)), micro_batches_in_flight=1,
-                  phases=(phase,), peak=phase, reserved_bytes=device - runtime_bytes, device_bytes=device)
-    reserve = allocator_reserve("Engine reserve (free KV blocks)", device - runtime_bytes - phase.allocated_bytes,
-                                f"{inf.gpu_memory_utilization:.0%} of usable memory − the items above",
-                                "KV blocks preallocated for further sequences", detail)
-    return Estimate(plan=plan, gpu=gpu, items=items + (reserve,) + runtime, phase="serving", stage=0,
-                    peak_allocated_bytes=phase.allocated_bytes, peak_reserved_bytes=device - runtime_bytes,
-                    device_bytes=device, usable_bytes=usable, host_bytes=0, runtime_bytes=runtime_bytes,
-                    serving=serving, all_stages=partial(tuple, (stage,)))
+    stage = Stage(
+        index=0,
+        layers=max(stage_split(plan)),
+        micro_batches_in_flight=1,
+        phases=(phase,),
+        peak=phase,
+        reserved_bytes=device - runtime_bytes,
+        device_bytes=device,
+    )
+    reserve = allocator_reserve(
+        "Engine reserve (free KV blocks)",
+        device - runtime_bytes - phase.allocated_bytes,
+        f"{inf.gpu_memory_utilization:.0%} of usable memory − the items above",
+        "KV blocks preallocated for further sequences",
+        detail,
+    )
+    return Estimate(
+        plan=plan,
+        gpu=gpu,
+        items=items + (reserve,) + runtime,
+        phase="serving",
+        stage=0,
+        peak_allocated_bytes=phase.allocated_bytes,
+        peak_reserved_bytes=device - runtime_bytes,
+        device_bytes=device,
+        usable_bytes=usable,
+        host_bytes=0,
+        runtime_bytes=runtime_bytes,
+        serving=serving,
+        all_stages=partial(tuple, (stage,)),
+    )
 
 
 def _paged(plan: Plan, budget: int) -> tuple[int, int, float, str, tuple]:
@@ -419,16 +507,30 @@ def _paged(plan: Plan, budget: int) -> tuple[int, int, float, str, tuple]:
     if plan.model.pattern_count(RECURRENT):
         pool = hybrid_pool(plan, kv_bytes_per_token(plan) // attention_layers(plan))
         blocks = pool.blocks_per_sequence(ctx)
-        return (pool.sequence_bytes(ctx), pool.num_blocks(budget) // blocks, pool.num_blocks(budget) / blocks,
-                "{} seq × {} blocks ({} attention + {} state) × {:,} B page × {} layers a group",
-                (blocks, pool.attention_groups * -(-ctx // pool.block_tokens), pool.mamba_groups * pool.mamba_blocks,
-                 pool.page_bytes, pool.group_size))
+        return (
+            pool.sequence_bytes(ctx),
+            pool.num_blocks(budget) // blocks,
+            pool.num_blocks(budget) / blocks,
+            "{} seq × {} blocks ({} attention + {} state) × {:,} B page × {} layers a group",
+            (
+                blocks,
+                pool.attention_groups * -(-ctx // pool.block_tokens),
+                pool.mamba_groups * pool.mamba_blocks,
+                pool.page_bytes,
+                pool.group_size,
+            ),
+        )
     blocks_per_seq = -(-ctx // KV_BLOCK_TOKENS)
     seq_bytes = kv_cache_bytes(plan, blocks_per_seq * KV_BLOCK_TOKENS)
     block_bytes = kv_cache_bytes(plan, KV_BLOCK_TOKENS)  # one block of every layer (vLLM: page size × layers)
     pooled = budget // block_bytes * block_bytes if block_bytes else 0
-    return (seq_bytes, budget // seq_bytes if seq_bytes else 0, pooled / seq_bytes if seq_bytes else 0.0,
-            "{} seq × {} blocks × {} tokens" + _windowed(plan, " (", ")"), (blocks_per_seq, KV_BLOCK_TOKENS))
+    return (
+        seq_bytes,
+        budget // seq_bytes if seq_bytes else 0,
+        pooled / seq_bytes if seq_bytes else 0.0,
+        "{} seq × {} blocks × {} tokens" + _windowed(plan, " (", ")"),
+        (blocks_per_seq, KV_BLOCK_TOKENS),
+    )
 
 
 def _decode_acts(plan: Plan, fw: _Forward) -> int:
@@ -452,22 +554,41 @@ def _static_items(plan: Plan, fw: _Forward, detail: bool) -> tuple[Item, ...]:
     heads, t = m.num_attention_heads // plan.parallelism.tensor, plan.parallelism.tensor
     if inf.expand_kv and m.num_kv_heads < m.num_attention_heads and not m.mla:
         bc = nbytes(plan.precision.activation_dtype)
-        items.append(item("expanded_kv", "K and V repeated to the query heads",
-                          Described(2 * inf.batch_size * heads * m.head_dim * tokens * bc,
-                                    "2 × {} seq × {} heads × {} × {:,} tokens × {} B",
-                                    (inf.batch_size, heads, m.head_dim, tokens, bc)),
-                          "One layer's cache repeat_interleave'd to every query head before SDPA (gpt-fast, torchao "
-                          "model.py)" + (f"; heads per rank of {t}" if t > 1 else ""), detail))
+        items.append(
+            item(
+                "expanded_kv",
+                "K and V repeated to the query heads",
+                Described(
+                    2 * inf.batch_size * heads * m.head_dim * tokens * bc,
+                    "2 × {} seq × {} heads × {} × {:,} tokens × {} B",
+                    (inf.batch_size, heads, m.head_dim, tokens, bc),
+                ),
+                "One layer's cache repeat_interleave'd to every query head before SDPA (gpt-fast, torchao "
+                "model.py)" + (f"; heads per rank of {t}" if t > 1 else ""),
+                detail,
+            )
+        )
     if inf.mask_buffer:
-        items.append(item("mask_buffer", "Causal mask buffer", Described(tokens * tokens, "{:,}² tokens × 1 B (bool)",
-                                                                         (tokens,)),
-                          "torch.tril(ones(L, L, bool)) kept beside the static cache (gpt-fast, torchao model.py)",
-                          detail))
+        items.append(
+            item(
+                "mask_buffer",
+                "Causal mask buffer",
+                Described(tokens * tokens, "{:,}² tokens × 1 B (bool)", (tokens,)),
+                "torch.tril(ones(L, L, bool)) kept beside the static cache (gpt-fast, torchao model.py)",
+                detail,
+            )
+        )
     if plan.techniques.compile:  # mode="reduce-overhead" captures the decode step over the static cache
-        items.append(item("cuda_graphs", "CUDA graph pool (decode)",
-                          Described(_decode_acts(plan, fw), "one decode step's activations and last-token logits", ()),
-                          "torch.compile(mode='reduce-overhead') keeps the captured decode step's intermediates in "
-                          "the graph's private pool between steps", detail))
+        items.append(
+            item(
+                "cuda_graphs",
+                "CUDA graph pool (decode)",
+                Described(_decode_acts(plan, fw), "one decode step's activations and last-token logits", ()),
+                "torch.compile(mode='reduce-overhead') keeps the captured decode step's intermediates in "
+                "the graph's private pool between steps",
+                detail,
+            )
+        )
     return tuple(items)
 
 
@@ -480,12 +601,20 @@ def _math_sdpa(plan: Plan, detail: bool) -> tuple[Item, ...]:
         return ()
     heads = (m.num_attention_heads if inf.expand_kv else m.num_kv_heads) // t
     b, tokens = inf.batch_size, static_cache_tokens(plan)
-    return (item("math_sdpa", "SDPA math backend's fp32 K and V",
-                 Described(b * heads * tokens * (MATH_SDPA_FP32_COPIES * m.head_dim + 1) * 4,
-                           "{} seq × {} heads × {:,} tokens × ({} × {} + 1 score) × 4 B",
-                           (b, heads, tokens, MATH_SDPA_FP32_COPIES, m.head_dim)),
-                 "Decode under sdpa_kernel(MATH): key and value upcast to fp32 and the key scaled, one layer at a "
-                 "time (PyTorch's _scaled_dot_product_attention_math)", detail),)
+    return (
+        item(
+            "math_sdpa",
+            "SDPA math backend's fp32 K and V",
+            Described(
+                b * heads * tokens * (MATH_SDPA_FP32_COPIES * m.head_dim + 1) * 4,
+                "{} seq × {} heads × {:,} tokens × ({} × {} + 1 score) × 4 B",
+                (b, heads, tokens, MATH_SDPA_FP32_COPIES, m.head_dim),
+            ),
+            "Decode under sdpa_kernel(MATH): key and value upcast to fp32 and the key scaled, one layer at a "
+            "time (PyTorch's _scaled_dot_product_attention_math)",
+            detail,
+        ),
+    )
 
 
 def _state(plan: Plan, detail: bool) -> tuple[Item, ...]:
@@ -495,10 +624,15 @@ def _state(plan: Plan, detail: bool) -> tuple[Item, ...]:
     if not per_seq:
         return ()
     b = plan.workload.inference.batch_size
-    return (item("recurrent_state", "Recurrent state",
-                 Described(b * per_seq, "{} seq × {:MiB.2} (" + state_formula(plan.model) + ")", (b, Size(per_seq))),
-                 "Conv state (K columns, activation dtype) and SSM / delta-rule state (GDN: fp32 from fla's kernel)",
-                 detail),)
+    return (
+        item(
+            "recurrent_state",
+            "Recurrent state",
+            Described(b * per_seq, "{} seq × {:MiB.2} (" + state_formula(plan.model) + ")", (b, Size(per_seq))),
+            "Conv state (K columns, activation dtype) and SSM / delta-rule state (GDN: fp32 from fla's kernel)",
+            detail,
+        ),
+    )
 
 
 def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item, detail: bool) -> tuple[Phase, Phase]:
@@ -514,35 +648,80 @@ def _generation_phases(plan: Plan, fw: _Forward, weights: Item, workspace: Item,
     # HF latent attention re-expands one layer's cached latents each step: kv_b's output and the full keys
     expand = b * ctx * (fw.v_alive + k) * bc if m.mla else 0
     cache = "{} seq × {:,} tokens × {:,} B/token" + _windowed(plan, ", ")
-    how = ("preallocated at the whole context, rounded up to 8 tokens (static cache)" if inf.static_cache
-           else "grown by concatenation (Hugging Face DynamicCache)")
-    prefill = Phase(name="prefill", description="forward over the prompts; the cache holds the prompt", items=(
-        weights, workspace,
-        item("kv_cache", "KV cache", Described(b * kv_cache_bytes(plan, prompt_cache), cache,
-                                               (b, prompt_cache, per_token)),
-             f"{plan.precision.kv_cache} " + (f"kv latent + RoPE key of {layers} layers, whole on every rank" if m.mla
-                                              else f"K and V of {layers} layers, {k // m.head_dim} KV head(s) per rank"),
-             detail),
-        item("activations", "Prefill activations",
-             Described(fw.prefill + fw.logits, "{:,} tokens: max(MLP {:MiB.0}, {} {:MiB.0}) + 3 × T·h + "
-                       "last-token logits", (fw.chunk, Size(fw.mlp_peak),
-                                             "mixer" if m.pattern_count(RECURRENT) else "attention",
-                                             Size(fw.attn_peak))),
-             "Transient: freed as each op's output is consumed (no gradients kept)", detail)) + _state(plan, detail)
-        + static)
-    grown = ("one layer's cache re-allocated one token longer + " if layer_kv else "") + "last-token logits" + (
-        " + that layer's keys and values decompressed over the context ({:MiB.0})" if m.mla else "")
-    decode_acts = item("activations", "Cache growth copy and decode activations" if layer_kv else "Decode activations",
-                       Described(layer_kv + expand + _decode_acts(plan, fw), grown, (Size(expand),)),
-                       "torch.cat builds the longer cache beside the old one" if layer_kv else
-                       "One token per sequence through the layers", detail)
-    decode = Phase(name="decode (last step)", description="the cache at full length" + (
-        "" if inf.static_cache else ", growing one layer"), items=(
-        weights, workspace,
-        item("kv_cache", "KV cache",
-             Described(b * kv_cache_bytes(plan, final_cache), cache, (b, final_cache, per_token)),
-             f"{plan.precision.kv_cache} K and V, {how}", detail)) + _state(plan, detail) + (
-        static if pooled else (decode_acts,) + static + _math_sdpa(plan, detail)))
+    how = (
+        "preallocated at the whole context, rounded up to 8 tokens (static cache)"
+        if inf.static_cache
+        else "grown by concatenation (Hugging Face DynamicCache)"
+    )
+    prefill = Phase(
+        name="prefill",
+        description="forward over the prompts; the cache holds the prompt",
+        items=(
+            weights,
+            workspace,
+            item(
+                "kv_cache",
+                "KV cache",
+                Described(b * kv_cache_bytes(plan, prompt_cache), cache, (b, prompt_cache, per_token)),
+                f"{plan.precision.kv_cache} "
+                + (
+                    f"kv latent + RoPE key of {layers} layers, whole on every rank"
+                    if m.mla
+                    else f"K and V of {layers} layers, {k // m.head_dim} KV head(s) per rank"
+                ),
+                detail,
+            ),
+            item(
+                "activations",
+                "Prefill activations",
+                Described(
+                    fw.prefill + fw.logits,
+                    "{:,} tokens: max(MLP {:MiB.0}, {} {:MiB.0}) + 3 × T·h + last-token logits",
+                    (
+                        fw.chunk,
+                        Size(fw.mlp_peak),
+                        "mixer" if m.pattern_count(RECURRENT) else "attention",
+                        Size(fw.attn_peak),
+                    ),
+                ),
+                "Transient: freed as each op's output is consumed (no gradients kept)",
+                detail,
+            ),
+        )
+        + _state(plan, detail)
+        + static,
+    )
+    grown = (
+        ("one layer's cache re-allocated one token longer + " if layer_kv else "")
+        + "last-token logits"
+        + (" + that layer's keys and values decompressed over the context ({:MiB.0})" if m.mla else "")
+    )
+    decode_acts = item(
+        "activations",
+        "Cache growth copy and decode activations" if layer_kv else "Decode activations",
+        Described(layer_kv + expand + _decode_acts(plan, fw), grown, (Size(expand),)),
+        "torch.cat builds the longer cache beside the old one"
+        if layer_kv
+        else "One token per sequence through the layers",
+        detail,
+    )
+    decode = Phase(
+        name="decode (last step)",
+        description="the cache at full length" + ("" if inf.static_cache else ", growing one layer"),
+        items=(
+            weights,
+            workspace,
+            item(
+                "kv_cache",
+                "KV cache",
+                Described(b * kv_cache_bytes(plan, final_cache), cache, (b, final_cache, per_token)),
+                f"{plan.precision.kv_cache} K and V, {how}",
+                detail,
+            ),
+        )
+        + _state(plan, detail)
+        + (static if pooled else (decode_acts,) + static + _math_sdpa(plan, detail)),
+    )
     return prefill, decode
 
 
@@ -561,16 +740,38 @@ def _generation(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     kept = sum(i.bytes for i in loaded)  # segments that hold quantized weights: no later release gives them back
     reserved, least = held_bytes(peak, expandable, once)
     reserved, flushed = within_device(reserved + kept, least + kept, runtime_bytes, gpu.usable_bytes)
-    stage = Stage(index=0, layers=max(stage_split(plan)),
-                  micro_batches_in_flight=1, phases=(prefill, decode), peak=peak, reserved_bytes=reserved,
-                  device_bytes=reserved + runtime_bytes, cache_flushed=flushed)
-    reserve = allocator_reserve("Allocator reserve", reserved - kept - peak.allocated_bytes,
-                                reserve_formula(expandable, flushed),
-                                "Cached blocks of the growing cache and freed activations", detail)
-    return Estimate(plan=plan, gpu=gpu, items=peak.items + loaded + (reserve,) + runtime, phase=peak.name, stage=0,
-                    peak_allocated_bytes=peak.allocated_bytes, peak_reserved_bytes=reserved,
-                    device_bytes=stage.device_bytes, usable_bytes=gpu.usable_bytes, host_bytes=0,
-                    runtime_bytes=runtime_bytes, all_stages=partial(tuple, (stage,)), cache_flushed=flushed)
+    stage = Stage(
+        index=0,
+        layers=max(stage_split(plan)),
+        micro_batches_in_flight=1,
+        phases=(prefill, decode),
+        peak=peak,
+        reserved_bytes=reserved,
+        device_bytes=reserved + runtime_bytes,
+        cache_flushed=flushed,
+    )
+    reserve = allocator_reserve(
+        "Allocator reserve",
+        reserved - kept - peak.allocated_bytes,
+        reserve_formula(expandable, flushed),
+        "Cached blocks of the growing cache and freed activations",
+        detail,
+    )
+    return Estimate(
+        plan=plan,
+        gpu=gpu,
+        items=peak.items + loaded + (reserve,) + runtime,
+        phase=peak.name,
+        stage=0,
+        peak_allocated_bytes=peak.allocated_bytes,
+        peak_reserved_bytes=reserved,
+        device_bytes=stage.device_bytes,
+        usable_bytes=gpu.usable_bytes,
+        host_bytes=0,
+        runtime_bytes=runtime_bytes,
+        all_stages=partial(tuple, (stage,)),
+        cache_flushed=flushed,
+    )
 
 
 def _load_segments(plan: Plan, detail: bool) -> tuple[Item, ...]:
@@ -578,15 +779,27 @@ def _load_segments(plan: Plan, detail: bool) -> tuple[Item, ...]:
     if not _quantized_on_load(plan):
         return ()
     captured = plan.techniques.compile
-    return (item("quantized_load", "Segments left by quantizing on the GPU",
-                 Described(held_beyond_live(plan), "{} weights replayed through torchao quantize_ after a {} load"
-                           + (", then the graph capture's empty_cache" if captured else ", nothing released"),
-                           (plan.precision.weights, plan.precision.activation_dtype)),
-                 "Each quantized weight was split off a segment a 16-bit weight or temporary was freed from; a "
-                 "segment that holds one stays reserved whole" + (" (torch.cuda.graph calls empty_cache before "
-                                                                  "capturing, which frees only empty segments)"
-                                                                  if captured else ""),
-                 detail, "reserved"),)
+    return (
+        item(
+            "quantized_load",
+            "Segments left by quantizing on the GPU",
+            Described(
+                held_beyond_live(plan),
+                "{} weights replayed through torchao quantize_ after a {} load"
+                + (", then the graph capture's empty_cache" if captured else ", nothing released"),
+                (plan.precision.weights, plan.precision.activation_dtype),
+            ),
+            "Each quantized weight was split off a segment a 16-bit weight or temporary was freed from; a "
+            "segment that holds one stays reserved whole"
+            + (
+                " (torch.cuda.graph calls empty_cache before capturing, which frees only empty segments)"
+                if captured
+                else ""
+            ),
+            detail,
+            "reserved",
+        ),
+    )
 
 
 def inference_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:

@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import MappingProxyType
 
-from planner.dtypes import nbytes
 from planner.memory.terms import Sharded, Term
-from planner.models import Model, ParamCounts, lora_params_per_layer, param_counts, projection_shapes
-from planner.pipeline import chunk_split
-from planner.plan import Lora, Plan
+from planner.plan.config import Lora, Plan
+from planner.plan.dtypes import nbytes
+from planner.plan.models import Model, ParamCounts, lora_params_per_layer, param_counts, projection_shapes
+from planner.plan.pipeline import chunk_split
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,35 +70,56 @@ class Layout:
 def layout(plan: Plan) -> Layout:
     """The plan's model cut over its ranks (one cached object per cut)."""
     par, wl = plan.parallelism, plan.workload
-    return _layout(plan.model, par.tensor, par.expert, par.pipeline, chunks_of(plan),
-                   wl.lora if wl.task in ("lora", "qlora") else None, wl.objective == "reward")
+    return _layout(
+        plan.model,
+        par.tensor,
+        par.expert,
+        par.pipeline,
+        chunks_of(plan),
+        wl.lora if wl.task in ("lora", "qlora") else None,
+        wl.objective == "reward",
+    )
 
 
 # keyed by (model, tensor, expert, pipeline, chunks, adapters, score head), all a cut reads: a search tries a few
 # dozen cuts
 @lru_cache(maxsize=256)
-def _layout(m: Model, tensor: int, expert: int, p: int, chunks: tuple[int, ...], lora: Lora | None,
-            score_head: bool = False) -> Layout:
+def _layout(
+    m: Model, tensor: int, expert: int, p: int, chunks: tuple[int, ...], lora: Lora | None, score_head: bool = False
+) -> Layout:
     layers = tuple(_stage_layers(m, chunks, p, s) for s in range(p))
     unsplit = param_counts(m, tensor)  # the experts unsplit: which stage holds the most layer parameters
     counts = param_counts(m, tensor, expert)
-    indices = tuple(tuple(i for c in range(s, len(chunks), p) for i in range(sum(chunks[:c]), sum(chunks[:c + 1])))
-                    for s in range(p))
-    base = Layout(model=m, tensor=tensor, expert=expert, lora=lora, counts=counts,
-                  shapes=MappingProxyType(projection_shapes(m, tensor)), pipeline=p, chunks=chunks,
-                  split=tuple(sum(chunks[i::p]) for i in range(p)), indices=indices, layers=layers,
-                  largest=max(layers, key=lambda s: _stage_weight(s, unsplit.layer, unsplit.moe_layer)),
-                  patterns=tuple(_pattern_params(counts, i) for i in indices) if m.layer_pattern else (),
-                  score_head=score_head)
+    indices = tuple(
+        tuple(i for c in range(s, len(chunks), p) for i in range(sum(chunks[:c]), sum(chunks[: c + 1])))
+        for s in range(p)
+    )
+    base = Layout(
+        model=m,
+        tensor=tensor,
+        expert=expert,
+        lora=lora,
+        counts=counts,
+        shapes=MappingProxyType(projection_shapes(m, tensor)),
+        pipeline=p,
+        chunks=chunks,
+        split=tuple(sum(chunks[i::p]) for i in range(p)),
+        indices=indices,
+        layers=layers,
+        largest=max(layers, key=lambda s: _stage_weight(s, unsplit.layer, unsplit.moe_layer)),
+        patterns=tuple(_pattern_params(counts, i) for i in indices) if m.layer_pattern else (),
+        score_head=score_head,
+    )
     return replace(base, stages=tuple(_stage_params(base, s) for s in range(p)))
 
 
-# --- The pipeline layer split (planner/pipeline.py) ---------------------------------------------------------
+# --- The pipeline layer split (planner/plan/pipeline.py) ---------------------------------------------------------
 def chunks_of(plan: Plan) -> tuple[int, ...]:
     """Layers of each of the plan's pipeline × virtual_stages model chunks, by its split rule or list."""
     par = plan.parallelism
-    return chunk_split(plan.model.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split,
-                       par.pipeline_layers)
+    return chunk_split(
+        plan.model.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split, par.pipeline_layers
+    )
 
 
 def stage_split(plan: Plan) -> tuple[int, ...]:
@@ -140,8 +161,11 @@ def layout_attention_layers(lay: Layout) -> int:
 
 
 def _pattern_params(counts: ParamCounts, layers: tuple[int, ...]) -> tuple[int, int, int]:
-    return (sum(counts.layer_at(i) for i in layers), sum(counts.layer_norms(i) for i in layers),
-            max(counts.layer_at(i) for i in layers))
+    return (
+        sum(counts.layer_at(i) for i in layers),
+        sum(counts.layer_norms(i) for i in layers),
+        max(counts.layer_at(i) for i in layers),
+    )
 
 
 def _stage_weight(split: tuple[int, int], layer: int, moe_layer: int) -> int:
@@ -190,8 +214,9 @@ def _adapter_params(lay: Layout, stage: int, dense: int, moe: int) -> int:
         kinds = [m.layer_pattern[i] for i in lay.indices[stage]]
         attn_layers = kinds.count("*")
         dense = kinds.count("-") if m.pattern_style == "one_sublayer" else dense
-    adapters = (attn_layers * lora_params_per_layer(m, attn_targets, lora.rank, t)
-                + dense * lora_params_per_layer(m, mlp_targets, lora.rank, t))
+    adapters = attn_layers * lora_params_per_layer(m, attn_targets, lora.rank, t) + dense * lora_params_per_layer(
+        m, mlp_targets, lora.rank, t
+    )
     if moe:  # MLP adapters on every expert of this rank (PEFT targets each expert's projections by name)
         e, h = m.moe_intermediate_size // t, m.hidden_size
         expert_shapes = {"gate": (h, e), "up": (h, e), "down": (e, h)}
@@ -219,20 +244,37 @@ def _stage_params(lay: Layout, stage: int) -> StageParams:
         linear = layer_params - norms
         layer_units = [(counts.layer_at(i), True, 1) for i in lay.indices[stage]]
     else:
-        layer_params, biggest = dense * counts.layer + moe * counts.moe_layer, max(
-            counts.layer if dense else 0, counts.moe_layer if moe else 0)
+        layer_params, biggest = (
+            dense * counts.layer + moe * counts.moe_layer,
+            max(counts.layer if dense else 0, counts.moe_layer if moe else 0),
+        )
         linear = dense * (counts.attention + counts.mlp) + moe * (
-            counts.attention + counts.experts + counts.shared + counts.router)
+            counts.attention + counts.experts + counts.shared + counts.router
+        )
     total = layer_params + embedding + head_params + (counts.final_norm if last else 0)
-    units = [(u, layer, n) for u, layer, n in [(embedding, False, 1)] + layer_units + [(head_params, False, 1)]
-             if u and n]
+    units = [
+        (u, layer, n) for u, layer, n in [(embedding, False, 1)] + layer_units + [(head_params, False, 1)] if u and n
+    ]
     pair, pair_layers = _gathered_pair(units)
     rows, largest = _rows_and_largest(lay, dense, moe)
-    return StageParams(total=total, experts=moe * counts.experts, matmul=linear + table_head,
-                       dense_layers=dense, moe_layers=moe, layer=biggest,
-                       largest_unit=max(u for u, _, _ in units), gathered_pair=pair, gathered_pair_layers=pair_layers,
-                       embedding=embedding, head=table_head, head_own=head_params, linear=linear,
-                       linear_rows=rows, largest_matrix=largest, adapters=_adapter_params(lay, stage, dense, moe))
+    return StageParams(
+        total=total,
+        experts=moe * counts.experts,
+        matmul=linear + table_head,
+        dense_layers=dense,
+        moe_layers=moe,
+        layer=biggest,
+        largest_unit=max(u for u, _, _ in units),
+        gathered_pair=pair,
+        gathered_pair_layers=pair_layers,
+        embedding=embedding,
+        head=table_head,
+        head_own=head_params,
+        linear=linear,
+        linear_rows=rows,
+        largest_matrix=largest,
+        adapters=_adapter_params(lay, stage, dense, moe),
+    )
 
 
 # --- Micro-batches, routing and the mixed-precision recipe ---------------------------------------------------
@@ -264,8 +306,12 @@ def routed_slots(plan: Plan) -> float:
 def autocast(plan: Plan) -> bool:
     """PyTorch autocast recipe: fp32 parameters, 16-bit compute, no ZeRO (see the package docstring). LoRA
     keeps its frozen base in 16 bits, so only the small adapters are fp32 and the activations stay 16-bit."""
-    return (plan.precision.mixed and plan.parallelism.zero_stage == 0 and plan.techniques.offload == "none"
-            and plan.workload.task in ("pretrain", "finetune"))
+    return (
+        plan.precision.mixed
+        and plan.parallelism.zero_stage == 0
+        and plan.techniques.offload == "none"
+        and plan.workload.task in ("pretrain", "finetune")
+    )
 
 
 # --- FSDP under pipeline parallelism -------------------------------------------------------------------------
@@ -337,13 +383,28 @@ def stage_context(plan: Plan, lay: Layout, index: int, detail: bool) -> StageCon
     wl, par = plan.workload, plan.parallelism
     shard = par.data * par.context
     note = f" ÷ {shard} (ZeRO-{par.zero_stage} over data × context)" + (
-        f"; experts ÷ {shard // par.expert} (the ranks beside each expert-parallel group)" if par.expert > 1 else "")
+        f"; experts ÷ {shard // par.expert} (the ranks beside each expert-parallel group)" if par.expert > 1 else ""
+    )
     unsharded_grads, unsharded_from = unsharded_under_pipelining(plan)
-    return StageContext(plan=plan, index=index, detail=detail, first=index == 0, last=index == par.pipeline - 1,
-                        layers=lay.split[index], layout=lay, sp=lay.stages[index],
-                        bc=nbytes(plan.precision.activation_dtype), autocast=autocast(plan),
-                        lora=wl.task in ("lora", "qlora"), accum=plan.micro_batches_per_step,
-                        in_flight=in_flight(plan, index),
-                        tokens=wl.sequences_per_forward * wl.sequence_length // par.context,
-                        seq_div=par.tensor if par.sequence_parallel else 1, shard=shard, edp=shard // par.expert,
-                        shard_note=note, unsharded_grads=unsharded_grads, unsharded_from=unsharded_from)
+    return StageContext(
+        plan=plan,
+        index=index,
+        detail=detail,
+        first=index == 0,
+        last=index == par.pipeline - 1,
+        layers=lay.split[index],
+        layout=lay,
+        sp=lay.stages[index],
+        bc=nbytes(plan.precision.activation_dtype),
+        autocast=autocast(plan),
+        lora=wl.task in ("lora", "qlora"),
+        accum=plan.micro_batches_per_step,
+        in_flight=in_flight(plan, index),
+        tokens=wl.sequences_per_forward * wl.sequence_length // par.context,
+        seq_div=par.tensor if par.sequence_parallel else 1,
+        shard=shard,
+        edp=shard // par.expert,
+        shard_note=note,
+        unsharded_grads=unsharded_grads,
+        unsharded_from=unsharded_from,
+    )

@@ -9,7 +9,7 @@ from functools import partial
 
 from planner.memory.layout import StageContext
 from planner.memory.terms import Described, Factor, Product, Term, fixed
-from planner.memo import Memo, remembered
+from planner.search.memo import Memo, remembered
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,9 +31,11 @@ def _tv(ctx: StageContext) -> tuple[int, int, int]:
 def _head(ctx: StageContext, chunks: int) -> Term:
     tokens, vocab_r, logits_b = _tv(ctx)
     tv = tokens * vocab_r
-    return Described(-(-tv * logits_b // chunks) if chunks else tv * logits_b,
-                     "T·V × {}" + (" / {} (one slice's" if chunks else " (the") + " gradient of the logits)",
-                     (logits_b, chunks) if chunks else (logits_b,))
+    return Described(
+        -(-tv * logits_b // chunks) if chunks else tv * logits_b,
+        "T·V × {}" + (" / {} (one slice's" if chunks else " (the") + " gradient of the logits)",
+        (logits_b, chunks) if chunks else (logits_b,),
+    )
 
 
 def _plain(ctx: StageContext) -> Loss:
@@ -48,14 +50,23 @@ def _plain(ctx: StageContext) -> Loss:
     tokens, vocab_r, logits_b = _tv(ctx)
     per_tv = logits_b + 8 if logits_b < 4 else 8
     size = (Factor(tokens), Factor(vocab_r))
-    forward = Product(size + (Factor(per_tv),),
-                      prefix=f"T·V × ({logits_b} logits + 4 fp32 upcast + 4 log-softmax) = " if logits_b < 4 else
-                      "T·V × (4 logits + 4 log-softmax) = ")
-    backward = Product(size + (Factor(12),),
-                       prefix="T·V × 12 (saved log-softmax + its gradient + input gradient, fp32) = ")
-    return Loss(forward=forward, backward=backward, head=_head(ctx, 0), head_grad=True,
-                forward_note="Cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
-                backward_note="fp32 buffers of _log_softmax_backward_data")
+    forward = Product(
+        size + (Factor(per_tv),),
+        prefix=f"T·V × ({logits_b} logits + 4 fp32 upcast + 4 log-softmax) = "
+        if logits_b < 4
+        else "T·V × (4 logits + 4 log-softmax) = ",
+    )
+    backward = Product(
+        size + (Factor(12),), prefix="T·V × 12 (saved log-softmax + its gradient + input gradient, fp32) = "
+    )
+    return Loss(
+        forward=forward,
+        backward=backward,
+        head=_head(ctx, 0),
+        head_grad=True,
+        forward_note="Cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
+        backward_note="fp32 buffers of _log_softmax_backward_data",
+    )
 
 
 def _chunked(ctx: StageContext) -> Loss:
@@ -66,14 +77,24 @@ def _chunked(ctx: StageContext) -> Loss:
     tokens, vocab_r, logits_b = _tv(ctx)
     chunks, tv = ctx.plan.techniques.loss_chunks, tokens * vocab_r
     upcast = 4 if logits_b < 4 else 0  # .float() of fp32 logits is the same tensor
-    forward = Described(tv * (logits_b + 4) + -(-tv * upcast // chunks),
-                        "T·V × ({} logits + 4 log-softmax + {}/{} one chunk's fp32 upcast) = {:,} × {:,} × {:g}",
-                        (logits_b, upcast, chunks, tokens, vocab_r, logits_b + 4 + upcast / chunks))
-    backward = Described(4 * tv + -(-tv * 12 // chunks),
-                         "T·V × (4 saved log-softmax + 12/{} one slice's backward buffers), fp32", (chunks,))
-    return Loss(forward=forward, backward=backward, head=_head(ctx, chunks), head_grad=True,
-                forward_note=f"Chunked cross-entropy over {chunks} slices of tokens keeps every slice's log-softmax",
-                backward_note="fp32 buffers of _log_softmax_backward_data")
+    forward = Described(
+        tv * (logits_b + 4) + -(-tv * upcast // chunks),
+        "T·V × ({} logits + 4 log-softmax + {}/{} one chunk's fp32 upcast) = {:,} × {:,} × {:g}",
+        (logits_b, upcast, chunks, tokens, vocab_r, logits_b + 4 + upcast / chunks),
+    )
+    backward = Described(
+        4 * tv + -(-tv * 12 // chunks),
+        "T·V × (4 saved log-softmax + 12/{} one slice's backward buffers), fp32",
+        (chunks,),
+    )
+    return Loss(
+        forward=forward,
+        backward=backward,
+        head=_head(ctx, chunks),
+        head_grad=True,
+        forward_note=f"Chunked cross-entropy over {chunks} slices of tokens keeps every slice's log-softmax",
+        backward_note="fp32 buffers of _log_softmax_backward_data",
+    )
 
 
 def _compiled(ctx: StageContext) -> Loss:
@@ -83,15 +104,24 @@ def _compiled(ctx: StageContext) -> Loss:
     tokens, vocab_r, logits_b = _tv(ctx)
     tech, tv = ctx.plan.techniques, tokens * vocab_r
     chunks = tech.loss_chunks if tech.loss == "chunked" else 0
-    forward = Described(tv * logits_b + 8 * tokens, "T·V × {} logits + 8T (compiled loss) = {:,} × {:,} × {} + 8 × {:,}",
-                        (logits_b, tokens, vocab_r, logits_b, tokens))
-    backward = Described(tv * logits_b + (-(-tv * logits_b // chunks) if chunks else tv * logits_b),
-                         "T·V × {} saved logits + their gradient" + (f" (one slice's of {chunks})" if chunks else "")
-                         + " (compiled)", (logits_b,))
-    return Loss(forward=forward, backward=backward, head=_head(ctx, chunks), head_grad=True,
-                forward_note="A compiled cross-entropy saves only the logits",
-                backward_note="A compiled cross-entropy's backward writes the logits' gradient in their dtype: no "
-                              "fp32 buffer")
+    forward = Described(
+        tv * logits_b + 8 * tokens,
+        "T·V × {} logits + 8T (compiled loss) = {:,} × {:,} × {} + 8 × {:,}",
+        (logits_b, tokens, vocab_r, logits_b, tokens),
+    )
+    backward = Described(
+        tv * logits_b + (-(-tv * logits_b // chunks) if chunks else tv * logits_b),
+        "T·V × {} saved logits + their gradient" + (f" (one slice's of {chunks})" if chunks else "") + " (compiled)",
+        (logits_b,),
+    )
+    return Loss(
+        forward=forward,
+        backward=backward,
+        head=_head(ctx, chunks),
+        head_grad=True,
+        forward_note="A compiled cross-entropy saves only the logits",
+        backward_note="A compiled cross-entropy's backward writes the logits' gradient in their dtype: no fp32 buffer",
+    )
 
 
 def _fused(ctx: StageContext) -> Loss:
@@ -105,12 +135,21 @@ def _fused(ctx: StageContext) -> Loss:
     head_each = 0 if ctx.lora else (4 if ctx.autocast else bc)
     saved = tokens * h * bc + vocab_r * h * head_each + 4 * tokens
     made = fixed(saved, "the gradients made in forward")
-    forward = Described(saved + rows * vocab_r * bc, "T·h × {} input gradient + "
-                        + ("V·h × {} head gradient + " if head_each else "") + "{:,} rows × V × {} chunk logits + 4T",
-                        (bc, head_each, rows, bc) if head_each else (bc, rows, bc))
-    return Loss(forward=forward, backward=made, head=made, head_grad=False,
-                forward_note="Fused linear cross-entropy: logits exist one chunk at a time; gradients are made in forward",
-                backward_note="Liger's fused loss made these gradients in forward")
+    forward = Described(
+        saved + rows * vocab_r * bc,
+        "T·h × {} input gradient + "
+        + ("V·h × {} head gradient + " if head_each else "")
+        + "{:,} rows × V × {} chunk logits + 4T",
+        (bc, head_each, rows, bc) if head_each else (bc, rows, bc),
+    )
+    return Loss(
+        forward=forward,
+        backward=made,
+        head=made,
+        head_grad=False,
+        forward_note="Fused linear cross-entropy: logits exist one chunk at a time; gradients are made in forward",
+        backward_note="Liger's fused loss made these gradients in forward",
+    )
 
 
 _LOSSES = Memo(1024)  # _loss by all it reads (see loss)
@@ -131,4 +170,3 @@ def _loss(ctx: StageContext) -> Loss:
     if tech.compiled_loss:
         return _compiled(ctx)
     return _chunked(ctx) if tech.loss == "chunked" else _plain(ctx)
-

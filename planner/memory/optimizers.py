@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
-from planner.dtypes import nbytes
 from planner.memory.layout import Layout, StageParams
 from planner.memory.terms import Described, Factor, Product, Sum, Term, fixed
-from planner.plan import Precision
+from planner.plan.config import Precision
+from planner.plan.dtypes import nbytes
 
 # 8-bit AdamW (bitsandbytes Optimizer2State.init_state; torchao optim/adam.py _new_buffer): two uint8 states per
 # element with one fp32 scale per block (`precision.optimizer_block_size`). Tensors under 4,096 elements keep
@@ -72,16 +72,21 @@ def trainable(lay: Layout, stage: int) -> Trainable:
     layers = sp.dense_layers + sp.moe_layers
     expert_shapes, experts_here = _expert_shapes(lay, sp)
     attention = ("q", "k", "v", "o")
-    layer_mats = tuple((o, i, sp.dense_layers if name not in attention else layers)
-                       for name, (i, o) in shapes.items() if sp.dense_layers or name in attention)
+    layer_mats = tuple(
+        (o, i, sp.dense_layers if name not in attention else layers)
+        for name, (i, o) in shapes.items()
+        if sp.dense_layers or name in attention
+    )
     if sp.moe_layers:
         layer_mats += tuple((o, i, sp.moe_layers * experts_here) for i, o in expert_shapes.values())
         layer_mats += ((m.num_experts, m.hidden_size, sp.moe_layers),)  # routers
-    tables = tuple((sp.embedding // m.hidden_size, m.hidden_size, 1) for _ in range(bool(sp.embedding))) + \
-        tuple((sp.head_own // m.hidden_size, m.hidden_size, 1) for _ in range(bool(sp.head_own)))
+    tables = tuple((sp.embedding // m.hidden_size, m.hidden_size, 1) for _ in range(bool(sp.embedding))) + tuple(
+        (sp.head_own // m.hidden_size, m.hidden_size, 1) for _ in range(bool(sp.head_own))
+    )
     vectors = sp.total - sum(r * c * n for r, c, n in layer_mats + tables)
-    return Trainable(matrices=layer_mats + tables, vectors=vectors, embedding_like=sp.embedding + sp.head_own,
-                     embedding=sp.embedding)
+    return Trainable(
+        matrices=layer_mats + tables, vectors=vectors, embedding_like=sp.embedding + sp.head_own, embedding=sp.embedding
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,21 +99,24 @@ class Optimizer:
 
 
 def _params(n: int, states: int, each: int, unit: str = "B", suffix: str = "") -> Product:
-    return Product((Factor(n, "params"), Factor(states, "states" if states > 1 else "state"), Factor(each, unit)),
-                   suffix)
+    return Product(
+        (Factor(n, "params"), Factor(states, "states" if states > 1 else "state"), Factor(each, unit)), suffix
+    )
 
 
 def _adamw(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     temp = {"foreach": tr.total * bs, "forloop": tr.largest * bs, "fused": 0}[prec.optimizer_impl]
-    return Optimizer(states=_params(tr.total, 2, bs, f"B ({prec.optimizer_state})"), temp=temp,
-                     note="AdamW exp_avg and exp_avg_sq; foreach materializes sqrt(exp_avg_sq) for all parameters at the step")
+    return Optimizer(
+        states=_params(tr.total, 2, bs, f"B ({prec.optimizer_state})"),
+        temp=temp,
+        note="AdamW exp_avg and exp_avg_sq; foreach materializes sqrt(exp_avg_sq) for all parameters at the step",
+    )
 
 
 def _adamw_8bit(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     paged, torchao = prec.optimizer in PAGED_OPTIMIZERS, prec.optimizer_library == "torchao"
     block = prec.optimizer_block_size
-    kept = [(r * c, n) for r, c, n in tr.matrices
-            if r * c >= MIN_8BIT_ELEMENTS and not (torchao and r * c % block)]
+    kept = [(r * c, n) for r, c, n in tr.matrices if r * c >= MIN_8BIT_ELEMENTS and not (torchao and r * c % block)]
     if prec.fp32_embedding_states and tr.embedding:  # HF Trainer: nn.Embedding weights keep 32-bit states
         kept.remove((tr.embedding, 1))
     quantized = sum(e * n for e, n in kept)
@@ -119,26 +127,37 @@ def _adamw_8bit(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     if tr.total > quantized:
         terms.append(_params(tr.total - quantized, 2, full_each, "B", " (full-precision states)"))
     if torchao:
-        terms.append(Described(2 * QMAP_BYTES * sum(n for _, n in kept), "2 × 1 KiB map × {:,} tensors",
-                               (sum(n for _, n in kept),)))
+        terms.append(
+            Described(
+                2 * QMAP_BYTES * sum(n for _, n in kept), "2 × 1 KiB map × {:,} tensors", (sum(n for _, n in kept),)
+            )
+        )
     library = "torchao" if torchao else "bitsandbytes"
-    return Optimizer(states=Sum(tuple(terms), ", in CUDA managed memory" if paged else ""), temp=0,
-                     note=f"{library} 8-bit AdamW: blockwise-quantized states of tensors of {MIN_8BIT_ELEMENTS:,} "
-                     "values or more, updated in place by a fused kernel" +
-                     ("; paged: outside PyTorch's allocator, evicted to host under pressure" if paged else ""))
+    return Optimizer(
+        states=Sum(tuple(terms), ", in CUDA managed memory" if paged else ""),
+        temp=0,
+        note=f"{library} 8-bit AdamW: blockwise-quantized states of tensors of {MIN_8BIT_ELEMENTS:,} "
+        "values or more, updated in place by a fused kernel"
+        + ("; paged: outside PyTorch's allocator, evicted to host under pressure" if paged else ""),
+    )
 
 
 def _paged_adamw(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
-    return Optimizer(states=_params(tr.total, 2, 4, suffix=", in CUDA managed memory"), temp=0,
-                     note="bitsandbytes paged AdamW: states in unified memory outside PyTorch's allocator, evicted "
-                     "to host under pressure")
+    return Optimizer(
+        states=_params(tr.total, 2, 4, suffix=", in CUDA managed memory"),
+        temp=0,
+        note="bitsandbytes paged AdamW: states in unified memory outside PyTorch's allocator, evicted "
+        "to host under pressure",
+    )
 
 
 def _adafactor(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     factored = sum(4 * (r + c) * k for r, c, k in tr.matrices) + 4 * tr.vectors
-    return Optimizer(states=Described(factored, "4 B × (rows + columns) per matrix + 4 B per vector element"),
-                     temp=2 * tr.largest * 4,
-                     note="Adafactor (HF, beta1=None): factored second moment only; the step squares one gradient at a time")
+    return Optimizer(
+        states=Described(factored, "4 B × (rows + columns) per matrix + 4 B per vector element"),
+        temp=2 * tr.largest * 4,
+        note="Adafactor (HF, beta1=None): factored second moment only; the step squares one gradient at a time",
+    )
 
 
 def _lion(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
@@ -148,10 +167,17 @@ def _lion(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
 def _muon(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     hidden = tr.total - tr.vectors - tr.embedding_like
     others = tr.total - hidden
-    states = Sum((Product((Factor(hidden, "matrix params"), Factor(1), Factor(bs, "B"))),
-                  Product((Factor(others, "other params"), Factor(2), Factor(bs, "B")))))
-    return Optimizer(states=states, temp=3 * tr.largest * 2,
-                     note="Muon momentum for hidden matrices, AdamW for embeddings, head and vectors; Newton-Schulz on bf16 copies")
+    states = Sum(
+        (
+            Product((Factor(hidden, "matrix params"), Factor(1), Factor(bs, "B"))),
+            Product((Factor(others, "other params"), Factor(2), Factor(bs, "B"))),
+        )
+    )
+    return Optimizer(
+        states=states,
+        temp=3 * tr.largest * 2,
+        note="Muon momentum for hidden matrices, AdamW for embeddings, head and vectors; Newton-Schulz on bf16 copies",
+    )
 
 
 def _sgd_momentum(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
@@ -163,8 +189,16 @@ def _sgd(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
 
 
 OPTIMIZERS: dict[str, Callable[[Precision, Trainable, int], Optimizer]] = {
-    "adamw": _adamw, "adamw_8bit": _adamw_8bit, "paged_adamw_8bit": _adamw_8bit, "paged_adamw": _paged_adamw,
-    "adafactor": _adafactor, "lion": _lion, "muon": _muon, "sgd_momentum": _sgd_momentum, "sgd": _sgd}
+    "adamw": _adamw,
+    "adamw_8bit": _adamw_8bit,
+    "paged_adamw_8bit": _adamw_8bit,
+    "paged_adamw": _paged_adamw,
+    "adafactor": _adafactor,
+    "lion": _lion,
+    "muon": _muon,
+    "sgd_momentum": _sgd_momentum,
+    "sgd": _sgd,
+}
 
 
 # keyed by (layout, stage, precision): the optimizer reads the stage's trainable parameters and the precision only

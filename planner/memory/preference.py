@@ -7,11 +7,11 @@ _compute_loss runs one forward of the policy over it."""
 
 from __future__ import annotations
 
-from planner.dtypes import QUANTIZED, quantized_bytes
 from planner.memory.checkpointing import Kept
 from planner.memory.layout import StageContext
 from planner.memory.result import Item
 from planner.memory.terms import Described, Factor, Product, Sum, item
+from planner.plan.dtypes import QUANTIZED, quantized_bytes
 
 
 def reference_weights(ctx: StageContext) -> Item | None:
@@ -30,16 +30,27 @@ def reference_weights(ctx: StageContext) -> Item | None:
         return None
     sp, prec = ctx.sp, ctx.plan.precision
     wdt = prec.weights
-    projections = Described(quantized_bytes(sp.linear, wdt, rows=sp.linear_rows, group_size=prec.quant_group_size,
-                                            double_quant=prec.double_quant),
-                            "{:,} projection params in {}" + (" + scales" if wdt in QUANTIZED else ""), (sp.linear, wdt))
+    projections = Described(
+        quantized_bytes(
+            sp.linear, wdt, rows=sp.linear_rows, group_size=prec.quant_group_size, double_quant=prec.double_quant
+        ),
+        "{:,} projection params in {}" + (" + scales" if wdt in QUANTIZED else ""),
+        (sp.linear, wdt),
+    )
     whole = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(ctx.bc, "B")))))
     zero3 = ctx.plan.parallelism.zero_stage == 3
-    return item("reference_weights", "Reference model (frozen)",
-                ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3),
-                "A frozen copy of the starting model, no gradients or optimizer states; "
-                + ("sharded with the policy (TRL prepare_deepspeed / prepare_fsdp)" if zero3 else
-                   "every rank holds all of it (TRL runs it at ZeRO stage 0 unless the policy is at 3)"), ctx.detail)
+    return item(
+        "reference_weights",
+        "Reference model (frozen)",
+        ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3),
+        "A frozen copy of the starting model, no gradients or optimizer states; "
+        + (
+            "sharded with the policy (TRL prepare_deepspeed / prepare_fsdp)"
+            if zero3
+            else "every rank holds all of it (TRL runs it at ZeRO stage 0 unless the policy is at 3)"
+        ),
+        ctx.detail,
+    )
 
 
 def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
@@ -56,11 +67,16 @@ def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
         return None
     vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
     row = ctx.tokens // wl.sequences_per_forward  # one sequence's tokens on this GPU
-    term = Described(kept.full_layer + (ctx.tokens + row) * vocab * ctx.bc,
-                     "one layer's activations {:,} + (T + one sequence's {:,}) × V × {} (reference logits and one row's "
-                     "log-softmax) = {:,} + ({:,} + {:,}) × {:,} × {}",
-                     (kept.full_layer, row, ctx.bc, kept.full_layer, ctx.tokens, row, vocab, ctx.bc))
-    return item("reference_forward", "Reference forward (no grad)", term,
-                "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is "
-                "held", ctx.detail)
-
+    term = Described(
+        kept.full_layer + (ctx.tokens + row) * vocab * ctx.bc,
+        "one layer's activations {:,} + (T + one sequence's {:,}) × V × {} (reference logits and one row's "
+        "log-softmax) = {:,} + ({:,} + {:,}) × {:,} × {}",
+        (kept.full_layer, row, ctx.bc, kept.full_layer, ctx.tokens, row, vocab, ctx.bc),
+    )
+    return item(
+        "reference_forward",
+        "Reference forward (no grad)",
+        term,
+        "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is held",
+        ctx.detail,
+    )

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.dtypes import DEFAULT_GROUP_SIZE, nbytes
 from planner.memory.allocator import CachingAllocator
 from planner.memory.layout import stage_split
-from planner.models import Model, param_counts, projection_shapes
-from planner.plan import Plan
+from planner.plan.config import Plan
+from planner.plan.dtypes import DEFAULT_GROUP_SIZE, nbytes
+from planner.plan.models import Model, param_counts, projection_shapes
 
 # What quantize_ allocates and frees for one weight, in order: ("a", name, bytes in units of the 16-bit weight's
 # bytes; None: the quantization parameters) or ("f", name). A temporary of an expression is freed once the next
@@ -48,11 +48,30 @@ _CHAIN4 = (("a", "t1", 1), ("a", "t2", 1), ("f", "t1"), ("a", "t3", 1), ("f", "t
 PROGRAMS = {
     "int8": _CHAIN4 + (("a", "q", 0.5), ("a", "params", None), ("f", "t4")),
     "fp8": (("a", "t1", 1), ("a", "t2", 1), ("f", "t1"), ("a", "q", 0.5), ("a", "params", None), ("f", "t2")),
-    "fp8_fp32_scale": (("a", "t1", 2), ("a", "t2", 2), ("f", "t1"), ("a", "q", 0.5), ("a", "params", None),
-                       ("f", "t2")),
-    "int4": (("a", "padded", 1),) + _CHAIN4 + (
-        ("a", "int32", 2), ("f", "t4"), ("a", "shifted", 1), ("a", "ored", 1), ("f", "shifted"), ("a", "uint8", 0.25),
-        ("f", "ored"), ("a", "q", 0.25), ("f", "uint8"), ("a", "params", None), ("f", "int32"), ("f", "padded")),
+    "fp8_fp32_scale": (
+        ("a", "t1", 2),
+        ("a", "t2", 2),
+        ("f", "t1"),
+        ("a", "q", 0.5),
+        ("a", "params", None),
+        ("f", "t2"),
+    ),
+    "int4": (("a", "padded", 1),)
+    + _CHAIN4
+    + (
+        ("a", "int32", 2),
+        ("f", "t4"),
+        ("a", "shifted", 1),
+        ("a", "ored", 1),
+        ("f", "shifted"),
+        ("a", "uint8", 0.25),
+        ("f", "ored"),
+        ("a", "q", 0.25),
+        ("f", "uint8"),
+        ("a", "params", None),
+        ("f", "int32"),
+        ("f", "padded"),
+    ),
 }
 # Bytes of the per-row (int4: per-group) quantization parameters kept beside each weight: int8 keeps a scale in
 # the weight's dtype and an int64 zero point per row (int8_weight_only: zero_point_dtype=torch.int64); fp8 a
@@ -85,15 +104,31 @@ def held_beyond_live(plan: Plan) -> int:
     counts = param_counts(m, t)
     vocab = counts.embedding // m.hidden_size
     fp32_scale = prec.weights == "fp8" and plan.workload.inference.dynamic_activation_quant
-    return _replayed(_linears(m, t), max(stage_split(plan)), m.hidden_size, vocab,
-                     counts.lm_head > 0, "fp8_fp32_scale" if fp32_scale else prec.weights,
-                     prec.quant_group_size or DEFAULT_GROUP_SIZE["int4"], nbytes(prec.activation_dtype),
-                     plan.techniques.compile)
+    return _replayed(
+        _linears(m, t),
+        max(stage_split(plan)),
+        m.hidden_size,
+        vocab,
+        counts.lm_head > 0,
+        "fp8_fp32_scale" if fp32_scale else prec.weights,
+        prec.quant_group_size or DEFAULT_GROUP_SIZE["int4"],
+        nbytes(prec.activation_dtype),
+        plan.techniques.compile,
+    )
 
 
 @lru_cache(maxsize=64)
-def _replayed(linears: tuple[tuple[int, int], ...], layers: int, h: int, vocab: int, head: bool, dtype: str,
-              group: int, bc: int, captured: bool) -> int:
+def _replayed(
+    linears: tuple[tuple[int, int], ...],
+    layers: int,
+    h: int,
+    vocab: int,
+    head: bool,
+    dtype: str,
+    group: int,
+    bc: int,
+    captured: bool,
+) -> int:
     alloc = CachingAllocator()
     alloc.malloc(vocab * h * bc)  # the embedding table: not a Linear, stays 16-bit
     weights = []
@@ -110,7 +145,9 @@ def _replayed(linears: tuple[tuple[int, int], ...], layers: int, h: int, vocab: 
             if op[0] == "f":
                 alloc.free(live.pop(op[1]))
             else:
-                live[op[1]] = alloc.malloc(_params_bytes(i, o, dtype, group, bc) if op[2] is None else round(size * op[2]))
+                live[op[1]] = alloc.malloc(
+                    _params_bytes(i, o, dtype, group, bc) if op[2] is None else round(size * op[2])
+                )
         alloc.free(weight)  # the Linear's weight is replaced: the 16-bit one goes
     if captured:
         alloc.empty_cache()
@@ -138,20 +175,41 @@ def zero3_whole_load_reserved(plan: Plan) -> int:
     Stage 3 emptied the cache (the floor of every later reserved peak), or 0 where that does not happen:
     another framework or stage, other weights, or partitions offloaded to the host."""
     m, prec, par = plan.model, plan.precision, plan.parallelism
-    if not (plan.framework == "deepspeed" and par.zero_stage == 3 and prec.weights == "nf4"
-            and plan.techniques.offload == "none"):
+    if not (
+        plan.framework == "deepspeed"
+        and par.zero_stage == 3
+        and prec.weights == "nf4"
+        and plan.techniques.offload == "none"
+    ):
         return 0
     counts = param_counts(m, 1)
     shapes = projection_shapes(m, 1)
     order = tuple(shapes[k] for k in ("q", "k", "v", "o", "gate", "up", "down") if k in shapes)
-    return _partitioned(order, m.num_layers, m.hidden_size, counts.embedding // m.hidden_size, counts.lm_head > 0,
-                        prec.quant_group_size or DEFAULT_GROUP_SIZE["nf4"], prec.double_quant,
-                        nbytes(prec.activation_dtype), par.data * par.context)
+    return _partitioned(
+        order,
+        m.num_layers,
+        m.hidden_size,
+        counts.embedding // m.hidden_size,
+        counts.lm_head > 0,
+        prec.quant_group_size or DEFAULT_GROUP_SIZE["nf4"],
+        prec.double_quant,
+        nbytes(prec.activation_dtype),
+        par.data * par.context,
+    )
 
 
 @lru_cache(maxsize=64)
-def _partitioned(linears: tuple[tuple[int, int], ...], layers: int, h: int, vocab: int, head: bool, block: int,
-                 double_quant: bool, bc: int, world: int) -> int:
+def _partitioned(
+    linears: tuple[tuple[int, int], ...],
+    layers: int,
+    h: int,
+    vocab: int,
+    head: bool,
+    block: int,
+    double_quant: bool,
+    bc: int,
+    world: int,
+) -> int:
     alloc = CachingAllocator()
     params = [alloc.malloc(vocab * h * bc)]  # the embedding table (16-bit, as checkpointed)
     for _ in range(layers):

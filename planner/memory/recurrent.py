@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.dtypes import nbytes
 from planner.memory.layout import stage_layer_indices
-from planner.models import GDN_CHUNK, MAMBA_CHUNK, RECURRENT, Model, gdn_widths, mamba2_widths
-from planner.plan import Plan
+from planner.plan.config import Plan
+from planner.plan.dtypes import nbytes
+from planner.plan.models import GDN_CHUNK, MAMBA_CHUNK, RECURRENT, Model, gdn_widths, mamba2_widths
 
 # vLLM raises the attention block size to a multiple of 16 tokens until one attention page holds a Mamba page
 # (0.11 HybridAttentionMambaModelConfig.verify_and_update_config: attn_block_size = 16 * cdiv(mamba_page,
@@ -35,8 +35,11 @@ def layer_state_bytes(plan: Plan, kind: str, engine: str) -> tuple[int, int]:
     m, t = plan.model, plan.parallelism.tensor
     act = nbytes(plan.precision.activation_dtype)
     # HF reads no state-dtype hint (docs/hybrid.md §3.1): fla's GDN state is fp32, mamba_ssm's the model dtype
-    state = nbytes(m.ssm_state_dtype or plan.precision.activation_dtype) if engine == "vllm" else (
-        4 if kind == "G" else act)
+    state = (
+        nbytes(m.ssm_state_dtype or plan.precision.activation_dtype)
+        if engine == "vllm"
+        else (4 if kind == "G" else act)
+    )
     if kind == "M":
         heads, inner, gn = mamba2_widths(m, t)
         channels, cells, kernel = inner + 2 * gn, heads * m.mamba_head_dim * m.ssm_state_size, m.mamba_conv_kernel
@@ -54,8 +57,10 @@ def state_bytes_per_sequence(plan: Plan, engine: str) -> int:
     if not m.layer_pattern:
         return 0
     per_kind = {k: sum(layer_state_bytes(plan, k, engine)) for k in RECURRENT if k in m.layer_pattern}
-    return max(sum(per_kind.get(m.layer_pattern[i], 0) for i in stage_layer_indices(plan, s))
-               for s in range(plan.parallelism.pipeline))
+    return max(
+        sum(per_kind.get(m.layer_pattern[i], 0) for i in stage_layer_indices(plan, s))
+        for s in range(plan.parallelism.pipeline)
+    )
 
 
 def prefill_peak(plan: Plan, chunk: int, bc: int) -> int:
@@ -80,8 +85,9 @@ def prefill_peak(plan: Plan, chunk: int, bc: int) -> int:
 
 def state_formula(m: Model) -> str:
     """What the recurrent-state item sums, in words."""
-    kinds = " + ".join(f"{m.pattern_count(k)} {name} layers" for k, name in (("M", "Mamba-2"), ("G", "GDN"))
-                       if m.pattern_count(k))
+    kinds = " + ".join(
+        f"{m.pattern_count(k)} {name} layers" for k, name in (("M", "Mamba-2"), ("G", "GDN")) if m.pattern_count(k)
+    )
     return f"conv + SSM state of {kinds}, constant in context length"
 
 
@@ -123,7 +129,11 @@ def hybrid_pool(plan: Plan, attention_bytes_per_token_layer: int) -> HybridPool:
     block = VLLM_HYBRID_BLOCK_MULTIPLE * -(-mamba_page // unit)
     attn, recurrent = m.pattern_count("*"), m.pattern_count(RECURRENT)
     size = _group_size([attn, recurrent])
-    return HybridPool(block_tokens=block, page_bytes=block * attention_bytes_per_token_layer, group_size=size,
-                      attention_groups=-(-attn // size), mamba_groups=-(-recurrent // size),
-                      mamba_blocks=MAMBA_BLOCKS[plan.workload.inference.prefix_caching])
-
+    return HybridPool(
+        block_tokens=block,
+        page_bytes=block * attention_bytes_per_token_layer,
+        group_size=size,
+        attention_groups=-(-attn // size),
+        mamba_groups=-(-recurrent // size),
+        mamba_blocks=MAMBA_BLOCKS[plan.workload.inference.prefix_caching],
+    )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 from planner.catalog import Gpu
-from planner.plan import Plan
+from planner.plan.config import Plan
 from planner.units import counted, format_bytes
 
 if TYPE_CHECKING:
@@ -147,22 +148,40 @@ class Estimate:
         if self.serving is not None:
             inf, s = self.plan.workload.inference, self.serving
             if self.fits:
-                longest = (f"up to {s.max_context_tokens:,} tokens each, the model's context window; the cache "
-                           f"holds {s.cache_context_tokens:,}" if s.window_capped
-                           else f"up to {s.max_context_tokens:,} tokens each")
-                return (f"fits on {gpu}: the engine's {have} hold the weights and KV cache for "
-                        f"{counted(s.max_concurrent_sequences, 'sequence')} of {inf.context_tokens:,} tokens "
-                        f"(batch {inf.batch_size}: {longest})")
-            return (f"does not fit on {gpu}: the engine's {have} leave no room for the KV cache of "
-                    f"{counted(inf.batch_size, 'sequence')} of {inf.context_tokens:,} tokens (needs {need})")
+                longest = (
+                    f"up to {s.max_context_tokens:,} tokens each, the model's context window; the cache "
+                    f"holds {s.cache_context_tokens:,}"
+                    if s.window_capped
+                    else f"up to {s.max_context_tokens:,} tokens each"
+                )
+                return (
+                    f"fits on {gpu}: the engine's {have} hold the weights and KV cache for "
+                    f"{counted(s.max_concurrent_sequences, 'sequence')} of {inf.context_tokens:,} tokens "
+                    f"(batch {inf.batch_size}: {longest})"
+                )
+            return (
+                f"does not fit on {gpu}: the engine's {have} leave no room for the KV cache of "
+                f"{counted(inf.batch_size, 'sequence')} of {inf.context_tokens:,} tokens (needs {need})"
+            )
         if self.fits and self.cache_flushed:
-            return (f"fits on {gpu} only by releasing the allocator's cache: fills the {have} usable, and "
-                    f"cudaFree/cudaMalloc calls in every step slow it down")
+            return (
+                f"fits on {gpu} only by releasing the allocator's cache: fills the {have} usable, and "
+                f"cudaFree/cudaMalloc calls in every step slow it down"
+            )
         if self.fits:
             return f"fits on {gpu}: needs {need} per GPU of {have} usable ({format_bytes(self.headroom_bytes)} free)"
-        short = [f"needs {need} per GPU, {have} usable (short by {format_bytes(-self.headroom_bytes)})"
-                 ] if self.headroom_bytes < 0 else []
-        short += [f"offloaded states need {format_bytes(self.host_bytes)} of host RAM per GPU, "
-                  f"{format_bytes(self.host_limit_bytes or 0)} there (hardware.host_memory_gib_per_gpu, else the "
-                  f"offering's)"] if self.host_short else []
+        short = (
+            [f"needs {need} per GPU, {have} usable (short by {format_bytes(-self.headroom_bytes)})"]
+            if self.headroom_bytes < 0
+            else []
+        )
+        short += (
+            [
+                f"offloaded states need {format_bytes(self.host_bytes)} of host RAM per GPU, "
+                f"{format_bytes(self.host_limit_bytes or 0)} there (hardware.host_memory_gib_per_gpu, else the "
+                f"offering's)"
+            ]
+            if self.host_short
+            else []
+        )
         return f"does not fit on {gpu}: " + "; and ".join(short)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.dtypes import nbytes
 from planner.memory.result import Item, Phase
 from planner.memory.terms import Factor, Product, Size, fixed, item
-from planner.plan import Plan
+from planner.plan.config import Plan
+from planner.plan.dtypes import nbytes
 from planner.units import MiB
 
 # --- Physical constants, each with its reason -------------------------------------------------------------
@@ -41,8 +41,9 @@ _CONTEXT = Product((Factor(Size(CUDA_CONTEXT_BYTES), "MiB.0"),))
 _CUBLAS = Product((Factor(2, "handles"), Factor(Size(CUBLAS_WORKSPACE_BYTES // 2), "MiB.0")))
 
 # Items allocated once, before the first step, that stay live: they do not churn.
-ALLOCATED_ONCE = frozenset({"weights", "adapters", "master_weights", "optimizer_states", "ddp_buckets",
-                            "reduce_bucket", "cublas_workspace"})
+ALLOCATED_ONCE = frozenset(
+    {"weights", "adapters", "master_weights", "optimizer_states", "ddp_buckets", "reduce_bucket", "cublas_workspace"}
+)
 
 
 def _communicators(plan: Plan) -> list[str]:
@@ -52,8 +53,16 @@ def _communicators(plan: Plan) -> list[str]:
     par = plan.parallelism
     if plan.workload.task == "inference":
         return ["tensor/pipeline group"] if par.tensor * par.pipeline > 1 else []
-    return [name for name, size in (("data", par.data * par.context), ("tensor", par.tensor),
-                                    ("pipeline", par.pipeline), ("context", par.context)) if size > 1]
+    return [
+        name
+        for name, size in (
+            ("data", par.data * par.context),
+            ("tensor", par.tensor),
+            ("pipeline", par.pipeline),
+            ("context", par.context),
+        )
+        if size > 1
+    ]
 
 
 def _symmetric_workspace(plan: Plan, detail: bool) -> Item:
@@ -66,8 +75,14 @@ def _symmetric_workspace(plan: Plan, detail: bool) -> Item:
     b = nbytes(plan.precision.activation_dtype)
     h = plan.model.hidden_size
     term = Product((Factor(2), Factor(rows), Factor(h), Factor(b)), prefix=f"2 × T/t × h × {b} B = ")
-    return item("symmetric_memory", "Async-TP symmetric memory", term,
-                "Workspace of the fused all-gather/reduce-scatter matmuls (torch symmetric memory)", detail, "device")
+    return item(
+        "symmetric_memory",
+        "Async-TP symmetric memory",
+        term,
+        "Workspace of the fused all-gather/reduce-scatter matmuls (torch symmetric memory)",
+        detail,
+        "device",
+    )
 
 
 def runtime_items(plan: Plan, detail: bool) -> tuple[Item, ...]:
@@ -79,14 +94,34 @@ def runtime_items(plan: Plan, detail: bool) -> tuple[Item, ...]:
 # keyed by (the rank's communicators, detail), all the two items read: a search meets a handful of combinations
 @lru_cache(maxsize=64)
 def _context_and_nccl(groups: tuple[str, ...], detail: bool) -> tuple[Item, Item]:
-    nccl = (Product((Factor(len(groups), f"communicator{'s' if len(groups) > 1 else ''} ({', '.join(groups)})"),
-                     Factor(Size(NCCL_BYTES_PER_COMMUNICATOR), "MiB.0")))
-            if groups else fixed(0, "no communication"))
-    return (item("cuda_context", "CUDA context", _CONTEXT,
-                 "Driver context, kernels and library handles, outside PyTorch's allocator (CUDA 12, lazy loading)",
-                 detail, "device"),
-            item("nccl", "NCCL buffers", nccl,
-                 "Per-channel FIFOs of each NCCL communicator this rank uses (NVIDIA/nccl#1685, #864)", detail, "device"))
+    nccl = (
+        Product(
+            (
+                Factor(len(groups), f"communicator{'s' if len(groups) > 1 else ''} ({', '.join(groups)})"),
+                Factor(Size(NCCL_BYTES_PER_COMMUNICATOR), "MiB.0"),
+            )
+        )
+        if groups
+        else fixed(0, "no communication")
+    )
+    return (
+        item(
+            "cuda_context",
+            "CUDA context",
+            _CONTEXT,
+            "Driver context, kernels and library handles, outside PyTorch's allocator (CUDA 12, lazy loading)",
+            detail,
+            "device",
+        ),
+        item(
+            "nccl",
+            "NCCL buffers",
+            nccl,
+            "Per-channel FIFOs of each NCCL communicator this rank uses (NVIDIA/nccl#1685, #864)",
+            detail,
+            "device",
+        ),
+    )
 
 
 def churn_bytes(phase: Phase, once: frozenset[str] = ALLOCATED_ONCE) -> int:
@@ -98,8 +133,10 @@ def held_bytes(phase: Phase, expandable: bool, once: frozenset[str] = ALLOCATED_
     """(reserved with memory to spare, the least the allocator runs in) at a moment: live bytes plus the
     replay-derived fractions of its churning bytes."""
     churn = churn_bytes(phase, once)
-    return (phase.allocated_bytes + round(RESERVE_FRACTION[expandable] * churn),
-            phase.allocated_bytes + round(LEAST_FRACTION[expandable] * churn))
+    return (
+        phase.allocated_bytes + round(RESERVE_FRACTION[expandable] * churn),
+        phase.allocated_bytes + round(LEAST_FRACTION[expandable] * churn),
+    )
 
 
 def within_device(reserved: int, least: int, outside: int, usable: int) -> tuple[int, bool]:
@@ -114,8 +151,10 @@ def within_device(reserved: int, least: int, outside: int, usable: int) -> tuple
 def reserve_formula(expandable: bool, flushed: bool) -> str:
     mode = "expandable segments" if expandable else "default segments"
     if flushed:
-        return (f"device left − peak live: the cache is released near capacity (at least "
-                f"{LEAST_FRACTION[expandable]:.0%} of the memory churning each step, {mode})")
+        return (
+            f"device left − peak live: the cache is released near capacity (at least "
+            f"{LEAST_FRACTION[expandable]:.0%} of the memory churning each step, {mode})"
+        )
     return f"max over moments of (live + {RESERVE_FRACTION[expandable]:.0%} of the memory churning each step, {mode}) − peak live"
 
 

@@ -106,8 +106,15 @@ Term = Union[Product, Sum, Sharded, Described]
 
 def item(name: str, label: str, term: Term, note: str, detail: bool, level: Level = "allocated") -> Item:
     """An item of `term`'s bytes; its formula is rendered only with `detail`."""
-    return Item(name=name, label=label, bytes=term.bytes, formula=term.formula() if detail else "", note=note,
-                level=level, term=term)
+    return Item(
+        name=name,
+        label=label,
+        bytes=term.bytes,
+        formula=term.formula() if detail else "",
+        note=note,
+        level=level,
+        term=term,
+    )
 
 
 def fixed(nbytes: int, text: str) -> Described:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from functools import lru_cache, partial
 
 from planner.catalog import Gpu
-from planner.dtypes import nbytes
 from planner.memory import checkpointing, techniques
 from planner.memory.layout import Layout, StageContext, layout, stage_context
 from planner.memory.losses import Loss, loss
@@ -17,19 +16,40 @@ from planner.memory.result import Estimate, Item, Phase, Stage, phase
 from planner.memory.runtime import allocator_reserve, held_bytes, reserve_formula, runtime_items, within_device
 from planner.memory.states import States, flat_elements, model_states
 from planner.memory.terms import fixed, item
-from planner.plan import Plan
+from planner.plan.config import Plan
+from planner.plan.dtypes import nbytes
 from planner.units import format_bytes
 
 
-def _last_stage_phases(ctx: StageContext, lo: Loss, held: tuple[Item, ...], casts_bwd: Item | None,
-                       gather: Item | None, fresh: partial[Item]) -> list[Phase]:
+def _last_stage_phases(
+    ctx: StageContext,
+    lo: Loss,
+    held: tuple[Item, ...],
+    casts_bwd: Item | None,
+    gather: Item | None,
+    fresh: partial[Item],
+) -> list[Phase]:
     """The loss's backward and the output head's backward (the last stage only)."""
     logits = partial(item, "logits_loss", "Logits and loss", detail=ctx.detail)
-    return [phase("loss backward", "backward of the log-softmax over the vocabulary", *held, casts_bwd, gather,
-                  logits(lo.backward, lo.backward_note)),
-            phase("output head backward", "gradients of the output projection", *held, casts_bwd, gather,
-                  logits(lo.head, "Input of the output head's backward"),
-                  fresh(ctx.sp.head, counted=ctx.accum > 1) if lo.head_grad and not ctx.lora else None)]
+    return [
+        phase(
+            "loss backward",
+            "backward of the log-softmax over the vocabulary",
+            *held,
+            casts_bwd,
+            gather,
+            logits(lo.backward, lo.backward_note),
+        ),
+        phase(
+            "output head backward",
+            "gradients of the output projection",
+            *held,
+            casts_bwd,
+            gather,
+            logits(lo.head, "Input of the output head's backward"),
+            fresh(ctx.sp.head, counted=ctx.accum > 1) if lo.head_grad and not ctx.lora else None,
+        ),
+    ]
 
 
 def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[list[Phase], int]:
@@ -50,31 +70,93 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
     # a reward model's score head makes one number per sequence: no vocabulary logits, no loss over them
     lo = loss(ctx) if ctx.last and not ctx.layout.score_head else None
     logits = item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None
-    phases = [phase("forward", "end of forward: everything saved for backward is live", *held, sv.casts, early,
-                    tx.dequant, tx.fp8, tx.dora, logits)]
+    phases = [
+        phase(
+            "forward",
+            "end of forward: everything saved for backward is live",
+            *held,
+            sv.casts,
+            early,
+            tx.dequant,
+            tx.fp8,
+            tx.dora,
+            logits,
+        )
+    ]
     ref = reference_forward(ctx, sv.kept)
     if ref:
-        phases.append(phase("reference forward", "the frozen reference's no-grad forward while the policy's graph "
-                            "is held", *held, sv.casts, early, tx.dequant, logits, ref))
+        phases.append(
+            phase(
+                "reference forward",
+                "the frozen reference's no-grad forward while the policy's graph is held",
+                *held,
+                sv.casts,
+                early,
+                tx.dequant,
+                logits,
+                ref,
+            )
+        )
     if lo:
         # Liger's fused loss runs the head inside its forward: no head matmul saved for backward
         phases += _last_stage_phases(ctx, lo, held, sv.head_casts if lo.head_grad else sv.casts_bwd, early, fresh)
     # a frozen layer's only gradients are its adapters' (FSDP1 flat parameters: the whole unit's)
-    layer_unit = sp.layer if not ctx.lora else sp.adapters // ctx.layers + (
-        flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
-    phases.append(phase("backward of the last layer", "the first layer backward reaches: all activations still live",
-                        *held, sv.casts_bwd, early, copy, *tx.work,
-                        fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix)))
-    phases.append(phase("backward of the first layer", "the last layer backward reaches: gradients nearly all produced",
-                        *static, st.grads, sv.rest, sv.rest_casts, gather, copy, *tx.work,
-                        fresh(layer_unit, counted=True, largest=sp.largest_matrix)))
+    layer_unit = (
+        sp.layer
+        if not ctx.lora
+        else sp.adapters // ctx.layers
+        + (flat_elements(ctx, sp.layer, st.stored) if plan.parallelism.flat_params else 0)
+    )
+    phases.append(
+        phase(
+            "backward of the last layer",
+            "the first layer backward reaches: all activations still live",
+            *held,
+            sv.casts_bwd,
+            early,
+            copy,
+            *tx.work,
+            fresh(layer_unit, counted=ctx.accum > 1, largest=sp.largest_matrix),
+        )
+    )
+    phases.append(
+        phase(
+            "backward of the first layer",
+            "the last layer backward reaches: gradients nearly all produced",
+            *static,
+            st.grads,
+            sv.rest,
+            sv.rest_casts,
+            gather,
+            copy,
+            *tx.work,
+            fresh(layer_unit, counted=True, largest=sp.largest_matrix),
+        )
+    )
     if ctx.first and not ctx.lora:  # a frozen embedding has no backward
         tied = plan.model.tie_embeddings and plan.parallelism.pipeline == 1
-        phases.append(phase("embedding backward", "dense gradient of the embedding table", *static, st.grads,
-                            sv.freed, gather, copy, fresh(sp.embedding, counted=not tied)))
+        phases.append(
+            phase(
+                "embedding backward",
+                "dense gradient of the embedding table",
+                *static,
+                st.grads,
+                sv.freed,
+                gather,
+                copy,
+                fresh(sp.embedding, counted=not tied),
+            )
+        )
     if not plan.techniques.optimizer_in_backward:  # optimizer in backward has no separate step
-        phases.append(phase("optimizer step", "activations freed; the optimizer updates the weights", *static,
-                            st.step_grads, techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total)))
+        phases.append(
+            phase(
+                "optimizer step",
+                "activations freed; the optimizer updates the weights",
+                *static,
+                st.step_grads,
+                techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total),
+            )
+        )
     return phases, sv.host
 
 
@@ -82,8 +164,13 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
 @lru_cache(maxsize=2)
 def _first_grads(detail: bool) -> Item:
     """Gradients during the first micro-batch of a step: none yet."""
-    return item("gradients", "Gradients", fixed(0, "0 (not yet produced)"),
-                "First micro-batch of the step: .grad was freed by zero_grad", detail)
+    return item(
+        "gradients",
+        "Gradients",
+        fixed(0, "0 (not yet produced)"),
+        "First micro-batch of the step: .grad was freed by zero_grad",
+        detail,
+    )
 
 
 def stage(plan: Plan, lay: Layout, index: int, runtime_bytes: int, usable_bytes: int, detail: bool = True) -> Stage:
@@ -98,11 +185,21 @@ def stage(plan: Plan, lay: Layout, index: int, runtime_bytes: int, usable_bytes:
     outside = runtime_bytes + max(ph.outside_bytes for ph in phases)
     # what the model's load left reserved is a floor: the step's tensors reuse its free blocks, never release it
     floor, stepped = zero3_whole_load_reserved(plan), max(r for r, _ in held)
-    reserved, flushed = within_device(max(stepped, floor), max(max(least for _, least in held), floor), outside,
-                                      usable_bytes)
-    return Stage(index=index, layers=ctx.layers, micro_batches_in_flight=ctx.in_flight, phases=tuple(phases), peak=peak,
-                 reserved_bytes=reserved, device_bytes=reserved + outside, host_bytes=host, cache_flushed=flushed,
-                 loaded_bytes=max(0, floor - stepped))
+    reserved, flushed = within_device(
+        max(stepped, floor), max(max(least for _, least in held), floor), outside, usable_bytes
+    )
+    return Stage(
+        index=index,
+        layers=ctx.layers,
+        micro_batches_in_flight=ctx.in_flight,
+        phases=tuple(phases),
+        peak=peak,
+        reserved_bytes=reserved,
+        device_bytes=reserved + outside,
+        host_bytes=host,
+        cache_flushed=flushed,
+        loaded_bytes=max(0, floor - stepped),
+    )
 
 
 def _all_stages(plan: Plan, runtime_bytes: int, usable_bytes: int) -> tuple[Stage, ...]:
@@ -138,17 +235,28 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     edges = tuple(stage(plan, lay, i, runtime_bytes, gpu.usable_bytes, detail) for i in indices)
     worst = max(edges, key=lambda s: (s.device_bytes, -s.index))
     reserve = allocator_reserve(
-        "Allocator reserve", worst.reserved_bytes - worst.peak_allocated_bytes - worst.loaded_bytes,
+        "Allocator reserve",
+        worst.reserved_bytes - worst.peak_allocated_bytes - worst.loaded_bytes,
         reserve_formula(plan.techniques.expandable_segments, worst.cache_flushed),
         "Freed blocks the caching allocator keeps (its rules replayed on recorded steps: bench/allocator_replay.py)",
-        detail)
+        detail,
+    )
     loaded = _whole_load(plan, worst.loaded_bytes, detail)
-    return Estimate(plan=plan, gpu=gpu, items=worst.peak.items + loaded + (reserve,) + runtime, phase=worst.peak.name,
-                    stage=worst.index, peak_allocated_bytes=worst.peak_allocated_bytes,
-                    peak_reserved_bytes=worst.reserved_bytes, device_bytes=worst.device_bytes,
-                    usable_bytes=gpu.usable_bytes, host_bytes=host_bytes(plan, lay) + max(s.host_bytes for s in edges),
-                    runtime_bytes=runtime_bytes, all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes),
-                    cache_flushed=worst.cache_flushed)
+    return Estimate(
+        plan=plan,
+        gpu=gpu,
+        items=worst.peak.items + loaded + (reserve,) + runtime,
+        phase=worst.peak.name,
+        stage=worst.index,
+        peak_allocated_bytes=worst.peak_allocated_bytes,
+        peak_reserved_bytes=worst.reserved_bytes,
+        device_bytes=worst.device_bytes,
+        usable_bytes=gpu.usable_bytes,
+        host_bytes=host_bytes(plan, lay) + max(s.host_bytes for s in edges),
+        runtime_bytes=runtime_bytes,
+        all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes),
+        cache_flushed=worst.cache_flushed,
+    )
 
 
 def _whole_load(plan: Plan, loaded: int, detail: bool) -> tuple[Item, ...]:
@@ -157,12 +265,21 @@ def _whole_load(plan: Plan, loaded: int, detail: bool) -> tuple[Item, ...]:
     if not loaded:
         return ()
     floor = zero3_whole_load_reserved(plan)
-    formula = (f"{format_bytes(floor)} reserved once ZeRO-3 partitioned the {plan.precision.weights} model each "
-               f"rank loaded whole (replayed) − the step's own {format_bytes(floor - loaded)}")
-    return (item("zero3_load", "Segments left by loading the whole model", fixed(loaded, formula),
-                 "bitsandbytes models skip zero.Init: each rank quantizes the whole model, then DeepSpeed keeps its "
-                 "partitions in the segments the whole tensors held; empty_cache frees only empty segments",
-                 detail, "reserved"),)
+    formula = (
+        f"{format_bytes(floor)} reserved once ZeRO-3 partitioned the {plan.precision.weights} model each "
+        f"rank loaded whole (replayed) − the step's own {format_bytes(floor - loaded)}"
+    )
+    return (
+        item(
+            "zero3_load",
+            "Segments left by loading the whole model",
+            fixed(loaded, formula),
+            "bitsandbytes models skip zero.Init: each rank quantizes the whole model, then DeepSpeed keeps its "
+            "partitions in the segments the whole tensors held; empty_cache frees only empty segments",
+            detail,
+            "reserved",
+        ),
+    )
 
 
 def states_floor(plan: Plan) -> int:

@@ -21,11 +21,28 @@ from planner.perf.rates import rates
 from planner.perf.result import StepTime, TimeItem
 from planner.perf.serving import Latency, Throughput, latency, serving_time, throughput
 from planner.perf.training import elementwise_floor_hours, step_time
-from planner.plan import ADAPTER_TASKS, Plan
+from planner.plan.config import ADAPTER_TASKS, Plan
 
-__all__ = ["Latency", "StepTime", "Throughput", "elementwise_floor_hours", "latency", "TimeItem", "compute_floor_hours", "flops_per_token", "forward_flops_per_token", "job_hours", "job_time",
-           "model_flops_per_token", "peak_flops", "plan_time", "serving_time", "step_time", "throughput",
-           "unsupported_compute"]
+__all__ = [
+    "Latency",
+    "StepTime",
+    "Throughput",
+    "elementwise_floor_hours",
+    "latency",
+    "TimeItem",
+    "compute_floor_hours",
+    "flops_per_token",
+    "forward_flops_per_token",
+    "job_hours",
+    "job_time",
+    "model_flops_per_token",
+    "peak_flops",
+    "plan_time",
+    "serving_time",
+    "step_time",
+    "throughput",
+    "unsupported_compute",
+]
 
 
 def peak_flops(gpu: Gpu, dtype: str) -> float | None:
@@ -40,8 +57,9 @@ def unsupported_compute(plan: Plan, gpu: Gpu) -> str | None:
     if peak_flops(gpu, dtype) is not None:
         return None
     runs = [d for d in ("bf16", "fp16", "fp8") if d != dtype and peak_flops(gpu, d) is not None]
-    return (f"{gpu.name}: no {dtype} tensor cores; plan another compute dtype"
-            + (f" ({' or '.join(runs)} runs there)" if runs else ""))
+    return f"{gpu.name}: no {dtype} tensor cores; plan another compute dtype" + (
+        f" ({' or '.join(runs)} runs there)" if runs else ""
+    )
 
 
 def plan_time(plan: Plan, gpu: Gpu) -> StepTime | None:
@@ -70,8 +88,9 @@ def job_hours(plan: Plan, gpu: Gpu, tokens: int, mfu: float | None = None) -> fl
     return job_time(plan, gpu, tokens, mfu)[0]
 
 
-def compute_floor_hours(plan: Plan, gpu: Gpu, tokens: int, count: int, mfu: float | None = None,
-                        offload: str = "none") -> float:
+def compute_floor_hours(
+    plan: Plan, gpu: Gpu, tokens: int, count: int, mfu: float | None = None, offload: str = "none"
+) -> float:
     """A lower bound of the job's hours on `count` GPUs, for any strategy: forward and backward FLOPs (the backward
     of frozen weights is its input gradient alone) at the achievable matmul rate, and with `offload` the
     gradients and weights that must cross PCIe once per step (each GPU's share of them at best); with `mfu`,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.models import GDN_CHUNK, MAMBA_CHUNK, Model, attention_widths, mamba2_widths, param_counts
-from planner.plan import ADAPTER_TASKS, Plan
+from planner.plan.config import ADAPTER_TASKS, Plan
+from planner.plan.models import GDN_CHUNK, MAMBA_CHUNK, Model, attention_widths, mamba2_widths, param_counts
 
 
 def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> float:
@@ -18,8 +18,9 @@ def forward_flops_per_token(plan: Plan, sequence_length: int | None = None) -> f
     the output head; Kaplan et al. 2020) and attention, 2 × (q + v widths) × keys per layer (QKᵀ and PV), over the
     keys a query sees: causal halves them where fused kernels skip the masked half (PaLM, Chowdhery et al.
     2022, App. B), sliding windows cap them."""
-    return _forward_flops(plan.model, sequence_length or plan.workload.sequence_length,
-                          plan.techniques.attention == "flash")
+    return _forward_flops(
+        plan.model, sequence_length or plan.workload.sequence_length, plan.techniques.attention == "flash"
+    )
 
 
 # keyed by (model, sequence length, fused attention), all the forward FLOPs read; a search asks again per strategy
@@ -28,7 +29,8 @@ def _forward_flops(m: Model, s: int, flash: bool) -> float:
     window = min(s, m.sliding_window or s)
     per_query = s / 2 if flash else s  # eager computes the masked half too
     keys = (m.pattern_count("*") - m.sliding_layers) * per_query + m.sliding_layers * (
-        min(window, per_query) if flash else s)
+        min(window, per_query) if flash else s
+    )
     q, _, _, out = attention_widths(m)
     return 2 * _matmul_params(m) + 2 * (q + out) * keys + _recurrent_flops(m)
 
@@ -75,8 +77,15 @@ def flops_per_token(plan: Plan) -> float:
     attention = forward - 2 * matmul_params(plan)
     layers = plan.model.num_layers
     share = (layers // plan.techniques.checkpoint_every) / layers  # the layers every_k checkpoints
-    recompute = (forward if ckpt == "full" else forward * share if ckpt == "every_k" else
-                 attention if (ckpt == "selective" and plan.techniques.attention == "eager") else 0)
+    recompute = (
+        forward
+        if ckpt == "full"
+        else forward * share
+        if ckpt == "every_k"
+        else attention
+        if (ckpt == "selective" and plan.techniques.attention == "eager")
+        else 0
+    )
     return model_flops_per_token(plan) + recompute
 
 

@@ -89,13 +89,19 @@ def rates(gpu: Gpu, dtype: str) -> Rates | None:
     source = gpu.perf_source or "no measurement in the catalog"
     if fraction is None and dtype == "fp8" and gpu.matmul_efficiency is not None:
         fraction = gpu.matmul_efficiency * FP8_FRACTION_OF_16BIT
-        source = (f"float8 unmeasured: its 16-bit fraction {gpu.matmul_efficiency:.2f} × {FP8_FRACTION_OF_16BIT}, the "
-                  f"catalog's median float8-to-16-bit ratio ({source})")
+        source = (
+            f"float8 unmeasured: its 16-bit fraction {gpu.matmul_efficiency:.2f} × {FP8_FRACTION_OF_16BIT}, the "
+            f"catalog's median float8-to-16-bit ratio ({source})"
+        )
     if fraction is None:
         fraction, source = DEFAULT_MATMUL_EFFICIENCY, "default: the median measured fraction of the project's catalog"
     attention_dtype = "bf16" if dtype == "fp8" and gpu.bf16_tflops else "fp16" if dtype == "fp8" else dtype
-    attention = (_tflops(gpu, attention_dtype) or tflops) * 1e12 * (gpu.matmul_efficiency or DEFAULT_MATMUL_EFFICIENCY) \
+    attention = (
+        (_tflops(gpu, attention_dtype) or tflops)
+        * 1e12
+        * (gpu.matmul_efficiency or DEFAULT_MATMUL_EFFICIENCY)
         * ATTENTION_FRACTION_OF_MATMUL
+    )
     pcie = (gpu.pcie_gb_per_s or DEFAULT_PCIE_GB_PER_S) * 1e9
     link = gpu.link_gb_per_s * 1e9 if gpu.link_gb_per_s else pcie
     kind = "pcie" if link <= pcie else "link"
@@ -103,19 +109,30 @@ def rates(gpu: Gpu, dtype: str) -> Rates | None:
     bus = gpu.allreduce_busbw_gb_per_s * 1e9 if gpu.allreduce_busbw_gb_per_s else link * efficiency
     peer = (gpu.peer_gb_per_s * 1e9 if gpu.peer_gb_per_s else link) * bus / link
     network = (gpu.network_gb_per_s or gpu.pcie_gb_per_s or DEFAULT_PCIE_GB_PER_S) * 1e9
-    return Rates(peak_flops=tflops * 1e12, matmul_flops=tflops * 1e12 * fraction, matmul_efficiency=fraction,
-                 efficiency_source=source, attention_flops=attention, hbm_bytes=gpu.memory_bandwidth_tb_per_s * 1e12 * BANDWIDTH_EFFICIENCY,
-                 link_bytes=bus, peer_bytes=peer, link_kind=kind, fast_domain_gpus=gpu.fast_domain_gpus or 1,
-                 network_bytes=network * NETWORK_EFFICIENCY, pcie_bytes=pcie * PCIE_TRANSFER_EFFICIENCY,
-                 sms=gpu.sm_count)
+    return Rates(
+        peak_flops=tflops * 1e12,
+        matmul_flops=tflops * 1e12 * fraction,
+        matmul_efficiency=fraction,
+        efficiency_source=source,
+        attention_flops=attention,
+        hbm_bytes=gpu.memory_bandwidth_tb_per_s * 1e12 * BANDWIDTH_EFFICIENCY,
+        link_bytes=bus,
+        peer_bytes=peer,
+        link_kind=kind,
+        fast_domain_gpus=gpu.fast_domain_gpus or 1,
+        network_bytes=network * NETWORK_EFFICIENCY,
+        pcie_bytes=pcie * PCIE_TRANSFER_EFFICIENCY,
+        sms=gpu.sm_count,
+    )
 
 
 def mfu_reference(r: Rates) -> tuple[float, str]:
     """(the peak MFU is measured against, the note on the matmul rate). The peak is the dense one of the dtype the
     matmuls run in (fp8's for an fp8 plan: against bf16's its MFU passes 100 %), or the measured rate where a
     GeForce-class card's datasheet figure is the half-rate one below it: no step runs faster than its peak."""
-    return max(r.peak_flops, r.matmul_flops), (f"matmuls at {r.matmul_efficiency:.0%} of "
-                                               f"{r.peak_flops / 1e12:,.0f} TFLOP/s ({r.efficiency_source})")
+    return max(r.peak_flops, r.matmul_flops), (
+        f"matmuls at {r.matmul_efficiency:.0%} of {r.peak_flops / 1e12:,.0f} TFLOP/s ({r.efficiency_source})"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,8 +163,12 @@ class Group:
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send"]
 # (share of the buffer each rank moves per (n−1)/n, latency steps per (n−1)); send: the whole buffer, one step
-_SHAPE: dict[str, tuple[float, float]] = {"all_reduce": (2, 2), "all_gather": (1, 1), "reduce_scatter": (1, 1),
-                                          "all_to_all": (1, 1)}
+_SHAPE: dict[str, tuple[float, float]] = {
+    "all_reduce": (2, 2),
+    "all_gather": (1, 1),
+    "reduce_scatter": (1, 1),
+    "all_to_all": (1, 1),
+}
 
 
 def collective_s(kind: Collective, nbytes: float, group: Group, r: Rates) -> float:

@@ -7,8 +7,13 @@ from typing import Literal
 
 Kind = Literal["compute", "memory", "communication", "bubble", "host"]
 # what a step is bound by, from its largest kind of time
-BOUND_OF_KIND = {"compute": "compute", "memory": "memory bandwidth", "communication": "communication",
-                 "bubble": "pipeline bubble", "host": "host transfers"}
+BOUND_OF_KIND = {
+    "compute": "compute",
+    "memory": "memory bandwidth",
+    "communication": "communication",
+    "bubble": "pipeline bubble",
+    "host": "host transfers",
+}
 OVER = {"link": "the fast interconnect (NVLink, xGMI)", "pcie": "PCIe", "network": "the network"}
 
 
@@ -66,8 +71,15 @@ class StepTime:
         return sum(i.seconds for i in self.items if i.kind in ("compute", "memory"))
 
 
-def step_of(items: list[TimeItem], *, tokens: int, gpus: int, model_flops_per_token: float,
-            peak_flops: float, efficiency_note: str) -> StepTime:
+def step_of(
+    items: list[TimeItem],
+    *,
+    tokens: int,
+    gpus: int,
+    model_flops_per_token: float,
+    peak_flops: float,
+    efficiency_note: str,
+) -> StepTime:
     """Sum the items into a step and its rates; the bound is the kind that takes the most time."""
     total = sum(i.seconds for i in items)
     by_kind: dict[str, float] = {}
@@ -75,9 +87,17 @@ def step_of(items: list[TimeItem], *, tokens: int, gpus: int, model_flops_per_to
         by_kind[i.kind] = by_kind.get(i.kind, 0.0) + i.seconds
     per_gpu = tokens / gpus / total if total else 0.0
     flops = per_gpu * model_flops_per_token
-    return StepTime(items=tuple(items), step_time_s=total, tokens_per_step=tokens, gpus=gpus,
-                    tokens_per_s_per_gpu=per_gpu, model_flops_per_s_per_gpu=flops, mfu=flops / peak_flops,
-                    bound=_bound(items, by_kind), efficiency_note=efficiency_note)
+    return StepTime(
+        items=tuple(items),
+        step_time_s=total,
+        tokens_per_step=tokens,
+        gpus=gpus,
+        tokens_per_s_per_gpu=per_gpu,
+        model_flops_per_s_per_gpu=flops,
+        mfu=flops / peak_flops,
+        bound=_bound(items, by_kind),
+        efficiency_note=efficiency_note,
+    )
 
 
 def _bound(items: list[TimeItem], by_kind: dict[str, float]) -> str:

@@ -12,17 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.catalog import Gpu
-from planner.dtypes import nbytes
 from planner.memory.inference import kv_cache_bytes, weight_bytes
-from planner.memory.recurrent import state_bytes_per_sequence
 from planner.memory.layout import largest_stage_layers
-from planner.models import param_counts
+from planner.memory.recurrent import state_bytes_per_sequence
 from planner.perf.flops import forward_flops_per_token, matmul_params
+from planner.perf.gemm import Gemm, forward_s, gemms_s
 from planner.perf.rates import ATTENTION_FRACTION_OF_MATMUL, Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
-from planner.perf.gemm import Gemm, forward_s, gemms_s
 from planner.perf.work import keys_per_query, layer_work, matmul_elem
-from planner.plan import Plan
+from planner.plan.config import Plan
+from planner.plan.dtypes import nbytes
+from planner.plan.models import param_counts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +45,9 @@ def _prefill_s(plan: Plan, r: Rates) -> tuple[float, float]:
             w = layer_work(plan, tokens, keys, is_moe)
             compute += n * (gemms_s(w.gemms, r)[0] + w.attention_work / r.attention_flops)
             elementwise += n * w.elementwise_bytes / r.hbm_bytes
-    head = forward_s(Gemm(1, inf.batch_size, m.hidden_size, -(-m.vocab_size // plan.parallelism.tensor),
-                          matmul_elem(plan)), r)  # logits of each prompt's last position
+    head = forward_s(
+        Gemm(1, inf.batch_size, m.hidden_size, -(-m.vocab_size // plan.parallelism.tensor), matmul_elem(plan)), r
+    )  # logits of each prompt's last position
     stages = plan.parallelism.pipeline
     return stages * compute + head, stages * elementwise
 
@@ -74,28 +75,58 @@ def serving_items(plan: Plan, r: Rates) -> list[TimeItem]:
     par, inf = plan.parallelism, plan.workload.inference
     prefill, prefill_mem = _prefill_s(plan, r)
     read = Seconds(amount=_decode_read_bytes(plan), unit="B", rate=r.hbm_bytes, rate_unit="B/s")
-    flops = Seconds(amount=2 * matmul_params(plan) / (par.tensor * par.pipeline) * inf.batch_size, unit="FLOP",
-                    rate=r.matmul_flops, rate_unit="FLOP/s")
+    flops = Seconds(
+        amount=2 * matmul_params(plan) / (par.tensor * par.pipeline) * inf.batch_size,
+        unit="FLOP",
+        rate=r.matmul_flops,
+        rate_unit="FLOP/s",
+    )
     step = max(read.seconds, flops.seconds) * par.pipeline
     bound = "HBM reads" if read.seconds >= flops.seconds else "matmuls"
-    items = [TimeItem(name="prefill", label="Prefill (prompts' forward)", kind="compute", seconds=prefill,
-                      hidden_s=0.0, formula=f"{inf.batch_size} × {inf.prompt_tokens} tokens through "
-                                            f"{par.pipeline} stage(s) = {prefill:.4g} s",
-                      note=f"matmuls by roofline, attention at {ATTENTION_FRACTION_OF_MATMUL:g} × the 16-bit matmul rate"),
-             TimeItem(name="prefill_elementwise", label="Prefill norms and activations", kind="memory",
-                      seconds=prefill_mem, hidden_s=0.0, formula=f"{prefill_mem:.4g} s at {r.hbm_bytes / 1e12:.2f} TB/s",
-                      note="elementwise bytes of the prompts' forward"),
-             TimeItem(name="decode", label="Decode steps", kind="memory" if bound == "HBM reads" else "compute",
-                      seconds=inf.output_tokens * step, hidden_s=0.0,
-                      formula=f"{inf.output_tokens} steps × {par.pipeline} stage(s) × max({read.text}, {flops.text})",
-                      note=f"each step is bound by its {bound}")]
+    items = [
+        TimeItem(
+            name="prefill",
+            label="Prefill (prompts' forward)",
+            kind="compute",
+            seconds=prefill,
+            hidden_s=0.0,
+            formula=f"{inf.batch_size} × {inf.prompt_tokens} tokens through {par.pipeline} stage(s) = {prefill:.4g} s",
+            note=f"matmuls by roofline, attention at {ATTENTION_FRACTION_OF_MATMUL:g} × the 16-bit matmul rate",
+        ),
+        TimeItem(
+            name="prefill_elementwise",
+            label="Prefill norms and activations",
+            kind="memory",
+            seconds=prefill_mem,
+            hidden_s=0.0,
+            formula=f"{prefill_mem:.4g} s at {r.hbm_bytes / 1e12:.2f} TB/s",
+            note="elementwise bytes of the prompts' forward",
+        ),
+        TimeItem(
+            name="decode",
+            label="Decode steps",
+            kind="memory" if bound == "HBM reads" else "compute",
+            seconds=inf.output_tokens * step,
+            hidden_s=0.0,
+            formula=f"{inf.output_tokens} steps × {par.pipeline} stage(s) × max({read.text}, {flops.text})",
+            note=f"each step is bound by its {bound}",
+        ),
+    ]
     if par.tensor > 1:
         layers, one, prompt_one = _tensor_parallel_s(plan, r)
         seconds = layers * 2 * (inf.output_tokens * one + prompt_one)
-        items.append(TimeItem(name="tensor_parallel", label="Tensor-parallel all-reduces", kind="communication",
-                              seconds=seconds, hidden_s=0.0, over=Group(size=par.tensor, stride=1).where(r),
-                              formula=f"{layers} layers × 2 × ({inf.output_tokens} steps × {one:.3g} s + prefill "
-                                      f"{prompt_one:.3g} s)", note="exposed; latency-bound at decode"))
+        items.append(
+            TimeItem(
+                name="tensor_parallel",
+                label="Tensor-parallel all-reduces",
+                kind="communication",
+                seconds=seconds,
+                hidden_s=0.0,
+                over=Group(size=par.tensor, stride=1).where(r),
+                formula=f"{layers} layers × 2 × ({inf.output_tokens} steps × {one:.3g} s + prefill {prompt_one:.3g} s)",
+                note="exposed; latency-bound at decode",
+            )
+        )
     return items
 
 
@@ -105,8 +136,11 @@ def _tensor_parallel_s(plan: Plan, r: Rates) -> tuple[int, float, float]:
     layers = sum(largest_stage_layers(plan)) * par.pipeline
     act = inf.batch_size * plan.model.hidden_size * nbytes(plan.precision.activation_dtype)
     group = Group(size=par.tensor, stride=1)
-    return layers, collective_s("all_reduce", act, group, r), collective_s("all_reduce", act * inf.prompt_tokens,
-                                                                           group, r)
+    return (
+        layers,
+        collective_s("all_reduce", act, group, r),
+        collective_s("all_reduce", act * inf.prompt_tokens, group, r),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,9 +162,12 @@ def latency(plan: Plan, gpu: Gpu) -> Latency:
     inf = plan.workload.inference
     layers, one, prompt_one = _tensor_parallel_s(plan, r) if plan.parallelism.tensor > 1 else (0, 0.0, 0.0)
     total = sum(items.values())
-    return Latency(ttft_s=items["prefill"] + items["prefill_elementwise"] + layers * 2 * prompt_one,
-                   tpot_s=items["decode"] / inf.output_tokens + layers * 2 * one,
-                   requests_per_s=inf.batch_size / total, output_tokens_per_s=inf.batch_size * inf.output_tokens / total)
+    return Latency(
+        ttft_s=items["prefill"] + items["prefill_elementwise"] + layers * 2 * prompt_one,
+        tpot_s=items["decode"] / inf.output_tokens + layers * 2 * one,
+        requests_per_s=inf.batch_size / total,
+        output_tokens_per_s=inf.batch_size * inf.output_tokens / total,
+    )
 
 
 def serving_time(plan: Plan, gpu: Gpu) -> StepTime | None:
@@ -141,8 +178,14 @@ def serving_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     inf, par = plan.workload.inference, plan.parallelism
     peak, note = mfu_reference(r)
     flops_per_token = forward_flops_per_token(plan, inf.context_tokens) * inf.context_tokens / inf.output_tokens
-    return step_of(serving_items(plan, r), tokens=inf.batch_size * inf.output_tokens, gpus=par.tensor * par.pipeline,
-                   model_flops_per_token=flops_per_token, peak_flops=peak, efficiency_note=note)
+    return step_of(
+        serving_items(plan, r),
+        tokens=inf.batch_size * inf.output_tokens,
+        gpus=par.tensor * par.pipeline,
+        model_flops_per_token=flops_per_token,
+        peak_flops=peak,
+        efficiency_note=note,
+    )
 
 
 def throughput(plan: Plan, gpu: Gpu) -> Throughput:
@@ -152,8 +195,9 @@ def throughput(plan: Plan, gpu: Gpu) -> Throughput:
     prefill = items["prefill"] + items["prefill_elementwise"]
     total = sum(items.values())
     decode = items["decode"] / inf.output_tokens
-    return Throughput(decode_tokens_per_second=inf.batch_size / decode,
-                      prefill_tokens_per_second=inf.batch_size * inf.prompt_tokens / prefill,
-                      seconds_per_batch=total,
-                      output_tokens_per_second_per_gpu=inf.batch_size * inf.output_tokens / total / (
-                          par.tensor * par.pipeline))
+    return Throughput(
+        decode_tokens_per_second=inf.batch_size / decode,
+        prefill_tokens_per_second=inf.batch_size * inf.prompt_tokens / prefill,
+        seconds_per_batch=total,
+        output_tokens_per_second_per_gpu=inf.batch_size * inf.output_tokens / total / (par.tensor * par.pipeline),
+    )

@@ -15,27 +15,45 @@ from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
 from planner.catalog import Gpu
-from planner.dtypes import QUANTIZED, bits, nbytes
+from planner.errors import PlanError
 from planner.memory.layout import Layout, layout, unsharded_under_pipelining
-from planner.memo import Memo, remembered
-from planner.models import attention_widths, lora_params_per_layer
 from planner.perf.flops import model_flops_per_token
+from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
 from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
-from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
-from planner.perf.work import (ATTENTION_BACKWARD, BACKWARD_ELEMENTWISE, ROWWISE_KERNEL_FRACTION, TP_SIDES, TpSides,
-                               keys_per_query, layer_work, matmul_elem, torchao_rowwise)
-from planner.errors import PlanError
-from planner.plan import ADAPTER_TASKS, Parallelism, Plan
-from planner.sac import op_sac_projections
+from planner.perf.work import (
+    ATTENTION_BACKWARD,
+    BACKWARD_ELEMENTWISE,
+    ROWWISE_KERNEL_FRACTION,
+    TP_SIDES,
+    TpSides,
+    keys_per_query,
+    layer_work,
+    matmul_elem,
+    torchao_rowwise,
+)
+from planner.plan.config import ADAPTER_TASKS, Parallelism, Plan
+from planner.plan.dtypes import QUANTIZED, bits, nbytes
+from planner.plan.models import attention_widths, lora_params_per_layer
+from planner.plan.sac import op_sac_projections
+from planner.search.memo import Memo, remembered
 
 # Cross-entropy bytes per logit: upcast to fp32 (r2 w4), log-softmax (r4 w4), its gradient (r4 w4) and the
 # downcast of the gradient (r4 w2) = 28 whether or not it runs in chunks; Liger's fused kernel keeps the
 # softmax on chip and writes the gradient in place (r2 w2 ≈ 4, + the bf16 logits it makes chunk by chunk: 6).
 LOSS_BYTES = {"full": 28, "chunked": 28, "fused": 6}
 # Optimizer state elements per parameter, each read and written by the step
-STATES = {"adamw": 2, "paged_adamw": 2, "adamw_8bit": 2, "paged_adamw_8bit": 2, "adafactor": 0, "lion": 1,
-          "muon": 1, "sgd": 0, "sgd_momentum": 1}
+STATES = {
+    "adamw": 2,
+    "paged_adamw": 2,
+    "adamw_8bit": 2,
+    "paged_adamw_8bit": 2,
+    "adafactor": 0,
+    "lion": 1,
+    "muon": 1,
+    "sgd": 0,
+    "sgd_momentum": 1,
+}
 STATE_BYTES_8BIT = 1
 # An offloaded optimizer steps on the host, streaming its states through host memory: a dual-socket server's
 # DDR5 (2 × 8 channels × 4,800 MT/s × 8 B = 614 GB/s, ~70 % achievable) shared by 8 GPUs gives ~50 GB/s per
@@ -52,7 +70,7 @@ class _Work:
     type, so the recommender computes it once per strategy."""
 
     layer_gemms: tuple[Gemm, ...]  # the stage's layers, forward
-    op_sac_gemms: tuple[Gemm, ...]  # those of them op-level selective checkpointing runs again (planner/sac.py)
+    op_sac_gemms: tuple[Gemm, ...]  # those of them op-level selective checkpointing runs again (planner/plan/sac.py)
     tp_sides: TpSides  # the stage's layers' matmuls beside each of a layer's tensor-parallel collectives
     other_gemms: tuple[Gemm, ...]  # the output head and LoRA adapters, forward
     attention_flops: float  # the stage's attention cores, forward
@@ -76,8 +94,18 @@ def _work(plan: Plan) -> _Work:
     casts), the precision, the micro-batch's tokens and their split, and the attention, compile and loss settings
     (the same for every GPU type, count, ZeRO stage and recomputation a search tries)."""
     par, tech, wl, lay = plan.parallelism, plan.techniques, plan.workload, layout(plan)
-    key = (lay, plan.framework, plan.precision, tech.attention, tech.compiled_blocks, tech.loss, wl.sequences_per_forward,
-           wl.sequence_length, par.context, par.sequence_parallel)
+    key = (
+        lay,
+        plan.framework,
+        plan.precision,
+        tech.attention,
+        tech.compiled_blocks,
+        tech.loss,
+        wl.sequences_per_forward,
+        wl.sequence_length,
+        par.context,
+        par.sequence_parallel,
+    )
     return remembered(_WORK, key, partial(_work_of, plan, lay))
 
 
@@ -89,20 +117,30 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
     works = [(n, layer_work(plan, tokens, keys, is_moe)) for n, is_moe in ((dense, False), (moe, True)) if n]
     vocab = -(-m.vocab_size // par.tensor)
     params, trainable = _stage_params(plan, lay, dense, moe)
-    return _Work(layer_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.gemms),
-                 op_sac_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.op_sac_gemms),
-                 tp_sides=tuple(tuple(g._replace(count=n * g.count) for n, w in works for g in w.tp_sides[side])
-                                for side in range(len(TP_SIDES))),
-                 # a reward model's score head (h × 1) replaces the vocabulary head (planner/memory/layout.py)
-                 other_gemms=(Gemm(1, tokens, m.hidden_size, 1 if lay.score_head else vocab, matmul_elem(plan)),
-                              *_adapter_gemms(plan, lay, tokens, dense + moe)),
-                 attention_flops=sum(n * w.attention_flops for n, w in works),
-                 attention_work=sum(n * w.attention_work for n, w in works),
-                 elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
-                 fp8_cast_bytes=tuple(sum(n * w.fp8_cast_bytes[i] for n, w in works) for i in range(3)),
-                 loss_bytes=0 if lay.score_head else tokens * vocab * LOSS_BYTES[plan.techniques.loss],
-                 dequant_bytes=_dequant_bytes(plan, lay, dense + moe), frozen=wl.task in ADAPTER_TASKS,
-                 dense_layers=dense, moe_layers=moe, params=params, trainable=trainable)
+    return _Work(
+        layer_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.gemms),
+        op_sac_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.op_sac_gemms),
+        tp_sides=tuple(
+            tuple(g._replace(count=n * g.count) for n, w in works for g in w.tp_sides[side])
+            for side in range(len(TP_SIDES))
+        ),
+        # a reward model's score head (h × 1) replaces the vocabulary head (planner/memory/layout.py)
+        other_gemms=(
+            Gemm(1, tokens, m.hidden_size, 1 if lay.score_head else vocab, matmul_elem(plan)),
+            *_adapter_gemms(plan, lay, tokens, dense + moe),
+        ),
+        attention_flops=sum(n * w.attention_flops for n, w in works),
+        attention_work=sum(n * w.attention_work for n, w in works),
+        elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
+        fp8_cast_bytes=tuple(sum(n * w.fp8_cast_bytes[i] for n, w in works) for i in range(3)),
+        loss_bytes=0 if lay.score_head else tokens * vocab * LOSS_BYTES[plan.techniques.loss],
+        dequant_bytes=_dequant_bytes(plan, lay, dense + moe),
+        frozen=wl.task in ADAPTER_TASKS,
+        dense_layers=dense,
+        moe_layers=moe,
+        params=params,
+        trainable=trainable,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,21 +172,22 @@ def _micro_batch(plan: Plan, w: _Work, r: Rates) -> _MicroBatch:
     backward_mm = gemms_backward_s(w.layer_gemms, r, not w.frozen) + gemms_backward_s(w.other_gemms, r, True)
     op_sac = gemms_s(w.op_sac_gemms, fwd)[0] if plan.techniques.activation_checkpointing == "selective_op" else 0.0
     async_tp = par.async_tp and par.tensor > 1  # only async TP reads the matmuls beside each collective
-    return _MicroBatch(forward_compute=layer_mm + other_mm + attention,
-                       backward_compute=backward_mm + ATTENTION_BACKWARD * attention,
-                       forward_memory=elementwise + casts + w.loss_bytes / r.hbm_bytes + dequant,
-                       backward_memory=BACKWARD_ELEMENTWISE * elementwise + backward_casts / r.hbm_bytes + dequant,
-                       recompute=_recompute_s(plan, layer_mm + attention, attention, op_sac,
-                                              elementwise + casts + dequant),
-                       flops=(2 + grads) * layer_flops + 3 * other_flops + 3 * w.attention_flops,
-                       layers=w.dense_layers + w.moe_layers,
-                       tp_side_s=tuple(gemms_s(side, fwd)[0] for side in w.tp_sides) if async_tp else ())
+    return _MicroBatch(
+        forward_compute=layer_mm + other_mm + attention,
+        backward_compute=backward_mm + ATTENTION_BACKWARD * attention,
+        forward_memory=elementwise + casts + w.loss_bytes / r.hbm_bytes + dequant,
+        backward_memory=BACKWARD_ELEMENTWISE * elementwise + backward_casts / r.hbm_bytes + dequant,
+        recompute=_recompute_s(plan, layer_mm + attention, attention, op_sac, elementwise + casts + dequant),
+        flops=(2 + grads) * layer_flops + 3 * other_flops + 3 * w.attention_flops,
+        layers=w.dense_layers + w.moe_layers,
+        tp_side_s=tuple(gemms_s(side, fwd)[0] for side in w.tp_sides) if async_tp else (),
+    )
 
 
 def _recompute_s(plan: Plan, layers_s: float, attention_s: float, op_sac_s: float, elementwise_s: float) -> float:
     """Forward work checkpointing runs again in backward: every layer (full), every k-th (every_k), the
     attention core of eager attention (selective), or the projections torchtitan's op-level policy does not
-    keep and the elementwise ops between them (selective_op, `op_sac_s`: planner/sac.py)."""
+    keep and the elementwise ops between them (selective_op, `op_sac_s`: planner/plan/sac.py)."""
     tech = plan.techniques
     ckpt = tech.activation_checkpointing
     if ckpt == "full":
@@ -169,8 +208,11 @@ def _adapter_gemms(plan: Plan, lay: Layout, tokens: float, layers: int) -> tuple
         return ()
     shapes, rank = lay.shapes, plan.workload.lora.rank
     elem = nbytes(plan.precision.activation_dtype)
-    return tuple(Gemm(layers, tokens, a, b, elem) for t in plan.workload.lora.targets
-                 for a, b in ((shapes[t][0], rank), (rank, shapes[t][1])))
+    return tuple(
+        Gemm(layers, tokens, a, b, elem)
+        for t in plan.workload.lora.targets
+        for a, b in ((shapes[t][0], rank), (rank, shapes[t][1]))
+    )
 
 
 def _dequant_bytes(plan: Plan, lay: Layout, layers: int) -> float:
@@ -189,9 +231,13 @@ def _dequant_bytes(plan: Plan, lay: Layout, layers: int) -> float:
 def _groups(par: Parallelism) -> dict[str, Group]:
     """Each parallel dimension's communicator, in the rank order tensor, context, data, pipeline."""
     t, c, d = par.tensor, par.context, par.data
-    return {"tensor": Group(size=t, stride=1), "context": Group(size=c, stride=t),
-            "data": Group(size=d * c, stride=t), "expert": Group(size=par.expert, stride=t),
-            "pipeline": Group(size=par.pipeline, stride=t * c * d)}
+    return {
+        "tensor": Group(size=t, stride=1),
+        "context": Group(size=c, stride=t),
+        "data": Group(size=d * c, stride=t),
+        "expert": Group(size=par.expert, stride=t),
+        "pipeline": Group(size=par.pipeline, stride=t * c * d),
+    }
 
 
 def _exposed(name: str, label: str, comm: tuple[float, float, str], formula: str, note: str) -> TimeItem:
@@ -199,9 +245,16 @@ def _exposed(name: str, label: str, comm: tuple[float, float, str], formula: str
     compute cannot hide stays on the critical path."""
     comm_s, overlap_s, over = comm
     exposed = max(0.0, comm_s - overlap_s)
-    return TimeItem(name=name, label=label, kind="communication", seconds=exposed, hidden_s=comm_s - exposed,
-                    formula=f"{formula} = {comm_s:.4g} s, of which {comm_s - exposed:.4g} s hidden", note=note,
-                    over=over)
+    return TimeItem(
+        name=name,
+        label=label,
+        kind="communication",
+        seconds=exposed,
+        hidden_s=comm_s - exposed,
+        formula=f"{formula} = {comm_s:.4g} s, of which {comm_s - exposed:.4g} s hidden",
+        note=note,
+        over=over,
+    )
 
 
 def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe_layers: int) -> list[TimeItem]:
@@ -217,32 +270,54 @@ def _model_parallel_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, moe
     elif par.tensor > 1:  # two all-reduces (or all-gather + reduce-scatter with SP) per layer and pass
         one = collective_s("all_reduce", act, g["tensor"], r)
         comm = steps * mb.layers * 2 * passes * one
-        items.append(_exposed("tensor_parallel", "Tensor-parallel collectives", (comm, 0.0, g["tensor"].where(r)),
-                              f"{steps} × {mb.layers} layers × 2 × {passes} passes × {one:.3g} s "
-                              f"(all-reduce of {act:,.0f} B over {par.tensor} on the {g['tensor'].where(r)})",
-                              "exposed: Megatron-style TP waits for each collective, unless async TP overlaps "
-                              "it with the matmuls"))
+        items.append(
+            _exposed(
+                "tensor_parallel",
+                "Tensor-parallel collectives",
+                (comm, 0.0, g["tensor"].where(r)),
+                f"{steps} × {mb.layers} layers × 2 × {passes} passes × {one:.3g} s "
+                f"(all-reduce of {act:,.0f} B over {par.tensor} on the {g['tensor'].where(r)})",
+                "exposed: Megatron-style TP waits for each collective, unless async TP overlaps it with the matmuls",
+            )
+        )
     if par.context > 1:  # ring attention passes K and V blocks round the ring, overlapped with attention
         _, k_width, v_width, _ = attention_widths(m, par.tensor)
         kv = tokens * (k_width + v_width) * nbytes(plan.precision.activation_dtype)
         one = collective_s("send", kv, g["context"], r)
         comm = steps * mb.layers * 3 * (par.context - 1) * one  # forward, and K, V + their gradients backward
-        items.append(_exposed("context_parallel", "Context-parallel ring exchange",
-                              (comm, steps * (mb.forward_compute + mb.backward_compute), g["context"].where(r)),
-                              f"{steps} × {mb.layers} layers × 3 × ({par.context} − 1) hops × {one:.3g} s",
-                              "overlapped with the attention of the block in hand (ring attention)"))
+        items.append(
+            _exposed(
+                "context_parallel",
+                "Context-parallel ring exchange",
+                (comm, steps * (mb.forward_compute + mb.backward_compute), g["context"].where(r)),
+                f"{steps} × {mb.layers} layers × 3 × ({par.context} − 1) hops × {one:.3g} s",
+                "overlapped with the attention of the block in hand (ring attention)",
+            )
+        )
     if par.expert > 1 and m.num_experts:
         routed = act * m.experts_per_token
         one = collective_s("all_to_all", routed, g["expert"], r)
         comm = steps * moe_layers * 2 * passes * one
-        items.append(_exposed("expert_parallel", "Expert-parallel all-to-all", (comm, 0.0, g["expert"].where(r)),
-                              f"{steps} × MoE layers × 2 (dispatch, combine) × {passes} passes × {one:.3g} s",
-                              "exposed: the experts wait for their tokens"))
+        items.append(
+            _exposed(
+                "expert_parallel",
+                "Expert-parallel all-to-all",
+                (comm, 0.0, g["expert"].where(r)),
+                f"{steps} × MoE layers × 2 (dispatch, combine) × {passes} passes × {one:.3g} s",
+                "exposed: the experts wait for their tokens",
+            )
+        )
     if par.pipeline > 1:
         one = collective_s("send", act / par.tensor if par.sequence_parallel else act, g["pipeline"], r)
-        items.append(_exposed("pipeline_parallel", "Pipeline sends", (steps * 2 * one, 0.0, g["pipeline"].where(r)),
-                              f"{steps} micro-batches × 2 (activation forward, gradient backward) × {one:.3g} s",
-                              "exposed between stages"))
+        items.append(
+            _exposed(
+                "pipeline_parallel",
+                "Pipeline sends",
+                (steps * 2 * one, 0.0, g["pipeline"].where(r)),
+                f"{steps} micro-batches × 2 (activation forward, gradient backward) × {one:.3g} s",
+                "exposed between stages",
+            )
+        )
     return items
 
 
@@ -261,11 +336,14 @@ def _async_tp_item(plan: Plan, r: Rates, mb: _MicroBatch, steps: int, act: float
     exposed_fwd = sum((t - 1) * max(0.0, one / (t - 1) - side_s / mb.layers / t) for side_s in mb.tp_side_s)
     comm = steps * mb.layers * len(mb.tp_side_s) * passes * one
     exposed = steps * mb.layers * (overlapped * exposed_fwd + len(mb.tp_side_s) * one)
-    return _exposed("tensor_parallel", "Tensor-parallel collectives", (comm, comm - exposed, group.where(r)),
-                    f"{steps} × {mb.layers} layers × {len(mb.tp_side_s)} × {passes} passes × {one:.3g} s "
-                    f"(all-gather or reduce-scatter of {act:,.0f} B over {t} on the {group.where(r)})",
-                    "async TP hides a forward collective behind the matmul beside it, chunk by chunk; backward's "
-                    "stay exposed")
+    return _exposed(
+        "tensor_parallel",
+        "Tensor-parallel collectives",
+        (comm, comm - exposed, group.where(r)),
+        f"{steps} × {mb.layers} layers × {len(mb.tp_side_s)} × {passes} passes × {one:.3g} s "
+        f"(all-gather or reduce-scatter of {act:,.0f} B over {t} on the {group.where(r)})",
+        "async TP hides a forward collective behind the matmul beside it, chunk by chunk; backward's stay exposed",
+    )
 
 
 def _stage_params(plan: Plan, lay: Layout, dense: int, moe: int) -> tuple[float, float]:
@@ -304,10 +382,18 @@ def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: 
         reduces = 1 if once else steps  # the last backwards reduce
         both = max(0, bg + reduces - steps)  # backwards that gather and reduce
         comm = (fg + bg) * ag + reduces * rs
-        exposed = (fg * max(0.0, ag - fwd) + both * max(0.0, ag + rs - bwd) + (bg - both) * max(0.0, ag - bwd)
-                   + (reduces - both) * max(0.0, rs - bwd) + ag / max(mb.layers, 1))
-        formula = (f"{steps} × (2 all-gathers × {ag:.3g} s + reduce-scatter {rs:.3g} s)" if not once else
-                   f"{fg + bg} all-gathers × {ag:.3g} s + {reduces} reduce-scatter × {rs:.3g} s")
+        exposed = (
+            fg * max(0.0, ag - fwd)
+            + both * max(0.0, ag + rs - bwd)
+            + (bg - both) * max(0.0, ag - bwd)
+            + (reduces - both) * max(0.0, rs - bwd)
+            + ag / max(mb.layers, 1)
+        )
+        formula = (
+            f"{steps} × (2 all-gathers × {ag:.3g} s + reduce-scatter {rs:.3g} s)"
+            if not once
+            else f"{fg + bg} all-gathers × {ag:.3g} s + {reduces} reduce-scatter × {rs:.3g} s"
+        )
     elif z == 2:
         rs, ag = collective_s("reduce_scatter", grads, group, r), collective_s("all_gather", gathered, group, r)
         reduces = 1 if once else steps
@@ -319,14 +405,21 @@ def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: 
         ag = collective_s("all_gather", gathered, group, r) if z == 1 else 0.0
         comm, exposed = sync + ag, max(0.0, sync - bwd) + ag
         formula = f"{kind.replace('_', '-')} of the gradients {sync:.3g} s" + (
-            f" + all-gather of the updated weights {ag:.3g} s" if z == 1 else "")
+            f" + all-gather of the updated weights {ag:.3g} s" if z == 1 else ""
+        )
     exposed = min(exposed, comm)
-    return TimeItem(name="data_parallel", label="Data-parallel collectives", kind="communication", seconds=exposed,
-                    hidden_s=comm - exposed, over=group.where(r),
-                    formula=f"{formula} = {comm:.4g} s over {group.size} ranks on the {group.where(r)}, "
-                            f"{comm - exposed:.4g} s hidden",
-                    note=f"ZeRO-{z}: gradients in {prec.gradients}, weights gathered in "
-                         f"{'fp8' if prec.fp8_all_gather else prec.activation_dtype}")
+    return TimeItem(
+        name="data_parallel",
+        label="Data-parallel collectives",
+        kind="communication",
+        seconds=exposed,
+        hidden_s=comm - exposed,
+        over=group.where(r),
+        formula=f"{formula} = {comm:.4g} s over {group.size} ranks on the {group.where(r)}, "
+        f"{comm - exposed:.4g} s hidden",
+        note=f"ZeRO-{z}: gradients in {prec.gradients}, weights gathered in "
+        f"{'fp8' if prec.fp8_all_gather else prec.activation_dtype}",
+    )
 
 
 def _optimizer_item(plan: Plan, r: Rates, w: _Work) -> TimeItem:
@@ -338,12 +431,19 @@ def _optimizer_item(plan: Plan, r: Rates, w: _Work) -> TimeItem:
     weights = 8 + nbytes(prec.activation_dtype) if prec.master_weights == "fp32" else 2 * nbytes(prec.activation_dtype)
     per_param = weights + nbytes(prec.gradients) + 2 * STATES[prec.optimizer] * state
     host = plan.techniques.offload != "none"
-    cost = Seconds(amount=shard * per_param, unit="B", rate=HOST_BYTES_PER_S_PER_GPU if host else r.hbm_bytes,
-                   rate_unit="B/s")
-    return TimeItem(name="optimizer", label="Optimizer step", kind="host" if host else "memory",
-                    seconds=cost.seconds, hidden_s=0.0, formula=f"{shard:,.0f} params × {per_param} B ({cost.text})",
-                    note=f"{prec.optimizer} on the {'host (offloaded)' if host else 'GPU'}: master weights, gradient "
-                         f"and states read and written once")
+    cost = Seconds(
+        amount=shard * per_param, unit="B", rate=HOST_BYTES_PER_S_PER_GPU if host else r.hbm_bytes, rate_unit="B/s"
+    )
+    return TimeItem(
+        name="optimizer",
+        label="Optimizer step",
+        kind="host" if host else "memory",
+        seconds=cost.seconds,
+        hidden_s=0.0,
+        formula=f"{shard:,.0f} params × {per_param} B ({cost.text})",
+        note=f"{prec.optimizer} on the {'host (offloaded)' if host else 'GPU'}: master weights, gradient "
+        f"and states read and written once",
+    )
 
 
 def _offload_item(plan: Plan, r: Rates, w: _Work, steps: int) -> TimeItem | None:
@@ -354,36 +454,73 @@ def _offload_item(plan: Plan, r: Rates, w: _Work, steps: int) -> TimeItem | None
         return None
     par = plan.parallelism
     shard = w.params / (par.data * par.context)
-    moved = w.trainable / (par.data * par.context) * 4 * 2 + (2 * steps * shard * 2 if off == "optimizer_and_params" else 0)
+    moved = w.trainable / (par.data * par.context) * 4 * 2 + (
+        2 * steps * shard * 2 if off == "optimizer_and_params" else 0
+    )
     cost = Seconds(amount=moved, unit="B", rate=r.pcie_bytes, rate_unit="B/s")
-    return TimeItem(name="offload", label="Offload transfers (PCIe)", kind="host", seconds=cost.seconds, hidden_s=0.0,
-                    formula=cost.text, note="exposed: the step waits for the gradients and the updated weights")
+    return TimeItem(
+        name="offload",
+        label="Offload transfers (PCIe)",
+        kind="host",
+        seconds=cost.seconds,
+        hidden_s=0.0,
+        formula=cost.text,
+        note="exposed: the step waits for the gradients and the updated weights",
+    )
 
 
 def _compute_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int) -> list[TimeItem]:
     compute = steps * (mb.forward_compute + mb.backward_compute)
     memory = steps * (mb.forward_memory + mb.backward_memory)
-    items = [TimeItem(name="compute", label="Matmuls and attention", kind="compute", seconds=compute, hidden_s=0.0,
-                      formula=f"{steps} micro-batches × ({mb.forward_compute:.4g} s forward + "
-                              f"{mb.backward_compute:.4g} s backward); {steps * mb.flops:,.4g} FLOP at "
-                              f"{r.matmul_flops / 1e12:,.0f} TFLOP/s achievable where compute-bound",
-                      note=f"each matmul by roofline; {r.matmul_efficiency:.0%} of the dense peak "
-                           f"({r.efficiency_source})"),
-             TimeItem(name="elementwise", label="Norms, activations, loss", kind="memory", seconds=memory,
-                      hidden_s=0.0, formula=f"{steps} × ({mb.forward_memory:.4g} s + {mb.backward_memory:.4g} s) "
-                                            f"at {r.hbm_bytes / 1e12:.2f} TB/s",
-                      note="bytes moved by the elementwise ops (fused by torch.compile where it is on)")]
+    items = [
+        TimeItem(
+            name="compute",
+            label="Matmuls and attention",
+            kind="compute",
+            seconds=compute,
+            hidden_s=0.0,
+            formula=f"{steps} micro-batches × ({mb.forward_compute:.4g} s forward + "
+            f"{mb.backward_compute:.4g} s backward); {steps * mb.flops:,.4g} FLOP at "
+            f"{r.matmul_flops / 1e12:,.0f} TFLOP/s achievable where compute-bound",
+            note=f"each matmul by roofline; {r.matmul_efficiency:.0%} of the dense peak ({r.efficiency_source})",
+        ),
+        TimeItem(
+            name="elementwise",
+            label="Norms, activations, loss",
+            kind="memory",
+            seconds=memory,
+            hidden_s=0.0,
+            formula=f"{steps} × ({mb.forward_memory:.4g} s + {mb.backward_memory:.4g} s) "
+            f"at {r.hbm_bytes / 1e12:.2f} TB/s",
+            note="bytes moved by the elementwise ops (fused by torch.compile where it is on)",
+        ),
+    ]
     if _reference_forward(plan):
         # the frozen reference's forward over the same chosen and rejected sequences, no backward
         # (huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py _compute_loss: `with torch.no_grad(): ref_model(...)`)
-        items.append(TimeItem(name="reference_forward", label="Reference forward", kind="compute",
-                              seconds=steps * (mb.forward_compute + mb.forward_memory), hidden_s=0.0,
-                              formula=f"{steps} × ({mb.forward_compute:.4g} s + {mb.forward_memory:.4g} s) forward only",
-                              note="the reference model's no-grad forward over the policy's 2 × micro-batch sequences"))
+        items.append(
+            TimeItem(
+                name="reference_forward",
+                label="Reference forward",
+                kind="compute",
+                seconds=steps * (mb.forward_compute + mb.forward_memory),
+                hidden_s=0.0,
+                formula=f"{steps} × ({mb.forward_compute:.4g} s + {mb.forward_memory:.4g} s) forward only",
+                note="the reference model's no-grad forward over the policy's 2 × micro-batch sequences",
+            )
+        )
     if mb.recompute:
-        items.append(TimeItem(name="recompute", label="Recomputation", kind="compute", seconds=steps * mb.recompute,
-                              hidden_s=0.0, formula=f"{steps} × {mb.recompute:.4g} s",
-                              note=_recompute_note(plan)))
+        items.append(
+            TimeItem(
+                name="recompute",
+                label="Recomputation",
+                kind="compute",
+                seconds=steps * mb.recompute,
+                hidden_s=0.0,
+                formula=f"{steps} × {mb.recompute:.4g} s",
+                note=_recompute_note(plan),
+            )
+        )
     return items
 
 
@@ -399,8 +536,10 @@ def _recompute_note(plan: Plan) -> str:
         return f"{ckpt} checkpointing runs forward work again"
     again = [" ".join(names) for names, fate in op_sac_projections(plan) if fate == "recomputed"]
     experts = "; MoE layers' router and routed experts" if plan.model.num_experts else ""
-    return (f"op-level selective checkpointing runs again the projections it does not keep ({', '.join(again)}"
-            f"{experts}) and the elementwise ops (planner/sac.py)")
+    return (
+        f"op-level selective checkpointing runs again the projections it does not keep ({', '.join(again)}"
+        f"{experts}) and the elementwise ops (planner/plan/sac.py)"
+    )
 
 
 def _bubble_item(plan: Plan, per_micro_batch_s: float) -> TimeItem | None:
@@ -409,9 +548,15 @@ def _bubble_item(plan: Plan, per_micro_batch_s: float) -> TimeItem | None:
         return None
     divisor = {"interleaved_1f1b": par.virtual_stages, "zero_bubble": 3}.get(par.pipeline_schedule, 1)
     seconds = (par.pipeline - 1) / divisor * per_micro_batch_s
-    return TimeItem(name="bubble", label="Pipeline bubble", kind="bubble", seconds=seconds, hidden_s=0.0,
-                    formula=f"({par.pipeline} − 1) / {divisor} × {per_micro_batch_s:.4g} s per micro-batch",
-                    note=f"{par.pipeline_schedule}: stages idle while the pipeline fills and drains")
+    return TimeItem(
+        name="bubble",
+        label="Pipeline bubble",
+        kind="bubble",
+        seconds=seconds,
+        hidden_s=0.0,
+        formula=f"({par.pipeline} − 1) / {divisor} × {per_micro_batch_s:.4g} s per micro-batch",
+        note=f"{par.pipeline_schedule}: stages idle while the pipeline fills and drains",
+    )
 
 
 def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
@@ -424,15 +569,25 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     mb = _micro_batch(plan, w, r)
     items = _compute_items(plan, r, mb, steps) + _model_parallel_items(plan, r, mb, steps, w.moe_layers)
     bubble = _bubble_item(plan, sum(i.seconds for i in items) / steps)
-    extra = [bubble, _data_parallel_item(plan, r, w, mb, steps), _optimizer_item(plan, r, w),
-             _offload_item(plan, r, w, steps)]
+    extra = [
+        bubble,
+        _data_parallel_item(plan, r, w, mb, steps),
+        _optimizer_item(plan, r, w),
+        _offload_item(plan, r, w, steps),
+    ]
     items += [i for i in extra if i is not None]
     wl = plan.workload
     peak, note = mfu_reference(r)
     # a pair's chosen and rejected sequences are both trained on (Workload.sequences_per_forward)
     pairs = wl.sequences_per_forward // wl.micro_batch_size
-    return step_of(items, tokens=wl.global_batch_size * pairs * wl.sequence_length, gpus=plan.hardware.count,
-                   model_flops_per_token=model_flops_per_token(plan), peak_flops=peak, efficiency_note=note)
+    return step_of(
+        items,
+        tokens=wl.global_batch_size * pairs * wl.sequence_length,
+        gpus=plan.hardware.count,
+        model_flops_per_token=model_flops_per_token(plan),
+        peak_flops=peak,
+        efficiency_note=note,
+    )
 
 
 def elementwise_floor_hours(plan: Plan, gpu: Gpu, tokens: int, count: int) -> float:
@@ -456,7 +611,11 @@ def elementwise_floor_hours(plan: Plan, gpu: Gpu, tokens: int, count: int) -> fl
 def _on_one_rank(plan: Plan) -> Plan | None:
     """The plan on one GPU with no parallelism (None: a setting of it needs parallelism)."""
     try:
-        return replace(plan, parallelism=Parallelism(data=1), hardware=replace(plan.hardware, count=1, offering=None),
-                       precision=replace(plan.precision, fp8_all_gather=False))
+        return replace(
+            plan,
+            parallelism=Parallelism(data=1),
+            hardware=replace(plan.hardware, count=1, offering=None),
+            precision=replace(plan.precision, fp8_all_gather=False),
+        )
     except PlanError:
         return None

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.dtypes import nbytes
-from planner.models import attention_widths, projection_shapes
 from planner.perf.gemm import Gemm
-from planner.plan import Plan
-from planner.sac import op_sac_projections
+from planner.plan.config import Plan
+from planner.plan.dtypes import nbytes
+from planner.plan.models import attention_widths, projection_shapes
+from planner.plan.sac import op_sac_projections
 
 # Bytes an elementwise op moves per element of its output, in Hugging Face's eager modelling code and when
 # torch.compile fuses each chain into one kernel (read the inputs once, write the output once):
@@ -106,14 +106,17 @@ def matmul_elem(plan: Plan) -> int:
 
 def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[tuple[Gemm, ...], tuple[Gemm, ...], TpSides]:
     """One layer's projections (attention, and the MLP or the routed and shared experts and the router); those of
-    them that op-level selective checkpointing runs again in backward (planner/sac.py); and the four sides of
+    them that op-level selective checkpointing runs again in backward (planner/plan/sac.py); and the four sides of
     its tensor-parallel collectives (the matmuls right after the attention's and the MLP's input all-gather and
     right before their output reduce-scatter)."""
     m, par = plan.model, plan.parallelism
     elem = matmul_elem(plan)
     again = {name for names, fate in op_sac_projections(plan) if fate == "recomputed" for name in names}
-    named = {name: Gemm(1, tokens, k, n, elem) for name, (k, n) in projection_shapes(m, par.tensor).items()
-             if not (moe and name in MLP_PROJECTIONS)}
+    named = {
+        name: Gemm(1, tokens, k, n, elem)
+        for name, (k, n) in projection_shapes(m, par.tensor).items()
+        if not (moe and name in MLP_PROJECTIONS)
+    }
     gemms, recomputed = list(named.values()), [g for name, g in named.items() if name in again]
     sides: list[list[Gemm]] = [[named[n] for n in names if n in named] for names in TP_SIDES]
     if moe:  # each rank runs its experts, one grouped matmul each, on the tokens routed to them: tokens × top-k
@@ -155,8 +158,11 @@ def fp8_cast_bytes(plan: Plan, gemms: tuple[Gemm, ...]) -> tuple[float, float, f
     weights = sum(g.count * g.groups * g.k * g.n for g in gemms)
     grads = sum(g.count * g.groups * g.tokens * g.n for g in gemms)
     rescale = ROWWISE_RESCALE_BYTES[1 if plan.techniques.compiled_blocks else 0] if torchao_rowwise(plan) else 0
-    return (cast * inputs, cast * weights,
-            other * (inputs + weights) + (cast + other) * grads + rescale * (inputs + weights))
+    return (
+        cast * inputs,
+        cast * weights,
+        other * (inputs + weights) + (cast + other) * grads + rescale * (inputs + weights),
+    )
 
 
 def torchao_rowwise(plan: Plan) -> bool:
@@ -172,9 +178,13 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
     q, k, _, out = attention_widths(m, par.tensor)
     fused = 1 if tech.compiled_blocks else 0
     h_here = m.hidden_size / (par.tensor if par.sequence_parallel else 1)
-    inter = (m.moe_intermediate_size * (m.experts_per_token + m.shared_experts) if moe else m.intermediate_size)
-    per_token = (2 * NORM_BYTES[m.norm][fused] * h_here + 2 * RESIDUAL_BYTES * h_here
-                 + ACT_BYTES[m.mlp][fused] * inter / par.tensor + ROPE_BYTES[fused] * (q + k))
+    inter = m.moe_intermediate_size * (m.experts_per_token + m.shared_experts) if moe else m.intermediate_size
+    per_token = (
+        2 * NORM_BYTES[m.norm][fused] * h_here
+        + 2 * RESIDUAL_BYTES * h_here
+        + ACT_BYTES[m.mlp][fused] * inter / par.tensor
+        + ROPE_BYTES[fused] * (q + k)
+    )
     if tech.attention == "eager":
         per_token += EAGER_SCORE_BYTES * (m.num_attention_heads // par.tensor) * keys
     if moe:
@@ -182,9 +192,15 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
     gemms, op_sac_gemms, tp_sides = _projections(plan, tokens, moe)
     attention = 2 * (q + out) * tokens * keys
     overhead = (keys + ATTENTION_OVERHEAD_KEYS) / keys if tech.attention == "flash" and keys else 1.0
-    return LayerWork(gemms=gemms, op_sac_gemms=op_sac_gemms, tp_sides=tp_sides, fp8_cast_bytes=fp8_cast_bytes(plan, gemms),
-                     attention_flops=attention, attention_work=attention * overhead,
-                     elementwise_bytes=per_token * tokens)
+    return LayerWork(
+        gemms=gemms,
+        op_sac_gemms=op_sac_gemms,
+        tp_sides=tp_sides,
+        fp8_cast_bytes=fp8_cast_bytes(plan, gemms),
+        attention_flops=attention,
+        attention_work=attention * overhead,
+        elementwise_bytes=per_token * tokens,
+    )
 
 
 def keys_per_query(plan: Plan, sequence_length: int) -> float:

@@ -12,8 +12,14 @@ from torchtitan.trainer import Trainer
 def qwen3_8b_pp() -> Trainer.Config:
     compile_config = CompileConfig(enable=True, enable_async_tensor_parallel=True)
     return Trainer.Config(
-        model_spec=qwen3_model_registry("8B", converters=[Float8LinearConverter.Config(
-            model_compile_enabled=compile_config.enable and "model" in compile_config.components)]),
+        model_spec=qwen3_model_registry(
+            "8B",
+            converters=[
+                Float8LinearConverter.Config(
+                    model_compile_enabled=compile_config.enable and "model" in compile_config.components
+                )
+            ],
+        ),
         optimizer=default_adamw(lr=1e-4),
         training=TrainingConfig(
             num_tokens_per_microbatch_per_dp_rank=2 * 4096,
@@ -21,8 +27,12 @@ def qwen3_8b_pp() -> Trainer.Config:
             num_tokens_per_train_step=64 * 4096,
             steps=50,
         ),
-        parallelism=ParallelismConfig(tensor_parallel_degree=2, pipeline_parallel_degree=2,
-                                      pipeline_parallel_schedule="1F1B", num_pp_microbatches=4),
+        parallelism=ParallelismConfig(
+            tensor_parallel_degree=2,
+            pipeline_parallel_degree=2,
+            pipeline_parallel_schedule="1F1B",
+            num_pp_microbatches=4,
+        ),
         activation_checkpoint=FullAC.Config(),
         compile=compile_config,
     )

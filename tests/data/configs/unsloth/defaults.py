@@ -1,6 +1,6 @@
 # The project's own Unsloth script that leaves every argument to Unsloth's defaults but the model.
+from trl import SFTConfig, SFTTrainer
 from unsloth import FastLanguageModel
-from trl import SFTTrainer, SFTConfig
 
 model, tokenizer = FastLanguageModel.from_pretrained(model_name="Qwen/Qwen2.5-7B-Instruct")
 model = FastLanguageModel.get_peft_model(model)

@@ -2,9 +2,9 @@
 import os
 
 import torch
-from unsloth import FastModel
 from transformers import TrainingArguments
 from trl import SFTTrainer
+from unsloth import FastModel
 
 model, tokenizer = FastModel.from_pretrained(
     model_name="Qwen/Qwen3-0.6B",

@@ -1,7 +1,7 @@
 # The project's own Unsloth QLoRA script (written for the tests, in the shape of Unsloth's notebooks).
-from unsloth import FastLanguageModel, is_bfloat16_supported
 from datasets import load_dataset
 from trl import SFTConfig, SFTTrainer
+from unsloth import FastLanguageModel, is_bfloat16_supported
 
 max_seq_length = 4096
 load_in_4bit = True

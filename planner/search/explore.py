@@ -10,8 +10,8 @@ from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, Serving, estimate
 from planner.perf import plan_time
-from planner.plan import Plan, Techniques
-from planner.recommend import DEFAULT_HEADROOM, max_micro_batch, max_sequence_length
+from planner.plan.config import Plan, Techniques
+from planner.search.recommend import DEFAULT_HEADROOM, max_micro_batch, max_sequence_length
 from planner.units import counted, format_bytes
 
 SweepKey = Literal["sequence_length", "micro_batch_size", "batch_size", "context_tokens"]
@@ -29,14 +29,17 @@ def _with(plan: Plan, key: SweepKey, value: int) -> Plan:
         return replace(plan, workload=replace(wl, sequence_length=value))
     if key == "micro_batch_size":
         per_step = plan.micro_batches_per_step
-        return replace(plan, workload=replace(wl, micro_batch_size=value,
-                                              global_batch_size=value * plan.parallelism.data * per_step))
+        return replace(
+            plan,
+            workload=replace(wl, micro_batch_size=value, global_batch_size=value * plan.parallelism.data * per_step),
+        )
     inf = wl.inference
     if key == "batch_size":
         return replace(plan, workload=replace(wl, inference=replace(inf, batch_size=value)))
     prompt = max(1, value - inf.output_tokens)
-    return replace(plan, workload=replace(wl, inference=replace(inf, prompt_tokens=prompt,
-                                                                output_tokens=value - prompt)))
+    return replace(
+        plan, workload=replace(wl, inference=replace(inf, prompt_tokens=prompt, output_tokens=value - prompt))
+    )
 
 
 def sweep_keys(plan: Plan) -> tuple[SweepKey, SweepKey]:
@@ -48,8 +51,12 @@ def sweep_keys(plan: Plan) -> tuple[SweepKey, SweepKey]:
 
 def current_value(plan: Plan, key: SweepKey) -> int:
     wl = plan.workload
-    return {"sequence_length": wl.sequence_length, "micro_batch_size": wl.micro_batch_size,
-            "batch_size": wl.inference.batch_size, "context_tokens": wl.inference.context_tokens}[key]
+    return {
+        "sequence_length": wl.sequence_length,
+        "micro_batch_size": wl.micro_batch_size,
+        "batch_size": wl.inference.batch_size,
+        "context_tokens": wl.inference.context_tokens,
+    }[key]
 
 
 def sweep_values(plan: Plan, key: SweepKey, points: int = 9) -> list[int]:
@@ -146,20 +153,28 @@ def idle_settings(plan: Plan, catalog: dict[str, Gpu]) -> list[str]:
         if value == plain or isinstance(value, (int, float)) and not isinstance(value, bool):
             continue  # a count (checkpoint_every, loss_chunks) only tunes its technique
         try:
-            other = estimate(replace(plan, techniques=replace(plan.techniques, **{f.name: plain})), catalog,
-                             detail=False)
+            other = estimate(
+                replace(plan, techniques=replace(plan.techniques, **{f.name: plain})), catalog, detail=False
+            )
         except PlanError:
             continue
         if (other.device_bytes, other.peak_allocated_bytes) == (now.device_bytes, now.peak_allocated_bytes):
             why = _IDLE_WHY.get((f.name, value, plan.techniques.attention), "")
-            out.append(f"techniques.{f.name}: {value} changes no memory in this plan (the same "
-                       f"{format_bytes(now.device_bytes)} as {plain}){why}")
+            out.append(
+                f"techniques.{f.name}: {value} changes no memory in this plan (the same "
+                f"{format_bytes(now.device_bytes)} as {plain}){why}"
+            )
     return out
 
 
 # why a setting can change nothing, where the plan's other settings explain it
-_IDLE_WHY = {("activation_checkpointing", "selective", "flash"):
-             ": Megatron's selective recomputation drops the attention scores, which flash attention never keeps"}
+_IDLE_WHY = {
+    (
+        "activation_checkpointing",
+        "selective",
+        "flash",
+    ): ": Megatron's selective recomputation drops the attention scores, which flash attention never keeps"
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,15 +197,24 @@ class Fix:
     def text(self) -> str:
         """One line: what the change gives and what it costs (serving: the KV budget and the concurrency)."""
         gpus = self.plan.hardware.count
-        cost = "time not modelled" if self.gpu_hours_factor is None else (
-            f"{self.gpu_hours_factor:.2f}× the GPU-hours per token ({counted(gpus, 'GPU')} × "
-            f"{self.time_factor:.2f}× the time)")
+        cost = (
+            "time not modelled"
+            if self.gpu_hours_factor is None
+            else (
+                f"{self.gpu_hours_factor:.2f}× the GPU-hours per token ({counted(gpus, 'GPU')} × "
+                f"{self.time_factor:.2f}× the time)"
+            )
+        )
         if self.concurrency is None:
-            return (f"{self.change}: saves {format_bytes(self.saved_bytes)}, needs "
-                    f"{format_bytes(self.device_bytes)}; {cost}")
+            return (
+                f"{self.change}: saves {format_bytes(self.saved_bytes)}, needs "
+                f"{format_bytes(self.device_bytes)}; {cost}"
+            )
         ctx = self.plan.workload.inference.context_tokens
-        return (f"{self.change}: KV cache {format_bytes(self.kv_budget_bytes or 0)} per GPU, "
-                f"{self.concurrency:.2f}x concurrency at {ctx:,} tokens per request; {cost}")
+        return (
+            f"{self.change}: KV cache {format_bytes(self.kv_budget_bytes or 0)} per GPU, "
+            f"{self.concurrency:.2f}x concurrency at {ctx:,} tokens per request; {cost}"
+        )
 
 
 def _seconds_per_token(plan: Plan, gpu: Gpu) -> float | None:
@@ -203,9 +227,13 @@ def _more_gpus(plan: Plan) -> list[tuple[str, dict]]:
     par, count = plan.parallelism, plan.hardware.count
     if plan.workload.task == "inference":
         return []
-    return [(f"{count * k} GPUs (data parallel {par.data * k}, ZeRO-3)",
-             {"parallelism": {"data": par.data * k, "zero_stage": 3}, "hardware": {"count": count * k}})
-            for k in (2, 4, 8)]
+    return [
+        (
+            f"{count * k} GPUs (data parallel {par.data * k}, ZeRO-3)",
+            {"parallelism": {"data": par.data * k, "zero_stage": 3}, "hardware": {"count": count * k}},
+        )
+        for k in (2, 4, 8)
+    ]
 
 
 # a serving engine's memory fraction is a fraction of the device: below 1 (SGLang's mem_fraction_static must be;
@@ -219,17 +247,30 @@ def _serving_variants(plan: Plan, serving: Serving) -> list[tuple[str, dict]]:
     that fits), max_model_len cut to the longest the batch's KV cache holds, then the generation variants (fp8 KV
     cache, quantized weights)."""
     par, count, inf = plan.parallelism, plan.hardware.count, plan.workload.inference
-    out = [(f"tensor parallel {par.tensor * k} ({count * k} GPUs)",
-            {"parallelism": {"tensor": par.tensor * k}, "hardware": {"count": count * k}}) for k in (2, 4, 8)]
+    out = [
+        (
+            f"tensor parallel {par.tensor * k} ({count * k} GPUs)",
+            {"parallelism": {"tensor": par.tensor * k}, "hardware": {"count": count * k}},
+        )
+        for k in (2, 4, 8)
+    ]
     name = "mem_fraction_static" if inf.fraction_scope == "static" else "gpu_memory_utilization"
     steps = int(round((MAX_FRACTION - inf.gpu_memory_utilization) / FRACTION_STEP))
-    out += [(f"{name} {u:.2f} (from {inf.gpu_memory_utilization:.2f})",
-             {"workload": {"inference": replace(inf, gpu_memory_utilization=u)}})
-            for u in (round(MAX_FRACTION - i * FRACTION_STEP, 2) for i in reversed(range(steps)))]
+    out += [
+        (
+            f"{name} {u:.2f} (from {inf.gpu_memory_utilization:.2f})",
+            {"workload": {"inference": replace(inf, gpu_memory_utilization=u)}},
+        )
+        for u in (round(MAX_FRACTION - i * FRACTION_STEP, 2) for i in reversed(range(steps)))
+    ]
     ctx = serving.max_context_tokens
     if inf.output_tokens < ctx < inf.context_tokens:
-        out.append((f"max_model_len {ctx:,} (from {inf.context_tokens:,}; prompt {ctx - inf.output_tokens:,})",
-                    {"workload": {"inference": replace(inf, prompt_tokens=ctx - inf.output_tokens)}}))
+        out.append(
+            (
+                f"max_model_len {ctx:,} (from {inf.context_tokens:,}; prompt {ctx - inf.output_tokens:,})",
+                {"workload": {"inference": replace(inf, prompt_tokens=ctx - inf.output_tokens)}},
+            )
+        )
     return out + _variants(plan)
 
 
@@ -241,8 +282,7 @@ def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
     budget and concurrency, which tell changes of the same memory apart."""
     gpu, now = catalog[plan.hardware.gpu], estimate(plan, catalog, detail=False)
     base = _seconds_per_token(plan, gpu)
-    variants = (_serving_variants(plan, now.serving) if now.serving is not None else _variants(plan)
-                + _more_gpus(plan))
+    variants = _serving_variants(plan, now.serving) if now.serving is not None else _variants(plan) + _more_gpus(plan)
     fixes: list[Fix] = []
     for label, change in variants:
         fraction = label.startswith(("gpu_memory_utilization", "mem_fraction_static"))
@@ -258,11 +298,18 @@ def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
         after = _seconds_per_token(varied, gpu)
         factor = after / base if base and after else None
         s = est.serving
-        fixes.append(Fix(change=label, plan=varied, device_bytes=est.device_bytes,
-                         saved_bytes=now.device_bytes - est.device_bytes, time_factor=factor,
-                         gpu_hours_factor=None if factor is None else factor * varied.hardware.count
-                         / plan.hardware.count,
-                         kv_budget_bytes=s and s.kv_budget_bytes, concurrency=s and s.max_concurrency))
+        fixes.append(
+            Fix(
+                change=label,
+                plan=varied,
+                device_bytes=est.device_bytes,
+                saved_bytes=now.device_bytes - est.device_bytes,
+                time_factor=factor,
+                gpu_hours_factor=None if factor is None else factor * varied.hardware.count / plan.hardware.count,
+                kv_budget_bytes=s and s.kv_budget_bytes,
+                concurrency=s and s.max_concurrency,
+            )
+        )
     return sorted(fixes, key=_cost_order(fixes))
 
 
@@ -276,8 +323,15 @@ def _cost_order(fixes: list[Fix]):
 
     def key(f: Fix) -> tuple:
         tied = (f.gpu_hours_factor or unknown) <= band
-        return (not tied, f.plan.hardware.count if tied else 0, f.gpu_hours_factor or unknown,
-                f.time_factor or unknown, -f.saved_bytes, f.change)
+        return (
+            not tied,
+            f.plan.hardware.count if tied else 0,
+            f.gpu_hours_factor or unknown,
+            f.time_factor or unknown,
+            -f.saved_bytes,
+            f.change,
+        )
+
     return key
 
 

@@ -32,8 +32,9 @@ def bits(dtype: str) -> int:
     return _BITS[dtype]
 
 
-def quantized_bytes(params: int, dtype: str, *, rows: int, group_size: int | None = None,
-                    double_quant: bool = False) -> int:
+def quantized_bytes(
+    params: int, dtype: str, *, rows: int, group_size: int | None = None, double_quant: bool = False
+) -> int:
     """Bytes of `params` weights stored as `dtype`, with the scales each format keeps.
 
     - fp8: 1 byte each + one fp32 scale per output row (per-channel scaling).

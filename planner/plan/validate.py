@@ -3,9 +3,10 @@ value and rule."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import Field, dataclass, fields, is_dataclass
 from functools import cache
-from typing import Any, Iterable, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from planner.errors import bad
 
@@ -147,8 +148,11 @@ def check_value(field: str, rule: Rule, value: Any) -> None:
         check_choice(field, value, rule.choices)
     elif rule.kind == "ints":
         if not isinstance(value, (list, tuple)) or not 0 < len(value) <= rule.max_len:
-            raise bad(field, value if isinstance(value, (int, float, str)) else "…",
-                      f"must be a list of 1 to {rule.max_len:,} integers")
+            raise bad(
+                field,
+                value if isinstance(value, (int, float, str)) else "…",
+                f"must be a list of 1 to {rule.max_len:,} integers",
+            )
         for item in value:
             check_int(field, item, lo=int(rule.lo), hi=int(rule.hi))
     else:

@@ -26,17 +26,18 @@ micro-batch (the global batch kept). How the search is organised, and why it is 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, estimate, states_floor
 from planner.perf import Latency, compute_floor_hours, elementwise_floor_hours, flops_per_token, job_time, latency
 from planner.perf.rates import rates
-from planner.pipeline import split_problem
-from planner.plan import Hardware, Parallelism, Plan
+from planner.plan.config import Hardware, Parallelism, Plan
+from planner.plan.pipeline import split_problem
 
 # recomputation and offload from the least memory saved to the most (the search's "most saving" is the last)
 CHECKPOINTING_BY_SAVING = ("none", "selective", "every_k", "selective_op", "full")
@@ -48,6 +49,7 @@ COMMUNICATION_SHARE = 0.10
 
 class Strategy(NamedTuple):
     """One layout of the plan (a tuple: it keys every cache of the search)."""
+
     zero: int
     tensor: int
     pipeline: int
@@ -60,6 +62,7 @@ class Strategy(NamedTuple):
 
 class Limits(NamedTuple):
     """What one GPU may use: device memory less the headroom, and host RAM for offloaded states."""
+
     device: int
     host: int
 
@@ -71,6 +74,7 @@ class Limits(NamedTuple):
 @dataclass(frozen=True)
 class Found:
     """The fastest strategy found at one count: its estimate (on the catalog's largest GPU) and job hours."""
+
     estimate: Estimate
     hours: float
 
@@ -136,24 +140,66 @@ class StrategySearch:
         self.largest = max(catalog.values(), key=lambda g: g.usable_bytes)
         m, wl, tech, par = plan.model, plan.workload, plan.techniques, plan.parallelism
         self.global_batch = wl.global_batch_size
-        self.zeros = _options(fixed, "zero_stage", par.zero_stage, [z for z in (0, 1, 2, 3) if _allows(
-            plan, parallelism=replace(par, zero_stage=z))])
-        self.pipelines = _options(fixed, "pipeline", par.pipeline, [
-            p for p in (1, 2, 4, 8, 16) if m.num_layers // p >= 2 and split_problem(
-                m.num_layers, p * (par.virtual_stages if par.pipeline > 1 else 1), par.pipeline_split, None) is None])
-        self.contexts = _options(fixed, "context", par.context, [
-            c for c in (1, 2, 4, 8) if wl.sequence_length % c == 0 and wl.sequence_length // c >= 1024] or [1])
-        self.ckpts = _options(fixed, "activation_checkpointing", tech.activation_checkpointing,
-                              ("none", "selective", "full") if tech.attention == "eager" else ("none", "full"),
-                              CHECKPOINTING_BY_SAVING.index)
-        self.offloads = _options(fixed, "offload", tech.offload, [
-            o for o in OFFLOADS_BY_SAVING if _allows(plan, techniques=replace(tech, offload=o), parallelism=replace(
-                par, zero_stage=3 if o == "optimizer_and_params" else par.zero_stage))], OFFLOADS_BY_SAVING.index)
-        halvings = [wl.micro_batch_size >> i for i in range(wl.micro_batch_size.bit_length())
-                    if wl.micro_batch_size % (1 << i) == 0]
+        self.zeros = _options(
+            fixed,
+            "zero_stage",
+            par.zero_stage,
+            [z for z in (0, 1, 2, 3) if _allows(plan, parallelism=replace(par, zero_stage=z))],
+        )
+        self.pipelines = _options(
+            fixed,
+            "pipeline",
+            par.pipeline,
+            [
+                p
+                for p in (1, 2, 4, 8, 16)
+                if m.num_layers // p >= 2
+                and split_problem(
+                    m.num_layers, p * (par.virtual_stages if par.pipeline > 1 else 1), par.pipeline_split, None
+                )
+                is None
+            ],
+        )
+        self.contexts = _options(
+            fixed,
+            "context",
+            par.context,
+            [c for c in (1, 2, 4, 8) if wl.sequence_length % c == 0 and wl.sequence_length // c >= 1024] or [1],
+        )
+        self.ckpts = _options(
+            fixed,
+            "activation_checkpointing",
+            tech.activation_checkpointing,
+            ("none", "selective", "full") if tech.attention == "eager" else ("none", "full"),
+            CHECKPOINTING_BY_SAVING.index,
+        )
+        self.offloads = _options(
+            fixed,
+            "offload",
+            tech.offload,
+            [
+                o
+                for o in OFFLOADS_BY_SAVING
+                if _allows(
+                    plan,
+                    techniques=replace(tech, offload=o),
+                    parallelism=replace(par, zero_stage=3 if o == "optimizer_and_params" else par.zero_stage),
+                )
+            ],
+            OFFLOADS_BY_SAVING.index,
+        )
+        halvings = [
+            wl.micro_batch_size >> i
+            for i in range(wl.micro_batch_size.bit_length())
+            if wl.micro_batch_size % (1 << i) == 0
+        ]
         self.micro_batches = _options(fixed, "micro_batch_size", wl.micro_batch_size, halvings + [1], lambda n: -n)
-        self.experts = _options(fixed, "expert", par.expert, [
-            e for e in (1, 2, 4, 8, 16, 32, 64) if m.num_experts and m.num_experts % e == 0] or [1])
+        self.experts = _options(
+            fixed,
+            "expert",
+            par.expert,
+            [e for e in (1, 2, 4, 8, 16, 32, 64) if m.num_experts and m.num_experts % e == 0] or [1],
+        )
         self.classes = self._time_classes()
 
     # --- The strategy space ---------------------------------------------------------------------------------
@@ -164,8 +210,14 @@ class StrategySearch:
             return (own,)
         key = (gpu.gpus_per_node, gpu.id == self.plan.hardware.gpu)
         if key not in self._tensors:
-            within = {t for t in (1, 2, 4, 8) if t <= gpu.gpus_per_node and m.num_attention_heads % t == 0
-                      and m.intermediate_size % t == 0 and (m.num_kv_heads % t == 0 or t % m.num_kv_heads == 0)}
+            within = {
+                t
+                for t in (1, 2, 4, 8)
+                if t <= gpu.gpus_per_node
+                and m.num_attention_heads % t == 0
+                and m.intermediate_size % t == 0
+                and (m.num_kv_heads % t == 0 or t % m.num_kv_heads == 0)
+            }
             self._tensors[key] = tuple(sorted(within | ({own} if key[1] else set())))
         return self._tensors[key]
 
@@ -176,8 +228,11 @@ class StrategySearch:
         them), else 1F1B's."""
         plan, par = self.plan, self.plan.parallelism
         base = flops_per_token(replace(plan, techniques=replace(plan.techniques, activation_checkpointing="none")))
-        divisor = {"interleaved_1f1b": par.virtual_stages, "zero_bubble": 3}.get(par.pipeline_schedule, 1) \
-            if par.pipeline > 1 else 1
+        divisor = (
+            {"interleaved_1f1b": par.virtual_stages, "zero_bubble": 3}.get(par.pipeline_schedule, 1)
+            if par.pipeline > 1
+            else 1
+        )
         classes = []
         for ckpt in self.ckpts:
             fpt = flops_per_token(replace(plan, techniques=replace(plan.techniques, activation_checkpointing=ckpt)))
@@ -204,8 +259,9 @@ class StrategySearch:
                 workload=wl if wl.micro_batch_size == s.micro_batch else replace(wl, micro_batch_size=s.micro_batch),
                 # float8 all-gathers exist only where FSDP gathers (ZeRO-3 layouts)
                 precision=replace(prec, fp8_all_gather=False) if prec.fp8_all_gather and s.zero != 3 else prec,
-                techniques=tech if (tech.activation_checkpointing, tech.offload) == (s.ckpt, s.offload) else replace(
-                    tech, activation_checkpointing=s.ckpt, offload=s.offload),
+                techniques=tech
+                if (tech.activation_checkpointing, tech.offload) == (s.ckpt, s.offload)
+                else replace(tech, activation_checkpointing=s.ckpt, offload=s.offload),
                 parallelism=self._parallelism(s, data),
                 hardware=Hardware(gpu=gpu_id, count=count),
             )
@@ -218,12 +274,21 @@ class StrategySearch:
         par, tokens_per_rank = self.plan.parallelism, self.plan.workload.sequence_length // s.context
         sequence_parallel = s.tensor > 1 and tokens_per_rank % s.tensor == 0
         pipelined = s.pipeline > 1 and par.pipeline > 1
-        return replace(par, data=data, zero_stage=s.zero, tensor=s.tensor, pipeline=s.pipeline, context=s.context,
-                       expert=s.expert, sequence_parallel=sequence_parallel, pipeline_microbatches=None,
-                       pipeline_schedule=par.pipeline_schedule if pipelined else "1f1b",
-                       virtual_stages=par.virtual_stages if pipelined else 1,
-                       pipeline_layers=par.pipeline_layers if s.pipeline == par.pipeline else None,
-                       async_tp=par.async_tp and sequence_parallel)
+        return replace(
+            par,
+            data=data,
+            zero_stage=s.zero,
+            tensor=s.tensor,
+            pipeline=s.pipeline,
+            context=s.context,
+            expert=s.expert,
+            sequence_parallel=sequence_parallel,
+            pipeline_microbatches=None,
+            pipeline_schedule=par.pipeline_schedule if pipelined else "1f1b",
+            virtual_stages=par.virtual_stages if pipelined else 1,
+            pipeline_layers=par.pipeline_layers if s.pipeline == par.pipeline else None,
+            async_tp=par.async_tp and sequence_parallel,
+        )
 
     # --- Memory and time, each once ---------------------------------------------------------------------------
     def _plan(self, s: Strategy, count: int) -> Plan | None:
@@ -276,7 +341,10 @@ class StrategySearch:
 
     def latency(self, plan: Plan, gpu: Gpu) -> Latency:
         """A serving plan's latency on the GPU as its offering shapes it, once per shape."""
-        key = (replace(plan, hardware=replace(plan.hardware, offering=None)), within_one_domain(gpu, plan.hardware.count))
+        key = (
+            replace(plan, hardware=replace(plan.hardware, offering=None)),
+            within_one_domain(gpu, plan.hardware.count),
+        )
         if key not in self._latency:
             self._latency[key] = latency(key[0], key[1])
         return self._latency[key]
@@ -287,11 +355,16 @@ class StrategySearch:
         tensors = self.tensors(gpu)
         key = (tensors, count, ckpt, offload, pipeline)
         if key not in self._saving:
-            splits = sorted(((t, c) for t in tensors for c in self.contexts if t * c * pipeline <= count),
-                            key=lambda tc: (-tc[0] * tc[1], -tc[0]))
-            layouts = (Strategy(self._zeros(count, t * pipeline, offload)[-1], t, pipeline, c, ckpt, offload, mb, e)
-                       for t, c in splits for mb in reversed(self.micro_batches)  # the smallest micro-batch and
-                       for e in sorted(self.experts, reverse=True))  # the most experts the plan admits
+            splits = sorted(
+                ((t, c) for t in tensors for c in self.contexts if t * c * pipeline <= count),
+                key=lambda tc: (-tc[0] * tc[1], -tc[0]),
+            )
+            layouts = (
+                Strategy(self._zeros(count, t * pipeline, offload)[-1], t, pipeline, c, ckpt, offload, mb, e)
+                for t, c in splits
+                for mb in reversed(self.micro_batches)  # the smallest micro-batch and
+                for e in sorted(self.experts, reverse=True)
+            )  # the most experts the plan admits
             self._saving[key] = next((s for s in layouts if self._plan(s, count) is not None), None)
         return self._saving[key]
 
@@ -302,8 +375,17 @@ class StrategySearch:
             return [3] if offload == "optimizer_and_params" else [0]
         return [z for z in self.zeros if offload != "optimizer_and_params" or z == 3]
 
-    def simplest(self, gpu: Gpu, count: int, limits: Limits, ckpt: str, offload: str, pipeline: int,
-                 tensors: tuple[int, ...] | None = None, experts: tuple[int, ...] | None = None) -> Strategy | None:
+    def simplest(
+        self,
+        gpu: Gpu,
+        count: int,
+        limits: Limits,
+        ckpt: str,
+        offload: str,
+        pipeline: int,
+        tensors: tuple[int, ...] | None = None,
+        experts: tuple[int, ...] | None = None,
+    ) -> Strategy | None:
         """The first strategy of one time class that fits, fewest changes first: ZeRO stage, then expert
         parallelism, then micro-batch, then context, then tensor parallelism (of `tensors` and `experts`, default
         every degree). Memory falls as context, expert parallelism and ZeRO stage grow and as the micro-batch
@@ -317,8 +399,15 @@ class StrategySearch:
                 mbs = [mb] if mb is not None else reversed(self.micro_batches)  # the smallest first
                 es = [e] if e is not None else sorted(experts or self.experts, reverse=True)  # the most first
                 z = zeros[-1] if z is None else z
-                return next((x for m in mbs for x in (Strategy(z, t, pipeline, c, ckpt, offload, m, n) for n in es)
-                             if self._plan(x, count) is not None), None)
+                return next(
+                    (
+                        x
+                        for m in mbs
+                        for x in (Strategy(z, t, pipeline, c, ckpt, offload, m, n) for n in es)
+                        if self._plan(x, count) is not None
+                    ),
+                    None,
+                )
 
             def fits(*settings: int) -> bool:
                 layout_ = layout(*settings)
@@ -334,8 +423,9 @@ class StrategySearch:
         return None
 
     # --- The fastest strategy at one count --------------------------------------------------------------------
-    def best_at(self, gpu: Gpu, count: int, limits: Limits, tokens: int, mfu: float | None,
-                exhaustive: bool = False) -> Found | None:
+    def best_at(
+        self, gpu: Gpu, count: int, limits: Limits, tokens: int, mfu: float | None, exhaustive: bool = False
+    ) -> Found | None:
         """The fastest strategy that fits `count` GPUs shaped as `gpu` (None: none fits), memoized per shape.
         `exhaustive` times every class instead of stopping at the bound (the proof's reference, in tests)."""
         gpu = within_one_domain(gpu, count)
@@ -344,8 +434,9 @@ class StrategySearch:
             self._best[key] = self._fastest(gpu, count, limits, tokens, mfu, exhaustive)
         return self._best[key]
 
-    def _fastest(self, gpu: Gpu, count: int, limits: Limits, tokens: int, mfu: float | None,
-                 exhaustive: bool) -> Found | None:
+    def _fastest(
+        self, gpu: Gpu, count: int, limits: Limits, tokens: int, mfu: float | None, exhaustive: bool
+    ) -> Found | None:
         """Offload only where no class with less of it fits at this count (the policy: offloading ties the run to
         host RAM and PCIe); within one offload level, the classes in the order of their bound: their FLOPs at the
         achievable matmul rate and the model's elementwise traffic at the HBM rate, times their least bubble,
@@ -355,8 +446,11 @@ class StrategySearch:
         best: tuple[float, Strategy] | None = None
         for offload in self.offloads:
             pcie = compute_floor_hours(self.plan, gpu, tokens, count, mfu, offload) - unit
-            bounds = sorted(((flops * unit + memory) * bubble + pcie, ckpt, p)
-                            for flops, bubble, ckpt, off, p in self.classes if off == offload)
+            bounds = sorted(
+                ((flops * unit + memory) * bubble + pcie, ckpt, p)
+                for flops, bubble, ckpt, off, p in self.classes
+                if off == offload
+            )
             failed: list[tuple[int, int]] = []  # (recomputation rank, pipeline) whose most saving layout missed
             for bound, ckpt, p in bounds:
                 if not exhaustive and best is not None and bound >= best[0]:
@@ -375,8 +469,9 @@ class StrategySearch:
                 break
         return None if best is None else Found(estimate=self.memory(best[1], count), hours=best[0])
 
-    def _layouts(self, gpu: Gpu, count: int, limits: Limits, cls: tuple[str, str, int], tokens: int,
-                 mfu: float | None) -> list[Strategy]:
+    def _layouts(
+        self, gpu: Gpu, count: int, limits: Limits, cls: tuple[str, str, int], tokens: int, mfu: float | None
+    ) -> list[Strategy]:
         """The simplest layout of a class that fits, and, where its step spends more than COMMUNICATION_SHARE
         beyond its work (exposed communication, bubble), the simplest at the widest tensor-parallel degree inside
         an NVLink-class fast domain (tensor parallelism there divides the bytes each rank gathers and reduces) and,

@@ -1,23 +1,30 @@
 """The plan: what is trained, how, and on what. One typed object whose sections validate themselves.
 
 Every key but the architecture has a default, documented beside the field and in the README. The plan's file
-format, its YAML and its share link are planner/codec.py's; the key structure they share (SECTIONS, NESTED,
+format, its YAML and its share link are planner/plan/codec.py's; the key structure they share (SECTIONS, NESTED,
 TOP_KEYS) is here.
 """
 
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args
 
-from planner.dtypes import (DEFAULT_GROUP_SIZE, QUANTIZED, TORCHAO_WEIGHTS, WEIGHT_DTYPES, ComputeDType, DType, KvDType,
-                            WeightDType)
 from planner.errors import bad
-from planner.models import Model, presets
-from planner.pipeline import split_problem
-from planner.validate import between, check_fields, text
+from planner.plan.dtypes import (
+    DEFAULT_GROUP_SIZE,
+    QUANTIZED,
+    TORCHAO_WEIGHTS,
+    WEIGHT_DTYPES,
+    ComputeDType,
+    DType,
+    KvDType,
+    WeightDType,
+)
+from planner.plan.models import Model, presets
+from planner.plan.pipeline import split_problem
+from planner.plan.validate import between, check_fields, text
 
 SCHEMA = "vram-planner/v1"
 
@@ -26,11 +33,16 @@ TRAINING_TASKS = ("pretrain", "finetune", "lora", "qlora")
 ADAPTER_TASKS = ("lora", "qlora")  # tasks that train low-rank adapters (workload.lora) on a frozen base
 # precision.weights each task with frozen or served weights allows (pretrain and finetune train theirs and keep
 # them in the activation dtype)
-FROZEN_WEIGHTS: dict[str, tuple[str, ...]] = {"lora": tuple(d for d in WEIGHT_DTYPES if d not in QUANTIZED),
-                                              "qlora": QUANTIZED, "inference": WEIGHT_DTYPES}
+FROZEN_WEIGHTS: dict[str, tuple[str, ...]] = {
+    "lora": tuple(d for d in WEIGHT_DTYPES if d not in QUANTIZED),
+    "qlora": QUANTIZED,
+    "inference": WEIGHT_DTYPES,
+}
 MasterWeights = Literal["fp32", "none"]
 ZeroStage = Literal[0, 1, 2, 3]
-Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion", "muon", "sgd", "sgd_momentum"]
+Optimizer = Literal[
+    "adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "adafactor", "lion", "muon", "sgd", "sgd_momentum"
+]
 # what the trained model optimizes: next_token (the language-model loss of pretraining and SFT), preference (a
 # pairwise preference loss over chosen and rejected completions: DPO and its family) or reward (a scalar-score
 # model trained on chosen/rejected pairs). PPO, GRPO and distillation are later values of this key.
@@ -56,10 +68,22 @@ CompileScope = Literal["blocks", "loss", "blocks_and_loss"]
 LoraVariant = Literal["lora", "dora"]
 Fp8Recipe = Literal["tensorwise", "rowwise", "mxfp8", "nvfp4"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zero_bubble"]
-PipelineSplit = Literal["auto", "even", "weighted"]  # see planner/pipeline.py
+PipelineSplit = Literal["auto", "even", "weighted"]  # see planner/plan/pipeline.py
 FractionScope = Literal["all", "all_but_graphs", "device", "static"]
-Framework = Literal["generic", "hf_trainer", "accelerate_fsdp", "deepspeed", "torchtune", "torchtitan", "megatron",
-                    "axolotl", "vllm", "sglang", "hf_generate", "gpt_fast"]
+Framework = Literal[
+    "generic",
+    "hf_trainer",
+    "accelerate_fsdp",
+    "deepspeed",
+    "torchtune",
+    "torchtitan",
+    "megatron",
+    "axolotl",
+    "vllm",
+    "sglang",
+    "hf_generate",
+    "gpt_fast",
+]
 INFERENCE_FRAMEWORKS = ("vllm", "sglang", "hf_generate", "gpt_fast")
 
 MAX_SEQUENCE = 16_777_216
@@ -144,11 +168,17 @@ class Inference:
     def __post_init__(self) -> None:
         check_fields(self, "workload.inference")
         if self.max_num_seqs is not None and self.max_num_seqs < self.batch_size:
-            raise bad("workload.inference.max_num_seqs", self.max_num_seqs,
-                      f"is below batch_size ({self.batch_size}): the engine runs at most this many at once")
+            raise bad(
+                "workload.inference.max_num_seqs",
+                self.max_num_seqs,
+                f"is below batch_size ({self.batch_size}): the engine runs at most this many at once",
+            )
         if self.mask_buffer and not self.static_cache:
-            raise bad("workload.inference.mask_buffer", True, "needs workload.inference.static_cache (the mask is "
-                                                              "sized to the preallocated cache)")
+            raise bad(
+                "workload.inference.mask_buffer",
+                True,
+                "needs workload.inference.static_cache (the mask is sized to the preallocated cache)",
+            )
 
     @property
     def context_tokens(self) -> int:
@@ -169,11 +199,17 @@ class Preference:
         check_fields(self, "workload.preference")
         free = self.loss_type in REFERENCE_FREE
         if self.reference not in (None, "none") and free:
-            raise bad("workload.preference.reference", self.reference, f"must be none: the {self.loss_type} loss uses no "
-                                                                       "reference model")
+            raise bad(
+                "workload.preference.reference",
+                self.reference,
+                f"must be none: the {self.loss_type} loss uses no reference model",
+            )
         if self.reference == "none" and not free:
-            raise bad("workload.preference.reference", "none", f"needs a reference for the {self.loss_type} loss "
-                                                               "(separate, adapters_disabled or precomputed)")
+            raise bad(
+                "workload.preference.reference",
+                "none",
+                f"needs a reference for the {self.loss_type} loss (separate, adapters_disabled or precomputed)",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,25 +233,37 @@ class Workload:
         check_fields(self, "workload")
         self._resolve_objective()
         if self.train_tokens is not None and self.steps is not None:
-            raise bad("workload.train_tokens", self.train_tokens, "and workload.steps both set the job's"
-                                                                  " length; give one")
+            raise bad(
+                "workload.train_tokens", self.train_tokens, "and workload.steps both set the job's length; give one"
+            )
 
     def _resolve_objective(self) -> None:
         """Check the objective against the task, and resolve the preference reference's default."""
         pref = self.preference
         if self.objective != "next_token" and self.task not in OBJECTIVE_TASKS:
-            raise bad("workload.objective", self.objective, f"post-trains a pretrained model: workload.task must be "
-                                                            f"finetune, lora or qlora, not {self.task}")
+            raise bad(
+                "workload.objective",
+                self.objective,
+                f"post-trains a pretrained model: workload.task must be finetune, lora or qlora, not {self.task}",
+            )
         if self.objective != "preference":
             if pref != Preference():
                 raise bad("workload.preference", _plain_fields(pref), "applies to workload.objective preference")
             return
         if pref.reference == "adapters_disabled" and self.task not in ADAPTER_TASKS:
-            raise bad("workload.preference.reference", "adapters_disabled", f"needs adapters to disable (workload.task"
-                                                                            f" lora or qlora, not {self.task})")
+            raise bad(
+                "workload.preference.reference",
+                "adapters_disabled",
+                f"needs adapters to disable (workload.task lora or qlora, not {self.task})",
+            )
         if pref.reference is None:
-            ref = "none" if pref.loss_type in REFERENCE_FREE else "adapters_disabled" if self.task in ADAPTER_TASKS \
+            ref = (
+                "none"
+                if pref.loss_type in REFERENCE_FREE
+                else "adapters_disabled"
+                if self.task in ADAPTER_TASKS
                 else "separate"
+            )
             object.__setattr__(self, "preference", replace(pref, reference=ref))
 
     @property
@@ -271,8 +319,11 @@ class Precision:
         eight_bit = self.optimizer in EIGHT_BIT_OPTIMIZERS
         for key in ("optimizer_library", "optimizer_block_size", "fp32_embedding_states"):
             if getattr(self, key) not in (None, False) and not eight_bit:
-                raise bad(f"precision.{key}", getattr(self, key), "applies to precision.optimizer adamw_8bit or "
-                          "paged_adamw_8bit")
+                raise bad(
+                    f"precision.{key}",
+                    getattr(self, key),
+                    "applies to precision.optimizer adamw_8bit or paged_adamw_8bit",
+                )
         if not eight_bit:
             return
         if self.optimizer_library is None:
@@ -281,7 +332,9 @@ class Precision:
             object.__setattr__(self, "optimizer_block_size", 256)
         if self.optimizer_library == "torchao" and (self.optimizer == "paged_adamw_8bit" or self.fp32_embedding_states):
             key = "optimizer" if self.optimizer == "paged_adamw_8bit" else "fp32_embedding_states"
-            raise bad(f"precision.{key}", getattr(self, key), "is bitsandbytes only (precision.optimizer_library torchao)")
+            raise bad(
+                f"precision.{key}", getattr(self, key), "is bitsandbytes only (precision.optimizer_library torchao)"
+            )
 
     @property
     def mixed(self) -> bool:
@@ -351,7 +404,9 @@ class Parallelism:
     sequence_parallel: bool = False
     pipeline: int = field(default=1, metadata=between(1, MAX_DEGREE))
     context: int = field(default=1, metadata=between(1, MAX_DEGREE))
-    expert: int = field(default=1, metadata=between(1, MAX_DEGREE))  # expert parallelism: MoE experts split over this many of the data × context ranks
+    expert: int = field(
+        default=1, metadata=between(1, MAX_DEGREE)
+    )  # expert parallelism: MoE experts split over this many of the data × context ranks
     # how micro-batches flow through the pipeline stages (what each stage holds in flight)
     pipeline_schedule: PipelineSchedule = "1f1b"
     # model chunks per pipeline rank (interleaved 1F1B)
@@ -381,8 +436,11 @@ class Parallelism:
     def __post_init__(self) -> None:
         check_fields(self, "parallelism")
         if (self.virtual_stages > 1) != (self.pipeline_schedule == "interleaved_1f1b"):
-            raise bad("parallelism.virtual_stages", self.virtual_stages,
-                      "must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any other schedule")
+            raise bad(
+                "parallelism.virtual_stages",
+                self.virtual_stages,
+                "must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any other schedule",
+            )
 
     @property
     def model_parallel(self) -> int:
@@ -412,8 +470,13 @@ def _divisors(n: int, largest: int = 1 << 30) -> list[int]:
 def tensor_degrees(m: Model, largest: int = 64) -> list[int]:
     """The tensor-parallel degrees up to `largest` that split the model's heads and MLP width (KV heads and
     ranks dividing one another)."""
-    return [t for t in range(1, largest + 1) if not m.num_attention_heads % t and not m.intermediate_size % t
-            and (not m.num_kv_heads % t or not t % m.num_kv_heads)]
+    return [
+        t
+        for t in range(1, largest + 1)
+        if not m.num_attention_heads % t
+        and not m.intermediate_size % t
+        and (not m.num_kv_heads % t or not t % m.num_kv_heads)
+    ]
 
 
 def _allowed_tensor(m: Model) -> str:
@@ -450,18 +513,26 @@ class Plan:
         self._check_schedule()
         self._check_optimizer_in_backward()
         if self.techniques.offload == "optimizer_and_params" and self.parallelism.zero_stage != 3:
-            raise bad("techniques.offload", "optimizer_and_params",
-                      "needs parallelism.zero_stage 3 (parameters are fetched layer by layer)")
+            raise bad(
+                "techniques.offload",
+                "optimizer_and_params",
+                "needs parallelism.zero_stage 3 (parameters are fetched layer by layer)",
+            )
         self._check_weights()
         wl = self.workload
         if wl.objective != "next_token" and self.parallelism.pipeline > 1:
             # TRL's DPOTrainer and RewardTrainer run on accelerate (DDP, DeepSpeed ZeRO, FSDP): no pipeline stages
-            raise bad("parallelism.pipeline", self.parallelism.pipeline, f"is not modelled for workload.objective "
-                                                                         f"{wl.objective} (TRL trains without pipeline"
-                                                                         " parallelism)")
+            raise bad(
+                "parallelism.pipeline",
+                self.parallelism.pipeline,
+                f"is not modelled for workload.objective {wl.objective} (TRL trains without pipeline parallelism)",
+            )
         if wl.task in ADAPTER_TASKS and self.model.mlp != "swiglu" and "gate" in wl.lora.targets:
-            raise bad("workload.lora.targets", list(wl.lora.targets),
-                      f"names gate, but a {UNGATED[self.model.mlp]} MLP has no gate projection")
+            raise bad(
+                "workload.lora.targets",
+                list(wl.lora.targets),
+                f"names gate, but a {UNGATED[self.model.mlp]} MLP has no gate projection",
+            )
 
     def _resolve_degrees(self) -> None:
         """Resolve parallelism.data and hardware.count from each other, then check they agree."""
@@ -470,17 +541,24 @@ class Plan:
             if hw.count is None:
                 par = replace(par, data=1)
             elif hw.count % par.model_parallel:
-                raise bad("hardware.count", hw.count, f"is not a multiple of tensor × pipeline × context "
-                                                      f"({par.tensor} × {par.pipeline} × {par.context})")
+                raise bad(
+                    "hardware.count",
+                    hw.count,
+                    f"is not a multiple of tensor × pipeline × context ({par.tensor} × {par.pipeline} × {par.context})",
+                )
             else:
                 par = replace(par, data=hw.count // par.model_parallel)
         expected = par.data * par.model_parallel
         if hw.count is None:
             hw = replace(hw, count=expected)
         elif hw.count != expected:
-            raise bad("hardware.count", hw.count, f"must equal data × tensor × pipeline × context "
-                                                  f"= {par.data} × {par.tensor} × {par.pipeline} × {par.context}"
-                                                  f" = {expected}")
+            raise bad(
+                "hardware.count",
+                hw.count,
+                f"must equal data × tensor × pipeline × context "
+                f"= {par.data} × {par.tensor} × {par.pipeline} × {par.context}"
+                f" = {expected}",
+            )
         object.__setattr__(self, "parallelism", par)
         object.__setattr__(self, "hardware", hw)
 
@@ -489,42 +567,79 @@ class Plan:
         par, m, seq = self.parallelism, self.model, self.workload.sequence_length
         t = par.tensor
         if m.num_attention_heads % t:
-            raise bad("parallelism.tensor", t, f"does not divide model.num_attention_heads ({m.num_attention_heads})"
-                                               + _allowed_tensor(m))
+            raise bad(
+                "parallelism.tensor",
+                t,
+                f"does not divide model.num_attention_heads ({m.num_attention_heads})" + _allowed_tensor(m),
+            )
         if m.num_kv_heads % t and t % m.num_kv_heads:
-            raise bad("parallelism.tensor", t, f"and model.num_kv_heads ({m.num_kv_heads}) must divide one another"
-                                               " (fewer KV heads than ranks are replicated)" + _allowed_tensor(m))
+            raise bad(
+                "parallelism.tensor",
+                t,
+                f"and model.num_kv_heads ({m.num_kv_heads}) must divide one another"
+                " (fewer KV heads than ranks are replicated)" + _allowed_tensor(m),
+            )
         if m.intermediate_size % t:
-            raise bad("parallelism.tensor", t, f"does not divide model.intermediate_size ({m.intermediate_size})"
-                                               + _allowed_tensor(m))
+            raise bad(
+                "parallelism.tensor",
+                t,
+                f"does not divide model.intermediate_size ({m.intermediate_size})" + _allowed_tensor(m),
+            )
         if par.sequence_parallel and t == 1:
-            raise bad("parallelism.sequence_parallel", True, "needs parallelism.tensor > 1 (it splits the"
-                                                            " tensor-parallel group's activations)")
+            raise bad(
+                "parallelism.sequence_parallel",
+                True,
+                "needs parallelism.tensor > 1 (it splits the tensor-parallel group's activations)",
+            )
         if self.techniques.moe_capacity_factor is not None and not m.num_experts:
-            raise bad("techniques.moe_capacity_factor", self.techniques.moe_capacity_factor,
-                      "needs a mixture-of-experts model (model.num_experts)")
+            raise bad(
+                "techniques.moe_capacity_factor",
+                self.techniques.moe_capacity_factor,
+                "needs a mixture-of-experts model (model.num_experts)",
+            )
         if par.expert > 1:
             ranks = par.data * par.context
             if not m.num_experts or m.num_experts % par.expert:
-                raise bad("parallelism.expert", par.expert, f"does not divide model.num_experts ({m.num_experts})"
-                                                            + (_allowed_experts(m, ranks) if m.num_experts else ""))
+                raise bad(
+                    "parallelism.expert",
+                    par.expert,
+                    f"does not divide model.num_experts ({m.num_experts})"
+                    + (_allowed_experts(m, ranks) if m.num_experts else ""),
+                )
             if ranks % par.expert:
-                raise bad("parallelism.expert", par.expert, f"does not divide data × context ({par.data} × "
-                                                            f"{par.context}); expert ranks are carved from them"
-                                                            + _allowed_experts(m, ranks))
-        problem = split_problem(m.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split,
-                                par.pipeline_layers)
+                raise bad(
+                    "parallelism.expert",
+                    par.expert,
+                    f"does not divide data × context ({par.data} × "
+                    f"{par.context}); expert ranks are carved from them" + _allowed_experts(m, ranks),
+                )
+        problem = split_problem(
+            m.num_layers, par.pipeline * par.virtual_stages, par.pipeline_split, par.pipeline_layers
+        )
         if problem and par.pipeline_layers is not None:
             raise bad("parallelism.pipeline_layers", list(par.pipeline_layers), problem)
         if problem:
-            raise bad(*(("parallelism.virtual_stages", par.virtual_stages) if par.virtual_stages > 1
-                        else ("parallelism.pipeline", par.pipeline)), problem)
+            raise bad(
+                *(
+                    ("parallelism.virtual_stages", par.virtual_stages)
+                    if par.virtual_stages > 1
+                    else ("parallelism.pipeline", par.pipeline)
+                ),
+                problem,
+            )
         if seq % par.context:
-            raise bad("parallelism.context", par.context, f"does not divide workload.sequence_length ({seq}); "
-                      f"allowed up to 64: {', '.join(map(str, _divisors(seq, 64)))}")
+            raise bad(
+                "parallelism.context",
+                par.context,
+                f"does not divide workload.sequence_length ({seq}); "
+                f"allowed up to 64: {', '.join(map(str, _divisors(seq, 64)))}",
+            )
         if par.sequence_parallel and (seq // par.context) % t:
-            raise bad("parallelism.tensor", t, "does not divide the tokens per context rank "
-                                               f"({seq // par.context}) for sequence parallelism")
+            raise bad(
+                "parallelism.tensor",
+                t,
+                f"does not divide the tokens per context rank ({seq // par.context}) for sequence parallelism",
+            )
 
     def _resolve_batch(self) -> None:
         """Resolve workload.global_batch_size, and check it against the micro-batches and pipeline_microbatches."""
@@ -534,13 +649,18 @@ class Plan:
         if wl.global_batch_size is None:
             object.__setattr__(self, "workload", replace(wl, global_batch_size=per_step * (pm or 1)))
         elif wl.global_batch_size % per_step:
-            raise bad("workload.global_batch_size", wl.global_batch_size,
-                      f"must be a multiple of micro_batch_size × data ({wl.micro_batch_size} × {par.data}"
-                      f" = {per_step})")
+            raise bad(
+                "workload.global_batch_size",
+                wl.global_batch_size,
+                f"must be a multiple of micro_batch_size × data ({wl.micro_batch_size} × {par.data} = {per_step})",
+            )
         elif pm is not None and wl.global_batch_size != per_step * pm:
-            raise bad("parallelism.pipeline_microbatches", pm,
-                      f"must equal workload.global_batch_size ÷ (micro_batch_size × data) = {wl.global_batch_size}"
-                      f" ÷ {per_step} = {wl.global_batch_size // per_step}")
+            raise bad(
+                "parallelism.pipeline_microbatches",
+                pm,
+                f"must equal workload.global_batch_size ÷ (micro_batch_size × data) = {wl.global_batch_size}"
+                f" ÷ {per_step} = {wl.global_batch_size // per_step}",
+            )
 
     def _check_optimizer_in_backward(self) -> None:
         """No gradient survives backward, so nothing can accumulate, be clipped globally, or be all-reduced as a
@@ -548,12 +668,18 @@ class Plan:
         if not self.techniques.optimizer_in_backward:  # (inference refuses it with the other training settings)
             return
         if self.micro_batches_per_step > 1:
-            raise bad("techniques.optimizer_in_backward", True,
-                      f"needs one micro-batch per step (gradient accumulation {self.micro_batches_per_step}): "
-                      f"gradients are freed as they are applied")
+            raise bad(
+                "techniques.optimizer_in_backward",
+                True,
+                f"needs one micro-batch per step (gradient accumulation {self.micro_batches_per_step}): "
+                f"gradients are freed as they are applied",
+            )
         if self.parallelism.zero_stage or self.techniques.offload != "none":
-            raise bad("techniques.optimizer_in_backward", True, "is modelled without ZeRO and offload "
-                                                                 "(parallelism.zero_stage 0, techniques.offload none)")
+            raise bad(
+                "techniques.optimizer_in_backward",
+                True,
+                "is modelled without ZeRO and offload (parallelism.zero_stage 0, techniques.offload none)",
+            )
 
     def _check_schedule(self) -> None:
         """Pipeline schedule, async TP, and the techniques and frameworks that apply to training only."""
@@ -561,31 +687,48 @@ class Plan:
         if par.pipeline_schedule != "1f1b" and par.pipeline == 1:
             raise bad("parallelism.pipeline_schedule", par.pipeline_schedule, "needs parallelism.pipeline > 1")
         if par.async_tp and not (par.sequence_parallel and tech.compiled_blocks):
-            raise bad("parallelism.async_tp", True, "needs parallelism.sequence_parallel and techniques.compile"
-                                                    " of the blocks (torchtitan's micro-pipelined TP is an inductor"
-                                                    " pass)")
+            raise bad(
+                "parallelism.async_tp",
+                True,
+                "needs parallelism.sequence_parallel and techniques.compile"
+                " of the blocks (torchtitan's micro-pipelined TP is an inductor"
+                " pass)",
+            )
         for key in ("reduce_bucket_elements", "sub_group_elements"):
             if getattr(par, key) is not None and not par.zero_stage:
-                raise bad(f"parallelism.{key}", getattr(par, key), "applies to DeepSpeed ZeRO stage 1, 2 or 3 "
-                                                                  "(parallelism.zero_stage)")
+                raise bad(
+                    f"parallelism.{key}",
+                    getattr(par, key),
+                    "applies to DeepSpeed ZeRO stage 1, 2 or 3 (parallelism.zero_stage)",
+                )
         if par.flat_params and not (par.zero_stage == 3 and task in ADAPTER_TASKS):
-            raise bad("parallelism.flat_params", True, "applies to lora and qlora under parallelism.zero_stage 3 (with"
-                                                       " every parameter trainable, flat and per-parameter sharding"
-                                                       " hold the same gradients)")
+            raise bad(
+                "parallelism.flat_params",
+                True,
+                "applies to lora and qlora under parallelism.zero_stage 3 (with"
+                " every parameter trainable, flat and per-parameter sharding"
+                " hold the same gradients)",
+            )
         if self.framework == "deepspeed" and par.pipeline > 1 and par.zero_stage >= 2:
             # deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/pipe/engine.py PipelineEngine.__init__
-            raise bad("parallelism.zero_stage", par.zero_stage, "is refused by DeepSpeed's pipeline engine ('ZeRO-2 "
-                                                                "and ZeRO-3 are incompatible with pipeline "
-                                                                "parallelism'): use ZeRO 0 or 1 with parallelism."
-                                                                "pipeline > 1")
+            raise bad(
+                "parallelism.zero_stage",
+                par.zero_stage,
+                "is refused by DeepSpeed's pipeline engine ('ZeRO-2 "
+                "and ZeRO-3 are incompatible with pipeline "
+                "parallelism'): use ZeRO 0 or 1 with parallelism."
+                "pipeline > 1",
+            )
         if self.precision.fp8_all_gather and par.zero_stage != 3:
             raise bad("precision.fp8_all_gather", True, "needs parallelism.zero_stage 3 (FSDP all-gathers weights)")
         if task == "inference":  # what inference does not model: a setting of training, refused rather than ignored
-            for key, value, unset in (("techniques.activation_offload", tech.activation_offload, False),
-                                      ("techniques.optimizer_in_backward", tech.optimizer_in_backward, False),
-                                      ("techniques.offload", tech.offload, "none"),
-                                      ("precision.fp8_all_gather", self.precision.fp8_all_gather, False),
-                                      ("parallelism.zero_stage", par.zero_stage, 0)):
+            for key, value, unset in (
+                ("techniques.activation_offload", tech.activation_offload, False),
+                ("techniques.optimizer_in_backward", tech.optimizer_in_backward, False),
+                ("techniques.offload", tech.offload, "none"),
+                ("precision.fp8_all_gather", self.precision.fp8_all_gather, False),
+                ("parallelism.zero_stage", par.zero_stage, 0),
+            ):
                 if value != unset:
                     raise bad(key, value, "applies to training, not inference")
         if self.framework == "generic" and self.framework_release:
@@ -594,45 +737,74 @@ class Plan:
         inf = self.workload.inference
         if task == "inference" and inf.gpu_memory_utilization is None:  # settings of a serving engine
             for key, value, unset, hint in (
-                    ("cuda_graphs", inf.cuda_graphs, True,
-                     "; a generate() loop captures graphs with techniques.compile over a static cache"),
-                    ("fraction_scope", inf.fraction_scope, "all", ""), ("max_num_seqs", inf.max_num_seqs, None, "")):
+                (
+                    "cuda_graphs",
+                    inf.cuda_graphs,
+                    True,
+                    "; a generate() loop captures graphs with techniques.compile over a static cache",
+                ),
+                ("fraction_scope", inf.fraction_scope, "all", ""),
+                ("max_num_seqs", inf.max_num_seqs, None, ""),
+            ):
                 if value != unset:
-                    raise bad(f"workload.inference.{key}", value,
-                              "applies to a serving engine (workload.inference.gpu_memory_utilization)" + hint)
+                    raise bad(
+                        f"workload.inference.{key}",
+                        value,
+                        "applies to a serving engine (workload.inference.gpu_memory_utilization)" + hint,
+                    )
         if task == "inference" and inf.gpu_memory_utilization is not None and inf.static_cache:
-            raise bad("workload.inference.static_cache", True, "applies to a generate() loop; a serving engine "
-                                                               "(gpu_memory_utilization) pages its KV cache")
+            raise bad(
+                "workload.inference.static_cache",
+                True,
+                "applies to a generate() loop; a serving engine (gpu_memory_utilization) pages its KV cache",
+            )
         if inference_framework and task != "inference":
             raise bad("framework", self.framework, f"serves models: workload.task must be inference, not {task}")
         if task == "inference" and self.framework != "generic" and not inference_framework:
-            raise bad("framework", self.framework, "is a training framework; for inference use vllm, sglang, "
-                                                   "hf_generate, gpt_fast or generic")
+            raise bad(
+                "framework",
+                self.framework,
+                "is a training framework; for inference use vllm, sglang, hf_generate, gpt_fast or generic",
+            )
 
     def _check_weights(self) -> None:
         """Resolve and check precision.weights against the task (quantized weights must be frozen)."""
         prec, task = self.precision, self.workload.task
         weights = prec.weights or default_weights(task, prec.activation_dtype, self.model)
         if task not in FROZEN_WEIGHTS and weights != prec.activation_dtype:
-            raise bad("precision.weights", weights, "applies to frozen or served weights (task lora, qlora or "
-                                                    "inference); full training keeps compute and master_weights")
+            raise bad(
+                "precision.weights",
+                weights,
+                "applies to frozen or served weights (task lora, qlora or "
+                "inference); full training keeps compute and master_weights",
+            )
         if task == "lora" and weights not in FROZEN_WEIGHTS["lora"]:
             raise bad("precision.weights", weights, "is quantized; a quantized frozen base is task qlora")
         if task == "qlora" and weights not in FROZEN_WEIGHTS["qlora"]:
-            raise bad("precision.weights", weights,
-                      f"must be quantized for qlora: one of {', '.join(FROZEN_WEIGHTS['qlora'])}")
+            raise bad(
+                "precision.weights",
+                weights,
+                f"must be quantized for qlora: one of {', '.join(FROZEN_WEIGHTS['qlora'])}",
+            )
         if prec.quant_group_size is not None and weights not in DEFAULT_GROUP_SIZE:
             raise bad("precision.quant_group_size", prec.quant_group_size, "applies to int4 and nf4 weights only")
         if prec.double_quant and weights != "nf4":
             raise bad("precision.double_quant", True, "applies to nf4 weights only")
         if self.workload.inference.quantize_on_load and (task != "inference" or weights not in TORCHAO_WEIGHTS):
-            raise bad("workload.inference.quantize_on_load", True,
-                      f"applies to served {', '.join(TORCHAO_WEIGHTS)} weights (torchao quantize_); the plan has "
-                      f"task {task}, weights {weights}")
+            raise bad(
+                "workload.inference.quantize_on_load",
+                True,
+                f"applies to served {', '.join(TORCHAO_WEIGHTS)} weights (torchao quantize_); the plan has "
+                f"task {task}, weights {weights}",
+            )
         if self.workload.inference.dynamic_activation_quant and not (
-                self.workload.inference.quantize_on_load and weights in ("int8", "fp8")):
-            raise bad("workload.inference.dynamic_activation_quant", True,
-                      "applies to int8 or fp8 weights torchao quantizes on load (workload.inference.quantize_on_load)")
+            self.workload.inference.quantize_on_load and weights in ("int8", "fp8")
+        ):
+            raise bad(
+                "workload.inference.dynamic_activation_quant",
+                True,
+                "applies to int8 or fp8 weights torchao quantizes on load (workload.inference.quantize_on_load)",
+            )
         if weights != prec.weights:  # resolved already (a plan's replace): the same precision, not rebuilt
             object.__setattr__(self, "precision", replace(prec, weights=weights))
 
@@ -667,10 +839,18 @@ def default_weights(task: str, activation_dtype: str, model: Model | None = None
     return "nf4" if task == "qlora" else activation_dtype
 
 
-SECTIONS: dict[str, type] = {"workload": Workload, "precision": Precision, "techniques": Techniques,
-                             "parallelism": Parallelism, "hardware": Hardware}
-NESTED: dict[tuple[str, str], type] = {("workload", "lora"): Lora, ("workload", "inference"): Inference,
-                                       ("workload", "preference"): Preference}
+SECTIONS: dict[str, type] = {
+    "workload": Workload,
+    "precision": Precision,
+    "techniques": Techniques,
+    "parallelism": Parallelism,
+    "hardware": Hardware,
+}
+NESTED: dict[tuple[str, str], type] = {
+    ("workload", "lora"): Lora,
+    ("workload", "inference"): Inference,
+    ("workload", "preference"): Preference,
+}
 TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIONS)
 
 
@@ -681,7 +861,10 @@ def section_keys(section: str) -> tuple[str, ...]:
 # what each serving engine does with a max_model_len beyond the config's length: vLLM raises ValueError unless the
 # environment variable is set (vllm/config/model.py _get_and_verify_max_len); SGLang likewise unless its
 # environment variable is set (sglang/srt/environ.py envs, which SGLang's own long-context tests override)
-LONG_CONTEXT_OVERRIDE = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
+LONG_CONTEXT_OVERRIDE = {
+    "vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+    "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+}
 
 
 def context_note(plan: Plan) -> str | None:
@@ -692,12 +875,16 @@ def context_note(plan: Plan) -> str | None:
     length = wl.inference.context_tokens if wl.task == "inference" else wl.sequence_length
     if window is None or length <= window:
         return None
-    head = (f"{length:,} tokens per sequence exceed the model's context window of {window:,} "
-            f"(model.context_window, its config.json's length)")
+    head = (
+        f"{length:,} tokens per sequence exceed the model's context window of {window:,} "
+        f"(model.context_window, its config.json's length)"
+    )
     if wl.task != "inference":
         return head + ": positions past it were never trained; extend the window (RoPE scaling) to train them"
     engine = plan.framework if plan.framework in LONG_CONTEXT_OVERRIDE else "vllm"
     if wl.inference.gpu_memory_utilization is None:
         return head + ": generation past it runs on positions the model never saw"
-    return (head + f": {engine} refuses this max_model_len unless {LONG_CONTEXT_OVERRIDE[engine]} (outputs past the "
-            f"window are unreliable); a rope_scaling override (YaRN) in the model's config extends it")
+    return (
+        head + f": {engine} refuses this max_model_len unless {LONG_CONTEXT_OVERRIDE[engine]} (outputs past the "
+        f"window are unreliable); a rope_scaling override (YaRN) in the model's config extends it"
+    )

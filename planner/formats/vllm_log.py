@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.catalog import Gpu, load_catalog
-from planner.codec import plan_from_dict, plan_from_yaml
 from planner.errors import PlanError, bad, short
 from planner.formats.base import Imported, set_key
 from planner.formats.vllm import read, read_mapping
@@ -35,8 +34,9 @@ from planner.frameworks import load_frameworks
 from planner.loader import LOG, check_size
 from planner.memory import estimate
 from planner.memory.inference import KV_BLOCK_TOKENS, kv_bytes_per_token
-from planner.models import model_from_dict
-from planner.plan import Plan
+from planner.plan.codec import plan_from_dict, plan_from_yaml
+from planner.plan.config import Plan
+from planner.plan.models import model_from_dict
 from planner.units import GiB, counted, format_bytes
 
 # a GPU is the catalog's when its usable memory is within this fraction of the log's total
@@ -54,12 +54,19 @@ _OTHER_RANK = re.compile(r"^\((?:VllmWorker rank=|VllmWorker TP|Worker_TP|Worker
 _NUM = r"(?<![\d.])(-?[\d.]++)"
 # figure → its messages, the most precise first (vLLM prints GiB with 2 decimals, the weights' own line with 4)
 GIB_PATTERNS = {
-    "weights": (rf"(?:Model loading|Loading model weights) took {_NUM} ?Gi?B", rf"model weights take\s*{_NUM}\s*GiB",
-                rf"Actual usage is {_NUM} GiB for weight"),
+    "weights": (
+        rf"(?:Model loading|Loading model weights) took {_NUM} ?Gi?B",
+        rf"model weights take\s*{_NUM}\s*GiB",
+        rf"Actual usage is {_NUM} GiB for weight",
+    ),
     "non_torch": (rf"non_torch_memory(?: takes)?\s*{_NUM}\s*GiB", rf"{_NUM} GiB for non-torch memory"),
     "activation": (rf"PyTorch activation peak memory(?: takes)?\s*{_NUM}\s*GiB", rf"{_NUM} GiB for peak activation"),
-    "kv_cache": (rf"Available KV cache memory: {_NUM} GiB", rf"reserved for KV Cache is\s*{_NUM}\s*GiB",
-                 rf"available_kv_cache_memory\s*{_NUM}\s*GiB", rf"Current kv cache memory in use is {_NUM} GiB"),
+    "kv_cache": (
+        rf"Available KV cache memory: {_NUM} GiB",
+        rf"reserved for KV Cache is\s*{_NUM}\s*GiB",
+        rf"available_kv_cache_memory\s*{_NUM}\s*GiB",
+        rf"Current kv cache memory in use is {_NUM} GiB",
+    ),
     "cuda_graph": (rf"Graph capturing finished in [\d.]+ secs?, took {_NUM} GiB", rf"{_NUM} GiB for CUDAGraph memory"),
     "total": (rf"total_gpu_memory\s*\(?{_NUM}\s*GiB", rf"Free memory on device \([\d.]+/{_NUM} GiB\)"),
 }
@@ -117,8 +124,10 @@ def _args(line: str) -> dict[str, Any]:
     """The dict of a "non-default args" line (one line: no line breaks); a value that is not a literal (a config
     object) kept as its text."""
     if len(line) > MAX_ARGS:
-        raise PlanError("non-default args", f"{len(line):,} characters is longer than the {MAX_ARGS:,}-character "
-                                            "limit (vLLM's are a few KB)")
+        raise PlanError(
+            "non-default args",
+            f"{len(line):,} characters is longer than the {MAX_ARGS:,}-character limit (vLLM's are a few KB)",
+        )
     try:
         node = ast.parse(line, mode="eval").body
     except (SyntaxError, RecursionError, MemoryError):  # CPython's parser: MemoryError for `- - - … 1` too deep
@@ -129,8 +138,11 @@ def _args(line: str) -> dict[str, Any]:
     out = {}
     for key, value in zip(node.keys, node.values):
         if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            raise bad("non-default args", _source(source, key) if key else f"**{_source(source, value)}",
-                      "is not an argument's name")
+            raise bad(
+                "non-default args",
+                _source(source, key) if key else f"**{_source(source, value)}",
+                "is not an argument's name",
+            )
         try:
             out[key.value] = ast.literal_eval(value)
         except (ValueError, TypeError):  # not a literal, or a literal dict or set of lists
@@ -140,7 +152,7 @@ def _args(line: str) -> dict[str, Any]:
 
 def _source(line: bytes, node: ast.expr) -> str:
     """A node's text in its one-line source (ast.get_source_segment splits the whole source again each time)."""
-    return line[node.col_offset:node.end_col_offset].decode()
+    return line[node.col_offset : node.end_col_offset].decode()
 
 
 def _figure(name: str, text: str | None, form: re.Pattern[str]) -> str | None:
@@ -159,22 +171,35 @@ def parse_vllm_log(text: str) -> VllmLog:
     other = {name: _first(kept, patterns) for name, patterns in OTHER_PATTERNS.items()}
     counts = {name: _figure(name, other[name], _COUNT) for name in ("gpu_blocks", "kv_tokens")}
     found = _CONCURRENCY.search(kept)
-    concurrency = (_figure("concurrency", found.group(1), _COUNT), _figure("concurrency", found.group(2), _DECIMAL)) \
-        if found else (None, None)
-    args = next((_args(m.group(1).rstrip()) for m in map(_ARGS.search, lines)
-                 if m and m.group(1).rstrip().endswith("}")), {})
+    concurrency = (
+        (_figure("concurrency", found.group(1), _COUNT), _figure("concurrency", found.group(2), _DECIMAL))
+        if found
+        else (None, None)
+    )
+    args = next(
+        (_args(m.group(1).rstrip()) for m in map(_ARGS.search, lines) if m and m.group(1).rstrip().endswith("}")), {}
+    )
     command = next((m.group(0) for m in map(_COMMAND.search, lines) if m), "")
     if not any(gib.values()) and not any(counts.values()) and not args:
-        raise PlanError("log", "has none of vLLM's start-up memory lines (\"Model loading took\", \"Available KV "
-                               "cache memory\", \"model weights take\", \"# GPU blocks\", \"GPU KV cache size\") nor "
-                               "its \"non-default args\"")
+        raise PlanError(
+            "log",
+            'has none of vLLM\'s start-up memory lines ("Model loading took", "Available KV '
+            'cache memory", "model weights take", "# GPU blocks", "GPU KV cache size") nor '
+            'its "non-default args"',
+        )
     as_int = lambda v: int(v.replace(",", "")) if v else None  # noqa: E731
     utilization = _figure("utilization", other["utilization"], _DECIMAL)
-    return VllmLog(version=other["version"] or "", utilization=float(utilization) if utilization else None,
-                   **{f"{name}_bytes": round(float(v) * GiB) if v else None for name, v in gib.items()},
-                   gpu_blocks=as_int(counts["gpu_blocks"]), kv_tokens=as_int(counts["kv_tokens"]),
-                   concurrency_tokens=as_int(concurrency[0]),
-                   max_concurrency=float(concurrency[1]) if concurrency[1] else None, args=args, command=command)
+    return VllmLog(
+        version=other["version"] or "",
+        utilization=float(utilization) if utilization else None,
+        **{f"{name}_bytes": round(float(v) * GiB) if v else None for name, v in gib.items()},
+        gpu_blocks=as_int(counts["gpu_blocks"]),
+        kv_tokens=as_int(counts["kv_tokens"]),
+        concurrency_tokens=as_int(concurrency[0]),
+        max_concurrency=float(concurrency[1]) if concurrency[1] else None,
+        args=args,
+        command=command,
+    )
 
 
 def catalog_gpu(total_bytes: int | None, catalog: dict[str, Gpu]) -> str | None:
@@ -225,8 +250,9 @@ def _release(version: str) -> tuple[str, str]:
     at_or_before = [r for r in tagged if _numbers(r) <= wanted]
     if at_or_before:
         return at_or_before[-1], ""
-    return tagged[0], (f"vLLM {version}: before the recipe's releases (from {tagged[0]}); planned with "
-                       f"{tagged[0]}'s memory accounting")
+    return tagged[0], (
+        f"vLLM {version}: before the recipe's releases (from {tagged[0]}); planned with {tagged[0]}'s memory accounting"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,12 +282,16 @@ class Comparison:
 def _serving(plan: Plan) -> None:
     """A plan the log can stand beside: one a serving engine runs (an engine's budget: gpu_memory_utilization)."""
     if plan.workload.task != "inference":
-        raise bad("workload.task", plan.workload.task, "is training: vLLM's log stands beside a serving plan "
-                                                       "(workload.task inference)")
+        raise bad(
+            "workload.task",
+            plan.workload.task,
+            "is training: vLLM's log stands beside a serving plan (workload.task inference)",
+        )
     if plan.workload.inference.gpu_memory_utilization is None:
-        raise PlanError("workload.inference.gpu_memory_utilization", "not set, so no engine serves the plan: vLLM's "
-                                                                     "log stands beside a serving plan (framework "
-                                                                     "vllm sets it)")
+        raise PlanError(
+            "workload.inference.gpu_memory_utilization",
+            "not set, so no engine serves the plan: vLLM's log stands beside a serving plan (framework vllm sets it)",
+        )
 
 
 def _logged_name(log: VllmLog) -> str:
@@ -281,9 +311,12 @@ def same_model(plan: Plan, log: VllmLog, catalog: dict[str, Gpu]) -> None:
     logged = model_from_dict(said)
     if replace(plan.model, preset=None) != replace(logged, preset=None):
         named = ", ".join(filter(None, (_logged_name(log), logged.preset and f"preset {logged.preset}")))
-        raise bad("model", plan.model.preset or plan.name or "the plan's architecture",
-                  f"is not the model the log serves ({named or 'its arguments say another'}); compare a plan of "
-                  f"that model, or the log's own plan")
+        raise bad(
+            "model",
+            plan.model.preset or plan.name or "the plan's architecture",
+            f"is not the model the log serves ({named or 'its arguments say another'}); compare a plan of "
+            f"that model, or the log's own plan",
+        )
 
 
 def weights_note(log: VllmLog, planned: int | None) -> str:
@@ -291,9 +324,11 @@ def weights_note(log: VllmLog, planned: int | None) -> str:
     either is absent)."""
     if not log.weights_bytes or not planned or abs(planned - log.weights_bytes) <= WEIGHTS_MATCH * log.weights_bytes:
         return ""
-    return (f"warning: the log's weights take {format_bytes(log.weights_bytes)} per GPU, the plan's "
-            f"{format_bytes(planned)} ({planned / log.weights_bytes:.2f} ×): the plan's model, tensor-parallel "
-            f"degree or weight dtype is likely not the log's, and then its rows compare two different runs")
+    return (
+        f"warning: the log's weights take {format_bytes(log.weights_bytes)} per GPU, the plan's "
+        f"{format_bytes(planned)} ({planned / log.weights_bytes:.2f} ×): the plan's model, tensor-parallel "
+        f"degree or weight dtype is likely not the log's, and then its rows compare two different runs"
+    )
 
 
 def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> Comparison:
@@ -307,23 +342,40 @@ def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> 
     by_name = {i.name: i.bytes for i in est.items}
     # vLLM's non-torch figure: NCCL and custom all-reduce, and the CUDA context where the release counts it
     # (fraction_scope device: V0 and V1 before 0.9.1, whose figure is device memory used less torch's)
-    non_torch = ("nccl", "custom_all_reduce") + (("cuda_context",) if plan.workload.inference.fraction_scope == "device"
-                                                 else ())
-    planned = {"weights": by_name.get("weights"), "non-torch memory": sum(by_name.get(n, 0) for n in non_torch),
-               "activation peak": by_name.get("activations"), "KV cache": est.serving.kv_budget_bytes,
-               "CUDA graphs": by_name.get("cuda_graphs", 0)}
-    logged = {"weights": log.weights_bytes, "non-torch memory": log.non_torch_bytes,
-              "activation peak": log.activation_bytes, "KV cache": log.kv_cache_bytes,
-              "CUDA graphs": log.cuda_graph_bytes}
+    non_torch = ("nccl", "custom_all_reduce") + (
+        ("cuda_context",) if plan.workload.inference.fraction_scope == "device" else ()
+    )
+    planned = {
+        "weights": by_name.get("weights"),
+        "non-torch memory": sum(by_name.get(n, 0) for n in non_torch),
+        "activation peak": by_name.get("activations"),
+        "KV cache": est.serving.kv_budget_bytes,
+        "CUDA graphs": by_name.get("cuda_graphs", 0),
+    }
+    logged = {
+        "weights": log.weights_bytes,
+        "non-torch memory": log.non_torch_bytes,
+        "activation peak": log.activation_bytes,
+        "KV cache": log.kv_cache_bytes,
+        "CUDA graphs": log.cuda_graph_bytes,
+    }
     per_token = kv_bytes_per_token(plan)
     ctx = plan.workload.inference.context_tokens
-    tokens = (max(0, log.kv_cache_bytes) // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
-              if log.kv_cache_bytes is not None else None)
-    return Comparison(rows=tuple(Row(item=k, log_bytes=logged[k], plan_bytes=planned[k]) for k in planned),
-                      note=weights_note(log, planned["weights"]), context_tokens=ctx, kv_bytes_per_token=per_token, log_kv_tokens=tokens,
-                      log_concurrency=tokens / ctx if tokens is not None else None,
-                      plan_kv_tokens=est.serving.kv_budget_bytes // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
-                      plan_concurrency=est.serving.max_concurrent_sequences)
+    tokens = (
+        max(0, log.kv_cache_bytes) // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
+        if log.kv_cache_bytes is not None
+        else None
+    )
+    return Comparison(
+        rows=tuple(Row(item=k, log_bytes=logged[k], plan_bytes=planned[k]) for k in planned),
+        note=weights_note(log, planned["weights"]),
+        context_tokens=ctx,
+        kv_bytes_per_token=per_token,
+        log_kv_tokens=tokens,
+        log_concurrency=tokens / ctx if tokens is not None else None,
+        plan_kv_tokens=est.serving.kv_budget_bytes // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
+        plan_concurrency=est.serving.max_concurrent_sequences,
+    )
 
 
 def _log_plan(log: VllmLog, catalog: dict[str, Gpu]) -> Plan:
@@ -338,21 +390,29 @@ def _log_plan(log: VllmLog, catalog: dict[str, Gpu]) -> Plan:
 def comparison_rows(cmp: Comparison) -> list[dict[str, str]]:
     """Each item's log and planner figures and the planner's less the log's, formatted ('—' where absent)."""
     show = lambda b: format_bytes(b) if b is not None else "—"  # noqa: E731
-    return [{"item": r.item, "vLLM log": show(r.log_bytes), "planner": show(r.plan_bytes),
-             "difference": show(r.difference)} for r in cmp.rows]
+    return [
+        {"item": r.item, "vLLM log": show(r.log_bytes), "planner": show(r.plan_bytes), "difference": show(r.difference)}
+        for r in cmp.rows
+    ]
 
 
 def calibration_lines(plan: Plan, gpu_name: str, cmp: Comparison, log: VllmLog) -> list[str]:
     """The plan compared, and the KV capacity of the log's KV memory beside the planner's own, in words."""
-    lines = [f"plan: {plan.model.preset or plan.name or 'model'} on {gpu_name}, tensor {plan.parallelism.tensor}, "
-             f"{cmp.context_tokens:,} tokens a sequence, {format_bytes(cmp.kv_bytes_per_token, 'B')} of KV a token "
-             f"per GPU"]
+    lines = [
+        f"plan: {plan.model.preset or plan.name or 'model'} on {gpu_name}, tensor {plan.parallelism.tensor}, "
+        f"{cmp.context_tokens:,} tokens a sequence, {format_bytes(cmp.kv_bytes_per_token, 'B')} of KV a token "
+        f"per GPU"
+    ]
     if cmp.log_kv_tokens is not None:
-        lines.append(f"the log's KV memory holds {counted(cmp.log_kv_tokens, 'token')} at the planner's bytes a token: "
-                     f"{cmp.log_concurrency:.2f} sequences of {cmp.context_tokens:,} tokens"
-                     + (f" (vLLM: {log.kv_tokens:,} tokens)" if log.kv_tokens else ""))
-    lines.append(f"the planner's own KV budget holds {counted(cmp.plan_kv_tokens, 'token')}: "
-                 f"{counted(cmp.plan_concurrency, 'sequence')} of {cmp.context_tokens:,} tokens")
+        lines.append(
+            f"the log's KV memory holds {counted(cmp.log_kv_tokens, 'token')} at the planner's bytes a token: "
+            f"{cmp.log_concurrency:.2f} sequences of {cmp.context_tokens:,} tokens"
+            + (f" (vLLM: {log.kv_tokens:,} tokens)" if log.kv_tokens else "")
+        )
+    lines.append(
+        f"the planner's own KV budget holds {counted(cmp.plan_kv_tokens, 'token')}: "
+        f"{counted(cmp.plan_concurrency, 'sequence')} of {cmp.context_tokens:,} tokens"
+    )
     return lines
 
 
@@ -363,7 +423,8 @@ def vllm_log_table(text: str, plan_text: str | None, catalog: dict[str, Gpu]) ->
     cmp = compare(plan, log, catalog)
     lines = [cmp.note] if cmp.note else []
     lines += [f"{'item':<18}{'vLLM log':>14}{'planner':>14}{'difference':>14}"]
-    lines += [f"{r['item']:<18}{r['vLLM log']:>14}{r['planner']:>14}{r['difference']:>14}"
-              for r in comparison_rows(cmp)]
+    lines += [
+        f"{r['item']:<18}{r['vLLM log']:>14}{r['planner']:>14}{r['difference']:>14}" for r in comparison_rows(cmp)
+    ]
     lines += calibration_lines(plan, catalog[plan.hardware.gpu].name, cmp, log)
     return "\n".join(lines) + "\n"

@@ -2,8 +2,8 @@
 the device facts from nvidia-smi, and the measured rows.
 
 A plan is measured on a model built from its architecture with random weights (nothing downloaded) by
-`planner/measure_run.py` (torch, transformers; the `measure` extra), or by vLLM for a serving plan
-(`planner/measure_serve.py`). The `vram-planner measure` command and `bench/measure_gpu.py`'s grid both run
+`planner/measure/run.py` (torch, transformers; the `measure` extra), or by vLLM for a serving plan
+(`planner/measure/serve.py`). The `vram-planner measure` command and `bench/measure_gpu.py`'s grid both run
 through here. A configuration is a dict {"name", "arch", "plan"}: the plan dict with explicit architecture keys
 and the Hugging Face architecture (llama, qwen2, gpt2, mixtral) that realizes it.
 """
@@ -23,11 +23,11 @@ from types import ModuleType
 from typing import Any, Literal, get_args
 
 from planner.catalog import load_catalog
-from planner.codec import plan_from_dict, plan_to_dict
 from planner.errors import PlanError, bad
 from planner.memory import estimate
-from planner.models import model_from_dict, model_to_dict, param_counts
-from planner.plan import Plan
+from planner.plan.codec import plan_from_dict, plan_to_dict
+from planner.plan.config import Plan
+from planner.plan.models import model_from_dict, model_to_dict, param_counts
 
 Arch = Literal["llama", "qwen2", "gpt2", "mixtral"]
 ARCHS: tuple[str, ...] = get_args(Arch)
@@ -62,22 +62,75 @@ RUNNABLE_INFERENCE: dict[str, tuple[tuple[Any, ...], str]] = {
 # bench/data/measured-dev.csv's columns (bench/data/measured-dev-sources.md explains each; bench/accuracy.py
 # reads them back into a plan with `express`).
 DEV_COLUMNS = [
-    "row_id", "source_id", "source_ref", "table_or_section", "model", "arch_family", "n_layers", "hidden",
-    "n_heads", "n_kv_heads", "ffn_dim", "vocab", "tied_embeddings", "params_b", "task", "seq_len", "micro_batch",
-    "tokens_per_microbatch_per_gpu", "global_batch", "grad_accum", "pp_microbatches", "param_dtype",
-    "compute_dtype", "master_weights", "grad_dtype", "optimizer", "optimizer_state_dtype", "act_ckpt",
-    "attention_impl", "compile", "loss_impl", "quantization", "peft_config", "framework", "dp_replicate",
-    "fsdp_or_zero", "dp_shard", "tp", "pp", "cp", "offload", "gpu_type", "gpu_capacity_gib", "n_gpus",
-    "measured_value", "measured_unit", "measured_gib", "measured_metric", "quality", "notes",
+    "row_id",
+    "source_id",
+    "source_ref",
+    "table_or_section",
+    "model",
+    "arch_family",
+    "n_layers",
+    "hidden",
+    "n_heads",
+    "n_kv_heads",
+    "ffn_dim",
+    "vocab",
+    "tied_embeddings",
+    "params_b",
+    "task",
+    "seq_len",
+    "micro_batch",
+    "tokens_per_microbatch_per_gpu",
+    "global_batch",
+    "grad_accum",
+    "pp_microbatches",
+    "param_dtype",
+    "compute_dtype",
+    "master_weights",
+    "grad_dtype",
+    "optimizer",
+    "optimizer_state_dtype",
+    "act_ckpt",
+    "attention_impl",
+    "compile",
+    "loss_impl",
+    "quantization",
+    "peft_config",
+    "framework",
+    "dp_replicate",
+    "fsdp_or_zero",
+    "dp_shard",
+    "tp",
+    "pp",
+    "cp",
+    "offload",
+    "gpu_type",
+    "gpu_capacity_gib",
+    "n_gpus",
+    "measured_value",
+    "measured_unit",
+    "measured_gib",
+    "measured_metric",
+    "quality",
+    "notes",
 ]
 # the statistic each measurement is, as bench/accuracy.py's `statistic` reads measured_metric
-METRICS = {"peak_allocated_bytes": "torch.cuda.max_memory_allocated",
-           "peak_reserved_bytes": "torch.cuda.max_memory_reserved",
-           "device_bytes": "nvidia-smi (device memory of the process)"}
-ARCH_FAMILY = {"llama": "llama (RMSNorm, SwiGLU, RoPE)", "qwen2": "qwen2 (RMSNorm, SwiGLU, RoPE)",
-               "gpt2": "gpt2 (GELU, LayerNorm, learned positions)", "mixtral": "mixtral (MoE, RMSNorm, SwiGLU)"}
-OPTIMIZER_TEXT = {"adamw": "AdamW (torch)", "adamw_8bit": "AdamW 8bit (bitsandbytes)",
-                  "sgd": "SGD (torch, no Adam state)", "sgd_momentum": "SGD momentum (torch, no Adam state)"}
+METRICS = {
+    "peak_allocated_bytes": "torch.cuda.max_memory_allocated",
+    "peak_reserved_bytes": "torch.cuda.max_memory_reserved",
+    "device_bytes": "nvidia-smi (device memory of the process)",
+}
+ARCH_FAMILY = {
+    "llama": "llama (RMSNorm, SwiGLU, RoPE)",
+    "qwen2": "qwen2 (RMSNorm, SwiGLU, RoPE)",
+    "gpt2": "gpt2 (GELU, LayerNorm, learned positions)",
+    "mixtral": "mixtral (MoE, RMSNorm, SwiGLU)",
+}
+OPTIMIZER_TEXT = {
+    "adamw": "AdamW (torch)",
+    "adamw_8bit": "AdamW 8bit (bitsandbytes)",
+    "sgd": "SGD (torch, no Adam state)",
+    "sgd_momentum": "SGD momentum (torch, no Adam state)",
+}
 
 
 def normalize(config: Any) -> dict:
@@ -94,9 +147,13 @@ def normalize(config: Any) -> dict:
         raise PlanError("model", "the plan needs a model block")
     m = model_from_dict(plan["model"])
     if m.mla or m.sliding_window is not None or m.shared_experts or m.first_dense_layers or m.layer_pattern:
-        raise bad("model", m.preset or "the plan's model", "is not built by the runner: latent attention, sliding "
-                  "windows, shared experts, leading dense layers and hybrid layers are not llama, qwen2, gpt2 or "
-                  "mixtral shapes")
+        raise bad(
+            "model",
+            m.preset or "the plan's model",
+            "is not built by the runner: latent attention, sliding "
+            "windows, shared experts, leading dense layers and hybrid layers are not llama, qwen2, gpt2 or "
+            "mixtral shapes",
+        )
     plan["model"] = model_to_dict(dataclasses.replace(m, preset=None, approx_params=None))
     for section in ("workload", "precision", "techniques"):
         plan[section] = plan.get(section) or {}
@@ -141,21 +198,36 @@ def hf_config(arch: str, model: dict, positions: int) -> tuple[str, dict]:
     head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
     common = {"vocab_size": model["vocab_size"], "tie_word_embeddings": bool(model.get("tie_embeddings", False))}
     if arch == "gpt2":
-        return "GPT2Config", {"n_embd": model["hidden_size"], "n_layer": model["num_layers"],
-                              "n_head": model["num_attention_heads"], "n_inner": model["intermediate_size"],
-                              "n_positions": max(positions, 1024), "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-                              "attn_pdrop": 0.0, **common}
-    kwargs = {"hidden_size": model["hidden_size"], "num_hidden_layers": model["num_layers"],
-              "num_attention_heads": model["num_attention_heads"], "num_key_value_heads": n_kv,
-              "intermediate_size": model["intermediate_size"], "head_dim": head_dim,
-              "max_position_embeddings": max(positions, 4096), **common}
+        return "GPT2Config", {
+            "n_embd": model["hidden_size"],
+            "n_layer": model["num_layers"],
+            "n_head": model["num_attention_heads"],
+            "n_inner": model["intermediate_size"],
+            "n_positions": max(positions, 1024),
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+            **common,
+        }
+    kwargs = {
+        "hidden_size": model["hidden_size"],
+        "num_hidden_layers": model["num_layers"],
+        "num_attention_heads": model["num_attention_heads"],
+        "num_key_value_heads": n_kv,
+        "intermediate_size": model["intermediate_size"],
+        "head_dim": head_dim,
+        "max_position_embeddings": max(positions, 4096),
+        **common,
+    }
     if arch == "llama":
-        return "LlamaConfig", {"attention_bias": bool(model.get("bias")), "mlp_bias": bool(model.get("bias")),
-                               **kwargs}
+        return "LlamaConfig", {"attention_bias": bool(model.get("bias")), "mlp_bias": bool(model.get("bias")), **kwargs}
     if arch == "qwen2":
         return "Qwen2Config", {"use_sliding_window": False, **kwargs}
-    return "MixtralConfig", {"num_local_experts": model["num_experts"],
-                             "num_experts_per_tok": model["experts_per_token"], **kwargs}
+    return "MixtralConfig", {
+        "num_local_experts": model["num_experts"],
+        "num_experts_per_tok": model["experts_per_token"],
+        **kwargs,
+    }
 
 
 def attn_implementation(plan: dict) -> str:
@@ -165,44 +237,61 @@ def attn_implementation(plan: dict) -> str:
 
 def predict(plan: dict, catalog: dict | None = None) -> dict[str, int]:
     est = estimate(plan_from_dict(plan), catalog if catalog is not None else load_catalog(None))
-    return {"peak_allocated_bytes": est.peak_allocated_bytes, "peak_reserved_bytes": est.peak_reserved_bytes,
-            "device_bytes": est.device_bytes}
+    return {
+        "peak_allocated_bytes": est.peak_allocated_bytes,
+        "peak_reserved_bytes": est.peak_reserved_bytes,
+        "device_bytes": est.device_bytes,
+    }
 
 
 def workload_text(config: dict, steps: int = TRAIN_STEPS) -> str:
     """What a run does, in one line."""
     wl = config["plan"]["workload"]
     if wl.get("task") != "inference":
-        return (f"{steps} training steps ({wl.get('task', 'pretrain')}): micro-batch "
-                f"{wl.get('micro_batch_size', 1)} × {wl.get('sequence_length', 4096):,} tokens, forward with HF's "
-                "loss, backward, clip_grad_norm_, optimizer step")
+        return (
+            f"{steps} training steps ({wl.get('task', 'pretrain')}): micro-batch "
+            f"{wl.get('micro_batch_size', 1)} × {wl.get('sequence_length', 4096):,} tokens, forward with HF's "
+            "loss, backward, clip_grad_norm_, optimizer step"
+        )
     inf = wl.get("inference", {})
-    what = ("vLLM serving, gpu_memory_utilization " f"{inf['gpu_memory_utilization']}" if serving_engine(config)
-            else "greedy generate with the KV cache")
-    return (f"{what}: batch {inf.get('batch_size', 1)}, {inf.get('prompt_tokens', 1024):,} prompt + "
-            f"{inf.get('output_tokens', 256):,} new tokens")
+    what = (
+        f"vLLM serving, gpu_memory_utilization {inf['gpu_memory_utilization']}"
+        if serving_engine(config)
+        else "greedy generate with the KV cache"
+    )
+    return (
+        f"{what}: batch {inf.get('batch_size', 1)}, {inf.get('prompt_tokens', 1024):,} prompt + "
+        f"{inf.get('output_tokens', 256):,} new tokens"
+    )
 
 
 def dry_run_text(config: dict, predicted: dict[str, int], steps: int = TRAIN_STEPS) -> str:
     """What `vram-planner measure --dry-run` prints: the model it would build, the run, the prediction."""
     cls, kwargs = hf_config(config["arch"], config["plan"]["model"], max_positions(config["plan"]))
-    lines = [f"{config['name']}: would build transformers.{cls} with random weights "
-             f"(attn_implementation {attn_implementation(config['plan'])}):",
-             *(f"  {k}: {v}" for k, v in kwargs.items()),
-             f"run: {workload_text(config, steps)}",
-             "predicted:",
-             *(f"  {label:<14}{predicted[key] / GiB:9.2f} GiB" for key, label in STAT_LABELS.items())]
+    lines = [
+        f"{config['name']}: would build transformers.{cls} with random weights "
+        f"(attn_implementation {attn_implementation(config['plan'])}):",
+        *(f"  {k}: {v}" for k, v in kwargs.items()),
+        f"run: {workload_text(config, steps)}",
+        "predicted:",
+        *(f"  {label:<14}{predicted[key] / GiB:9.2f} GiB" for key, label in STAT_LABELS.items()),
+    ]
     return "\n".join(lines) + "\n"
 
 
-STAT_LABELS = {"peak_allocated_bytes": "max allocated", "peak_reserved_bytes": "max reserved",
-               "device_bytes": "device memory"}
+STAT_LABELS = {
+    "peak_allocated_bytes": "max allocated",
+    "peak_reserved_bytes": "max reserved",
+    "device_bytes": "device memory",
+}
 
 
 def result_text(config: dict, measured: dict, predicted: dict[str, int]) -> str:
     """Measured next to predicted, with the error in percent of the measured value."""
-    lines = [f"{config['name']} on {measured.get('device', '?')}: {workload_text(config)}",
-             f"  {'':<14}{'measured GiB':>13}{'predicted GiB':>15}{'error':>9}"]
+    lines = [
+        f"{config['name']} on {measured.get('device', '?')}: {workload_text(config)}",
+        f"  {'':<14}{'measured GiB':>13}{'predicted GiB':>15}{'error':>9}",
+    ]
     for key, label in STAT_LABELS.items():
         got = measured.get(key)  # None where the run cannot see it (a vLLM engine's allocator)
         shown, error = (f"{got / GiB:.2f}", f"{100 * (predicted[key] - got) / got:+.1f}%") if got else ("-", "-")
@@ -225,8 +314,13 @@ def nvidia_smi(query: str, *, apps: bool = False) -> list[str] | None:
     """nvidia-smi's answer to a --query-gpu (or, with apps, --query-compute-apps) query; None without it."""
     flag = "--query-compute-apps" if apps else "--query-gpu"
     try:
-        res = subprocess.run(["nvidia-smi", f"{flag}={query}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=False)
+        res = subprocess.run(
+            ["nvidia-smi", f"{flag}={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if res.returncode:
@@ -245,20 +339,26 @@ def needs_skip(config: dict, device: str) -> str | None:
     return None
 
 
-NO_TORCH = ("needs PyTorch and transformers with a CUDA GPU, and {name} is not installed: "
-            'pip install "vram-planner[measure]" (--dry-run shows the run and the prediction without them)')
-NO_CUDA = ("needs a CUDA GPU, and torch finds none (torch.cuda.is_available() is false); --dry-run shows the run "
-           "and the prediction")
-NO_VLLM = ("a serving plan (workload.inference.gpu_memory_utilization) is measured with vLLM, which is not "
-           "installed: pip install vllm, or leave gpu_memory_utilization out to measure a generate() loop")
+NO_TORCH = (
+    "needs PyTorch and transformers with a CUDA GPU, and {name} is not installed: "
+    'pip install "vram-planner[measure]" (--dry-run shows the run and the prediction without them)'
+)
+NO_CUDA = (
+    "needs a CUDA GPU, and torch finds none (torch.cuda.is_available() is false); --dry-run shows the run "
+    "and the prediction"
+)
+NO_VLLM = (
+    "a serving plan (workload.inference.gpu_memory_utilization) is measured with vLLM, which is not "
+    "installed: pip install vllm, or leave gpu_memory_utilization out to measure a generate() loop"
+)
 RUNNER_PACKAGES = ("torch", "transformers", "vllm")  # what a runner module imports at its top
 
 
-def load_runner(name: Literal["measure_run", "measure_serve"]) -> ModuleType:
+def load_runner(name: Literal["run", "serve"]) -> ModuleType:
     """The one place a runner module is imported: they import torch (and vLLM) at their top, which only a real
     run may need, so importing them with the rest of the planner would make every command need the `measure`
     extra. Raises ModuleNotFoundError when torch (or vLLM) is not installed."""
-    return importlib.import_module(f"planner.{name}")
+    return importlib.import_module(f"planner.measure.{name}")
 
 
 def runner_for(config: dict) -> ModuleType:
@@ -267,7 +367,7 @@ def runner_for(config: dict) -> ModuleType:
     if serving and importlib.util.find_spec("vllm") is None:
         raise PlanError("measure", NO_VLLM)
     try:
-        runner = load_runner("measure_serve" if serving else "measure_run")
+        runner = load_runner("serve" if serving else "run")
     except ModuleNotFoundError as exc:
         if exc.name not in RUNNER_PACKAGES:
             raise
@@ -279,8 +379,10 @@ def runner_for(config: dict) -> ModuleType:
 
 def _peft_text(lora: dict) -> str:
     """peft_config as bench/accuracy.py's `_lora` reads it: 'LoRA r=16 alpha=32 dropout 0.0 on q,v'."""
-    return (f"LoRA r={lora.get('rank', 8)} alpha={lora.get('alpha', 16):g} dropout {lora.get('dropout', 0.0):g} "
-            f"on {','.join(lora.get('targets', ['q', 'v']))}")
+    return (
+        f"LoRA r={lora.get('rank', 8)} alpha={lora.get('alpha', 16):g} dropout {lora.get('dropout', 0.0):g} "
+        f"on {','.join(lora.get('targets', ['q', 'v']))}"
+    )
 
 
 def _plan_columns(config: dict) -> dict[str, Any]:
@@ -289,32 +391,60 @@ def _plan_columns(config: dict) -> dict[str, Any]:
     m, wl, prec, tech = plan["model"], plan["workload"], plan["precision"], plan["techniques"]
     task = wl.get("task", "pretrain")
     inf = wl.get("inference", {})
-    seq = (f"{inf.get('prompt_tokens', 1024)} prompt + {inf.get('output_tokens', 256)} new" if task == "inference"
-           else wl.get("sequence_length", 4096))
+    seq = (
+        f"{inf.get('prompt_tokens', 1024)} prompt + {inf.get('output_tokens', 256)} new"
+        if task == "inference"
+        else wl.get("sequence_length", 4096)
+    )
     batch = inf.get("batch_size", 1) if task == "inference" else wl.get("micro_batch_size", 1)
     compute, master = prec.get("compute", "bf16"), prec.get("master_weights", "fp32")
     quant = ("nf4" + (" dq" if prec.get("double_quant") else "")) if task == "qlora" else "none"
     params = param_counts(model_from_dict(m)).total
     return {
-        "model": plan.get("name") or config["name"], "arch_family": ARCH_FAMILY[config["arch"]],
-        "n_layers": m["num_layers"], "hidden": m["hidden_size"], "n_heads": m["num_attention_heads"],
-        "n_kv_heads": m.get("num_kv_heads") or m["num_attention_heads"], "ffn_dim": m["intermediate_size"],
-        "vocab": m["vocab_size"], "tied_embeddings": "yes" if m.get("tie_embeddings") else "no",
-        "params_b": f"{params / 1e9:.3f}", "task": task, "seq_len": seq, "micro_batch": batch,
+        "model": plan.get("name") or config["name"],
+        "arch_family": ARCH_FAMILY[config["arch"]],
+        "n_layers": m["num_layers"],
+        "hidden": m["hidden_size"],
+        "n_heads": m["num_attention_heads"],
+        "n_kv_heads": m.get("num_kv_heads") or m["num_attention_heads"],
+        "ffn_dim": m["intermediate_size"],
+        "vocab": m["vocab_size"],
+        "tied_embeddings": "yes" if m.get("tie_embeddings") else "no",
+        "params_b": f"{params / 1e9:.3f}",
+        "task": task,
+        "seq_len": seq,
+        "micro_batch": batch,
         "tokens_per_microbatch_per_gpu": batch * (max_positions(plan) if task == "inference" else seq),
-        "global_batch": batch, "grad_accum": 1,
+        "global_batch": batch,
+        "grad_accum": 1,
         "param_dtype": "fp32" if master == "fp32" and task not in ("lora", "qlora", "inference") else compute,
-        "compute_dtype": compute, "master_weights": "fp32" if master == "fp32" else "none",
+        "compute_dtype": compute,
+        "master_weights": "fp32" if master == "fp32" else "none",
         "grad_dtype": prec.get("gradients", "") if task != "inference" else "",
-        "optimizer": ((OPTIMIZER_TEXT[prec.get("optimizer", "adamw")]
-                       + (" fused" if prec.get("optimizer_impl") == "fused" else "")) if task != "inference" else ""),
+        "optimizer": (
+            (
+                OPTIMIZER_TEXT[prec.get("optimizer", "adamw")]
+                + (" fused" if prec.get("optimizer_impl") == "fused" else "")
+            )
+            if task != "inference"
+            else ""
+        ),
         "optimizer_state_dtype": prec.get("optimizer_state", "") if task != "inference" else "",
         "act_ckpt": tech.get("activation_checkpointing", "none"),
         "attention_impl": "eager" if attn_implementation(plan) == "eager" else "SDPA",
-        "compile": "no", "loss_impl": "CE full logits (HF)", "quantization": quant,
+        "compile": "no",
+        "loss_impl": "CE full logits (HF)",
+        "quantization": quant,
         "peft_config": _peft_text(wl.get("lora", {})) if task in ("lora", "qlora") else "",
-        "framework": "HF transformers (vram-planner measure)", "dp_replicate": 1, "fsdp_or_zero": "none",
-        "dp_shard": 1, "tp": 1, "pp": 1, "cp": 1, "offload": "none", "n_gpus": 1,
+        "framework": "HF transformers (vram-planner measure)",
+        "dp_replicate": 1,
+        "fsdp_or_zero": "none",
+        "dp_shard": 1,
+        "tp": 1,
+        "pp": 1,
+        "cp": 1,
+        "offload": "none",
+        "n_gpus": 1,
     }
 
 
@@ -332,13 +462,24 @@ def dev_rows(config: dict, measured: dict, *, row_id: str = "new") -> list[dict[
         if value is None:
             continue
         from_smi = key != "device_bytes" or "nvidia-smi" in measured.get("device_bytes_source", "")
-        rows.append({c: "" for c in DEV_COLUMNS} | _plan_columns(config) | {
-            "row_id": f"{row_id}-{key.split('_')[-2]}", "source_id": "vram-planner-measure", "source_ref": source,
-            "table_or_section": measured.get("timestamp", ""), "gpu_type": measured.get("device", ""),
-            "gpu_capacity_gib": f"{capacity / GiB:.2f}" if capacity else "", "measured_value": int(value),
-            "measured_unit": "bytes", "measured_gib": f"{value / GiB:.3f}",
-            "measured_metric": metric if from_smi else f"{metric}: {measured['device_bytes_source']}",
-            "quality": "A", "notes": f"{run}; random weights; plan: {plan_json}"})
+        rows.append(
+            {c: "" for c in DEV_COLUMNS}
+            | _plan_columns(config)
+            | {
+                "row_id": f"{row_id}-{key.split('_')[-2]}",
+                "source_id": "vram-planner-measure",
+                "source_ref": source,
+                "table_or_section": measured.get("timestamp", ""),
+                "gpu_type": measured.get("device", ""),
+                "gpu_capacity_gib": f"{capacity / GiB:.2f}" if capacity else "",
+                "measured_value": int(value),
+                "measured_unit": "bytes",
+                "measured_gib": f"{value / GiB:.3f}",
+                "measured_metric": metric if from_smi else f"{metric}: {measured['device_bytes_source']}",
+                "quality": "A",
+                "notes": f"{run}; random weights; plan: {plan_json}",
+            }
+        )
     return rows
 
 

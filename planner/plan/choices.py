@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from planner.models import Model
-from planner.plan import Inference, Lora, Parallelism, Plan, Precision, Techniques, Workload
+from planner.plan.config import Inference, Lora, Parallelism, Plan, Precision, Techniques, Workload
+from planner.plan.models import Model
 
 # the plan's blocks with the dotted prefix of their keys ("" for the top level)
-_BLOCKS: dict[str, type] = {"": Plan, "model": Model, "workload": Workload, "workload.lora": Lora,
-                            "workload.inference": Inference, "precision": Precision, "techniques": Techniques,
-                            "parallelism": Parallelism}
+_BLOCKS: dict[str, type] = {
+    "": Plan,
+    "model": Model,
+    "workload": Workload,
+    "workload.lora": Lora,
+    "workload.inference": Inference,
+    "precision": Precision,
+    "techniques": Techniques,
+    "parallelism": Parallelism,
+}
 
 
 def literal_values(annotation: Any) -> tuple:
@@ -38,8 +45,12 @@ def _choices() -> dict[str, tuple]:
 
 CHOICES: dict[str, tuple] = _choices()  # dotted plan key -> its values, in the Literal's order
 # keys whose value is a list of those values (workload.lora.targets)
-LISTS = frozenset(f"{block}.{key}".lstrip(".") for block, cls in _BLOCKS.items()
-                  for key, annotation in get_type_hints(cls).items() if get_origin(annotation) is tuple)
+LISTS = frozenset(
+    f"{block}.{key}".lstrip(".")
+    for block, cls in _BLOCKS.items()
+    for key, annotation in get_type_hints(cls).items()
+    if get_origin(annotation) is tuple
+)
 
 
 def choices_to_table() -> str:

@@ -10,7 +10,8 @@ smaller than the size.
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, TypeVar
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 T = TypeVar("T")
 

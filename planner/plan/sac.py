@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from planner.plan import Plan
+from planner.plan.config import Plan
 
 Fate = Literal["kept", "recomputed", "dropped"]
-# a block's projections in torchtitan's execution order (planner.models.projection_shapes' names; GeLU's fused
+# a block's projections in torchtitan's execution order (planner.plan.models.projection_shapes' names; GeLU's fused
 # qkv is one aten.mm)
 SWIGLU_ORDER: tuple[tuple[str, ...], ...] = (("q",), ("k",), ("v",), ("o",), ("gate",), ("up",), ("down",))
 GELU_ORDER: tuple[tuple[str, ...], ...] = (("q", "k", "v"), ("o",), ("up",), ("down",))

@@ -6,7 +6,7 @@ What is searched:
   offering with a network; offloaded states need the instance's host RAM; whole instances are paid for.
 - For each offering, the GPU counts a cluster of it can have (whole instances, doubling, up to the offering's
   largest cluster and `max_gpus`), from the fewest that fit upward, with the fastest strategy at each count
-  (planner/strategies.py). At one count the fastest is also the cheapest, so these points make the offering's
+  (planner/search/strategies.py). At one count the fastest is also the cheapest, so these points make the offering's
   cost-time frontier. The ladder stops where more GPUs no longer shorten the job, or, once the deadline is met,
   where the GPU-hours pass twice the fewest found (every larger count costs over twice as much).
 - The recommendation is the cheapest candidate that finishes within the deadline (30 days unless told), or,
@@ -26,16 +26,26 @@ from functools import cached_property
 from typing import Literal, get_args
 
 from planner.accuracy import likely_seconds, time_accuracy, time_bands
-from planner.catalog import (Catalog, Gpu, Offering, Price, PriceKind, ProviderClass, generic_offering, load_catalog,
-                             offering_view, plan_gpu)
+from planner.catalog import (
+    Catalog,
+    Gpu,
+    Offering,
+    Price,
+    PriceKind,
+    ProviderClass,
+    generic_offering,
+    load_catalog,
+    offering_view,
+    plan_gpu,
+)
 from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
 from planner.perf import compute_floor_hours, flops_per_token, unsupported_compute
 from planner.perf.rates import rates
-from planner.plan import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
-from planner.strategies import Found, Limits, OutOfTime, StrategySearch
+from planner.plan.config import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
+from planner.plan.validate import check_choice
+from planner.search.strategies import Found, Limits, OutOfTime, StrategySearch
 from planner.units import format_bytes, format_hours, from_gib
-from planner.validate import check_choice
 
 DEFAULT_HEADROOM = 0.10  # memory kept free for what no model predicts (fragmentation spikes, library buffers)
 DEFAULT_JOB_TOKENS = 10**9  # without workload.steps or train_tokens, costs are per billion training tokens
@@ -58,8 +68,19 @@ MIN_USEFUL_JOB_HOURS = 1.0
 OUTRANKED_RATIO = 2.0
 SERVING_TOKENS = 10**6  # serving costs are per million generated tokens
 
-SEARCH_KEYS = ("gpu", "offering", "count", "zero_stage", "tensor", "pipeline", "context", "expert", "activation_checkpointing",
-               "offload", "micro_batch_size")
+SEARCH_KEYS = (
+    "gpu",
+    "offering",
+    "count",
+    "zero_stage",
+    "tensor",
+    "pipeline",
+    "context",
+    "expert",
+    "activation_checkpointing",
+    "offload",
+    "micro_batch_size",
+)
 RankBy = Literal["job", "hour"]
 # what the deadline is checked against: the time model's job time, or the slow end of the time band of the plan's
 # class (planner/accuracy.py: 8 in 10 published runs took at most that many times the model's time)
@@ -106,8 +127,9 @@ class SearchOptions:
         if self.host_memory_gib_per_gpu is not None and not 0 <= self.host_memory_gib_per_gpu <= 1_000_000:
             raise bad("host_memory_gib_per_gpu", self.host_memory_gib_per_gpu, "must be from 0 to 1,000,000 GiB")
         for key, value in (("mfu", self.mfu), *((f"mfu.{g}", v) for g, v in self.mfu_by_gpu)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0 < value <= 1):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1
+            ):
                 raise bad(key, value, "must be a fraction above 0 and at most 1 (e.g. 0.4)")
         for key, price in self.prices:
             if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 < price <= 10_000:
@@ -226,14 +248,21 @@ class Recommendation:
         if best is None or best.job_usd is None:
             return []
         metric = _metric(self.options, self.serving)
-        return [c for c in self.per_type()[1:] if c.meets_deadline == best.meets_deadline and metric(c) is not None
-                and metric(c) <= metric(best) * (1 + self.tie_band)]
+        return [
+            c
+            for c in self.per_type()[1:]
+            if c.meets_deadline == best.meets_deadline
+            and metric(c) is not None
+            and metric(c) <= metric(best) * (1 + self.tie_band)
+        ]
 
     def frontier(self, gpu_id: str | None = None) -> list[Candidate]:
         """The cost-time frontier (of one GPU type, or of all): the priced candidates no other is both as fast
         and as cheap as, fastest first."""
-        pool = sorted((c for c in self.candidates if c.job_usd is not None and (gpu_id is None or c.gpu.id == gpu_id)),
-                      key=lambda c: (c.job_hours, c.job_usd))
+        pool = sorted(
+            (c for c in self.candidates if c.job_usd is not None and (gpu_id is None or c.gpu.id == gpu_id)),
+            key=lambda c: (c.job_hours, c.job_usd),
+        )
         out: list[Candidate] = []
         for c in pool:
             if not out or c.job_usd < out[-1].job_usd:
@@ -265,9 +294,11 @@ def job_time_caveat(c: Candidate, deadline_hours: float | None) -> str | None:
         return None
     low, high, band = likely
     late = deadline_hours is not None and high / 3600 > deadline_hours
-    return (f"8 in 10 published {band.kind} runs took {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × "
-            f"the time model's time: this job likely takes {format_hours(low / 3600)}–{format_hours(high / 3600)}"
-            + (f", past the deadline ({format_hours(deadline_hours)}) at the slow end" if late else ""))
+    return (
+        f"8 in 10 published {band.kind} runs took {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × "
+        f"the time model's time: this job likely takes {format_hours(low / 3600)}–{format_hours(high / 3600)}"
+        + (f", past the deadline ({format_hours(deadline_hours)}) at the slow end" if late else "")
+    )
 
 
 def time_caveats(plan: Plan, gpu: Gpu) -> list[str]:
@@ -275,8 +306,10 @@ def time_caveats(plan: Plan, gpu: Gpu) -> list[str]:
     acc = time_accuracy()
     out = []
     if gpu.id not in acc.gpus:
-        out.append(f"no published throughput of {gpu.name} checks the time model (only its datasheet and measured "
-                   f"matmul rate): {acc.vendor_note(gpu.vendor)}")
+        out.append(
+            f"no published throughput of {gpu.name} checks the time model (only its datasheet and measured "
+            f"matmul rate): {acc.vendor_note(gpu.vendor)}"
+        )
     if plan.model.num_experts and plan.workload.task != "inference":
         out.append(f"MoE training: the time model has been {acc.moe}")
     elif (outside := _outside_band(plan, gpu)) is not None:
@@ -293,8 +326,10 @@ def _outside_band(plan: Plan, gpu: Gpu) -> str | None:
     band, signed = time_bands().get("dense training"), dict(time_accuracy().gpu_signed_pct).get(gpu.id)
     if plan.workload.task == "inference" or band is None or signed is None or band.low_pct <= signed <= band.high_pct:
         return None
-    return (f"published dense training runs on {gpu.name} took {1 + signed / 100:.2f} × the time model's time "
-            f"(median), outside the {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × of all GPUs")
+    return (
+        f"published dense training runs on {gpu.name} took {1 + signed / 100:.2f} × the time model's time "
+        f"(median), outside the {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × of all GPUs"
+    )
 
 
 # --- The search ---------------------------------------------------------------------------------------------
@@ -312,8 +347,9 @@ def _counts(offering: Offering, plan: Plan, options: SearchOptions) -> tuple[int
     if "count" in options.fixed:
         return (plan.hardware.count,)
     g, top = offering.gpus_per_instance, min(offering.max_gpus or options.max_gpus, options.max_gpus)
-    return tuple(n for n in [1 << k for k in range(g.bit_length()) if 1 << k < g] + [g << k for k in range(21)]
-                 if n <= top)
+    return tuple(
+        n for n in [1 << k for k in range(g.bit_length()) if 1 << k < g] + [g << k for k in range(21)] if n <= top
+    )
 
 
 def _limits(gpu: Gpu, offering: Offering, plan: Plan, options: SearchOptions) -> Limits:
@@ -328,6 +364,7 @@ def _limits(gpu: Gpu, offering: Offering, plan: Plan, options: SearchOptions) ->
 @dataclass(frozen=True)
 class _Job:
     """What every offering's search shares: the plan's strategies, the job's tokens, the options."""
+
     search: StrategySearch
     tokens: int
     options: SearchOptions
@@ -375,17 +412,23 @@ def _past_useful(found: list[tuple[int, Found]], n: int, best: Found, fastest: f
 
 
 def _no_fit(gpu: Gpu, offering: Offering, limits: Limits, closest: Estimate | None, most: int) -> str:
-    allowed = (f"{format_bytes(limits.device)} allowed ({format_bytes(gpu.usable_bytes)} usable less the headroom) "
-               f"and {format_bytes(limits.host)} of host RAM per GPU")
+    allowed = (
+        f"{format_bytes(limits.device)} allowed ({format_bytes(gpu.usable_bytes)} usable less the headroom) "
+        f"and {format_bytes(limits.host)} of host RAM per GPU"
+    )
     if closest is None:
         return f"{gpu.name} ({offering.id}): no layout of the plan on {most:,} GPU(s) or fewer"
     if closest.device_bytes <= limits.device and closest.host_bytes > limits.host:  # the device holds it
-        return (f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count:,}: host RAM is why: offloading fits "
-                f"{format_bytes(closest.device_bytes)} per GPU but needs {format_bytes(closest.host_bytes)} of host "
-                f"RAM per GPU, {format_bytes(limits.host)} there (the plan's host RAM per GPU, else the offering's)")
-    return (f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count:,}: needs {format_bytes(closest.device_bytes)} "
-            f"per GPU and {format_bytes(closest.host_bytes)} of host RAM even with the most memory-saving strategy, "
-            f"{allowed}")
+        return (
+            f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count:,}: host RAM is why: offloading fits "
+            f"{format_bytes(closest.device_bytes)} per GPU but needs {format_bytes(closest.host_bytes)} of host "
+            f"RAM per GPU, {format_bytes(limits.host)} there (the plan's host RAM per GPU, else the offering's)"
+        )
+    return (
+        f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count:,}: needs {format_bytes(closest.device_bytes)} "
+        f"per GPU and {format_bytes(closest.host_bytes)} of host RAM even with the most memory-saving strategy, "
+        f"{allowed}"
+    )
 
 
 def _strategy_text(plan: Plan) -> str:
@@ -404,8 +447,9 @@ def _hardware(plan: Plan, offering: Offering, count: int, catalog: Catalog) -> H
     """`count` GPUs of the offering (none named where it is a GPU's usual server, which the catalog does not
     list; the user's own host RAM figure kept)."""
     listed = offering.id if offering.id in catalog.offerings else None
-    return Hardware(gpu=offering.gpu, count=count, offering=listed,
-                    host_memory_gib_per_gpu=plan.hardware.host_memory_gib_per_gpu)
+    return Hardware(
+        gpu=offering.gpu, count=count, offering=listed, host_memory_gib_per_gpu=plan.hardware.host_memory_gib_per_gpu
+    )
 
 
 def _candidate(job: _Job, offering: Offering, gpu: Gpu, n: int, found: Found, first: int) -> Candidate:
@@ -416,14 +460,30 @@ def _candidate(job: _Job, offering: Offering, gpu: Gpu, n: int, found: Found, fi
     deadline = job.options.deadline_hours
     strategy = _strategy_text(est.plan)
     lead = f"fewest {gpu.name} that fit" if n == first else f"{n:,} × {gpu.name}"
-    why = (f"{lead} ({offering.provider}, {offering.instance}): {strategy}; {format_bytes(est.device_bytes)} per GPU"
-           f"; fastest strategy at this count; {format_hours(hours)}")
+    why = (
+        f"{lead} ({offering.provider}, {offering.instance}): {strategy}; {format_bytes(est.device_bytes)} per GPU"
+        f"; fastest strategy at this count; {format_hours(hours)}"
+    )
     hardware = _hardware(job.search.plan, offering, n, job.search.catalog)  # the plan's own host RAM figure kept
-    return Candidate(offering=offering, gpu=gpu, count=n, plan=replace(est.plan, hardware=hardware),
-                     device_bytes=est.device_bytes, host_bytes=est.host_bytes, price=price, usd_per_gpu_hour=usd,
-                     usd_per_hour=per_hour, job_hours=hours, job_usd=None if per_hour is None else hours * per_hour,
-                     tokens_per_s_per_gpu=job.tokens / (hours * 3600) / n, strategy=strategy, why=why,
-                     meets_deadline=deadline is None or hours <= deadline, paid_gpus=paid, catalog=job.search.catalog)
+    return Candidate(
+        offering=offering,
+        gpu=gpu,
+        count=n,
+        plan=replace(est.plan, hardware=hardware),
+        device_bytes=est.device_bytes,
+        host_bytes=est.host_bytes,
+        price=price,
+        usd_per_gpu_hour=usd,
+        usd_per_hour=per_hour,
+        job_hours=hours,
+        job_usd=None if per_hour is None else hours * per_hour,
+        tokens_per_s_per_gpu=job.tokens / (hours * 3600) / n,
+        strategy=strategy,
+        why=why,
+        meets_deadline=deadline is None or hours <= deadline,
+        paid_gpus=paid,
+        catalog=job.search.catalog,
+    )
 
 
 # --- Serving ------------------------------------------------------------------------------------------------
@@ -442,9 +502,15 @@ def _serving_plans(job: _Job, offering: Offering, gpu: Gpu) -> list[Plan]:
                 continue
             layers = own.pipeline_layers if p == own.pipeline and own.virtual_stages == 1 else None
             try:
-                out.append(replace(plan, parallelism=Parallelism(
-                    data=1, tensor=t, pipeline=p, pipeline_split=own.pipeline_split, pipeline_layers=layers),
-                    hardware=_hardware(plan, offering, n, search.catalog)))
+                out.append(
+                    replace(
+                        plan,
+                        parallelism=Parallelism(
+                            data=1, tensor=t, pipeline=p, pipeline_split=own.pipeline_split, pipeline_layers=layers
+                        ),
+                        hardware=_hardware(plan, offering, n, search.catalog),
+                    )
+                )
             except PlanError:
                 continue
     return out
@@ -464,8 +530,7 @@ def _capacity(job: _Job, plan: Plan, est: Estimate, limits: Limits) -> int:
     (0: not even one)."""
     if est.serving is not None:
         return est.serving.max_concurrent_sequences
-    return _largest(lambda b: _serves(job.search.served(_with_batch(plan, b)), limits), 1,
-                    MAX_BATCH) or 0
+    return _largest(lambda b: _serves(job.search.served(_with_batch(plan, b)), limits), 1, MAX_BATCH) or 0
 
 
 def _within_bounds(job: _Job, plan: Plan, gpu: Gpu, capacity: int) -> int | None:
@@ -476,7 +541,8 @@ def _within_bounds(job: _Job, plan: Plan, gpu: Gpu, capacity: int) -> int | None
     def within(b: int) -> bool:
         lat = job.search.latency(_with_batch(plan, b), gpu)
         return (options.ttft_s is None or lat.ttft_s <= options.ttft_s) and (
-            options.tpot_s is None or lat.tpot_s <= options.tpot_s)
+            options.tpot_s is None or lat.tpot_s <= options.tpot_s
+        )
 
     return _largest(within, 1, capacity)
 
@@ -495,19 +561,26 @@ def _serve_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candi
         if not capacity:
             closest = est if closest is None or est.device_bytes < closest.device_bytes else closest
             continue
-        batch = _within_bounds(job, plan, gpu, capacity) if job.options.serving_target else \
-            plan.workload.inference.batch_size
+        batch = (
+            _within_bounds(job, plan, gpu, capacity)
+            if job.options.serving_target
+            else plan.workload.inference.batch_size
+        )
         if batch is None:
             lat = job.search.latency(_with_batch(plan, 1), gpu)
-            why = (f"{gpu.name} ({offering.id}) ×{plan.hardware.count}: one sequence alone takes TTFT "
-                   f"{lat.ttft_s:.3g} s and TPOT {lat.tpot_s * 1000:.3g} ms, over the bounds")
+            why = (
+                f"{gpu.name} ({offering.id}) ×{plan.hardware.count}: one sequence alone takes TTFT "
+                f"{lat.ttft_s:.3g} s and TPOT {lat.tpot_s * 1000:.3g} ms, over the bounds"
+            )
             continue
         chosen = _with_batch(plan, batch)
         found.append(_serving_candidate(job, offering, gpu, chosen, job.search.served(chosen)))
     if found or closest is None:
         return found, "" if found else why
-    return [], (f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count}: needs "
-                f"{format_bytes(closest.device_bytes)} per GPU, {format_bytes(limits.device)} allowed")
+    return [], (
+        f"{gpu.name} ({offering.id}) ×{closest.plan.hardware.count}: needs "
+        f"{format_bytes(closest.device_bytes)} per GPU, {format_bytes(limits.device)} allowed"
+    )
 
 
 def _serving_paid(offering: Offering, n: int, replicas: int) -> int:
@@ -522,40 +595,67 @@ def _serving_paid(offering: Offering, n: int, replicas: int) -> int:
 def _serving_candidate(job: _Job, offering: Offering, gpu: Gpu, plan: Plan, est: Estimate) -> Candidate:
     lat, n, par = job.search.latency(plan, gpu), plan.hardware.count, plan.parallelism
     o = job.options
-    replicas = max(1, math.ceil((o.requests_per_s or 0) / lat.requests_per_s),
-                   math.ceil((o.output_tokens_per_s or 0) / lat.output_tokens_per_s))
+    replicas = max(
+        1,
+        math.ceil((o.requests_per_s or 0) / lat.requests_per_s),
+        math.ceil((o.output_tokens_per_s or 0) / lat.output_tokens_per_s),
+    )
     paid = _serving_paid(offering, n, replicas)
     price, usd = _price(offering, job.options)
     per_hour = None if usd is None else usd * paid
     tokens_per_s = replicas * lat.output_tokens_per_s
     hours = SERVING_TOKENS / tokens_per_s / 3600
     batch = plan.workload.inference.batch_size
-    layout = (f"TP {par.tensor}" + (f" × PP {par.pipeline}" if par.pipeline > 1 else "") if n > 1 else "one GPU")
+    layout = f"TP {par.tensor}" + (f" × PP {par.pipeline}" if par.pipeline > 1 else "") if n > 1 else "one GPU"
     strategy = f"{layout}, {plan.precision.weights} weights, batch {batch:,}"
-    why = (f"{replicas:,} × {n} × {gpu.name} ({offering.provider}, {offering.instance}), {strategy}: "
-           f"{format_bytes(est.device_bytes)} per GPU; TTFT {lat.ttft_s:.3g} s, TPOT {lat.tpot_s * 1000:.3g} ms, "
-           f"{lat.requests_per_s:,.3g} requests/s and {lat.output_tokens_per_s:,.0f} output tokens/s per replica")
-    return Candidate(offering=offering, gpu=gpu, count=n, plan=plan, device_bytes=est.device_bytes,
-                     host_bytes=est.host_bytes, price=price, usd_per_gpu_hour=usd, usd_per_hour=per_hour,
-                     job_hours=hours, job_usd=None if per_hour is None else per_hour * hours,
-                     tokens_per_s_per_gpu=tokens_per_s / (replicas * n), strategy=strategy, why=why,
-                     meets_deadline=True, paid_gpus=paid, replicas=replicas, ttft_s=lat.ttft_s, tpot_s=lat.tpot_s,
-                     catalog=job.search.catalog)
+    why = (
+        f"{replicas:,} × {n} × {gpu.name} ({offering.provider}, {offering.instance}), {strategy}: "
+        f"{format_bytes(est.device_bytes)} per GPU; TTFT {lat.ttft_s:.3g} s, TPOT {lat.tpot_s * 1000:.3g} ms, "
+        f"{lat.requests_per_s:,.3g} requests/s and {lat.output_tokens_per_s:,.0f} output tokens/s per replica"
+    )
+    return Candidate(
+        offering=offering,
+        gpu=gpu,
+        count=n,
+        plan=plan,
+        device_bytes=est.device_bytes,
+        host_bytes=est.host_bytes,
+        price=price,
+        usd_per_gpu_hour=usd,
+        usd_per_hour=per_hour,
+        job_hours=hours,
+        job_usd=None if per_hour is None else per_hour * hours,
+        tokens_per_s_per_gpu=tokens_per_s / (replicas * n),
+        strategy=strategy,
+        why=why,
+        meets_deadline=True,
+        paid_gpus=paid,
+        replicas=replicas,
+        ttft_s=lat.ttft_s,
+        tpot_s=lat.tpot_s,
+        catalog=job.search.catalog,
+    )
 
 
 # --- The whole catalog ----------------------------------------------------------------------------------------
 def _check(plan: Plan, catalog: Catalog, options: SearchOptions) -> None:
     """The options' ids, each against the catalog, with the field it came in."""
     known = ", ".join(catalog)
-    for key, gpu_id in [*(("prices", k) for k, _ in options.prices), *(("mfu", k) for k, _ in options.mfu_by_gpu),
-                        *(("gpus", k) for k in options.gpus)]:
+    for key, gpu_id in [
+        *(("prices", k) for k, _ in options.prices),
+        *(("mfu", k) for k, _ in options.mfu_by_gpu),
+        *(("gpus", k) for k in options.gpus),
+    ]:
         if gpu_id not in catalog and not (key == "prices" and gpu_id in catalog.offerings):
             raise bad(key, gpu_id, f"is not a GPU (or, for a price, an offering) of the catalog; GPUs: {known}")
     if {"gpu", "offering"} & options.fixed:
         plan_gpu(catalog, plan.hardware.gpu, plan.hardware.offering, plan.hardware.count)
     if "count" in options.fixed and plan.hardware.count > options.max_gpus:
-        raise bad("max_gpus", options.max_gpus, f"is below the plan's own count ({plan.hardware.count:,}), which "
-                                                f"'count' keeps")
+        raise bad(
+            "max_gpus",
+            options.max_gpus,
+            f"is below the plan's own count ({plan.hardware.count:,}), which 'count' keeps",
+        )
 
 
 def _offerings(catalog: Catalog, gpu_id: str, plan: Plan, options: SearchOptions) -> list[Offering]:
@@ -574,8 +674,9 @@ def _job_tokens(plan: Plan) -> tuple[int, str]:
     if plan.workload.task == "inference":
         return SERVING_TOKENS, "serving: costs per million generated tokens"
     if plan.job_tokens:
-        return plan.job_tokens, ("workload.train_tokens" if plan.workload.train_tokens else
-                                 "workload.steps × global batch × sequence length")
+        return plan.job_tokens, (
+            "workload.train_tokens" if plan.workload.train_tokens else "workload.steps × global batch × sequence length"
+        )
     return DEFAULT_JOB_TOKENS, f"default {DEFAULT_JOB_TOKENS:,} tokens: costs are per billion training tokens"
 
 
@@ -583,6 +684,7 @@ def _job_tokens(plan: Plan) -> tuple[int, str]:
 class _Least:
     """What no strategy on an offering beats: the plan's FLOPs at its GPU's achievable matmul rate, whole
     instances paid."""
+
     meets: bool  # some count could finish within the deadline
     usd: float  # the least the job (or an hour of it, ranked per hour) could cost there
     hours: float  # the least time, on its largest cluster
@@ -599,8 +701,12 @@ def _least(job: _Job, offering: Offering, gpu: Gpu) -> _Least | None:
     floors = [(n, compute_floor_hours(job.search.plan, gpu, job.tokens, n, mfu)) for n in counts]
     meets = [(n, h) for n, h in floors if deadline is None or h <= deadline]
     per_hour = job.options.rank_by == "hour"
-    return _Least(meets=bool(meets), usd=min(usd * offering.paid_gpus(n) * (1 if per_hour else h)
-                                             for n, h in meets or floors), hours=floors[-1][1], most=counts[-1])
+    return _Least(
+        meets=bool(meets),
+        usd=min(usd * offering.paid_gpus(n) * (1 if per_hour else h) for n, h in meets or floors),
+        hours=floors[-1][1],
+        most=counts[-1],
+    )
 
 
 def _outranked(least: _Least | None, best: Candidate | None, options: SearchOptions) -> str:
@@ -609,12 +715,16 @@ def _outranked(least: _Least | None, best: Candidate | None, options: SearchOpti
         return ""
     best_cost = best.usd_per_hour if options.rank_by == "hour" else best.job_usd
     if not least.meets:
-        return (f"cannot finish within the deadline: even its largest cluster ({least.most:,} GPUs) at its full "
-                f"matmul rate takes {format_hours(least.hours)}")
+        return (
+            f"cannot finish within the deadline: even its largest cluster ({least.most:,} GPUs) at its full "
+            f"matmul rate takes {format_hours(least.hours)}"
+        )
     if best_cost is not None and least.usd > OUTRANKED_RATIO * best_cost:
         per = "an hour" if options.rank_by == "hour" else "for the job"
-        return (f"at least ${least.usd:,.2f} {per} at its full matmul rate, over {OUTRANKED_RATIO:g} × the "
-                f"recommendation's ${best_cost:,.2f}")
+        return (
+            f"at least ${least.usd:,.2f} {per} at its full matmul rate, over {OUTRANKED_RATIO:g} × the "
+            f"recommendation's ${best_cost:,.2f}"
+        )
     return ""
 
 
@@ -647,7 +757,8 @@ def _search_all(job: _Job, gpu_ids: list[str]) -> tuple[list[Candidate], dict[st
             continue
         try:
             more, why = (_serve_offering if job.search.plan.workload.task == "inference" else _train_offering)(
-                job, offering, gpu)
+                job, offering, gpu
+            )
         except OutOfTime:
             reasons[gpu_id].append(("unsearched", f"the {job.options.budget_s:g} s budget ran out"))
             continue
@@ -677,15 +788,20 @@ def model_deadline_hours(plan: Plan, options: SearchOptions) -> float | None:
     slow end of the time band of the plan's class, so that 8 in 10 published runs of its kind would have met it
     (not for serving, nor under an MFU override: the band is the time model's record)."""
     deadline = options.deadline_hours
-    if deadline is None or options.deadline_at == "model" or options.mfu is not None or \
-            plan.workload.task == "inference":
+    if (
+        deadline is None
+        or options.deadline_at == "model"
+        or options.mfu is not None
+        or plan.workload.task == "inference"
+    ):
         return deadline
     likely = likely_seconds(plan, 3600.0)  # one hour of the model's time, at the band's ends
     return deadline if likely is None else deadline * 3600.0 / likely[1]
 
 
-def recommend(plan: Plan, catalog: Mapping[str, Gpu] | None = None,
-              options: SearchOptions = SearchOptions()) -> Recommendation:
+def recommend(
+    plan: Plan, catalog: Mapping[str, Gpu] | None = None, options: SearchOptions = SearchOptions()
+) -> Recommendation:
     """Every offering's cost-time frontier for the plan, ranked: within the deadline the cheapest first (the
     recommendation), then the rest fastest first; each GPU type without a candidate says why."""
     start = time.perf_counter()
@@ -702,12 +818,18 @@ def recommend(plan: Plan, catalog: Mapping[str, Gpu] | None = None,
     ranked = sorted(candidates, key=_rank_key(options, plan.workload.task == "inference"))
     base = replace(plan, techniques=replace(plan.techniques, activation_checkpointing="none"))
     cut = any(r.kind == "unsearched" for r in rejected)
-    return Recommendation(candidates=tuple(ranked), rejected=tuple(rejected), options=options, job_tokens=tokens,
-                          job_tokens_source=source,
-                          flops_per_token=flops_per_token(base) / (3 if plan.workload.task == "inference" else 1),
-                          tie_band=time_accuracy().pair_median_pct / 100, price_dates=catalog.price_dates(),
-                          cut_after_s=round(time.perf_counter() - start, 2) if cut else None,
-                          model_deadline_hours=held)
+    return Recommendation(
+        candidates=tuple(ranked),
+        rejected=tuple(rejected),
+        options=options,
+        job_tokens=tokens,
+        job_tokens_source=source,
+        flops_per_token=flops_per_token(base) / (3 if plan.workload.task == "inference" else 1),
+        tie_band=time_accuracy().pair_median_pct / 100,
+        price_dates=catalog.price_dates(),
+        cut_after_s=round(time.perf_counter() - start, 2) if cut else None,
+        model_deadline_hours=held,
+    )
 
 
 def _rank_key(options: SearchOptions, serving: bool):
@@ -717,6 +839,7 @@ def _rank_key(options: SearchOptions, serving: bool):
         money = metric(c)
         order = (money if money is not None else 0.0, c.job_hours) if c.meets_deadline else (c.job_hours, 0.0)
         return (not c.meets_deadline, money is None, *order, c.gpu.id, c.offering.id, c.count)
+
     return key
 
 
@@ -742,8 +865,9 @@ def _largest(fits, step: int, high: int) -> int | None:
     return lo * step
 
 
-def max_micro_batch(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
-                    headroom: float = DEFAULT_HEADROOM) -> int | None:
+def max_micro_batch(
+    plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM
+) -> int | None:
     """The largest micro-batch that fits the plan's GPU and strategy (gradient accumulation steps kept)."""
     catalog = catalog if catalog is not None else load_catalog()
     limits = _plan_limits(plan, catalog, headroom)
@@ -756,8 +880,9 @@ def max_micro_batch(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
     return _largest(fits, 1, 1_048_576)
 
 
-def max_sequence_length(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
-                        headroom: float = DEFAULT_HEADROOM) -> int | None:
+def max_sequence_length(
+    plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM
+) -> int | None:
     """The longest sequence that fits the plan's GPU and strategy, in steps the parallelism can split."""
     catalog = catalog if catalog is not None else load_catalog()
     limits, par = _plan_limits(plan, catalog, headroom), plan.parallelism
@@ -770,8 +895,7 @@ def max_sequence_length(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
     return _largest(fits, step, 16_777_216)
 
 
-def _inference_limit(plan: Plan, catalog: Mapping[str, Gpu] | None, headroom: float, key: str,
-                     high: int) -> int | None:
+def _inference_limit(plan: Plan, catalog: Mapping[str, Gpu] | None, headroom: float, key: str, high: int) -> int | None:
     """The largest value of an inference key (workload.inference.`key`) that fits the plan's GPUs."""
     catalog = catalog if catalog is not None else load_catalog()
     limits, inf = _plan_limits(plan, catalog, headroom), plan.workload.inference
@@ -783,25 +907,37 @@ def _inference_limit(plan: Plan, catalog: Mapping[str, Gpu] | None, headroom: fl
     return _largest(fits, 1, high)
 
 
-def max_batch_size(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
-                   headroom: float = DEFAULT_HEADROOM) -> int | None:
+def max_batch_size(
+    plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM
+) -> int | None:
     """Inference: the most sequences of the plan's prompt and output length generated together that fit."""
     return _inference_limit(plan, catalog, headroom, "batch_size", MAX_BATCH)
 
 
-def max_prompt_tokens(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *,
-                      headroom: float = DEFAULT_HEADROOM) -> int | None:
+def max_prompt_tokens(
+    plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM
+) -> int | None:
     """Inference: the longest prompt that fits with the plan's batch and output tokens, within the model's context
     window where it is known."""
     longest = min(MAX_SEQUENCE, plan.model.context_window or MAX_SEQUENCE)
     return _inference_limit(plan, catalog, headroom, "prompt_tokens", longest - plan.workload.inference.output_tokens)
 
 
-def min_gpus(plan: Plan, catalog: Mapping[str, Gpu] | None = None, *, headroom: float = DEFAULT_HEADROOM,
-             fixed: frozenset[str] | set[str] = frozenset(), budget_s: float | None = None) -> tuple[Candidate | None,
-                                                                                                   bool]:
+def min_gpus(
+    plan: Plan,
+    catalog: Mapping[str, Gpu] | None = None,
+    *,
+    headroom: float = DEFAULT_HEADROOM,
+    fixed: frozenset[str] | set[str] = frozenset(),
+    budget_s: float | None = None,
+) -> tuple[Candidate | None, bool]:
     """(the fewest GPUs of the plan's GPU type, on its offering (its usual server where it names none), that fit,
     with the fastest strategy at that count; whether `budget_s` cut the search: fewer might fit)."""
-    rec = recommend(plan, catalog, SearchOptions(headroom=headroom, deadline_hours=None, budget_s=budget_s,
-                                                 fixed=frozenset(fixed) | {"gpu", "offering"}))
+    rec = recommend(
+        plan,
+        catalog,
+        SearchOptions(
+            headroom=headroom, deadline_hours=None, budget_s=budget_s, fixed=frozenset(fixed) | {"gpu", "offering"}
+        ),
+    )
     return min(rec.candidates, key=lambda c: c.count, default=None), rec.cut_after_s is not None

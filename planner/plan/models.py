@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
-from planner.dtypes import DType
 from planner.errors import PlanError, bad, unknown_key
-from planner.loader import load_data_file
-from planner.validate import between, check_fields, check_int, text
+from planner.loader import DATA_DIR, load_data_file
+from planner.plan.dtypes import DType
+from planner.plan.validate import between, check_fields, check_int, text
 from planner.units import parse_count
 
 # relu2: squared-ReLU with no gate (Nemotron-H's NemotronHMLP: up_proj and down_proj only); 2 matrices like gelu
@@ -36,8 +35,8 @@ MAMBA_CHUNK = 256
 GDN_CHUNK = 64
 Norm = Literal["rmsnorm", "layernorm"]
 
-PRESETS_PATH = Path(__file__).parent / "data" / "models.yaml"
-ALIASES_PATH = Path(__file__).parent / "data" / "model_aliases.yaml"
+PRESETS_PATH = DATA_DIR / "models.yaml"
+ALIASES_PATH = DATA_DIR / "model_aliases.yaml"
 
 # Bounds that reject nonsense rather than print it (the largest public models are far inside them).
 MAX_LAYERS = 1_024
@@ -192,13 +191,18 @@ class Model:
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
         if self.num_attention_heads % self.num_kv_heads:
-            raise bad("model.num_kv_heads", self.num_kv_heads,
-                      f"must divide model.num_attention_heads ({self.num_attention_heads})")
+            raise bad(
+                "model.num_kv_heads",
+                self.num_kv_heads,
+                f"must divide model.num_attention_heads ({self.num_attention_heads})",
+            )
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
-                raise bad("model.hidden_size", self.hidden_size,
-                          f"is not a multiple of model.num_attention_heads ({self.num_attention_heads});"
-                          " give model.head_dim")
+                raise bad(
+                    "model.hidden_size",
+                    self.hidden_size,
+                    f"is not a multiple of model.num_attention_heads ({self.num_attention_heads}); give model.head_dim",
+                )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
             check_int("model.head_dim", self.head_dim, lo=1, hi=MAX_HEAD_DIM)
         check_int("model.first_dense_layers", self.first_dense_layers, lo=0, hi=self.num_layers)
@@ -207,11 +211,17 @@ class Model:
             if self.moe_intermediate_size is None:
                 object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
             if self.first_dense_layers == self.num_layers:
-                raise bad("model.first_dense_layers", self.first_dense_layers,
-                          f"leaves no MoE layer of model.num_layers ({self.num_layers})")
+                raise bad(
+                    "model.first_dense_layers",
+                    self.first_dense_layers,
+                    f"leaves no MoE layer of model.num_layers ({self.num_layers})",
+                )
         elif self.experts_per_token or self.shared_experts or self.moe_intermediate_size or self.first_dense_layers:
-            raise bad("model.num_experts", 0, "must be set (> 0) for experts_per_token, shared_experts, "
-                                             "moe_intermediate_size or first_dense_layers")
+            raise bad(
+                "model.num_experts",
+                0,
+                "must be set (> 0) for experts_per_token, shared_experts, moe_intermediate_size or first_dense_layers",
+            )
         check_int("model.global_attention_every", self.global_attention_every, lo=0, hi=self.num_layers)
         if self.global_attention_every and self.sliding_window is None:
             raise bad("model.global_attention_every", self.global_attention_every, "needs model.sliding_window")
@@ -219,11 +229,17 @@ class Model:
             if self.v_head_dim is None:
                 object.__setattr__(self, "v_head_dim", self.head_dim)
             if self.num_kv_heads != self.num_attention_heads:
-                raise bad("model.num_kv_heads", self.num_kv_heads, "must equal num_attention_heads with latent "
-                                                                  "attention (kv_lora_rank): every head has its keys")
+                raise bad(
+                    "model.num_kv_heads",
+                    self.num_kv_heads,
+                    "must equal num_attention_heads with latent attention (kv_lora_rank): every head has its keys",
+                )
         elif self.q_lora_rank is not None or self.qk_rope_head_dim or self.v_head_dim is not None:
-            raise bad("model.kv_lora_rank", None, "must be set for q_lora_rank, qk_rope_head_dim or v_head_dim "
-                                                  "(latent attention)")
+            raise bad(
+                "model.kv_lora_rank",
+                None,
+                "must be set for q_lora_rank, qk_rope_head_dim or v_head_dim (latent attention)",
+            )
         self._check_pattern()
 
     def _check_pattern(self) -> None:
@@ -238,27 +254,40 @@ class Model:
             raise bad("model.layer_pattern", p, f"has {len(p)} characters; model.num_layers is {self.num_layers}")
         wrong = next((i for i, c in enumerate(p) if c not in PATTERN_CHARS[style]), None)
         if wrong is not None:
-            raise bad("model.layer_pattern", p, f"has {p[wrong]!r} at position {wrong}; {style} patterns use only "
-                                                f"{' '.join(PATTERN_CHARS[style])}")
+            raise bad(
+                "model.layer_pattern",
+                p,
+                f"has {p[wrong]!r} at position {wrong}; {style} patterns use only {' '.join(PATTERN_CHARS[style])}",
+            )
         if "*" not in p:
             raise bad("model.layer_pattern", p, "has no attention layer (*); pure recurrent models are not modelled")
         if self.mla or self.sliding_window is not None or (self.num_experts and style == "one_sublayer"):
-            raise bad("model.layer_pattern", p, "does not combine with latent attention, sliding windows or "
-                                                "one_sublayer MoE blocks")
+            raise bad(
+                "model.layer_pattern",
+                p,
+                "does not combine with latent attention, sliding windows or one_sublayer MoE blocks",
+            )
         for kind, keys in (("M", _MAMBA_KEYS[:3]), ("G", _GDN_KEYS[:4])):
             missing = [k for k in keys if getattr(self, k) is None]
             if kind in p and missing:
                 raise bad(f"model.{missing[0]}", None, f"must be set: model.layer_pattern has {kind} layers")
         if "M" in p and self.mamba_num_heads % self.mamba_n_groups:
-            raise bad("model.mamba_n_groups", self.mamba_n_groups,
-                      f"must divide model.mamba_num_heads ({self.mamba_num_heads})")
+            raise bad(
+                "model.mamba_n_groups",
+                self.mamba_n_groups,
+                f"must divide model.mamba_num_heads ({self.mamba_num_heads})",
+            )
         if "G" in p and self.linear_num_value_heads % self.linear_num_key_heads:
-            raise bad("model.linear_num_key_heads", self.linear_num_key_heads,
-                      f"must divide model.linear_num_value_heads ({self.linear_num_value_heads})")
+            raise bad(
+                "model.linear_num_key_heads",
+                self.linear_num_key_heads,
+                f"must divide model.linear_num_value_heads ({self.linear_num_value_heads})",
+            )
 
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank is not None
+
     @property
     def moe_layers(self) -> int:
         return self.num_layers - self.first_dense_layers if self.num_experts else 0
@@ -315,8 +344,13 @@ def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCo
         # (the latent projections are replicated over tensor-parallel ranks, the rest split by heads)
         heads = m.num_attention_heads // t
         q_path = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * q) if m.q_lora_rank else h * q
-        attention = (q_path + h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-                     + m.kv_lora_rank * heads * (m.head_dim + m.v_head_dim) + heads * m.v_head_dim * h)
+        attention = (
+            q_path
+            + h * (m.kv_lora_rank + m.qk_rope_head_dim)
+            + m.kv_lora_rank
+            + m.kv_lora_rank * heads * (m.head_dim + m.v_head_dim)
+            + heads * m.v_head_dim * h
+        )
     else:
         attention = h * q + 2 * h * kv + q * h + bias * (q + 2 * kv + h) + h * q * m.attn_output_gate
     attention += 2 * m.head_dim if m.qk_norm else 0  # replicated over tensor-parallel ranks
@@ -332,13 +366,21 @@ def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCo
         e_inter = m.moe_intermediate_size // t
         mats = 3 if m.mlp == "swiglu" else 2
         expert = mats * h * e_inter + bias * ((mats - 1) * e_inter + h)
-        moe = dict(expert=expert, experts=expert * (m.num_experts // expert_parallel), shared=expert * m.shared_experts,
-                   router=h * (m.num_experts + m.shared_expert_gate), moe_layers=m.moe_layers,
-                   active_experts=m.experts_per_token)
+        moe = dict(
+            expert=expert,
+            experts=expert * (m.num_experts // expert_parallel),
+            shared=expert * m.shared_experts,
+            router=h * (m.num_experts + m.shared_expert_gate),
+            moe_layers=m.moe_layers,
+            active_experts=m.experts_per_token,
+        )
     if m.layer_pattern:
-        moe.update(mamba=mamba2_params(m, t) if "M" in m.layer_pattern else 0,
-                   gdn=gdn_params(m, t) if "G" in m.layer_pattern else 0,
-                   pattern=m.layer_pattern, one_sublayer=m.pattern_style == "one_sublayer")
+        moe.update(
+            mamba=mamba2_params(m, t) if "M" in m.layer_pattern else 0,
+            gdn=gdn_params(m, t) if "G" in m.layer_pattern else 0,
+            pattern=m.layer_pattern,
+            one_sublayer=m.pattern_style == "one_sublayer",
+        )
     return ParamCounts(
         embedding=table,
         attention=attention,
@@ -383,25 +425,70 @@ def gdn_params(m: Model, tensor: int = 1) -> int:
     Hv·Dv → h."""
     h = m.hidden_size
     hv, key, value = gdn_widths(m, tensor)
-    return (h * (2 * key + 2 * value) + h * 2 * hv + (2 * key + value) * m.linear_conv_kernel_dim + 2 * hv
-            + m.linear_value_head_dim + value * h)
+    return (
+        h * (2 * key + 2 * value)
+        + h * 2 * hv
+        + (2 * key + value) * m.linear_conv_kernel_dim
+        + 2 * hv
+        + m.linear_value_head_dim
+        + value * h
+    )
 
 
-MODEL_KEYS = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
-              "intermediate_size", "vocab_size", "mlp", "norm", "tie_embeddings", "bias", "num_experts",
-              "experts_per_token", "moe_intermediate_size", "shared_experts", "first_dense_layers", "sliding_window",
-              "global_attention_every", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_norm",
-              "attn_output_gate", "shared_expert_gate", "layer_pattern", "pattern_style", "mamba_num_heads",
-              "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel", "linear_num_key_heads",
-              "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-              "ssm_state_dtype", "context_window")
+MODEL_KEYS = (
+    "preset",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "mlp",
+    "norm",
+    "tie_embeddings",
+    "bias",
+    "num_experts",
+    "experts_per_token",
+    "moe_intermediate_size",
+    "shared_experts",
+    "first_dense_layers",
+    "sliding_window",
+    "global_attention_every",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "qk_norm",
+    "attn_output_gate",
+    "shared_expert_gate",
+    "layer_pattern",
+    "pattern_style",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "ssm_state_size",
+    "mamba_n_groups",
+    "mamba_conv_kernel",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "ssm_state_dtype",
+    "context_window",
+)
 _ARCH_KEYS = tuple(k for k in MODEL_KEYS if k != "preset")
 _MOE_KEYS = ("num_experts", "experts_per_token", "moe_intermediate_size", "shared_experts", "first_dense_layers")
 _WINDOW_KEYS = ("sliding_window", "global_attention_every")  # written out only where the model uses them
 _MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim")
 _MAMBA_KEYS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "mamba_n_groups", "mamba_conv_kernel")
-_GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-             "linear_conv_kernel_dim")
+_GDN_KEYS = (
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
 _HYBRID_KEYS = ("layer_pattern", "pattern_style", "ssm_state_dtype") + _MAMBA_KEYS + _GDN_KEYS
 _FLAG_KEYS = ("qk_norm", "attn_output_gate", "shared_expert_gate")  # written out only when set
 _OPTIONAL_KEYS = ("context_window",)  # written out only when known
@@ -426,9 +513,13 @@ def presets() -> dict[str, Preset]:
     for entry in raw["models"]:
         arch = {k: entry[k] for k in _ARCH_KEYS if k in entry}
         table[entry["id"]] = Preset(
-            id=entry["id"], name=entry["name"], hf_id=entry["hf_id"],
-            published_params=int(entry["published_params"]), source=entry["source"],
-            model=Model(preset=entry["id"], **arch), checkpoint_weights=entry.get("checkpoint_weights"),
+            id=entry["id"],
+            name=entry["name"],
+            hf_id=entry["hf_id"],
+            published_params=int(entry["published_params"]),
+            source=entry["source"],
+            model=Model(preset=entry["id"], **arch),
+            checkpoint_weights=entry.get("checkpoint_weights"),
         )
     return table
 
@@ -462,8 +553,10 @@ def preset_of_shape(m: Model) -> str | None:
 
 def shape_note(what: str, preset: str) -> str:
     """The note of a config.json's model resolved as a preset by its shape (preset_of_shape)."""
-    return (f"model {what} resolved as preset {preset} by shape (its layers, hidden size, heads, kv heads, head dim, "
-            f"intermediate size, vocabulary and every other architecture field are {preset}'s)")
+    return (
+        f"model {what} resolved as preset {preset} by shape (its layers, hidden size, heads, kv heads, head dim, "
+        f"intermediate size, vocabulary and every other architecture field are {preset}'s)"
+    )
 
 
 # --- Parameter count only ------------------------------------------------------------------------------
@@ -493,10 +586,17 @@ def model_from_param_count(params: int) -> Model:
     def shape(h: int, layers: int, inter: int | None = None) -> Model:
         head_dim = 128 if h >= 1024 else 64
         heads = h // head_dim
-        return Model(num_layers=layers, hidden_size=h, num_attention_heads=heads,
-                     num_kv_heads=8 if heads % 8 == 0 else heads, head_dim=head_dim,
-                     intermediate_size=inter or 256 * round(3.5 * h / 256), vocab_size=vocab,
-                     tie_embeddings=2 * vocab * h > params / 5, approx_params=params)
+        return Model(
+            num_layers=layers,
+            hidden_size=h,
+            num_attention_heads=heads,
+            num_kv_heads=8 if heads % 8 == 0 else heads,
+            head_dim=head_dim,
+            intermediate_size=inter or 256 * round(3.5 * h / 256),
+            vocab_size=vocab,
+            tie_embeddings=2 * vocab * h > params / 5,
+            approx_params=params,
+        )
 
     def depth(h: int) -> int:
         return max(2, h // (128 if h >= 2048 else 64))
@@ -517,10 +617,12 @@ def approximate_note(m: Model) -> str | None:
     """The line every output carries for a model guessed from its parameter count; None for a real one."""
     if not m.approx_params:
         return None
-    return (f"APPROXIMATE: architecture guessed from {m.approx_params / 1e9:,.3g}B parameters "
-            f"({m.num_layers} layers × {m.hidden_size:,} hidden, {m.num_attention_heads} heads / {m.num_kv_heads} KV, "
-            f"MLP {m.intermediate_size:,}, vocabulary {m.vocab_size:,}); give the real architecture or a preset "
-            f"for a firm answer")
+    return (
+        f"APPROXIMATE: architecture guessed from {m.approx_params / 1e9:,.3g}B parameters "
+        f"({m.num_layers} layers × {m.hidden_size:,} hidden, {m.num_attention_heads} heads / {m.num_kv_heads} KV, "
+        f"MLP {m.intermediate_size:,}, vocabulary {m.vocab_size:,}); give the real architecture or a preset "
+        f"for a firm answer"
+    )
 
 
 def model_from_dict(data: Any) -> Model:
@@ -534,8 +636,11 @@ def model_from_dict(data: Any) -> Model:
     if "params" in data:
         others = sorted(k for k in data if k != "params")
         if others:
-            raise bad("model.params", data["params"], f"stands alone (an approximate architecture); drop "
-                                                      f"{', '.join(others)} or drop params")
+            raise bad(
+                "model.params",
+                data["params"],
+                f"stands alone (an approximate architecture); drop {', '.join(others)} or drop params",
+            )
         return model_from_param_count(parse_param_count(data["params"]))
     fields: dict[str, Any] = {}
     preset_id = data.get("preset")
@@ -551,8 +656,11 @@ def model_from_dict(data: Any) -> Model:
         if ("hidden_size" in data or "num_attention_heads" in data) and "head_dim" not in data:
             fields["head_dim"] = None
     fields.update(data)
-    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                           "vocab_size") if k not in fields]
+    missing = [
+        k
+        for k in ("num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+        if k not in fields
+    ]
     if missing:
         raise PlanError("model", f"missing {', '.join(missing)} (give them, or a model.preset)")
     return Model(**fields)
@@ -564,13 +672,20 @@ def model_to_dict(m: Model) -> dict[str, Any]:
     if m.approx_params:
         return {"params": m.approx_params}
     out: dict[str, Any] = {"preset": m.preset} if m.preset else {}
-    out.update({k: getattr(m, k) for k in _ARCH_KEYS
-                if not (k in _MOE_KEYS and not m.num_experts) and not (k in _WINDOW_KEYS and m.sliding_window is None)
-                and not (k in _MLA_KEYS and not m.mla) and not (k in _FLAG_KEYS and not getattr(m, k))
-                and not (k in _HYBRID_KEYS and not m.layer_pattern)
-                and not (k in _OPTIONAL_KEYS and getattr(m, k) is None)
-                and not (k in _MAMBA_KEYS and "M" not in (m.layer_pattern or ""))
-                and not (k in _GDN_KEYS and "G" not in (m.layer_pattern or ""))})
+    out.update(
+        {
+            k: getattr(m, k)
+            for k in _ARCH_KEYS
+            if not (k in _MOE_KEYS and not m.num_experts)
+            and not (k in _WINDOW_KEYS and m.sliding_window is None)
+            and not (k in _MLA_KEYS and not m.mla)
+            and not (k in _FLAG_KEYS and not getattr(m, k))
+            and not (k in _HYBRID_KEYS and not m.layer_pattern)
+            and not (k in _OPTIONAL_KEYS and getattr(m, k) is None)
+            and not (k in _MAMBA_KEYS and "M" not in (m.layer_pattern or ""))
+            and not (k in _GDN_KEYS and "G" not in (m.layer_pattern or ""))
+        }
+    )
     return out
 
 
@@ -581,9 +696,14 @@ def projection_shapes(m: Model, tensor: int = 1) -> dict[str, tuple[int, int]]:
     q, kv, inter = m.q_width // t, kv_heads_per_rank(m, t) * m.head_dim, m.intermediate_size // t
     if m.mla:  # q (from the q latent), k and v (both from the kv latent, one kv_b matrix), o; per rank
         heads = m.num_attention_heads // t
-        shapes = {"q": (m.q_lora_rank or h, q), "k": (m.kv_lora_rank, heads * m.head_dim),
-                  "v": (m.kv_lora_rank, heads * m.v_head_dim), "o": (heads * m.v_head_dim, h),
-                  "up": (h, inter), "down": (inter, h)}
+        shapes = {
+            "q": (m.q_lora_rank or h, q),
+            "k": (m.kv_lora_rank, heads * m.head_dim),
+            "v": (m.kv_lora_rank, heads * m.v_head_dim),
+            "o": (heads * m.v_head_dim, h),
+            "up": (h, inter),
+            "down": (inter, h),
+        }
     else:
         shapes = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "up": (h, inter), "down": (inter, h)}
     if m.mlp == "swiglu":

@@ -1,4 +1,4 @@
-"""Running a configuration (planner/measure.py) with PyTorch and transformers: the model built from its
+"""Running a configuration (planner/measure/plan.py) with PyTorch and transformers: the model built from its
 architecture with random weights, then the plan's workload, with what the allocator and the driver report.
 
 - training (pretrain / finetune / lora / qlora): TRAIN_STEPS steps of forward with HF's loss (labels), backward,
@@ -8,7 +8,7 @@ architecture with random weights, then the plan's workload, with what the alloca
 
 Peak statistics are reset after the model is built and the cache emptied. The device memory is nvidia-smi's
 per-process figure when it can be matched, else `mem_get_info` used at the end minus what was used before.
-Imported only through `planner.measure.load_runner` (the `measure` extra: torch, transformers, peft,
+Imported only through `planner.measure.plan.load_runner` (the `measure` extra: torch, transformers, peft,
 bitsandbytes).
 """
 
@@ -23,8 +23,15 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-from planner.measure import (TRAIN_STEPS, attn_implementation, hf_config, max_positions, needs_skip, nvidia_smi,
-                             versions)
+from planner.measure.plan import (
+    TRAIN_STEPS,
+    attn_implementation,
+    hf_config,
+    max_positions,
+    needs_skip,
+    nvidia_smi,
+    versions,
+)
 
 try:  # LoRA plans need peft; the others run without it
     import peft
@@ -39,8 +46,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 LR = 1e-5  # any rate: the step's memory does not depend on it
 # plan LoRA targets → module names: Llama/Qwen2 projections, Mixtral's experts (w1 gate, w3 up, w2 down),
 # GPT-2's fused c_attn (q, k, v) and its c_fc / c_proj MLP (no gate)
-LORA_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-              "down": "down_proj"}
+LORA_NAMES = {
+    "q": "q_proj",
+    "k": "k_proj",
+    "v": "v_proj",
+    "o": "o_proj",
+    "gate": "gate_proj",
+    "up": "up_proj",
+    "down": "down_proj",
+}
 LORA_NAMES_BY_ARCH = {
     "mixtral": {**LORA_NAMES, "gate": "w1", "up": "w3", "down": "w2"},
     "gpt2": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "up": "c_fc", "down": "mlp.c_proj"},
@@ -59,17 +73,25 @@ def build(cfg, dtype, device: str, attn: str):
 
 def _build_nf4(cfg, plan: dict, device: str, attn: str):
     """A bitsandbytes NF4 base: the random bf16 model saved to a temporary folder and loaded 4-bit."""
-    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
-                               bnb_4bit_use_double_quant=bool(plan["precision"].get("double_quant")),
-                               bnb_4bit_quant_storage=torch.uint8)
+    quant = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=bool(plan["precision"].get("double_quant")),
+        bnb_4bit_quant_storage=torch.uint8,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         model = build(cfg, torch.bfloat16, device, attn)
         model.save_pretrained(tmp)  # random init on the GPU is fast; the CPU is slow for billions of weights
         del model
         torch.cuda.empty_cache()
-        return AutoModelForCausalLM.from_pretrained(tmp, quantization_config=quant,
-                                                    device_map={"": 0 if device == "cuda" else device},
-                                                    attn_implementation=attn, dtype=torch.bfloat16)
+        return AutoModelForCausalLM.from_pretrained(
+            tmp,
+            quantization_config=quant,
+            device_map={"": 0 if device == "cuda" else device},
+            attn_implementation=attn,
+            dtype=torch.bfloat16,
+        )
 
 
 def _optimizer(params, prec: dict):
@@ -91,9 +113,16 @@ def _with_lora(model, config: dict, master, compute):
     lora = config["plan"]["workload"].get("lora", {})
     names = LORA_NAMES_BY_ARCH.get(config["arch"], LORA_NAMES)
     targets = sorted({names[t] for t in lora.get("targets", ["q", "v"])})
-    model = peft.get_peft_model(model, peft.LoraConfig(r=lora.get("rank", 8), lora_alpha=lora.get("alpha", 16),
-                                                       lora_dropout=lora.get("dropout", 0.0),
-                                                       target_modules=targets, task_type="CAUSAL_LM"))
+    model = peft.get_peft_model(
+        model,
+        peft.LoraConfig(
+            r=lora.get("rank", 8),
+            lora_alpha=lora.get("alpha", 16),
+            lora_dropout=lora.get("dropout", 0.0),
+            target_modules=targets,
+            task_type="CAUSAL_LM",
+        ),
+    )
     for p in model.parameters():
         if p.requires_grad:
             p.data = p.data.to(torch.float32 if master == "fp32" else compute)
@@ -125,8 +154,15 @@ def _generate(model, plan: dict, device: str, gen) -> None:
     b, p, n = inf.get("batch_size", 1), inf.get("prompt_tokens", 1024), inf.get("output_tokens", 256)
     ids = torch.randint(0, plan["model"]["vocab_size"], (b, p), generator=gen).to(device)
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                             min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=0,
+        )
     if out.shape[1] != p + n:
         raise RuntimeError(f"generate returned {out.shape[1] - p} new tokens, wanted {n}")
 
@@ -134,8 +170,9 @@ def _generate(model, plan: dict, device: str, gen) -> None:
 def _train(model, plan: dict, device: str, gen, steps: int) -> None:
     wl, prec, tech = plan["workload"], plan["precision"], plan["techniques"]
     compute = DTYPES[prec.get("compute", "bf16")]
-    autocast = (wl.get("task") in ("lora", "qlora") or prec.get("master_weights", "fp32") == "fp32") \
-        and compute != torch.float32
+    autocast = (
+        wl.get("task") in ("lora", "qlora") or prec.get("master_weights", "fp32") == "fp32"
+    ) and compute != torch.float32
     model.train()
     model.config.use_cache = False
     if tech.get("activation_checkpointing", "none") == "full":
@@ -145,8 +182,9 @@ def _train(model, plan: dict, device: str, gen, steps: int) -> None:
     b, s = wl.get("micro_batch_size", 1), wl.get("sequence_length", 4096)
     for _ in range(steps):
         ids = torch.randint(0, plan["model"]["vocab_size"], (b, s), generator=gen).to(device)
-        with torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=compute,
-                            enabled=autocast):
+        with torch.autocast(
+            device_type="cuda" if device.startswith("cuda") else "cpu", dtype=compute, enabled=autocast
+        ):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -159,22 +197,30 @@ def _train(model, plan: dict, device: str, gen, steps: int) -> None:
 def _device_facts() -> dict[str, Any]:
     torch.cuda.init()
     driver = nvidia_smi("driver_version")
-    return {"device": torch.cuda.get_device_name(0), "cuda_version": torch.version.cuda or "",
-            "driver_version": driver[0] if driver else "", "device_total_bytes": torch.cuda.mem_get_info()[1]}
+    return {
+        "device": torch.cuda.get_device_name(0),
+        "cuda_version": torch.version.cuda or "",
+        "driver_version": driver[0] if driver else "",
+        "device_total_bytes": torch.cuda.mem_get_info()[1],
+    }
 
 
 def _device_memory(baseline_used: int | None) -> dict[str, Any]:
     """Peak allocated and reserved, and the device memory this process uses."""
     free, total = torch.cuda.mem_get_info()
-    out = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-           "peak_reserved_bytes": torch.cuda.max_memory_reserved()}
+    out = {
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+    }
     apps = nvidia_smi("pid,used_memory", apps=True) or []
     mine = [int(a.split(",")[1]) * 2**20 for a in apps if a.split(",")[0].strip() == str(os.getpid())]
     if mine:
         return out | {"device_bytes": mine[0], "device_bytes_source": "nvidia-smi process used_memory"}
-    return out | {"device_bytes": total - free - (baseline_used or 0),
-                  "device_bytes_source": "mem_get_info used at end" +
-                                         (" minus nvidia-smi used before" if baseline_used is not None else "")}
+    return out | {
+        "device_bytes": total - free - (baseline_used or 0),
+        "device_bytes_source": "mem_get_info used at end"
+        + (" minus nvidia-smi used before" if baseline_used is not None else ""),
+    }
 
 
 def run_config(config: dict, device: str = "cuda", steps: int = TRAIN_STEPS) -> dict:

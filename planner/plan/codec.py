@@ -2,7 +2,7 @@
 
 The dict form is the public file format (`schema: vram-planner/v1`), shared by the CLI, the app's export and
 import, and its share link. Every key but the architecture has a default, documented beside the field (in
-planner/plan.py) and in the README; `plan_to_dict` writes every key out, resolved, so a saved plan never
+planner/plan/config.py) and in the README; `plan_to_dict` writes every key out, resolved, so a saved plan never
 depends on defaults that might change. A plan's framework lays its recipes' settings under the keys the dict
 gives (planner/frameworks.py) before the plan is built.
 
@@ -24,10 +24,10 @@ import yaml
 from planner.errors import PlanError, bad, unknown_key
 from planner.frameworks import apply_framework
 from planner.loader import load_yaml
-from planner.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
-from planner.plan import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
+from planner.plan.config import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
+from planner.plan.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
+from planner.plan.validate import check_mapping, rules
 from planner.units import parse_count
-from planner.validate import check_mapping, rules
 
 
 # --- plan ↔ nested dict ↔ YAML ------------------------------------------------------------------------------------
@@ -62,8 +62,13 @@ def plan_from_dict(data: Any) -> Plan:
     data = apply_framework(data)
     sections = {name: _section(name, cls, data.get(name) or {}) for name, cls in SECTIONS.items()}
     name = data.get("name") or ""
-    return Plan(model=model_from_dict(data["model"]), name=name, framework=data.get("framework") or "generic",
-                framework_release=data.get("framework_release") or "", **sections)
+    return Plan(
+        model=model_from_dict(data["model"]),
+        name=name,
+        framework=data.get("framework") or "generic",
+        framework_release=data.get("framework_release") or "",
+        **sections,
+    )
 
 
 def _token_count(data: dict) -> dict:
@@ -120,8 +125,11 @@ def plan_to_yaml(plan: Plan) -> str:
 # --- flat leaf keys ----------------------------------------------------------------------------------------------
 def _leaf_paths() -> dict[str, tuple[str, ...]]:
     """Each leaf key of the file format (`sequence_length`) and its path in the plan dict."""
-    leaves: dict[str, tuple[str, ...]] = {"name": ("name",), "framework": ("framework",),
-                                          "framework_release": ("framework_release",)}
+    leaves: dict[str, tuple[str, ...]] = {
+        "name": ("name",),
+        "framework": ("framework",),
+        "framework_release": ("framework_release",),
+    }
     for key in (*MODEL_KEYS, "params"):
         leaves[key] = ("model", key)
     for section in SECTIONS:
@@ -162,11 +170,19 @@ def leaf_text(value: Any) -> str:
 
 # --- the share link: a plan as URL query parameters ------------------------------------------------------------
 # keys the comparison base is built with, so written whenever they differ from the planner's own default
-_ALWAYS = {("workload", "task"): ("pretrain",), ("framework",): ("generic",), ("framework_release",): ("",),
-           ("parallelism", "data"): (1,), ("parallelism", "tensor"): (1,), ("parallelism", "pipeline"): (1,),
-           ("parallelism", "context"): (1,), ("parallelism", "pipeline_schedule"): ("1f1b",),
-           ("parallelism", "virtual_stages"): (1,), ("parallelism", "pipeline_split"): ("auto",),
-           ("parallelism", "pipeline_layers"): (None,)}
+_ALWAYS = {
+    ("workload", "task"): ("pretrain",),
+    ("framework",): ("generic",),
+    ("framework_release",): ("",),
+    ("parallelism", "data"): (1,),
+    ("parallelism", "tensor"): (1,),
+    ("parallelism", "pipeline"): (1,),
+    ("parallelism", "context"): (1,),
+    ("parallelism", "pipeline_schedule"): ("1f1b",),
+    ("parallelism", "virtual_stages"): (1,),
+    ("parallelism", "pipeline_split"): ("auto",),
+    ("parallelism", "pipeline_layers"): (None,),
+}
 
 
 def plan_to_query(plan: Plan) -> dict[str, str]:
@@ -183,15 +199,38 @@ def plan_to_query(plan: Plan) -> dict[str, str]:
     else:
         always = required
         reference = model_to_dict(Model(**{k: model[k] for k in required}))
-    query = {key: leaf_text(value) for key, value in model.items()
-             if value is not None and (key in always or reference.get(key) != value)}
+    query = {
+        key: leaf_text(value)
+        for key, value in model.items()
+        if value is not None and (key in always or reference.get(key) != value)
+    }
     # the default plan of the same model, task, framework and degrees (framework settings can depend on them)
     par = plan.parallelism
-    base = flatten(plan_to_dict(plan_from_dict({
-        "model": model, "framework": plan.framework, "framework_release": plan.framework_release,
-        "workload": {"task": plan.workload.task},
-        "parallelism": {key: getattr(par, key) for key in ("data", "tensor", "pipeline", "context", "pipeline_schedule",
-                                                           "virtual_stages", "pipeline_split", "pipeline_layers")}})))
+    base = flatten(
+        plan_to_dict(
+            plan_from_dict(
+                {
+                    "model": model,
+                    "framework": plan.framework,
+                    "framework_release": plan.framework_release,
+                    "workload": {"task": plan.workload.task},
+                    "parallelism": {
+                        key: getattr(par, key)
+                        for key in (
+                            "data",
+                            "tensor",
+                            "pipeline",
+                            "context",
+                            "pipeline_schedule",
+                            "virtual_stages",
+                            "pipeline_split",
+                            "pipeline_layers",
+                        )
+                    },
+                }
+            )
+        )
+    )
     for path, value in flatten(plan_to_dict(plan)).items():
         if path[0] in ("schema", "model") or path not in _LEAF_OF or value is None:
             continue
@@ -227,8 +266,9 @@ def _parse(value: str, current: Any) -> Any:
     return parsed if isinstance(parsed, (int, float, bool)) and not isinstance(current, str) else value
 
 
-def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
-                    gpus: Collection[str] | None = None) -> tuple[Plan, list[str]]:
+def plan_from_query(
+    params: dict[str, str | list[str]], default: dict[str, Any], gpus: Collection[str] | None = None
+) -> tuple[Plan, list[str]]:
     """The plan a share link describes, and one warning per parameter that was ignored.
 
     `default` is the plan dict a link without its own model is laid over. A parameter that is unknown,
@@ -256,8 +296,11 @@ def plan_from_query(params: dict[str, str | list[str]], default: dict[str, Any],
             if takes_integers(path):
                 chosen[key] = integers(text)
             else:
-                chosen[key] = _parse(text, current) if current is not None else (
-                    yaml.safe_load(text) if len(text) < 100 else text)
+                chosen[key] = (
+                    _parse(text, current)
+                    if current is not None
+                    else (yaml.safe_load(text) if len(text) < 100 else text)
+                )
         except (ValueError, yaml.YAMLError):
             warnings.append(f"{key}: {text!r} is not a valid value; the default is used")
     for _ in range(len(chosen) + 1):

@@ -20,8 +20,9 @@ from functools import lru_cache
 
 # keyed by all the split reads; bounded, as a listed split is user input
 @lru_cache(maxsize=256)
-def chunk_split(num_layers: int, chunks: int, split: str = "auto",
-                listed: tuple[int, ...] | None = None) -> tuple[int, ...]:
+def chunk_split(
+    num_layers: int, chunks: int, split: str = "auto", listed: tuple[int, ...] | None = None
+) -> tuple[int, ...]:
     """Layers of each model chunk, in order (the plan has checked `split_problem` first)."""
     if listed is not None:
         return listed
@@ -44,12 +45,16 @@ def split_problem(num_layers: int, chunks: int, split: str, listed: tuple[int, .
             return f"adds up to {sum(listed)} layers; model.num_layers is {num_layers}"
         return None
     if split == "even" and num_layers % chunks:
-        return (f"does not divide model.num_layers ({num_layers}) into {chunks} even chunks (parallelism."
-                f"pipeline_split even); use weighted (the embedding and the output head count as a layer each) "
-                f"or list parallelism.pipeline_layers")
+        return (
+            f"does not divide model.num_layers ({num_layers}) into {chunks} even chunks (parallelism."
+            f"pipeline_split even); use weighted (the embedding and the output head count as a layer each) "
+            f"or list parallelism.pipeline_layers"
+        )
     uneven = split == "weighted" or (split == "auto" and num_layers % chunks)
     if uneven and chunks > 1 and chunks > (num_layers + 2) // 2:
-        return (f"leaves a chunk without layers: model.num_layers ({num_layers}) split unevenly into {chunks} "
-                f"chunks, with the embedding and the output head counted as a layer each, fills at most "
-                f"{(num_layers + 2) // 2}")
+        return (
+            f"leaves a chunk without layers: model.num_layers ({num_layers}) split unevenly into {chunks} "
+            f"chunks, with the embedding and the output head counted as a layer each, fills at most "
+            f"{(num_layers + 2) // 2}"
+        )
     return None

@@ -13,19 +13,64 @@ from typing import Any
 
 from planner.errors import PlanError, bad, short
 from planner.loader import HF_CONFIG, load_json
-from planner.models import Model
+from planner.plan.models import Model
 
 # Families whose MLP is gated (SwiGLU/GeGLU: gate, up, down) with RMSNorm, and those with a plain GeLU MLP and
 # LayerNorm with biases.
-GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-         "phi3", "olmo", "olmo2", "deepseek_v2", "deepseek_v3", "granite", "cohere", "internlm2", "smollm3",
-         "ministral", "mistral3_text", "glm", "exaone", "nemotron_h", "granitemoehybrid", "qwen3_next", "qwen3_5_text",
-         "qwen3_5_moe_text")
+GATED = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo",
+    "olmo2",
+    "deepseek_v2",
+    "deepseek_v3",
+    "granite",
+    "cohere",
+    "internlm2",
+    "smollm3",
+    "ministral",
+    "mistral3_text",
+    "glm",
+    "exaone",
+    "nemotron_h",
+    "granitemoehybrid",
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+)
 PLAIN = ("gpt2", "gpt_neox", "gpt_bigcode", "phi", "starcoder2", "falcon", "opt", "gptj")
 # what transformers assumes when a config omits tie_word_embeddings (PretrainedConfig's default is True)
-UNTIED_BY_DEFAULT = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo",
-                     "olmo2", "deepseek_v2", "deepseek_v3", "gpt_neox", "phi", "granite", "internlm2", "qwen3_next",
-                     "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h")
+UNTIED_BY_DEFAULT = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "phi3",
+    "olmo",
+    "olmo2",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_neox",
+    "phi",
+    "granite",
+    "internlm2",
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+    "nemotron_h",
+)
 # Hybrid recurrent/attention families (docs/hybrid.md §1): Qwen3-Next / Qwen3.5 (Gated DeltaNet), Granite-4.0-H and
 # Nemotron-H (Mamba-2)
 QWEN_NEXT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
@@ -33,19 +78,36 @@ QWEN_NEXT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 LAYER_TYPES = {"full_attention": "*", "attention": "*", "linear_attention": "G", "mamba": "M"}
 # Mamba-2 keys: planner field → (Nemotron-H key, Granite/Bamba key); HF nemotron_h also remaps the legacy
 # mamba_n_groups → n_groups and mamba_d_conv → conv_kernel
-MAMBA_KEYS = {"mamba_num_heads": ("mamba_num_heads", "mamba_n_heads"),
-              "mamba_head_dim": ("mamba_head_dim", "mamba_d_head"), "ssm_state_size": ("ssm_state_size", "mamba_d_state"), "mamba_n_groups": ("n_groups", "mamba_n_groups"),
-              "mamba_conv_kernel": ("conv_kernel", "mamba_d_conv")}
-GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-            "linear_conv_kernel_dim")
+MAMBA_KEYS = {
+    "mamba_num_heads": ("mamba_num_heads", "mamba_n_heads"),
+    "mamba_head_dim": ("mamba_head_dim", "mamba_d_head"),
+    "ssm_state_size": ("ssm_state_size", "mamba_d_state"),
+    "mamba_n_groups": ("n_groups", "mamba_n_groups"),
+    "mamba_conv_kernel": ("conv_kernel", "mamba_d_conv"),
+}
+GDN_KEYS = (
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
 # config dtype names of the served SSM state (Nemotron-H mamba_ssm_cache_dtype, Qwen3.5 mamba_ssm_dtype)
 STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # The keys vLLM reads a config's length from, the smallest given wins (vllm/config/model.py _get_and_verify_max_len:
 # possible_keys; its `model_max_length`, Command-R's, overrides them); rope types whose factor vLLM does not apply
 # again (their max_position_embeddings is already the scaled length); YaRN's length is
 # original_max_position_embeddings × factor
-LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_target_positions",
-               "max_sequence_length", "max_seq_length", "seq_len")
+LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 UNSCALED_ROPE = ("su", "longrope", "llama3", "default")
 # key aliases, first present wins
 ALIASES = {
@@ -63,13 +125,19 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     if not isinstance(config, Mapping):
         raise PlanError("hf_config", f"must be a JSON object, got {type(config).__name__}")
     if isinstance(config.get("text_config"), Mapping):  # Gemma 3, Llama 4, Mistral 3: the language decoder
-        config = {**config["text_config"], "model_type": config["text_config"].get("model_type", config.get("model_type"))}
+        config = {
+            **config["text_config"],
+            "model_type": config["text_config"].get("model_type", config.get("model_type")),
+        }
     family = str(config.get("model_type", ""))
     gated = family in GATED or (family not in PLAIN and _llama_like(config))
     if family not in GATED and family not in PLAIN and not gated:
-        raise PlanError("hf_config", f"model_type {short(family or None)} is not a known family and its keys do not "
-                        f"describe a Llama-like decoder (rms_norm_eps and hidden_act silu); known families: "
-                        f"{', '.join(sorted(GATED + PLAIN))}")
+        raise PlanError(
+            "hf_config",
+            f"model_type {short(family or None)} is not a known family and its keys do not "
+            f"describe a Llama-like decoder (rms_norm_eps and hidden_act silu); known families: "
+            f"{', '.join(sorted(GATED + PLAIN))}",
+        )
 
     out: dict[str, Any] = {}
     missing = []
@@ -82,8 +150,9 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     if missing:
         raise PlanError("hf_config", f"missing {'; '.join(missing)} (model_type {short(family or None)})")
     h, heads = out["hidden_size"], out["num_attention_heads"]
-    out["num_kv_heads"] = _first(config, "num_key_value_heads", "num_kv_heads", "n_head_kv",
-                                 default=1 if config.get("multi_query") else heads)
+    out["num_kv_heads"] = _first(
+        config, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=1 if config.get("multi_query") else heads
+    )
     if config.get("head_dim") is not None:
         out["head_dim"] = config["head_dim"]
     inter = _first(config, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim", "ff_dim")
@@ -201,16 +270,23 @@ def _window(config: Mapping[str, Any], family: str, layers: int) -> dict[str, An
 def _mla(config: Mapping[str, Any]) -> dict[str, Any]:
     if not config.get("kv_lora_rank"):
         return {}
-    return {"kv_lora_rank": config["kv_lora_rank"], "q_lora_rank": config.get("q_lora_rank"),
-            "qk_rope_head_dim": config.get("qk_rope_head_dim", 0), "head_dim": config.get("qk_nope_head_dim"),
-            "v_head_dim": config.get("v_head_dim")}
+    return {
+        "kv_lora_rank": config["kv_lora_rank"],
+        "q_lora_rank": config.get("q_lora_rank"),
+        "qk_rope_head_dim": config.get("qk_rope_head_dim", 0),
+        "head_dim": config.get("qk_nope_head_dim"),
+        "v_head_dim": config.get("v_head_dim"),
+    }
 
 
 def _hybrid(config: Mapping[str, Any], family: str) -> dict[str, Any]:
     """The layer pattern and the recurrent mixer's shape of a hybrid family ({} for the others)."""
     if family in QWEN_NEXT:
-        out = {"layer_pattern": _layer_types(config), "attn_output_gate": True,
-               "shared_expert_gate": bool(config.get("shared_expert_intermediate_size"))}
+        out = {
+            "layer_pattern": _layer_types(config),
+            "attn_output_gate": True,
+            "shared_expert_gate": bool(config.get("shared_expert_intermediate_size")),
+        }
         out.update({k: config[k] for k in GDN_KEYS if config.get(k) is not None})
     elif family == "granitemoehybrid":
         out = {"layer_pattern": _layer_types(config), **_mamba(config, 1)}
@@ -222,8 +298,11 @@ def _hybrid(config: Mapping[str, Any], family: str) -> dict[str, Any]:
     elif family == "nemotron_h":
         pattern = config.get("hybrid_override_pattern")
         if not isinstance(pattern, str) or "E" in pattern:
-            raise bad("hf_config.hybrid_override_pattern", pattern,
-                      "must be a string of M, *, - (MoE blocks E are not modelled)")
+            raise bad(
+                "hf_config.hybrid_override_pattern",
+                pattern,
+                "must be a string of M, *, - (MoE blocks E are not modelled)",
+            )
         out = {"layer_pattern": pattern, "pattern_style": "one_sublayer", "mlp": "relu2", **_mamba(config, 0)}
         if config.get("attention_head_dim") is not None:
             out["head_dim"] = config["attention_head_dim"]

@@ -1,0 +1,1 @@
+"""Text forms of estimates and recommendations: JSON-ready dicts, YAML and tables."""
