@@ -22,6 +22,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import doc_tables  # noqa: E402
 from stats import ALL, error_table, groups, p90  # noqa: E402
 
 from planner.accuracy import ACCURACY_PATH, workload_class  # noqa: E402
@@ -340,4 +341,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    doc_tables.run(main)

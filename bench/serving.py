@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import doc_tables  # noqa: E402
 import yaml  # noqa: E402
 from stats import ALL, band, error_table, groups  # noqa: E402
 
@@ -175,6 +176,6 @@ def main() -> list[dict]:
 
 
 if __name__ == "__main__":
-    measured = main()
+    measured = doc_tables.run(main)
     if "--write" in sys.argv:
         write_serving_accuracy(measured)

@@ -22,6 +22,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import doc_tables  # noqa: E402
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.errors import PlanError  # noqa: E402
@@ -306,4 +309,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    doc_tables.run(main)

@@ -4,12 +4,14 @@ import csv
 import statistics
 import sys
 
+import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 
 import accuracy  # noqa: E402
 import allocator_replay  # noqa: E402
+import doc_tables  # noqa: E402
 import oracle_check  # noqa: E402
 import prices  # noqa: E402
 import serving  # noqa: E402
@@ -217,3 +219,32 @@ def test_a100_against_h100_matches_the_published_pairs():
     assert len(pairs) == 13
     assert max(abs(e) for e in errors) < 0.35
     assert -0.15 < statistics.median(errors) < 0
+
+
+@pytest.mark.parametrize("bench", [accuracy, throughput, serving, serving_memory], ids=lambda m: m.__name__)
+def test_the_docs_show_the_benchs_current_tables(bench):
+    """docs/accuracy.md's tables and summary lines are this bench's output (`python bench/<name>.py --write-docs`)."""
+    text, _ = doc_tables.report(bench.main)
+    assert sum(p.startswith("|") for p in doc_tables.places(doc_tables.DOC.read_text(), text).values()) >= 1
+    assert doc_tables.stale(doc_tables.DOC.read_text(), text) == []
+
+
+DOC = "# A\n\nProse 3 rows.\n\n| k | v |\n|---|---|\n| a | 1 |\n\n7 rows: median 2.5 %\n\nLeft alone 2.\n"
+
+
+def test_doc_tables_replace_each_shown_paragraph_in_its_place():
+    report = "| k | v |\n|---|---|\n| a | 2 |\n| b | 3 |\n\n8 rows: median 1.5 %\nskipped r1: why\n\nnot shown 9\n"
+    assert doc_tables.stale(DOC, report) == ["| k | v |", "8 rows: median 1.5 %"]
+    new = doc_tables.updated(DOC, report)
+    assert new == (
+        "# A\n\nProse 3 rows.\n\n| k | v |\n|---|---|\n| a | 2 |\n| b | 3 |\n\n8 rows: median 1.5 %\n"
+        "skipped r1: why\n\nLeft alone 2.\n"
+    )
+    assert doc_tables.stale(new, report) == []
+
+
+def test_doc_tables_refuse_a_table_with_no_place_or_two():
+    with pytest.raises(ValueError, match="0 places"):
+        doc_tables.places(DOC, "| other | header |\n|---|---|\n")
+    with pytest.raises(ValueError, match="2 places"):
+        doc_tables.places(DOC + "\n| k | v |\n|---|---|\n", "| k | v |\n|---|---|\n| a | 1 |\n")

@@ -264,10 +264,10 @@ def test_frameworks_lists_each_setting_with_its_source():
     assert run("frameworks", "--format", "markdown").stdout == frameworks_to_table()
 
 
-def test_choices_come_from_the_plans_types_and_match_the_readme():
+def test_choices_come_from_the_plans_types_and_match_the_docs():
     out = run("choices")
     assert out.returncode == 0 and out.stdout == choices_to_table()
-    assert choices_to_table() in (ROOT / "README.md").read_text()
+    assert choices_to_table() in (ROOT / "docs" / "plan-keys.md").read_text()
     assert json.loads(run("choices", "--format", "json").stdout)["precision.optimizer"] == list(get_args(Optimizer))
     assert CHOICES["parallelism.zero_stage"] == (0, 1, 2, 3) and "workload.lora.targets" in LISTS
     assert "--rank {job,hour}" in run("recommend", "--help").stdout
@@ -389,10 +389,10 @@ def test_export_writes_the_config_and_names_what_it_cannot_carry(tmp_path):
     )
 
 
-def test_formats_prints_the_readme_table():
+def test_formats_prints_the_docs_table():
     out = run("formats")
     assert out.returncode == 0 and out.stdout == formats_to_table()
-    assert formats_to_table() in (ROOT / "README.md").read_text()
+    assert formats_to_table() in (ROOT / "docs" / "formats.md").read_text()
 
 
 def test_limits_answer_within_their_budget(tmp_path):

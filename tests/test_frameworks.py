@@ -1,5 +1,5 @@
-"""Framework recipes: the data is well-formed, settings lie under the plan's keys, conditions hold, the README
-table is the data's."""
+"""Framework recipes: the data is well-formed, settings lie under the plan's keys, conditions hold, the table
+of docs/frameworks.md is the data's."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +13,7 @@ from planner.plan.codec import plan_from_dict, plan_from_yaml, plan_to_dict, pla
 from planner.plan.config import INFERENCE_FRAMEWORKS, TRAINING_TASKS
 from planner.views.export import frameworks_to_table
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
 MODEL = {"preset": "llama-3.1-8b"}
 TRAINING = [name for name in load_frameworks() if name not in INFERENCE_FRAMEWORKS]
 
@@ -148,8 +148,8 @@ def test_yaml_round_trip_keeps_the_framework(framework):
     assert back == plan and plan_to_dict(back)["framework"] == framework
 
 
-def test_readme_table_is_the_data():
-    assert frameworks_to_table() in README.read_text()
+def test_docs_table_is_the_data():
+    assert frameworks_to_table() in DOC.read_text()
 
 
 @pytest.mark.parametrize(

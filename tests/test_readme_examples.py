@@ -1,5 +1,6 @@
-"""README.md's examples run as written (issue 30): every `vram-planner` command of its ```bash blocks, and each
-worked example (a command in backquotes followed by its ```text output), runs in-process through planner.cli's
+"""The documented examples run as written (issue 30): every `vram-planner` command of the ```bash blocks of
+README.md and docs/*.md, and each worked example of the README (a command in backquotes followed by its ```text
+output), runs in-process through planner.cli's
 main, from a directory where `examples/` is the checkout's, on the shipped files alone.
 
 A command ends with its documented exit status: 0, except `measure` without --dry-run where no CUDA GPU with
@@ -26,6 +27,8 @@ from planner.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+# the README and the topic files it links to: every command any of them shows runs here
+DOCUMENTED = "\n".join([README, *(path.read_text() for path in sorted((ROOT / "docs").glob("*.md")))])
 PROGRAM = ("vram-planner",)
 HUB_REPO, HUB_COPY = "Qwen/Qwen3-8B", ROOT / "examples" / "qwen3-8b-config.json"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
@@ -34,11 +37,11 @@ WORKED = re.compile(r"`(vram-planner [^`]+)`:\n\n```text\n(.*?)^```$", re.M | re
 
 
 def _blocks(language: str) -> list[str]:
-    return [body for lang, body in FENCE.findall(README) if lang == language]
+    return [body for lang, body in FENCE.findall(DOCUMENTED) if lang == language]
 
 
 def block_commands() -> list[str]:
-    """Each line of the bash blocks that runs the planner (its trailing comment dropped by shlex)."""
+    """Each line of the documents' bash blocks that runs the planner (its trailing comment dropped by shlex)."""
     return [
         line.strip()
         for body in _blocks("bash")
@@ -120,10 +123,12 @@ def test_each_worked_example_prints_what_the_readme_shows(command, shown, tmp_pa
 
 
 def test_the_readme_has_the_examples_the_tests_run():
-    """The extraction finds every planner line of the bash blocks (none is left unparsed) and the worked examples;
-    a README whose examples moved out of reach fails here rather than running nothing."""
+    """The extraction finds every planner line of the bash blocks (none is left unparsed) and the README's worked
+    examples; documents whose examples moved out of reach fail here rather than running nothing."""
     commands = block_commands()
     assert len(commands) >= 30 and all(_argv(line)[0] for line in commands)
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    assert all(line in commands for line in cli.splitlines() if line.startswith("vram-planner "))
     assert [c.split()[1] for c, _ in worked_examples()] == ["recommend", "recommend", "recommend"]
     assert {c for c in commands if "Qwen/Qwen3-8B" in c} == {"vram-planner estimate --hf-config Qwen/Qwen3-8B"}
 
@@ -142,3 +147,28 @@ def test_the_hub_example_plans_the_shipped_config(monkeypatch, capsys):
 def test_the_readme_offerings_block_is_the_shipped_file():
     offerings = next(body for body in _blocks("yaml") if "vram-planner-offerings/v1" in body)
     assert yaml.safe_load(offerings) == yaml.safe_load((ROOT / "examples" / "our-cluster-offerings.yaml").read_text())
+
+
+# each worked example's lead sentence in the README, and the plan values its numbers state
+LEADS = {
+    "llama-3.1-8b-pretrain-1t-tokens.yaml": (
+        "Llama 3.1 8B on a trillion tokens (sequence 8,192, global batch 512)",
+        {"sequence_length": 8192, "global_batch_size": 512, "train_tokens": 10**12},
+    ),
+    "llama-3.1-70b-qlora.yaml": (
+        "Llama 3.1 70B QLoRA on 100M tokens at 4,096 tokens",
+        {"task": "qlora", "train_tokens": 10**8, "sequence_length": 4096},
+    ),
+    "llama-3.1-70b-serving.yaml": (
+        "Llama 3.1 70B on vLLM (90 % of memory), prompts of 2,048 and 512 output",
+        {"inference": {"batch_size": 32, "prompt_tokens": 2048, "output_tokens": 512, "gpu_memory_utilization": 0.9}},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", LEADS)
+def test_each_worked_examples_lead_states_its_plan(name):
+    lead, workload = LEADS[name]
+    plan = yaml.safe_load((ROOT / "examples" / name).read_text())
+    assert " ".join(README.split()).count(lead) == 1 and f"examples/{name}" in " ".join(c for c, _ in worked_examples())
+    assert {key: plan["workload"][key] for key in workload} == workload
