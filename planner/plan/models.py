@@ -16,7 +16,7 @@ from typing import Any, Literal
 from planner.errors import PlanError, bad, unknown_key
 from planner.loader import DATA_DIR, load_data_file
 from planner.plan.dtypes import DType
-from planner.plan.validate import between, check_fields, check_int, text
+from planner.plan.validate import between, check_fields, check_int, resolved, text
 from planner.units import parse_count
 
 # relu2: squared-ReLU with no gate (Nemotron-H's NemotronHMLP: up_proj and down_proj only); 2 matrices like gelu
@@ -123,9 +123,9 @@ class Model:
     intermediate_size: int = field(metadata=between(1, MAX_INTERMEDIATE))
     vocab_size: int = field(metadata=between(1, MAX_VOCAB))
     # default: num_attention_heads (MHA)
-    num_kv_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    num_kv_heads: int = resolved(between(1, MAX_HEADS))
     # default: hidden_size / num_attention_heads
-    head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    head_dim: int = resolved(between(1, MAX_HEAD_DIM))
     mlp: Mlp = "swiglu"
     norm: Norm = "rmsnorm"
     tie_embeddings: bool = False
