@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import Field, dataclass, field, fields, is_dataclass
 from functools import cache
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from planner.errors import bad
 
@@ -99,6 +99,17 @@ def resolved(metadata: dict[str, Any] | None = None) -> Any:
     default". The way vLLM's configs declare such fields ("always int after construction"): readers need no None
     check. Typed Any so that the None default type-checks against the resolved type; None passes the field's rule."""
     return field(default=None, metadata={**(metadata or {}), "resolved": True})
+
+
+T = TypeVar("T")
+
+
+def required(value: T | None, key: str) -> T:
+    """An optional key that the rules of a built object require in the caller's branch (model.kv_lora_rank under
+    latent attention, the Mamba-2 keys of a pattern with M layers): its value, typed without None."""
+    if value is None:
+        raise ValueError(f"{key} is unset where its rules require it")
+    return value
 
 
 def _rule(owner: type, f: Field, hint: Any) -> Rule | None:
