@@ -92,3 +92,18 @@ def test_every_leaf_refuses_a_wrong_value_with_its_own_name(leaf, value):
         assert isinstance(value, (bool, float)) and not math.isnan(value) and not math.isinf(value), (field, str(err))
     else:
         assert isinstance(value, (bool, float)), (field, value)
+
+
+def test_a_resolved_field_takes_none_and_is_resolved_at_construction():
+    # declared `int` (validate.resolved): None means "the default", which __post_init__ works out
+    assert rules(Model)["num_kv_heads"].optional
+    m = Model(num_layers=2, hidden_size=64, num_attention_heads=8, intermediate_size=128, vocab_size=100)
+    assert (m.num_kv_heads, m.head_dim) == (8, 8)
+
+
+def test_required_reads_a_conditional_key_or_says_it_is_unset():
+    dense = Model(num_layers=2, hidden_size=64, num_attention_heads=8, intermediate_size=128, vocab_size=100)
+    moe = dataclasses.replace(dense, num_experts=4, experts_per_token=2)
+    assert moe.expert_intermediate_size == 128  # resolved to intermediate_size
+    with pytest.raises(ValueError, match="model.moe_intermediate_size is unset"):
+        _ = dense.expert_intermediate_size

@@ -24,7 +24,7 @@ from planner.plan.dtypes import (
 )
 from planner.plan.models import Model, presets
 from planner.plan.pipeline import split_problem
-from planner.plan.validate import between, check_fields, text
+from planner.plan.validate import between, check_fields, resolved, text
 
 SCHEMA = "vram-planner/v1"
 
@@ -219,7 +219,7 @@ class Workload:
     # sequences per GPU per forward/backward
     micro_batch_size: int = field(default=1, metadata=between(1, MAX_BATCH))
     # sequences per optimizer step; default micro_batch_size × data
-    global_batch_size: int | None = field(default=None, metadata=between(1, MAX_BATCH * MAX_DEGREE))
+    global_batch_size: int = resolved(between(1, MAX_BATCH * MAX_DEGREE))  # by Plan
     # optimizer steps of the whole job (for its cost); or give train_tokens
     steps: int | None = field(default=None, metadata=between(1, 10**12))
     # tokens of the whole job; default: steps × global batch × sequence
@@ -277,9 +277,9 @@ class Workload:
 class Precision:
     compute: ComputeDType = "bf16"  # dtype of matmuls and activations; fp8: float8 matmuls, bf16 activations
     master_weights: MasterWeights = "fp32"  # fp32 copy the optimizer updates | none (pure low precision)
-    gradients: DType | None = None  # default: fp32 with fp32 master weights, else the compute dtype
+    gradients: DType = resolved()  # default: fp32 with fp32 master weights, else the compute dtype
     optimizer: Optimizer = "adamw"
-    optimizer_state: DType | None = None  # default: fp32 with fp32 master weights, else the compute dtype
+    optimizer_state: DType = resolved()  # default: fp32 with fp32 master weights, else the compute dtype
     optimizer_impl: OptimizerImpl = "foreach"  # PyTorch's default on CUDA | fused | forloop
     # 8-bit AdamW: the library (default bitsandbytes; paged is bitsandbytes only), its block of values per fp32
     # scale (default 256: bitsandbytes >= 0.44 and torchao >= 0.6; 2048 before), and HF Trainer's override that
@@ -287,11 +287,11 @@ class Precision:
     optimizer_library: OptimizerLibrary | None = None
     optimizer_block_size: int | None = field(default=None, metadata=between(16, 65_536))
     fp32_embedding_states: bool = False
-    weights: WeightDType | None = None  # frozen or served weights; default: nf4 for qlora, else compute
+    weights: WeightDType = resolved()  # frozen or served weights (by Plan); default: nf4 for qlora, else compute
     # int4 and nf4 block size; default 128 (int4), 64 (nf4)
     quant_group_size: int | None = field(default=None, metadata=between(1, 1_048_576))
     double_quant: bool = False  # nf4: quantize the block scales too (QLoRA)
-    kv_cache: KvDType | None = None  # inference KV cache; default: the compute dtype
+    kv_cache: KvDType = resolved()  # inference KV cache; default: the compute dtype
     # float8 training (compute fp8): how tensors are scaled. tensorwise / rowwise: torchao Float8Linear with one
     # scale per tensor / per row; mxfp8: 8-bit with one e8m0 scale per 32 values; nvfp4: 4-bit with one fp8
     # scale per 16 values. Default tensorwise when compute is fp8.
@@ -398,7 +398,7 @@ class Techniques:
 @dataclass(frozen=True, kw_only=True)
 class Parallelism:
     # default: hardware.count / (tensor × pipeline × context)
-    data: int | None = field(default=None, metadata=between(1, MAX_DEGREE))
+    data: int = resolved(between(1, MAX_DEGREE))  # by Plan
     zero_stage: ZeroStage = 0  # 0 (DDP) | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP full shard)
     tensor: int = field(default=1, metadata=between(1, MAX_DEGREE))
     sequence_parallel: bool = False
@@ -451,7 +451,7 @@ class Parallelism:
 class Hardware:
     gpu: str = field(default="h100-sxm-80gb", metadata=text(100))  # an id from gpu_catalog.yaml
     # default: data × tensor × pipeline × context
-    count: int | None = field(default=None, metadata=between(1, MAX_GPUS))
+    count: int = resolved(between(1, MAX_GPUS))  # by Plan
     # an offering of the GPU in gpu_catalog.yaml (instance shape, network, host RAM, price); none: the GPU's
     # usual server and network, the default host RAM, no price
     offering: str | None = field(default=None, metadata=text(100))

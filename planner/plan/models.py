@@ -16,7 +16,7 @@ from typing import Any, Literal
 from planner.errors import PlanError, bad, unknown_key
 from planner.loader import DATA_DIR, load_data_file
 from planner.plan.dtypes import DType
-from planner.plan.validate import between, check_fields, check_int, text
+from planner.plan.validate import between, check_fields, check_int, required, resolved, text
 from planner.units import parse_count
 
 # relu2: squared-ReLU with no gate (Nemotron-H's NemotronHMLP: up_proj and down_proj only); 2 matrices like gelu
@@ -123,9 +123,9 @@ class Model:
     intermediate_size: int = field(metadata=between(1, MAX_INTERMEDIATE))
     vocab_size: int = field(metadata=between(1, MAX_VOCAB))
     # default: num_attention_heads (MHA)
-    num_kv_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    num_kv_heads: int = resolved(between(1, MAX_HEADS))
     # default: hidden_size / num_attention_heads
-    head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    head_dim: int = resolved(between(1, MAX_HEAD_DIM))
     mlp: Mlp = "swiglu"
     norm: Norm = "rmsnorm"
     tie_embeddings: bool = False
@@ -289,6 +289,22 @@ class Model:
         return self.kv_lora_rank is not None
 
     @property
+    def latent_rank(self) -> int:
+        """kv_lora_rank of a latent-attention model (read under `mla`)."""
+        return required(self.kv_lora_rank, "model.kv_lora_rank")
+
+    @property
+    def latent_v_head_dim(self) -> int:
+        """v_head_dim of a latent-attention model, resolved to head_dim when not given (read under `mla`)."""
+        return required(self.v_head_dim, "model.v_head_dim")
+
+    @property
+    def expert_intermediate_size(self) -> int:
+        """moe_intermediate_size of an MoE model, resolved to intermediate_size when not given (read under
+        `num_experts`)."""
+        return required(self.moe_intermediate_size, "model.moe_intermediate_size")
+
+    @property
     def moe_layers(self) -> int:
         return self.num_layers - self.first_dense_layers if self.num_experts else 0
 
@@ -342,14 +358,10 @@ def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCo
         # q: h → q latent (+ its norm) → heads × (nope + rope), or h → heads × (nope + rope) directly;
         # kv_a: h → kv latent + RoPE key (+ the latent's norm); kv_b: latent → heads × (nope + v); o
         # (the latent projections are replicated over tensor-parallel ranks, the rest split by heads)
-        heads = m.num_attention_heads // t
+        heads, rank, v_dim = m.num_attention_heads // t, m.latent_rank, m.latent_v_head_dim
         q_path = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * q) if m.q_lora_rank else h * q
         attention = (
-            q_path
-            + h * (m.kv_lora_rank + m.qk_rope_head_dim)
-            + m.kv_lora_rank
-            + m.kv_lora_rank * heads * (m.head_dim + m.v_head_dim)
-            + heads * m.v_head_dim * h
+            q_path + h * (rank + m.qk_rope_head_dim) + rank + rank * heads * (m.head_dim + v_dim) + heads * v_dim * h
         )
     else:
         attention = h * q + 2 * h * kv + q * h + bias * (q + 2 * kv + h) + h * q * m.attn_output_gate
@@ -360,10 +372,10 @@ def param_counts(m: Model, tensor: int = 1, expert_parallel: int = 1) -> ParamCo
         mlp = 2 * h * inter + bias * (inter + h)
     norm = h if m.norm == "rmsnorm" else 2 * h  # LayerNorm has a bias
     table = -(-m.vocab_size // t) * h
-    moe = {}
+    moe: dict[str, Any] = {}  # the MoE and hybrid counts ParamCounts takes by name
     if m.num_experts:
         # experts are split over expert-parallel ranks; tensor parallelism splits each expert's width
-        e_inter = m.moe_intermediate_size // t
+        e_inter = m.expert_intermediate_size // t
         mats = 3 if m.mlp == "swiglu" else 2
         expert = mats * h * e_inter + bias * ((mats - 1) * e_inter + h)
         moe = dict(
@@ -698,9 +710,9 @@ def projection_shapes(m: Model, tensor: int = 1) -> dict[str, tuple[int, int]]:
         heads = m.num_attention_heads // t
         shapes = {
             "q": (m.q_lora_rank or h, q),
-            "k": (m.kv_lora_rank, heads * m.head_dim),
-            "v": (m.kv_lora_rank, heads * m.v_head_dim),
-            "o": (heads * m.v_head_dim, h),
+            "k": (m.latent_rank, heads * m.head_dim),
+            "v": (m.latent_rank, heads * m.latent_v_head_dim),
+            "o": (heads * m.latent_v_head_dim, h),
             "up": (h, inter),
             "down": (inter, h),
         }
@@ -718,7 +730,7 @@ def attention_widths(m: Model, tensor: int = 1) -> tuple[int, int, int, int]:
     if m.mla:
         heads = m.num_attention_heads // tensor
         qk = heads * (m.head_dim + m.qk_rope_head_dim)
-        return qk, qk, heads * m.v_head_dim, heads * m.v_head_dim
+        return qk, qk, heads * m.latent_v_head_dim, heads * m.latent_v_head_dim
     kv = kv_heads_per_rank(m, tensor) * m.head_dim
     return m.q_width // tensor, kv, kv, m.q_width // tensor
 

@@ -4,9 +4,9 @@ value and rule."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import Field, dataclass, fields, is_dataclass
+from dataclasses import Field, dataclass, field, fields, is_dataclass
 from functools import cache
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from planner.errors import bad
 
@@ -93,11 +93,30 @@ def text(max_len: int) -> dict[str, Any]:
     return {"max_len": max_len}
 
 
+def resolved(metadata: dict[str, Any] | None = None) -> Any:
+    """A field whose default is worked out from other keys at construction (by its own __post_init__, or by
+    Plan's for keys that depend on other sections): declared with the resolved type, given as None to mean "the
+    default". The way vLLM's configs declare such fields ("always int after construction"): readers need no None
+    check. Typed Any so that the None default type-checks against the resolved type; None passes the field's rule."""
+    return field(default=None, metadata={**(metadata or {}), "resolved": True})
+
+
+T = TypeVar("T")
+
+
+def required(value: T | None, key: str) -> T:
+    """An optional key that the rules of a built object require in the caller's branch (model.kv_lora_rank under
+    latent attention, the Mamba-2 keys of a pattern with M layers): its value, typed without None."""
+    if value is None:
+        raise ValueError(f"{key} is unset where its rules require it")
+    return value
+
+
 def _rule(owner: type, f: Field, hint: Any) -> Rule | None:
     args = get_args(hint)
-    optional = type(None) in args
-    if optional:
+    if type(None) in args:
         (hint,) = (a for a in args if a is not type(None))
+    optional = type(None) in args or f.metadata.get("resolved", False)
     if is_dataclass(hint):
         return None  # a nested section: checked by its own rules
     if get_origin(hint) is Literal:
