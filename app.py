@@ -5,9 +5,10 @@ widgets (ui/state.py); the sidebar's widgets (ui/sidebar.py) build it back on ev
 to the URL. The tabs (ui/tabs.py) show it. Adopting a recommendation or uploading a plan file loads a plan into
 the widgets the same way.
 
-The verdict's headline is drawn first, from the widget values as the last run drew them (ui/state.early_plan),
-so the browser shows it before it takes in the sidebar and the open tab; it is drawn again, in its place, where
-the sidebar's plan differs.
+The verdict's headline (ui/verdict.py) is drawn first, from the widget values as the last run drew them
+(ui/state.early_plan), so the browser shows it before it takes in the sidebar and the open tab; it is drawn again,
+in its place, where the sidebar's plan differs. It is drawn before the page's heavier imports too, so a cold
+server's first session sees it without waiting for pandas and Altair.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from planner.memory import estimate
 from planner.perf import plan_time
 from planner.plan.codec import plan_from_dict
 from planner.plan.models import presets
-from ui import tabs
-from ui.sidebar import sidebar
+from ui import verdict
 from ui.state import current_plan_dict, early_plan, link_query, show_error_at, start_session
 
 st.set_page_config(page_title="VRAM Planner", page_icon="🧮", layout="wide")
@@ -32,9 +32,14 @@ early = early_plan()
 try:
     if early is not None:
         with head.container():
-            tabs.headline(early[0], estimate(early[0], early[1]))
+            verdict.headline(early[0], estimate(early[0], early[1]))
 except PlanError:
     early = None
+# A server's first session imports the rest of the page here, after its verdict is on its way to the browser:
+# pandas, Altair and the framework readers took about 3 s on a cold 2-core server (later runs find them imported)
+from ui import tabs  # noqa: E402
+from ui.sidebar import sidebar  # noqa: E402
+
 catalog, catalog_key = sidebar(presets())
 st.session_state["drawn_catalog"] = (catalog, catalog_key)
 try:
@@ -54,7 +59,7 @@ except PlanError as exc:
     early = None
 if early is None or (early[0], early[2]) != (plan, catalog_key):
     with head.container():
-        tabs.headline(plan, result)
+        verdict.headline(plan, result)
 tabs.verdict_details(plan, result, time, catalog, catalog_key)
 # only the open tab runs (its search or sweeps are what a rerun would otherwise wait for)
 tab_plan, tab_time, tab_explore, tab_cheapest, tab_compare, tab_share = st.tabs(

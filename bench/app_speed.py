@@ -12,6 +12,7 @@ each seen before when `--changes` passes the list's length).
 
     python bench/app_speed.py                 # the browser table (median and p90 ms per tab, first verdict)
     python bench/app_speed.py --server        # Streamlit's own script run per rerun, through AppTest
+    python bench/app_speed.py --cold 5        # the first verdict of a fresh server (its first session's imports)
 
 The server mode times ScriptRunner._run_script under AppTest (the same script run a browser session triggers),
 so the browser's share of the wait is the difference. On a shared 2-core machine, run it a few times.
@@ -162,6 +163,26 @@ def browser_table(changes: int, loads: int) -> None:
         proc.wait(timeout=20)
 
 
+def cold_loads(count: int) -> None:
+    """The first verdict of a fresh server's first session (its imports included), `count` servers in turn."""
+    from playwright.sync_api import sync_playwright
+
+    firsts = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        for _ in range(count):
+            proc, url = _serve()
+            try:
+                page, first = _open(browser, url)
+                firsts.append(first)
+                page.context.close()
+            finally:
+                proc.terminate()
+                proc.wait(timeout=20)
+        browser.close()
+    print(f"first verdict of a fresh server: median {statistics.median(firsts):.0f} ms, worst {max(firsts):.0f} ms")
+
+
 def server_table() -> None:
     """Streamlit's own script run per rerun after an input change, through AppTest."""
     from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
@@ -196,9 +217,12 @@ def main() -> None:
     parser.add_argument("--server", action="store_true", help="time Streamlit's script run through AppTest instead")
     parser.add_argument("--changes", type=int, default=12, help="input changes per tab")
     parser.add_argument("--loads", type=int, default=5, help="fresh page loads for the first verdict")
+    parser.add_argument("--cold", type=int, default=0, help="instead: the first verdict of this many fresh servers")
     args = parser.parse_args()
     if args.server:
         server_table()
+    elif args.cold:
+        cold_loads(args.cold)
     else:
         browser_table(args.changes, args.loads)
 

@@ -1,7 +1,12 @@
 """The Streamlit app through streamlit.testing: the page (AppTest.from_file) with every input group, the share link,
 files and errors; and each ui/ module on its own (AppTest.from_function)."""
 
+import ast
+import itertools
 import json
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import parse_qsl
 
 import pyarrow as pa
@@ -16,9 +21,11 @@ from planner.plan.choices import CHOICES
 from planner.plan.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
 from planner.plan.config import FROZEN_WEIGHTS
 from planner.search.recommend import recommend
+from planner.units import format_bytes
 from ui import sidebar as ui_sidebar
 from ui import state as ui_state
 from ui import tabs, worker
+from ui import verdict as ui_verdict
 from ui.charts import ROW_PX
 from ui.state import PASTE_MAX_CHARS, PATHS, plan_dict
 
@@ -43,7 +50,8 @@ def page_warnings(at) -> list[str]:
 
 
 def table(at, column):
-    return next(df.value for df in at.dataframe if column in df.value.columns)
+    """The page's table (a grid, or a static table where it is small) with the column `column`."""
+    return next(df.value for df in [*at.dataframe, *at.table] if column in df.value.columns)
 
 
 def test_first_page_shows_a_real_plan():
@@ -1239,9 +1247,9 @@ def test_the_verdict_is_drawn_before_the_sidebar_and_again_only_where_the_sideba
     headline from the last run's widgets first; it is drawn again, in its place, only where the sidebar's plan
     differs, so the page shows one verdict, of the plan the link holds."""
     calls = []
-    headline, sidebar = tabs.headline, ui_sidebar.sidebar
+    headline, sidebar = ui_verdict.headline, ui_sidebar.sidebar
     monkeypatch.setattr(
-        tabs,
+        ui_verdict,
         "headline",
         lambda plan, result: (calls.append(("headline", plan.workload.task, result.reason)), headline(plan, result)),
     )
@@ -1272,3 +1280,53 @@ def test_the_verdict_is_drawn_before_the_sidebar_and_again_only_where_the_sideba
     calls.clear()
     at.number_input(key="sequence_length").set_value(4096).run()
     assert [c[0] for c in calls] == ["headline", "sidebar", "headline"] and calls[0][2] != calls[-1][2] == shown(at)
+
+
+def test_compare_and_make_it_fit_agree_with_the_recommendation_and_the_cli():
+    """Issue 30, item 1: the views speak of one plan. Cheapest hardware's recommendation is the CLI's for the same
+    plan, and adopted it is that very plan; pinned beside it, Compare shows each plan's own verdict and GiB per GPU
+    as the recommendation and the estimate give them; each make-it-fit option, clicked, fits with the GiB its line
+    said."""
+    query = {"count": "1"}  # the default 8B full fine-tune, on one H100: does not fit
+    at = app(query, view="Compare")
+    assert not at.exception and at.error[0].value.startswith("does not fit")
+    original = plan_from_query(dict(at.query_params), DEFAULT)[0]
+    labels = [b.label for b in at.button if b.key and b.key.startswith("fix_")]
+    assert labels
+    at.button(key="pin").click().run()
+    at.session_state["view"] = "Cheapest hardware"
+    at.run()
+    best = recommend(original, CATALOG).best
+    headline = at.success[-1].value
+    assert headline.startswith(f"**Recommended:** {best.count:,} × {best.gpu.name} on {best.offering.provider} (")
+    row = table(at, "GiB per GPU").set_index("GPU").loc[best.gpu.name]
+    assert row["GiB per GPU"] == round(best.device_bytes / 2**30, 1) and row["strategy"] == best.strategy
+    at.button(key="adopt_0").click().run()
+    at.session_state["view"] = "Compare"
+    at.run()
+    adopted = plan_from_query(dict(at.query_params), DEFAULT)[0]
+    assert not at.exception and adopted == best.plan and at.success[0].value.startswith("fits on ")
+    frame = table(at, "pinned 1").set_index("")
+    assert frame.loc["fits", "this plan"] == "yes" and frame.loc["fits", "pinned 1"] == "no"
+    assert frame.loc["device per GPU", "this plan"] == format_bytes(best.device_bytes)
+    assert frame.loc["device per GPU", "pinned 1"] == format_bytes(estimate(original, CATALOG).device_bytes)
+    for n, label in enumerate(labels[:2]):
+        fix = app(query)
+        fix.button(key=f"fix_{n}").click().run()
+        fixed = estimate(plan_from_query(dict(fix.query_params), DEFAULT)[0], CATALOG)
+        assert not fix.exception and fixed.fits and fix.success[0].value.startswith("fits on ")
+        assert f", needs {format_bytes(fixed.device_bytes)}; " in label
+
+
+def test_the_first_verdict_waits_for_no_heavy_import():
+    """Issue 30 item 7: a cold server's first session drew nothing for about 3 s while app.py imported pandas,
+    Altair and the framework readers. The imports above the early verdict (app.py's leading ones) load none."""
+    tree = ast.parse(Path(APP).read_text(encoding="utf-8"))
+    leading = list(itertools.takewhile(lambda n: isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr)), tree.body))
+    imports = [n for n in leading if not isinstance(n, ast.Expr) and getattr(n, "module", "") != "__future__"]
+    code = "\n".join(map(ast.unparse, imports))
+    assert "ui import verdict" in code and "ui import tabs" not in code
+    heavy = ("pandas", "altair", "planner.formats")
+    probe = f"import sys\n{code}\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

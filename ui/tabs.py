@@ -9,15 +9,14 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from planner.accuracy import confidence_note, time_note
+from planner.accuracy import time_note
 from planner.catalog import Catalog, PriceKind, ProviderClass
 from planner.errors import PlanError
 from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate, estimate
 from planner.perf import StepTime, plan_time, unsupported_compute
 from planner.plan.codec import plan_from_yaml, plan_to_query, plan_to_yaml
-from planner.plan.config import Plan, context_note
-from planner.plan.models import approximate_note
+from planner.plan.config import Plan
 from planner.search.explore import Fix, current_value, idle_settings, make_it_fit, room, savings, sweep, sweep_keys
 from planner.search.recommend import (
     DEFAULT_HEADROOM,
@@ -35,6 +34,7 @@ from ui import worker
 from ui.charts import breakdown_chart, frontier_chart, recommendation_chart, sweep_chart, time_chart, timeline_chart
 from ui.configs import config_export, config_import, vllm_log
 from ui.state import COMPARE_KEYS, link_query, load_into_widgets, pinned_plans
+from ui.verdict import headline
 
 RANK_LABELS = {"job": "cost of the job", "hour": "cost per hour"}
 PRICE_LABELS = {"on_demand": "on-demand", "reserved": "reserved", "spot": "spot"}
@@ -161,21 +161,6 @@ def verdict(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalo
     verdict_details(plan, result, time, catalog, catalog_key)
 
 
-def headline(plan: Plan, result: Estimate) -> None:
-    """The plan's name, size, task and GPUs, its approximation warning and whether it fits: no widgets, so the page
-    can draw it before the sidebar and draw it again when the sidebar changes the plan."""
-    st.header(plan.name or plan_title(plan, result.gpu.name))
-    st.caption(
-        f"{plan.model.params.total / 1e9:.2f} B parameters"
-        + (f" ({plan.model.params.active / 1e9:.2f} B active)" if plan.model.num_experts else "")
-        + f" · {plan.workload.task} · {plan.hardware.count} × {result.gpu.name}"
-    )
-    for note in filter(None, (approximate_note(plan.model), context_note(plan))):
-        st.warning(note)
-    (st.success if result.fits else st.error)(result.reason)
-    st.caption(confidence_note(result))
-
-
 def verdict_details(plan: Plan, result: Estimate, time: StepTime | None, catalog: Catalog, catalog_key: str) -> None:
     """Under the headline: settings that do nothing, what makes it fit (or what the free memory buys), the speed."""
     for line in idle_settings(plan, catalog):
@@ -225,7 +210,7 @@ def timing(plan: Plan, time: StepTime | None) -> None:
     st.caption(time.efficiency_note)
     st.caption(time_note(plan, time.step_time_s))
     st.altair_chart(time_chart(time), width="stretch")
-    st.dataframe(
+    st.table(
         pd.DataFrame(
             [
                 {
@@ -239,7 +224,6 @@ def timing(plan: Plan, time: StepTime | None) -> None:
             ]
         ),
         hide_index=True,
-        width="stretch",
     )
 
 
@@ -247,7 +231,7 @@ def _framework_settings(plan: Plan) -> None:
     recipe = load_frameworks()[plan.framework]
     with st.expander(f"What {recipe.label} set", expanded=False):
         st.caption(recipe.summary)
-        st.dataframe(
+        st.table(
             pd.DataFrame(
                 [
                     {
@@ -261,7 +245,6 @@ def _framework_settings(plan: Plan) -> None:
                 ]
             ),
             hide_index=True,
-            width="stretch",
         )
 
 
@@ -280,7 +263,7 @@ def breakdown(plan: Plan, result: Estimate) -> None:
     st.altair_chart(breakdown_chart(result), width="stretch", height=190)
     pipelined = plan.parallelism.pipeline > 1
     st.subheader(f"At the peak: {result.phase}" + (f", pipeline stage {result.stage}" if pipelined else ""))
-    st.dataframe(
+    st.table(
         pd.DataFrame(
             [
                 {
@@ -295,13 +278,12 @@ def breakdown(plan: Plan, result: Estimate) -> None:
             ]
         ),
         hide_index=True,
-        width="stretch",
     )
     worst = next(s for s in result.stages if s.index == result.stage)
     st.subheader("Memory over the step" + (f" (stage {worst.index})" if pipelined else ""))
     st.altair_chart(timeline_chart(worst), width="stretch")
     st.subheader("Pipeline stages" if pipelined else "Moments of the step")
-    st.dataframe(
+    st.table(
         pd.DataFrame(
             [
                 {
@@ -317,7 +299,6 @@ def breakdown(plan: Plan, result: Estimate) -> None:
             ]
         ),
         hide_index=True,
-        width="stretch",
     )
     if result.host_bytes:
         (st.error if result.host_short else st.info)(
@@ -486,7 +467,7 @@ def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation | s
                 sweep_chart(sweep(plan, catalog, key), key, current_value(plan, key), capacities), width="stretch"
             )
     st.subheader("What each technique saves")
-    st.dataframe(
+    st.table(
         pd.DataFrame(
             [
                 {
@@ -499,7 +480,6 @@ def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation | s
             ]
         ),
         hide_index=True,
-        width="stretch",
     )
 
 

@@ -19,9 +19,10 @@ from planner.memory import TOTALS_MEANING, Estimate
 from planner.perf import StepTime
 from planner.plan.codec import LEAVES, flatten, leaf_text, plan_to_dict, plan_to_query
 from planner.plan.config import Plan, context_note, section_keys
-from planner.plan.models import Preset, approximate_note, presets
+from planner.plan.models import Preset, approximate_note
 from planner.search.recommend import Candidate, Recommendation
 from planner.units import format_bytes, format_hours
+from planner.views.title import plan_title
 
 
 def time_to_dict(time: StepTime, plan: Plan) -> dict[str, Any]:
@@ -229,26 +230,6 @@ def _cannot_say(reasons: dict[str, str]) -> str:
     for key, why in reasons.items():
         keys.setdefault(why, []).append(f"`{key}`")
     return "; ".join(f"{', '.join(names)} ({why})" for why, names in keys.items()) or "—"
-
-
-_TASK_WORDS = {"pretrain": "pre-training", "finetune": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA"}
-
-
-def plan_title(plan: Plan, gpu_name: str) -> str:
-    """What a plan is, for a heading when it has no name: model, task and hardware, e.g. "Llama 3.1 70B QLoRA on
-    1 × NVIDIA H100 SXM 80GB"."""
-    m = plan.model
-    model = (
-        presets()[m.preset].name
-        if m.preset
-        else f"~{m.approx_params / 1e9:,.3g}B-parameter model"
-        if m.approx_params
-        else f"custom {m.params.total / 1e9:,.3g}B model"
-    )
-    task = _TASK_WORDS.get(plan.workload.task) or (
-        "serving" if plan.workload.inference.gpu_memory_utilization is not None else "generation"
-    )
-    return f"{model} {task} on {plan.hardware.count} × {gpu_name}"
 
 
 def file_stem(title: str) -> str:
