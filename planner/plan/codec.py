@@ -100,10 +100,12 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         del out["workload"]["lora"]
     if task != "inference":
         del out["workload"]["inference"]
-    if plan.workload.objective == "next_token":  # the objective's keys are written for a post-training plan
-        del out["workload"]["objective"], out["workload"]["preference"]
-    elif plan.workload.objective != "preference":
-        del out["workload"]["preference"]
+    objective = plan.workload.objective
+    if objective == "next_token":  # the objective's keys are written for a post-training plan
+        del out["workload"]["objective"]
+    for key, used_by in (("preference", "preference"), ("rl", "grpo")):  # an objective's block, for its plans
+        if objective != used_by:
+            del out["workload"][key]
     return out
 
 
