@@ -1272,3 +1272,15 @@ def test_the_verdict_is_drawn_before_the_sidebar_and_again_only_where_the_sideba
     calls.clear()
     at.number_input(key="sequence_length").set_value(4096).run()
     assert [c[0] for c in calls] == ["headline", "sidebar", "headline"] and calls[0][2] != calls[-1][2] == shown(at)
+
+
+def test_the_objective_and_grpo_options_reach_the_plan():
+    at = app()
+    at.selectbox(key="task").select("lora").run()
+    at.selectbox(key="objective").select("grpo").run()
+    at.number_input(key="micro_batch_size").set_value(8).run()
+    at.selectbox(key="rl_sleep_level").select(2).run()
+    assert not at.exception
+    plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
+    assert warnings == [] and plan.workload.objective == "grpo" and plan.workload.rl.sleep_level == 2
+    assert "Engine: CUDA graphs" in set(table(at, "formula")["item"])  # what the sleeping engine keeps
