@@ -2,6 +2,8 @@
 V 1,000, 202,048 parameters), plus invariants over generated plans. The plan: full fine-tune in pure bf16, sequences
 of 64 tokens (32 prompt + 32 completion), micro-batch 8 completions = one group of G 8, on one H100."""
 
+from dataclasses import fields
+
 import pytest
 from conftest import TINY
 from hypothesis import given, settings
@@ -13,7 +15,8 @@ from planner.memory import estimate
 from planner.memory.inference import CUDA_GRAPH_BYTES
 from planner.memory.rollout import rollout_plan
 from planner.perf import serving_time, step_time
-from planner.plan.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
+from planner.plan.codec import LEAVES, plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
+from planner.plan.config import NESTED
 
 P = 202_048
 PURE = {"compute": "bf16", "master_weights": "none"}
@@ -236,3 +239,9 @@ def test_invariants(task, groups, zero, beta, util):
     for level in (1, 2):  # sleep mode never increases the peak
         assert ests[level].peak_allocated_bytes <= ests[0].peak_allocated_bytes
         assert ests[level].device_bytes <= ests[0].device_bytes
+
+
+def test_every_nested_key_has_its_own_share_link_name():
+    """workload.rl.gpu_memory_utilization and workload.inference.gpu_memory_utilization both reach the link."""
+    paths = {(section, key, sub.name) for (section, key), nested in NESTED.items() for sub in fields(nested)}
+    assert paths <= set(LEAVES.values())

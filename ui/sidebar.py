@@ -7,6 +7,7 @@ import hashlib
 import re
 from datetime import date
 from functools import partial
+from typing import get_args
 
 import streamlit as st
 
@@ -28,6 +29,9 @@ from planner.plan.config import (
     TRAINING_TASKS,
     Plan,
     Precision,
+    PreferenceLoss,
+    RolloutEngine,
+    SleepLevel,
     default_weights,
 )
 from planner.plan.dtypes import DEFAULT_GROUP_SIZE
@@ -506,20 +510,20 @@ def _objective() -> None:
     )
     objective = st.session_state["objective"]
     if objective == "preference":
-        drawn(st.selectbox, "Preference loss", CHOICES["workload.preference.loss_type"], key="loss_type")
+        drawn(st.selectbox, "Preference loss", get_args(PreferenceLoss), key="loss_type")
     if objective != "grpo":
         return
     drawn(st.number_input, "Generations per prompt (G)", 2, 1024, key="rl_num_generations")
     drawn(st.number_input, "Completion length", 1, MAX_SEQUENCE, key="rl_completion_length")
     drawn(st.number_input, "KL beta (0: no reference)", 0.0, 1e6, step=0.01, key="rl_beta")
-    drawn(st.selectbox, "Rollout engine", CHOICES["workload.rl.engine"], key="rl_engine")
+    drawn(st.selectbox, "Rollout engine", get_args(RolloutEngine), key="rl_engine")
     drawn(st.number_input, "Engine tensor parallel", 1, MAX_DEGREE, key="rl_tensor_parallel")
     if st.session_state["rl_engine"] == "colocate":
         drawn(st.slider, "Engine memory fraction", 0.05, 0.95, step=0.05, key="rl_gpu_memory_utilization")
         drawn(
             st.selectbox,
             "Engine sleep level",
-            CHOICES["workload.rl.sleep_level"],
+            get_args(SleepLevel),
             key="rl_sleep_level",
             help="vLLM sleep mode between phases: 1 weights to host, KV cache freed; 2 both freed",
         )

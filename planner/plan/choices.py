@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from planner.plan.config import Inference, Lora, Parallelism, Plan, Precision, Preference, Rl, Techniques, Workload
+from planner.plan.config import Inference, Lora, Parallelism, Plan, Precision, Techniques, Workload
 from planner.plan.models import Model
 
 # the plan's blocks with the dotted prefix of their keys ("" for the top level)
@@ -18,8 +18,6 @@ _BLOCKS: dict[str, type] = {
     "workload": Workload,
     "workload.lora": Lora,
     "workload.inference": Inference,
-    "workload.preference": Preference,
-    "workload.rl": Rl,
     "precision": Precision,
     "techniques": Techniques,
     "parallelism": Parallelism,

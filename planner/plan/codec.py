@@ -140,7 +140,9 @@ def _leaf_paths() -> dict[str, tuple[str, ...]]:
             if nested is None:
                 leaves[key] = (section, key)
             else:
-                leaves.update({sub.name: (section, key, sub.name) for sub in fields(nested)})
+                # GRPO's keys are prefixed: gpu_memory_utilization is also a serving key
+                prefix = "rl_" if key == "rl" else ""
+                leaves.update({prefix + sub.name: (section, key, sub.name) for sub in fields(nested)})
     return leaves
 
 
