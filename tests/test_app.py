@@ -1330,3 +1330,15 @@ def test_the_first_verdict_waits_for_no_heavy_import():
     probe = f"import sys\n{code}\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_objective_and_grpo_options_reach_the_plan():
+    at = app()
+    at.selectbox(key="task").select("lora").run()
+    at.selectbox(key="objective").select("grpo").run()
+    at.number_input(key="micro_batch_size").set_value(8).run()
+    at.selectbox(key="rl_sleep_level").select(2).run()
+    assert not at.exception
+    plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
+    assert warnings == [] and plan.workload.objective == "grpo" and plan.workload.rl.sleep_level == 2
+    assert "Engine: CUDA graphs" in set(table(at, "formula")["item"])  # what the sleeping engine keeps

@@ -453,3 +453,39 @@ def test_null_dtype_is_from_pretrained_default():
     r = read("model_name_or_path: meta-llama/Llama-3.1-8B\ntorch_dtype: null\n")
     assert "master_weights" not in r.plan.get("precision", {})
     assert r.plan["workload"]["task"] == "finetune"
+
+
+def test_grpo_config_reads_as_a_grpo_plan():
+    """A GRPOConfig (TRL's grpo_config.py keys) with colocated vLLM and sleep mode: objective grpo and workload.rl."""
+    text = """
+model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
+bf16: true
+per_device_train_batch_size: 8
+num_generations: 8
+max_completion_length: 1024
+beta: 0.04
+use_vllm: true
+vllm_mode: colocate
+vllm_gpu_memory_utilization: 0.4
+vllm_enable_sleep_mode: true
+"""
+    imported = read(text, gpus=8)
+    wl = imported.plan["workload"]
+    assert wl["objective"] == "grpo" and wl["sequence_length"] == 512 + 1024
+    assert wl["rl"] == {
+        "num_generations": 8,
+        "completion_length": 1024,
+        "beta": 0.04,
+        "engine": "colocate",
+        "gpu_memory_utilization": 0.4,
+        "sleep_level": 2,
+    }
+    assert imported.unknown == () and not any(u.startswith("beta") for u in imported.unmodelled)
+    plan = built(imported)
+    assert plan.workload.rl.sleep_level == 2 and plan.workload.reference == "separate"
+
+
+def test_grpo_without_vllm_plans_a_server_and_says_so():
+    imported = read("num_generations: 4\nper_device_train_batch_size: 4\n", gpus=2)
+    assert imported.plan["workload"]["rl"]["engine"] == "server"
+    assert any(u.startswith("use_vllm: false") for u in imported.unmodelled)

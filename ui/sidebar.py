@@ -7,6 +7,7 @@ import hashlib
 import re
 from datetime import date
 from functools import partial
+from typing import get_args
 
 import streamlit as st
 
@@ -24,9 +25,13 @@ from planner.plan.config import (
     MAX_BATCH,
     MAX_DEGREE,
     MAX_SEQUENCE,
+    OBJECTIVE_TASKS,
     TRAINING_TASKS,
     Plan,
     Precision,
+    PreferenceLoss,
+    RolloutEngine,
+    SleepLevel,
     default_weights,
 )
 from planner.plan.dtypes import DEFAULT_GROUP_SIZE
@@ -494,6 +499,37 @@ def _lora() -> None:
     )
 
 
+def _objective() -> None:
+    """What a fine-tune optimizes, and the few keys of its objective."""
+    drawn(
+        st.selectbox,
+        "Objective",
+        CHOICES["workload.objective"],
+        key="objective",
+        help="next_token: SFT; preference: DPO and its family; reward: a reward model; grpo: RL with a rollout engine",
+    )
+    objective = st.session_state["objective"]
+    if objective == "preference":
+        drawn(st.selectbox, "Preference loss", get_args(PreferenceLoss), key="loss_type")
+    if objective != "grpo":
+        return
+    drawn(st.number_input, "Generations per prompt (G)", 2, 1024, key="rl_num_generations")
+    drawn(st.number_input, "Completion length", 1, MAX_SEQUENCE, key="rl_completion_length")
+    drawn(st.number_input, "KL beta (0: no reference)", 0.0, 1e6, step=0.01, key="rl_beta")
+    drawn(st.selectbox, "Rollout engine", get_args(RolloutEngine), key="rl_engine")
+    drawn(st.number_input, "Engine tensor parallel", 1, MAX_DEGREE, key="rl_tensor_parallel")
+    if st.session_state["rl_engine"] == "colocate":
+        drawn(st.slider, "Engine memory fraction", 0.05, 0.95, step=0.05, key="rl_gpu_memory_utilization")
+        drawn(
+            st.selectbox,
+            "Engine sleep level",
+            get_args(SleepLevel),
+            key="rl_sleep_level",
+            help="vLLM sleep mode between phases: 1 weights to host, KV cache freed; 2 both freed",
+        )
+        drawn(st.checkbox, "Offload the policy during rollout", key="rl_offload_during_rollout")
+
+
 def workload_inputs() -> None:
     """The task, then its sequences and batches (training), generation (inference) and adapters (LoRA)."""
     with st.expander("Workload", expanded=True):
@@ -510,6 +546,8 @@ def workload_inputs() -> None:
             _training_workload()
         else:
             _inference_workload()
+        if task in OBJECTIVE_TASKS:
+            _objective()
         if task in ADAPTER_TASKS:
             _lora()
 

@@ -30,7 +30,7 @@ from planner.plan.codec import (
     plan_to_query,
     takes_integers,
 )
-from planner.plan.config import Inference, Lora, Plan, section_keys
+from planner.plan.config import Inference, Lora, Plan, Rl, section_keys
 from planner.plan.models import MODEL_KEYS
 
 DEFAULT_PLAN = {
@@ -135,8 +135,14 @@ def _paths() -> dict[str, tuple[str, ...]]:
     }
     paths.update({key: ("model", key) for key in MODEL_KEYS if key != "preset"})
     blocks = {"lora": Lora, "inference": Inference}
+    # the objective's blocks: the preference loss, and GRPO's keys (prefixed: gpu_memory_utilization is also a
+    # serving key); the preference reference is left to its resolved default
+    paths["loss_type"] = ("workload", "preference", "loss_type")
+    paths.update({f"rl_{f.name}": ("workload", "rl", f.name) for f in fields(Rl)})
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
         for key in section_keys(section):
+            if key in ("preference", "rl"):
+                continue
             if key in blocks:
                 paths.update({f.name: (section, key, f.name) for f in fields(blocks[key])})
             else:
@@ -164,6 +170,8 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     out = {
         **{f.name: getattr(Lora(), f.name) for f in fields(Lora)},
         **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
+        **{f"rl_{f.name}": getattr(Rl(), f.name) for f in fields(Rl)},
+        "loss_type": "dpo",
         "name": d.get("name", ""),
         "framework": d["framework"],
         "framework_release": d.get("framework_release", ""),
@@ -175,6 +183,8 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     out["params_text"] = f"{(m.approx_params or m.params.total) / 1e9:,.3g}B"
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
         for key, value in d[section].items():
+            if key == "rl":
+                value = {f"rl_{k}": v for k, v in value.items()}
             out.update(value if isinstance(value, dict) else {key: value})
     out.update({key: out.get(key) or absent for key, absent in WIDGET_WHEN_ABSENT.items()})
     out["train_tokens"] = str(out["train_tokens"])  # a text box: a count with or without a suffix (1T)

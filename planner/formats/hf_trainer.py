@@ -10,6 +10,7 @@ tuners/tuners_utils.py for lora_target_modules "all-linear".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -475,6 +476,84 @@ def _packing(led: Reading, args: Args) -> None:
 
 
 # the keys the functions above read (each gets a KeyRead or a note where it says something)
+# TRL GRPOConfig's keys (huggingface/trl@f2cd577 trl/trainer/grpo_config.py), read together where
+# num_generations marks a GRPO config; a plan sequence is a prompt and a completion, and GRPOConfig has no prompt
+# length (max_prompt_length was deprecated: datasets are filtered instead), so one of 512 tokens is assumed
+GRPO_KEYS = frozenset(
+    {
+        "num_generations",
+        "max_completion_length",
+        "max_prompt_length",
+        "beta",
+        "use_vllm",
+        "vllm_mode",
+        "vllm_gpu_memory_utilization",
+        "vllm_enable_sleep_mode",
+        "vllm_tensor_parallel_size",
+    }
+)
+GRPO_PROMPT = 512
+
+
+def read_grpo(led: Reading, args: Args) -> None:
+    """A GRPOConfig: objective grpo and workload.rl from its keys, at TRL's defaults where absent (num_generations 8,
+    max_completion_length 512, beta 0.0, vllm_mode colocate at vllm_gpu_memory_utilization 0.3); sleep mode is
+    vLLM's level 2 (trl@f2cd577 trl/generation/vllm_generation.py `self.llm.sleep(level=2)`)."""
+    if not args.has("num_generations"):
+        return
+    v, rl = args.values, "workload.rl."
+    led.set(args.name("num_generations"), "workload.objective", "grpo")
+    led.set(
+        args.name("num_generations"),
+        rl + "num_generations",
+        as_int(args.name("num_generations"), v["num_generations"], 2),
+    )
+    completion = as_int(args.name("max_completion_length"), v.get("max_completion_length", 512), 1)
+    led.set(args.name("max_completion_length"), rl + "completion_length", completion)
+    prompt_key = "max_prompt_length" if v.get("max_prompt_length") is not None else f"(no prompt length: {GRPO_PROMPT})"
+    prompt = as_int(prompt_key, v.get("max_prompt_length", GRPO_PROMPT) or GRPO_PROMPT, 1)
+    led.set(prompt_key, "workload.sequence_length", prompt + completion)
+    _whole_groups(led, args, as_int(args.name("num_generations"), v["num_generations"], 2))
+    if args.has("beta"):
+        led.set(args.name("beta"), rl + "beta", as_number(args.name("beta"), v["beta"]))
+    if not as_bool(args.name("use_vllm"), v.get("use_vllm", False)):
+        led.note(
+            args.name("use_vllm"),
+            "false: TRL generates with transformers' generate in the trainer; the plan's "
+            "rollout engine is a vLLM server off these GPUs",
+        )
+        led.set(args.name("use_vllm"), rl + "engine", "server")
+        return
+    mode = choice(args.name("vllm_mode"), v.get("vllm_mode", "colocate"), {"colocate": "colocate", "server": "server"})
+    led.set(args.name("vllm_mode"), rl + "engine", mode)
+    if args.has("vllm_tensor_parallel_size"):
+        led.set(
+            args.name("vllm_tensor_parallel_size"),
+            rl + "tensor_parallel",
+            as_int(args.name("vllm_tensor_parallel_size"), v["vllm_tensor_parallel_size"], 1),
+        )
+    if mode == "colocate" and args.has("vllm_gpu_memory_utilization"):
+        led.set(
+            args.name("vllm_gpu_memory_utilization"),
+            rl + "gpu_memory_utilization",
+            as_number(args.name("vllm_gpu_memory_utilization"), v["vllm_gpu_memory_utilization"]),
+        )
+    if mode == "colocate" and as_bool(args.name("vllm_enable_sleep_mode"), v.get("vllm_enable_sleep_mode", False)):
+        led.set(args.name("vllm_enable_sleep_mode"), rl + "sleep_level", 2)
+
+
+def _whole_groups(led: Reading, args: Args, groups: int) -> None:
+    """TRL refuses a step that is not whole groups: num_processes × per_device_train_batch_size ×
+    gradient_accumulation_steps must be divisible by num_generations (trl@f2cd577 grpo_config.py
+    num_generations). With no GPU count given, and a micro-batch of partial groups, the plan takes the fewest GPUs
+    whose micro-batches make whole groups."""
+    key = "per_device_train_batch_size"
+    micro = as_int(args.name(key), args.values.get(key, DEFAULT_MICRO_BATCH), 1)
+    count = groups // math.gcd(groups, micro)
+    if args.gpus is None and count > 1:
+        led.set(f"(no GPU count: the fewest for whole groups of {groups})", "hardware.count", count)
+
+
 TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (
     read_batch,
     read_steps,
@@ -485,6 +564,7 @@ TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (
     read_fsdp,
     _deepspeed,
     _packing,
+    read_grpo,
 )
 READ_TOGETHER = frozenset(
     {
@@ -526,7 +606,7 @@ def read_args(args: Args, led: Reading) -> Imported:
         step(led, args)
     for key, value in args.values.items():
         name = args.name(key)
-        if key in READ_TOGETHER:
+        if key in READ_TOGETHER or (key in GRPO_KEYS and args.has("num_generations")):
             if (
                 not _mentioned(led, name)
                 and not (key == "model_name_or_path" and led.model_name)

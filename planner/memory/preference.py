@@ -26,7 +26,7 @@ def reference_weights(ctx: StageContext) -> Item | None:
     (adapters_disabled: the policy's base with its adapters off; precomputed: log-probs computed before training;
     none: a reference-free loss)."""
     wl = ctx.plan.workload
-    if wl.objective != "preference" or wl.preference.reference != "separate":
+    if wl.reference != "separate":
         return None
     sp, prec = ctx.sp, ctx.plan.precision
     wdt = prec.weights
@@ -63,7 +63,7 @@ def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
     trl/trainer/utils.py selective_log_softmax: "loop to reduce peak mem consumption", one sequence's S × V per
     iteration). None without a reference forward during training (precomputed or none)."""
     wl = ctx.plan.workload
-    if wl.objective != "preference" or wl.preference.reference not in ("separate", "adapters_disabled"):
+    if wl.reference not in ("separate", "adapters_disabled"):
         return None
     vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
     row = ctx.tokens // wl.sequences_per_forward  # one sequence's tokens on this GPU
@@ -77,6 +77,8 @@ def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
         "reference_forward",
         "Reference forward (no grad)",
         term,
-        "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is held",
+        "The reference's no-grad forward over the completions, before the policy's step"
+        if wl.objective == "grpo"
+        else "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is held",
         ctx.detail,
     )

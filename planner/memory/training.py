@@ -13,7 +13,15 @@ from planner.memory.optimizers import Optimizer, optimizer, trainable
 from planner.memory.preference import reference_forward, reference_weights
 from planner.memory.quantize_load import zero3_whole_load_reserved
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
-from planner.memory.runtime import allocator_reserve, held_bytes, reserve_formula, runtime_items, within_device
+from planner.memory.rollout import Engine, engine, weight_sync
+from planner.memory.runtime import (
+    ALLOCATED_ONCE,
+    allocator_reserve,
+    held_bytes,
+    reserve_formula,
+    runtime_items,
+    within_device,
+)
 from planner.memory.states import States, flat_elements, model_states
 from planner.memory.terms import fixed, item
 from planner.plan.config import Plan
@@ -52,12 +60,35 @@ def _last_stage_phases(
     ]
 
 
-def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[list[Phase], int]:
+def _rollout_phases(ctx: StageContext, st: States, eng: Engine | None, ref: Item | None) -> list[Phase]:
+    """GRPO's moments outside the policy's step: the rollout (the engine awake beside the policy's resident
+    states, gradients freed by zero_grad; none of them with verl's param_offload and optimizer_offload, which move
+    them to the host before the engine wakes: volcengine/verl@b178a3c verl/workers/fsdp_workers.py rollout_mode),
+    then the reference's no-grad forward over the completions with the engine asleep again (TRL computes the
+    reference log-probs in _generate_and_score_completions, after generation, before the step:
+    huggingface/trl@f2cd577 trl/trainer/grpo_trainer.py)."""
+    if eng is None and ref is None:
+        return []
+    static = (*st.static, reference_weights(ctx))
+    policy = () if ctx.plan.workload.rl.offload_during_rollout else st.static
+    phases = []
+    if eng is not None:
+        desc = "the engine awake: its weights and KV cache at its memory fraction beside the policy's resident states"
+        phases.append(phase("rollout", desc, *policy, reference_weights(ctx), *eng.awake, weight_sync(ctx)))
+    if ref is not None:
+        asleep = eng.asleep if eng else ()
+        desc = "the frozen reference's no-grad forward over the completions, before the policy's step"
+        phases.append(phase("reference forward", desc, *static, *asleep, ref))
+    return phases
+
+
+def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engine | None) -> tuple[list[Phase], int]:
     """The moments of the step on one stage, and the bytes of activations offloaded to the host."""
     sp, plan = ctx.sp, ctx.plan
     sv = checkpointing.saved(ctx)
     grads_held = st.grads if ctx.accum > 1 else _first_grads(ctx.detail)
-    static = (*st.static, reference_weights(ctx))
+    # a colocated engine holds what its sleep keeps through the step (everything without sleep mode)
+    static = (*st.static, reference_weights(ctx), *(eng.asleep if eng else ()))
     held = (*static, grads_held, sv.forward)
     tx = techniques.transients(ctx, sv.kept)
     # FSDP under pipelining keeps the stage's units gathered from a moment on, in place of the per-unit gather:
@@ -84,7 +115,8 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
         )
     ]
     ref = reference_forward(ctx, sv.kept)
-    if ref:
+    grpo = plan.workload.objective == "grpo"
+    if ref and not grpo:
         phases.append(
             phase(
                 "reference forward",
@@ -157,7 +189,7 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int) -> tuple[
                 techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total),
             )
         )
-    return phases, sv.host
+    return _rollout_phases(ctx, st, eng, ref if grpo else None) + phases, sv.host
 
 
 # keyed by detail, all the item reads
@@ -173,15 +205,25 @@ def _first_grads(detail: bool) -> Item:
     )
 
 
-def stage(plan: Plan, lay: Layout, index: int, runtime_bytes: int, usable_bytes: int, detail: bool = True) -> Stage:
-    """One stage's phases on a device of `usable_bytes` (`lay`: the plan's model cut); `detail=False` skips
-    writing out formulas (for searches that need only bytes)."""
+def stage(
+    plan: Plan,
+    lay: Layout,
+    index: int,
+    runtime_bytes: int,
+    usable_bytes: int,
+    detail: bool = True,
+    eng: Engine | None = None,
+) -> Stage:
+    """One stage's phases on a device of `usable_bytes` (`lay`: the plan's model cut; `eng`: a colocated rollout
+    engine); `detail=False` skips writing out formulas (for searches that need only bytes)."""
     ctx = stage_context(plan, lay, index, detail)
     tr, opt = trainable(lay, index), optimizer(lay, index, plan.precision)
-    phases, host = _phases(ctx, model_states(ctx, tr, opt), opt, tr.total)
+    phases, host = _phases(ctx, model_states(ctx, tr, opt), opt, tr.total, eng)
     peak = max(phases, key=lambda ph: ph.allocated_bytes)
     # the allocator's reserve only grows, so the reserved peak is the largest over the phases
-    held = [held_bytes(ph, plan.techniques.expandable_segments) for ph in phases]
+    # a colocated engine's memory is allocated once per wake-up, in its own pool: no churn in PyTorch's cache
+    once = ALLOCATED_ONCE | {i.name for i in eng.awake} if eng else ALLOCATED_ONCE
+    held = [held_bytes(ph, plan.techniques.expandable_segments, once) for ph in phases]
     outside = runtime_bytes + max(ph.outside_bytes for ph in phases)
     # what the model's load left reserved is a floor: the step's tensors reuse its free blocks, never release it
     floor, stepped = zero3_whole_load_reserved(plan), max(r for r, _ in held)
@@ -202,9 +244,9 @@ def stage(plan: Plan, lay: Layout, index: int, runtime_bytes: int, usable_bytes:
     )
 
 
-def _all_stages(plan: Plan, runtime_bytes: int, usable_bytes: int) -> tuple[Stage, ...]:
+def _all_stages(plan: Plan, runtime_bytes: int, usable_bytes: int, eng: Engine | None) -> tuple[Stage, ...]:
     lay = layout(plan)
-    return tuple(stage(plan, lay, i, runtime_bytes, usable_bytes) for i in range(plan.parallelism.pipeline))
+    return tuple(stage(plan, lay, i, runtime_bytes, usable_bytes, True, eng) for i in range(plan.parallelism.pipeline))
 
 
 def host_bytes(plan: Plan, lay: Layout) -> int:
@@ -232,7 +274,8 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
     split = lay.split
     middle = max(range(1, p - 1), key=lambda i: (split[i], -i), default=None)
     indices = [0] + ([p - 1] if p > 1 else []) + ([middle] if middle is not None and split[middle] > split[0] else [])
-    edges = tuple(stage(plan, lay, i, runtime_bytes, gpu.usable_bytes, detail) for i in indices)
+    eng = engine(plan, gpu, detail)
+    edges = tuple(stage(plan, lay, i, runtime_bytes, gpu.usable_bytes, detail, eng) for i in indices)
     worst = max(edges, key=lambda s: (s.device_bytes, -s.index))
     reserve = allocator_reserve(
         "Allocator reserve",
@@ -252,9 +295,10 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
         peak_reserved_bytes=worst.reserved_bytes,
         device_bytes=worst.device_bytes,
         usable_bytes=gpu.usable_bytes,
-        host_bytes=host_bytes(plan, lay) + max(s.host_bytes for s in edges),
+        # a level-1 sleeping engine's weights wait in host memory
+        host_bytes=host_bytes(plan, lay) + max(s.host_bytes for s in edges) + (eng.host_bytes if eng else 0),
         runtime_bytes=runtime_bytes,
-        all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes),
+        all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes, eng),
         cache_flushed=worst.cache_flushed,
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["compute", "memory", "communication", "bubble", "host"]
+Kind = Literal["compute", "memory", "communication", "bubble", "host", "rollout"]
 # what a step is bound by, from its largest kind of time
 BOUND_OF_KIND = {
     "compute": "compute",
@@ -13,6 +13,7 @@ BOUND_OF_KIND = {
     "communication": "communication",
     "bubble": "pipeline bubble",
     "host": "host transfers",
+    "rollout": "rollout generation",
 }
 OVER = {"link": "the fast interconnect (NVLink, xGMI)", "pcie": "PCIe", "network": "the network"}
 

@@ -16,11 +16,14 @@ from functools import lru_cache, partial
 
 from planner.catalog import Gpu
 from planner.errors import PlanError
+from planner.memory.inference import inference_estimate
 from planner.memory.layout import Layout, layout, unsharded_under_pipelining
+from planner.memory.rollout import rollout_plan
 from planner.perf.flops import model_flops_per_token
 from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
 from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
+from planner.perf.serving import serving_time
 from planner.perf.work import (
     ATTENTION_BACKWARD,
     BACKWARD_ELEMENTWISE,
@@ -526,8 +529,7 @@ def _compute_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int) -> list[Ti
 
 def _reference_forward(plan: Plan) -> bool:
     """A reference forward runs in each step (a separate reference, or the policy's base with adapters off)."""
-    wl = plan.workload
-    return wl.objective == "preference" and wl.preference.reference in ("separate", "adapters_disabled")
+    return plan.workload.reference in ("separate", "adapters_disabled")
 
 
 def _recompute_note(plan: Plan) -> str:
@@ -559,6 +561,34 @@ def _bubble_item(plan: Plan, per_micro_batch_s: float) -> TimeItem | None:
     )
 
 
+def _rollout_item(plan: Plan, gpu: Gpu) -> TimeItem | None:
+    """GRPO's generation of the step's completions, before the policy's step and not overlapped with it (TRL
+    _generate_and_score_completions runs in training_step: huggingface/trl@f2cd577 trl/trainer/grpo_trainer.py):
+    the serving model's time for one engine's batch (planner/perf/serving.py), in waves of the sequences its KV
+    cache holds at once (vLLM queues the rest). A server's engine is assumed on GPUs like the trainer's."""
+    if plan.workload.objective != "grpo":
+        return None
+    rp = rollout_plan(plan)
+    inf = rp.workload.inference
+    fits = inference_estimate(rp, gpu, False).serving.max_concurrent_sequences
+    wave = max(1, min(inf.batch_size, fits))
+    waves = -(-inf.batch_size // wave)
+    one = serving_time(replace(rp, workload=replace(rp.workload, inference=replace(inf, batch_size=wave))), gpu)
+    if one is None:
+        return None
+    return TimeItem(
+        name="rollout",
+        label="Rollout (generation)",
+        kind="rollout",
+        seconds=waves * one.step_time_s,
+        hidden_s=0.0,
+        formula=f"{waves} wave(s) × {one.step_time_s:.4g} s: {wave} completions of {inf.prompt_tokens} + "
+        f"{inf.output_tokens} tokens on TP {rp.parallelism.tensor}",
+        note=f"{inf.batch_size} completions per engine ({plan.workload.rl.num_generations} per prompt), "
+        f"{fits:,} at once in its KV cache",
+    )
+
+
 def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
     """One optimizer step of a training plan on `gpu` (None: the GPU has no tensor cores for its dtype)."""
     r = rates(gpu, plan.precision.compute)
@@ -574,6 +604,7 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
         _data_parallel_item(plan, r, w, mb, steps),
         _optimizer_item(plan, r, w),
         _offload_item(plan, r, w, steps),
+        _rollout_item(plan, gpu),
     ]
     items += [i for i in extra if i is not None]
     wl = plan.workload

@@ -100,10 +100,12 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         del out["workload"]["lora"]
     if task != "inference":
         del out["workload"]["inference"]
-    if plan.workload.objective == "next_token":  # the objective's keys are written for a post-training plan
-        del out["workload"]["objective"], out["workload"]["preference"]
-    elif plan.workload.objective != "preference":
-        del out["workload"]["preference"]
+    objective = plan.workload.objective
+    if objective == "next_token":  # the objective's keys are written for a post-training plan
+        del out["workload"]["objective"]
+    for key, used_by in (("preference", "preference"), ("rl", "grpo")):  # an objective's block, for its plans
+        if objective != used_by:
+            del out["workload"][key]
     return out
 
 
@@ -138,7 +140,9 @@ def _leaf_paths() -> dict[str, tuple[str, ...]]:
             if nested is None:
                 leaves[key] = (section, key)
             else:
-                leaves.update({sub.name: (section, key, sub.name) for sub in fields(nested)})
+                # GRPO's keys are prefixed: gpu_memory_utilization is also a serving key
+                prefix = "rl_" if key == "rl" else ""
+                leaves.update({prefix + sub.name: (section, key, sub.name) for sub in fields(nested)})
     return leaves
 
 

@@ -45,8 +45,9 @@ Optimizer = Literal[
 ]
 # what the trained model optimizes: next_token (the language-model loss of pretraining and SFT), preference (a
 # pairwise preference loss over chosen and rejected completions: DPO and its family) or reward (a scalar-score
-# model trained on chosen/rejected pairs). PPO, GRPO and distillation are later values of this key.
-Objective = Literal["next_token", "preference", "reward"]
+# model trained on chosen/rejected pairs) or grpo (group-relative policy optimization: G sampled completions per
+# prompt from a rollout engine, then a policy step on them). PPO and distillation are later values of this key.
+Objective = Literal["next_token", "preference", "reward", "grpo"]
 OBJECTIVE_TASKS = ("finetune", "lora", "qlora")  # the base adaptations a post-training objective combines with
 # the preference losses: dpo (Rafailov et al. 2023, TRL loss_type "sigmoid"), ipo (loss_type "ipo"), simpo (Meng et
 # al. 2024: length-normalized, no reference) and orpo (Hong et al. 2024: SFT loss + odds ratio, no reference)
@@ -56,6 +57,17 @@ REFERENCE_FREE = ("simpo", "orpo")
 # base with its LoRA adapters disabled: TRL with a PEFT model and ref_model None), precomputed (TRL
 # precompute_ref_log_probs: a pass before training) or none (reference-free losses)
 Reference = Literal["separate", "adapters_disabled", "precomputed", "none"]
+# where GRPO's rollout engine runs: colocate (vLLM in the training processes, on the training GPUs: TRL
+# vllm_mode "colocate", its default, huggingface/trl@f2cd577 trl/trainer/grpo_config.py; verl's hybrid
+# actor_rollout_ref) or server (a vLLM server on other GPUs: TRL vllm_mode "server", `trl vllm-serve`)
+RolloutEngine = Literal["colocate", "server"]
+# vLLM sleep mode between phases (vllm/device_allocator/cumem.py CuMemAllocator.sleep): 0 off (the engine keeps
+# its weights and KV cache through training), 1 (weights offloaded to host memory, KV cache discarded), 2 (both
+# discarded; the weights are reloaded from the policy at the next sync). TRL sleeps at level 2 when
+# vllm_enable_sleep_mode (trl@f2cd577 trl/generation/vllm_generation.py `self.llm.sleep(level=2)`); verl at 2 in
+# its hybrid engine, 1 when colocated (volcengine/verl@b178a3c verl/workers/rollout/vllm_rollout/
+# vllm_async_server.py sleep)
+SleepLevel = Literal[0, 1, 2]
 LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
 OptimizerLibrary = Literal["bitsandbytes", "torchao"]  # whose 8-bit AdamW: their state layouts differ
@@ -213,6 +225,40 @@ class Preference:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Rl:
+    """GRPO (workload.objective grpo): each optimizer step samples num_generations completions for each of its
+    prompts with a rollout engine, then trains the policy on them. micro_batch_size and global_batch_size count
+    completions, as TRL's per_device_train_batch_size does (trl@f2cd577 grpo_config.py: "The effective batch size
+    ... must be evenly divisible by" num_generations); workload.sequence_length is prompt + completion."""
+
+    num_generations: int = field(default=8, metadata=between(2, 1024))  # G (TRL num_generations, default 8)
+    # prompts per optimizer step; default global_batch_size / num_generations (TRL: one generation batch a step)
+    prompts_per_step: int | None = field(default=None, metadata=between(1, MAX_BATCH))
+    # tokens generated per completion (TRL max_completion_length, default 512); the prompt is the rest of
+    # workload.sequence_length
+    completion_length: int = field(default=512, metadata=between(1, MAX_SEQUENCE))
+    # KL coefficient: 0 loads no reference model (TRL beta, default 0.0); > 0 a reference forward per step
+    beta: float = field(default=0.0, metadata=between(0.0, 1e6))
+    engine: RolloutEngine = "colocate"
+    # the colocated engine's fraction of GPU memory (TRL vllm_gpu_memory_utilization, default 0.3 in colocate)
+    gpu_memory_utilization: float = field(default=0.3, metadata=between(0.05, 0.95))
+    sleep_level: SleepLevel = 0  # TRL vllm_enable_sleep_mode False by default
+    tensor_parallel: int = field(default=1, metadata=between(1, MAX_DEGREE))  # TRL vllm_tensor_parallel_size
+    # the policy's parameters and optimizer states moved to host memory during rollout (verl
+    # actor_rollout_ref.actor.fsdp_config param_offload and optimizer_offload; TRL keeps them on the GPU)
+    offload_during_rollout: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, "workload.rl")
+        if self.engine == "server" and (self.sleep_level or self.offload_during_rollout):
+            raise bad(
+                "workload.rl.engine",
+                "server",
+                "runs on other GPUs: sleep_level and offload_during_rollout apply to a colocated engine",
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     task: Task = "pretrain"  # pretrain | finetune (full) | lora | qlora | inference
     sequence_length: int = field(default=4096, metadata=between(1, MAX_SEQUENCE))  # tokens per sequence
@@ -226,8 +272,10 @@ class Workload:
     train_tokens: int | None = field(default=None, metadata=between(1, 10**16))
     lora: Lora = field(default_factory=Lora)  # used by task lora and qlora
     inference: Inference = field(default_factory=Inference)  # used by task inference
-    objective: Objective = "next_token"  # next_token | preference | reward (with task finetune, lora or qlora)
+    # next_token | preference | reward | grpo (with task finetune, lora or qlora)
+    objective: Objective = "next_token"
     preference: Preference = field(default_factory=Preference)  # used by objective preference
+    rl: Rl = field(default_factory=Rl)  # used by objective grpo
 
     def __post_init__(self) -> None:
         check_fields(self, "workload")
@@ -240,6 +288,14 @@ class Workload:
     def _resolve_objective(self) -> None:
         """Check the objective against the task, and resolve the preference reference's default."""
         pref = self.preference
+        if self.objective != "grpo" and self.rl != Rl():
+            raise bad("workload.rl", _plain_fields(self.rl), "applies to workload.objective grpo")
+        if self.objective == "grpo" and self.rl.completion_length >= self.sequence_length:
+            raise bad(
+                "workload.rl.completion_length",
+                self.rl.completion_length,
+                f"must be below workload.sequence_length ({self.sequence_length}: prompt + completion)",
+            )
         if self.objective != "next_token" and self.task not in OBJECTIVE_TASKS:
             raise bad(
                 "workload.objective",
@@ -270,7 +326,19 @@ class Workload:
     def sequences_per_forward(self) -> int:
         """Sequences of one micro-batch's forward: a chosen and a rejected completion per pair for preference and
         reward training (TRL DPOTrainer and RewardTrainer concatenate them into one batch), else the micro-batch."""
-        return self.micro_batch_size * (1 if self.objective == "next_token" else 2)
+        return self.micro_batch_size * (2 if self.objective in ("preference", "reward") else 1)
+
+    @property
+    def reference(self) -> str:
+        """Where the reference log-probs come from: workload.preference.reference for preference training; for
+        grpo with beta > 0 the policy's base with adapters off (task lora, qlora) or a separate copy (TRL
+        GRPOTrainer.__init__: beta 0.0 → ref_model None; a PEFT model → None, adapters disabled; else
+        create_model_from_path, trl@f2cd577 trl/trainer/grpo_trainer.py); else none."""
+        if self.objective == "preference":
+            return self.preference.reference
+        if self.objective == "grpo" and self.rl.beta > 0:
+            return "adapters_disabled" if self.task in ADAPTER_TASKS else "separate"
+        return "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -520,6 +588,7 @@ class Plan:
             )
         self._check_weights()
         wl = self.workload
+        self._check_rl()
         if wl.objective != "next_token" and self.parallelism.pipeline > 1:
             # TRL's DPOTrainer and RewardTrainer run on accelerate (DDP, DeepSpeed ZeRO, FSDP): no pipeline stages
             raise bad(
@@ -532,6 +601,33 @@ class Plan:
                 "workload.lora.targets",
                 list(wl.lora.targets),
                 f"names gate, but a {UNGATED[self.model.mlp]} MLP has no gate projection",
+            )
+
+    def _check_rl(self) -> None:
+        """A GRPO step's completions are whole groups, and a colocated engine's tensor-parallel groups tile the
+        training GPUs (trl@f2cd577 trl/generation/vllm_generation.py: "tensor_parallel_size ... must divide
+        world size")."""
+        wl, count = self.workload, self.hardware.count
+        if wl.objective != "grpo":
+            return
+        rl, batch = wl.rl, wl.global_batch_size
+        if batch % rl.num_generations:
+            raise bad(
+                "workload.global_batch_size",
+                batch,
+                f"must be a multiple of workload.rl.num_generations ({rl.num_generations}): whole groups per step",
+            )
+        if rl.prompts_per_step is not None and rl.prompts_per_step * rl.num_generations != batch:
+            raise bad(
+                "workload.rl.prompts_per_step",
+                rl.prompts_per_step,
+                f"× num_generations ({rl.num_generations}) must equal workload.global_batch_size ({batch})",
+            )
+        if rl.engine == "colocate" and count % rl.tensor_parallel:
+            raise bad(
+                "workload.rl.tensor_parallel",
+                rl.tensor_parallel,
+                f"must divide hardware.count ({count}): colocated engines tile the training GPUs",
             )
 
     def _resolve_degrees(self) -> None:
@@ -850,6 +946,7 @@ NESTED: dict[tuple[str, str], type] = {
     ("workload", "lora"): Lora,
     ("workload", "inference"): Inference,
     ("workload", "preference"): Preference,
+    ("workload", "rl"): Rl,
 }
 TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIONS)
 

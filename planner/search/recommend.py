@@ -877,7 +877,9 @@ def max_micro_batch(
         wl = replace(plan.workload, micro_batch_size=mb, global_batch_size=mb * data * accum)
         return limits.fits(estimate(replace(plan, workload=wl), catalog, detail=False))
 
-    return _largest(fits, 1, 1_048_576)
+    # a GRPO step trains whole groups of num_generations completions
+    groups = plan.workload.rl.num_generations if plan.workload.objective == "grpo" else 1
+    return _largest(fits, groups // math.gcd(groups, data * accum), 1_048_576)
 
 
 def max_sequence_length(
@@ -888,11 +890,15 @@ def max_sequence_length(
     limits, par = _plan_limits(plan, catalog, headroom), plan.parallelism
     step = par.context * (par.tensor if par.sequence_parallel else 1)
 
+    # a GRPO sequence is its prompt and a completion of workload.rl.completion_length: the prompt grows
+    fixed = plan.workload.rl.completion_length if plan.workload.objective == "grpo" else 0
+
     def fits(s: int) -> bool:
-        p = replace(plan, workload=replace(plan.workload, sequence_length=s))
+        p = replace(plan, workload=replace(plan.workload, sequence_length=fixed + s))
         return limits.fits(estimate(p, catalog, detail=False))
 
-    return _largest(fits, step, 16_777_216)
+    longest = _largest(fits, step, 16_777_216 - fixed)
+    return None if longest is None else fixed + longest
 
 
 def _inference_limit(plan: Plan, catalog: Mapping[str, Gpu] | None, headroom: float, key: str, high: int) -> int | None:
