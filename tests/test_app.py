@@ -2,8 +2,10 @@
 files and errors; and each ui/ module on its own (AppTest.from_function)."""
 
 import json
+import random
 from urllib.parse import parse_qsl
 
+import fuzz
 import pyarrow as pa
 import pytest
 from conftest import ROOT
@@ -550,12 +552,6 @@ def test_parameter_count_mode_is_marked_approximate_and_shareable():
 
 
 def test_random_tampered_links_never_show_an_exception():
-    import random
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    import fuzz
-
     rng = random.Random(3)
     links = [
         p for kind, p in (fuzz.malformed_inputs(rng, ["model: {preset: gpt2}\n"]) for _ in range(40)) if kind == "link"

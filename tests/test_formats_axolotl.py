@@ -252,7 +252,8 @@ def test_write_refuses_what_it_cannot_say():
         (
             "deepspeed: deepspeed_configs/zero2.json\n",
             {"parallelism.zero_stage": 2},
-            "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its buckets and "
+            "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its "
+            "buckets and "
             "precision are the DeepSpeed defaults)",
         ),
         ("deepspeed: my_ds.json\n", {}, "deepspeed: my_ds.json: the ZeRO stage is in that file, which is not read"),
