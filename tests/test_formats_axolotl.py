@@ -305,6 +305,7 @@ def test_round_trip_fp8_context_parallel():
 HOSTILE = [None, -1, 10**30, 2.5, "x", [[1]], ["q_proj", [1]], {"_component_": 5, "zero_optimization": 5}]
 
 
+@pytest.mark.fuzz
 @pytest.mark.parametrize(
     "fmt, names",
     [
