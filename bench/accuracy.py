@@ -17,18 +17,16 @@ import statistics
 import sys
 from pathlib import Path
 
+import _path  # noqa: F401  (the checkout first on sys.path)
+
+import doc_tables
 import yaml
+from stats import ALL, error_table, groups, p90
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import doc_tables  # noqa: E402
-from stats import ALL, error_table, groups, p90  # noqa: E402
-
-from planner.accuracy import ACCURACY_PATH, workload_class  # noqa: E402
-from planner.memory import estimate  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.units import GiB  # noqa: E402
+from planner.accuracy import ACCURACY_PATH, workload_class
+from planner.memory import estimate
+from planner.plan.codec import plan_from_dict
+from planner.units import GiB
 
 DATA = Path(__file__).resolve().parent / "data" / "measured-dev.csv"
 

@@ -19,10 +19,10 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-from planner.memory.allocator import Event, replay, round_size  # noqa: E402
-from planner.units import GiB, MiB  # noqa: E402
+from planner.memory.allocator import Event, replay, round_size
+from planner.units import GiB, MiB
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 

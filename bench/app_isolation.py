@@ -11,27 +11,22 @@ once in the server process itself and once in worker processes (ui/worker.py, as
 from __future__ import annotations
 
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from fuzz import SHAPES
 
-from fuzz import SHAPES  # noqa: E402
-
-from planner.catalog import load_catalog  # noqa: E402
-from planner.errors import PlanError  # noqa: E402
-from planner.formats import read_config  # noqa: E402
-from planner.formats.vllm_log import parse_vllm_log  # noqa: E402
-from planner.memory import estimate  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.search.recommend import SearchOptions, recommend  # noqa: E402
-from ui import worker  # noqa: E402
-from ui.state import PASTE_MAX_CHARS  # noqa: E402
+from planner.catalog import load_catalog
+from planner.errors import PlanError
+from planner.formats import read_config
+from planner.formats.vllm_log import parse_vllm_log
+from planner.memory import estimate
+from planner.plan.codec import plan_from_dict
+from planner.search.recommend import SearchOptions, recommend
+from ui import worker
+from ui.state import PASTE_MAX_CHARS
 
 HEAVY = plan_from_dict(
     {
@@ -93,7 +88,7 @@ def _paste_worker(stop: threading.Event) -> None:
 def _slowest_read() -> tuple[float, str]:
     """The CPU seconds of the slowest paste read in this process, and its shape."""
     slowest = (0.0, "")
-    for shape, text in zip(SHAPES, PASTES):
+    for shape, text in zip(SHAPES, PASTES, strict=True):
         for _, reader in READS:
             start = time.process_time()
             try:

@@ -27,10 +27,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _path import ROOT
 
 CHROMIUM = "/usr/bin/chromium"
 TABS = ("Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export")
@@ -44,7 +42,8 @@ ARM_JS = (
     + VERDICT_JS
     + """;
   window.__changed = new Promise(done => { let t0 = null;
-    document.addEventListener('keydown', e => { if (e.key === 'Enter') t0 = e.timeStamp; }, {capture: true, once: true});
+    document.addEventListener('keydown', e => { if (e.key === 'Enter') t0 = e.timeStamp; },
+                              {capture: true, once: true});
     const seen = new MutationObserver(() => { const v = verdict();
       if (t0 !== null && v !== null && v !== old) { seen.disconnect();
         requestAnimationFrame(() => done(performance.now() - t0)); } });

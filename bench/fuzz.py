@@ -28,21 +28,22 @@ import time
 import traceback
 import tracemalloc
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-from planner.catalog import load_catalog, parse_catalog  # noqa: E402
-from planner.errors import PlanError  # noqa: E402
-from planner.formats import plan_from_config, read_config  # noqa: E402
-from planner.formats.hf_config import model_from_hf_config  # noqa: E402
-from planner.formats.vllm_log import vllm_log_table  # noqa: E402
-from planner.loader import load_yaml  # noqa: E402
-from planner.memory import estimate  # noqa: E402
-from planner.perf import StepTime, plan_time  # noqa: E402
-from planner.plan.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml  # noqa: E402
-from planner.plan.models import presets  # noqa: E402
-from planner.search.recommend import recommend  # noqa: E402
+from planner.catalog import load_catalog, parse_catalog
+from planner.errors import PlanError
+from planner.formats import plan_from_config, read_config
+from planner.formats.hf_config import model_from_hf_config
+from planner.formats.vllm_log import vllm_log_table
+from planner.loader import load_yaml
+from planner.memory import estimate
+from planner.perf import StepTime, plan_time
+from planner.plan.codec import plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
+from planner.plan.models import presets
+from planner.search.recommend import recommend
 
 PRESETS = sorted(presets())
 GPUS = frozenset(load_catalog())
@@ -299,7 +300,9 @@ def malformed_inputs(rng: random.Random, valid_yaml: list[str]) -> tuple[str, ob
         elif choice == 2:  # alias bomb
             text = (
                 "a: &a [x, x, x, x, x, x, x, x, x]\n"
-                + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+                + "".join(
+                    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+                )
                 + "model: *i\n"
             )
         elif choice == 3:  # deep nesting
@@ -662,7 +665,7 @@ def _growth(seconds: dict[int, float]) -> list[float]:
     sizes = sorted(seconds)
     return [
         math.log(seconds[large] / max(seconds[small], 1e-4)) / math.log(large / small)
-        for small, large in zip(sizes, sizes[1:])
+        for small, large in pairwise(sizes)
         if seconds[large] >= GROWTH_FLOOR_S
     ]
 

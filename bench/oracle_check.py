@@ -17,11 +17,11 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.units import GiB  # noqa: E402
+from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
+from planner.plan.codec import plan_from_dict
+from planner.units import GiB
 
 DATA = Path(__file__).resolve().parent / "data" / "oracle-train.csv"
 MLA_DATA = Path(__file__).resolve().parent / "data" / "oracle-mla.csv"  # DeepSeek-V3 code: training and generate

@@ -14,20 +14,17 @@ statistic.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-import accuracy  # noqa: E402
+import accuracy
 
-from planner.memory import estimate  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.plan.config import Plan  # noqa: E402
-from planner.units import GiB  # noqa: E402
+from planner.memory import estimate
+from planner.plan.codec import plan_from_dict
+from planner.plan.config import Plan
+from planner.units import GiB
 
 PLANNER = "planner"
 TOOLS = ("16 B/param rule", "accelerate", "DeepSpeed ZeRO", "Megatron-LM", "llm-analysis", PLANNER)
@@ -349,6 +346,10 @@ def _cell(tool: dict) -> str:
     return "n/a" if tool["gib"] is None else f"{tool['gib']:.2f} ({tool['error_pct']:+.0f} %)"
 
 
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def main() -> None:
     rows = run()
     print("| row | model | task | statistic | measured GiB | " + " | ".join(TOOLS) + " |")
@@ -366,10 +367,9 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     for s in summary(rows, timings()):
-        fmt = lambda v: "-" if v is None else f"{v:.1f}"
         print(
-            f"| {s['tool']} | {s['rows']} / {len(rows)} | {fmt(s['median_abs_error_pct'])} | "
-            f"{fmt(s['p90_abs_error_pct'])} | {fmt(s['planner_median_same_rows'])} | "
+            f"| {s['tool']} | {s['rows']} / {len(rows)} | {_fmt(s['median_abs_error_pct'])} | "
+            f"{_fmt(s['p90_abs_error_pct'])} | {_fmt(s['planner_median_same_rows'])} | "
             f"{s['seconds_per_estimate'] * 1e6:.1f} µs |"
         )
 

@@ -13,9 +13,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-from planner.catalog import Catalog, Offering, load_catalog  # noqa: E402
+from planner.catalog import Catalog, Offering, load_catalog
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "gpu-prices.md"
 KINDS = ("on_demand", "reserved", "spot")

@@ -15,20 +15,19 @@ import csv
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-import doc_tables  # noqa: E402
-import yaml  # noqa: E402
-from stats import ALL, band, error_table, groups  # noqa: E402
+import doc_tables
+import yaml
+from stats import ALL, band, error_table, groups
 
-from planner.accuracy import SERVING_ACCURACY_PATH  # noqa: E402
-from planner.catalog import Gpu, load_catalog  # noqa: E402
-from planner.errors import PlanError  # noqa: E402
-from planner.memory.inference import kv_cache_bytes, weight_bytes  # noqa: E402
-from planner.perf import throughput  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.plan.config import Plan  # noqa: E402
+from planner.accuracy import SERVING_ACCURACY_PATH
+from planner.catalog import Gpu, load_catalog
+from planner.errors import PlanError
+from planner.memory.inference import kv_cache_bytes, weight_bytes
+from planner.perf import throughput
+from planner.plan.codec import plan_from_dict
+from planner.plan.config import Plan
 
 DATA = Path(__file__).resolve().parent / "data" / "serving.csv"
 # the preset of each checkpoint family the rows name

@@ -18,22 +18,20 @@ from __future__ import annotations
 import csv
 import re
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-import doc_tables  # noqa: E402
+import doc_tables
 
-from planner.catalog import load_catalog  # noqa: E402
-from planner.errors import PlanError  # noqa: E402
-from planner.frameworks import load_frameworks  # noqa: E402
-from planner.memory import estimate  # noqa: E402
-from planner.memory.inference import KV_BLOCK_TOKENS, SERVING_PREFILL_TOKENS  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.plan.models import presets  # noqa: E402
-from planner.units import GiB  # noqa: E402
+from planner.catalog import load_catalog
+from planner.errors import PlanError
+from planner.frameworks import load_frameworks
+from planner.memory import estimate
+from planner.memory.inference import KV_BLOCK_TOKENS, SERVING_PREFILL_TOKENS
+from planner.plan.codec import plan_from_dict
+from planner.plan.models import presets
+from planner.units import GiB
 
 DATA = Path(__file__).resolve().parent / "data" / "serving-memory.csv"
 # the plan's framework for each engine column

@@ -12,16 +12,15 @@ the repeats ("warm": the time model's per-strategy work is remembered across sea
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
+from functools import partial
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-from planner.catalog import load_catalog  # noqa: E402
-from planner.memory import estimate  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.search.recommend import recommend  # noqa: E402
+from planner.catalog import load_catalog
+from planner.memory import estimate
+from planner.plan.codec import plan_from_dict
+from planner.search.recommend import recommend
 
 PLANS = {
     "Llama 3.2 1B, seq 2048, 1 GPU": {
@@ -79,10 +78,10 @@ def main(repeat: int = 5) -> None:
     over: dict[str, float] = {}
     for name, data in PLANS.items():
         plan = plan_from_dict(data)
-        cold = timed(lambda: recommend(plan, catalog), 1)[0]
-        est = statistics.median(timed(lambda: estimate(plan, catalog), 20))
+        cold = timed(partial(recommend, plan, catalog), 1)[0]
+        est = statistics.median(timed(partial(estimate, plan, catalog), 20))
         rec = recommend(plan, catalog)
-        warm = statistics.median(timed(lambda: recommend(plan, catalog), repeat))
+        warm = statistics.median(timed(partial(recommend, plan, catalog), repeat))
         over[name] = warm - est
         best = rec.best
         answer = "none" if best is None else f"{best.count * best.replicas:,} × {best.gpu.id} ({best.offering.id})"

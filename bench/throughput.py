@@ -15,18 +15,17 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _path  # noqa: F401  (the checkout first on sys.path)
 
-import doc_tables  # noqa: E402
-import yaml  # noqa: E402
-from stats import ALL, band, error_table, groups, p90, pct  # noqa: E402
+import doc_tables
+import yaml
+from stats import ALL, band, error_table, groups, p90, pct
 
-from planner.accuracy import TIME_ACCURACY_PATH  # noqa: E402
-from planner.catalog import load_catalog  # noqa: E402
-from planner.errors import PlanError  # noqa: E402
-from planner.perf import flops_per_token, model_flops_per_token, peak_flops, step_time  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
+from planner.accuracy import TIME_ACCURACY_PATH
+from planner.catalog import load_catalog
+from planner.errors import PlanError
+from planner.perf import flops_per_token, model_flops_per_token, peak_flops, step_time
+from planner.plan.codec import plan_from_dict
 
 DATA = Path(__file__).resolve().parent / "data" / "throughput.csv"
 # The peers' time models on the same plans:

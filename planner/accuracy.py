@@ -104,7 +104,10 @@ class TimeAccuracy:
         band = time_bands().get("MoE training")
         if band is None:
             return "checked against no published MoE run"
-        return f"{band.median_pct:.0f} % off at the median ({band.signed_pct:+.0f} % signed) on {band.rows} published MoE runs"
+        return (
+            f"{band.median_pct:.0f} % off at the median ({band.signed_pct:+.0f} % signed) "
+            f"on {band.rows} published MoE runs"
+        )
 
     def vendor_note(self, vendor: str) -> str:
         return (

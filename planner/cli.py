@@ -18,10 +18,10 @@
 `python -m planner ...` is the same command (the installed console script `vram-planner` calls `main`).
 
 Each plan command also takes --catalog FILE (instead of the project's gpu_catalog.yaml) and --offerings FILE
-(offerings added to it, e.g. your own cluster), and --hf-config CONFIG.json: the model read from a Hugging Face config.json replaces
-the plan's (and the plan file may then be left out: the default plan for that model). Instead of a plan file, a
-plan command takes --from CONFIG: a framework's own config (planner/formats), with --gpus, --gpu and --preset
-for what the config leaves open; `import` prints the plan such a config says, `export` writes a plan as one.
+(offerings added to it, e.g. your own cluster), and --hf-config CONFIG.json: the model read from a Hugging Face
+config.json replaces the plan's (and the plan file may then be left out: the default plan for that model). Instead of a
+plan file, a plan command takes --from CONFIG: a framework's own config (planner/formats), with --gpus, --gpu and
+--preset for what the config leaves open; `import` prints the plan such a config says, `export` writes a plan as one.
 
 User errors (a bad plan, a missing file) print one line on stderr and exit 2; anything else is a bug and
 keeps its traceback.

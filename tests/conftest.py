@@ -1,8 +1,18 @@
-import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# The tiers beside the unit tests (markers in pyproject.toml): each test of one is also `slow`, so that
+# `python -m pytest -m "not slow"` runs the unit tests alone; `python -m pytest` (.ci/run) runs them all.
+TIERS = ("fuzz", "cli", "package", "browser", "corpus")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(pytest.mark.slow)
+
 
 # A model small enough to work out by hand (see test_memory.py for the arithmetic).
 TINY = {

@@ -11,31 +11,28 @@ a formula or a message shows up there and in the diff of these files.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+import _checkout  # noqa: F401  (the checkout and bench/ first on sys.path)
 
-import accuracy  # noqa: E402
-import serving as serving_bench  # noqa: E402
-import throughput as throughput_bench  # noqa: E402
+import accuracy
+import serving as serving_bench
+import throughput as throughput_bench
 
-from planner.errors import PlanError  # noqa: E402
-from planner.memory import estimate  # noqa: E402
-from planner.perf import StepTime, flops_per_token, job_hours, plan_time, throughput  # noqa: E402
-from planner.plan.codec import plan_from_dict  # noqa: E402
-from planner.plan.models import presets  # noqa: E402
+from planner.errors import PlanError
+from planner.memory import estimate
+from planner.perf import StepTime, flops_per_token, job_hours, plan_time, throughput
+from planner.plan.codec import plan_from_dict
+from planner.plan.models import presets
 from planner.search.recommend import (
     SearchOptions,
     max_micro_batch,
     max_sequence_length,
-    min_gpus,  # noqa: E402
+    min_gpus,
     recommend,
 )
-from planner.views.export import candidate_to_dict, estimate_to_dict  # noqa: E402
+from planner.views.export import candidate_to_dict, estimate_to_dict
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 

@@ -4,11 +4,13 @@ files and errors; and each ui/ module on its own (AppTest.from_function)."""
 import ast
 import itertools
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+import fuzz
 import pyarrow as pa
 import pytest
 from conftest import ROOT
@@ -558,12 +560,6 @@ def test_parameter_count_mode_is_marked_approximate_and_shareable():
 
 
 def test_random_tampered_links_never_show_an_exception():
-    import random
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    import fuzz
-
     rng = random.Random(3)
     links = [
         p for kind, p in (fuzz.malformed_inputs(rng, ["model: {preset: gpt2}\n"]) for _ in range(40)) if kind == "link"

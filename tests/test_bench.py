@@ -2,27 +2,22 @@
 
 import csv
 import statistics
-import sys
 
+import accuracy
+import allocator_replay
+import doc_tables
+import oracle_check
+import prices
 import pytest
-from conftest import ROOT
+import serving
+import serving_memory
+import stats
+import throughput
 
-sys.path.insert(0, str(ROOT / "bench"))
-
-import accuracy  # noqa: E402
-import allocator_replay  # noqa: E402
-import doc_tables  # noqa: E402
-import oracle_check  # noqa: E402
-import prices  # noqa: E402
-import serving  # noqa: E402
-import serving_memory  # noqa: E402
-import stats  # noqa: E402
-import throughput  # noqa: E402
-
-from planner.accuracy import SERVING_ACCURACY_PATH, TIME_ACCURACY_PATH, accuracy_table  # noqa: E402
-from planner.catalog import load_catalog  # noqa: E402
-from planner.loader import load_data_file  # noqa: E402
-from planner.memory import LEAST_FRACTION, RESERVE_FRACTION  # noqa: E402
+from planner.accuracy import SERVING_ACCURACY_PATH, TIME_ACCURACY_PATH, accuracy_table
+from planner.catalog import load_catalog
+from planner.loader import load_data_file
+from planner.memory import LEAST_FRACTION, RESERVE_FRACTION
 
 
 def test_accuracy_expresses_rows_and_explains_the_rest():

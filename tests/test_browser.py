@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,10 @@ from planner.plan.codec import plan_from_dict
 from ui.state import DEFAULT_PLAN
 
 CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (.ci/run installs it)")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (.ci/run installs it)"),
+]
 VERDICT = re.compile(r"^(fits on|does not fit on) ")
 WAIT_S = 300  # how long any one step may take before the test calls it stuck (under load, not a speed limit)
 WAIT = WAIT_S * 1000  # the same, in Playwright's milliseconds
@@ -146,7 +150,7 @@ def _chart(svg) -> dict:
 def _rows(chart: dict) -> list[str]:
     """The y labels top to bottom, after checking each is whole and none covers the next."""
     labels = sorted(chart["labels"], key=lambda t: t["y"])
-    assert all(a["y"] + a["h"] <= b["y"] for a, b in zip(labels, labels[1:])), labels
+    assert all(a["y"] + a["h"] <= b["y"] for a, b in pairwise(labels)), labels
     assert not [t for t in labels if t["text"].endswith("…")]  # truncated
     return [t["text"] for t in labels]
 

@@ -46,7 +46,7 @@ def test_breakdown_chart_stacks_the_items_against_usable_memory():
 
 def _colors(est) -> dict[str, str]:
     scale = breakdown_chart(est).to_dict()["layer"][0]["encoding"]["color"]["scale"]
-    return dict(zip(scale["domain"], scale["range"]))
+    return dict(zip(scale["domain"], scale["range"], strict=True))
 
 
 SERVING = {"model": {"preset": "llama-3.1-8b"}, "framework": "vllm", "workload": {"task": "inference"}}

@@ -3,6 +3,7 @@ import subprocess
 import sys
 from typing import get_args
 
+import pytest
 from conftest import ROOT
 
 from planner.plan.choices import CHOICES, LISTS, choices_to_table
@@ -11,6 +12,8 @@ from planner.plan.config import Optimizer
 from planner.views.export import formats_to_table, frameworks_to_table
 
 EXAMPLE = str(ROOT / "examples" / "llama-3.1-8b-8xh100.yaml")
+
+pytestmark = pytest.mark.cli
 
 
 def run(*args, stdin=None):
@@ -176,7 +179,8 @@ def test_hf_config_replaces_the_model_or_makes_the_default_plan():
     config = str(ROOT / "tests" / "data" / "hf_configs" / "mixtral-8x7b.json")
     result = run("estimate", EXAMPLE, "--hf-config", config, "--format", "json")
     model = json.loads(result.stdout)["plan"]["model"]
-    # its architecture is the preset's exactly: it names the preset, and says so (planner/plan/models.py preset_of_shape)
+    # its architecture is the preset's exactly: it names the preset, and says so
+    # (planner/plan/models.py preset_of_shape)
     assert model["preset"] == "mixtral-8x7b" and model["num_experts"] == 8 and model["experts_per_token"] == 2
     assert result.stderr == (
         f"note: model {config} resolved as preset mixtral-8x7b by shape (its layers, hidden "

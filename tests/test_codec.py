@@ -45,7 +45,8 @@ def test_example_plan_file_reads():
         ),
         (
             "- 1\n- 2\n",
-            "plan: must be a mapping with the keys schema, name, framework, framework_release, model, workload, precision, techniques,"
+            "plan: must be a mapping with the keys schema, name, framework, framework_release, model, workload, "
+            "precision, techniques,"
             " parallelism, hardware",
         ),
     ],
@@ -86,7 +87,8 @@ def test_python_tags_are_refused():
         ),
         (
             ["model"],
-            "plan: must be a mapping with the keys schema, name, framework, framework_release, model, workload, precision, "
+            "plan: must be a mapping with the keys schema, name, framework, framework_release, model, workload, "
+            "precision, "
             "techniques, parallelism, hardware",
             "plan",
             NO_VALUE,
@@ -172,8 +174,10 @@ def test_tampered_links_warn_and_fall_back_per_parameter():
         "sequence_length: 'abc' is not a valid value; the default is used",
         "foo: unknown link parameter, ignored",
         "zero_stage: given 2 times; the last one is used",
-        "micro_batch_size: workload.micro_batch_size: 0 is out of range; must be from 1 to 1,048,576; the default is used",
-        "tensor: parallelism.tensor: 3 does not divide model.num_attention_heads (32); allowed: 1, 2, 4, 8, 16, 32; the default is used",
+        "micro_batch_size: workload.micro_batch_size: 0 is out of range; must be from 1 to 1,048,576; the default is "
+        "used",
+        "tensor: parallelism.tensor: 3 does not divide model.num_attention_heads (32); allowed: 1, 2, 4, 8, 16, 32; "
+        "the default is used",
     ]
     assert plan.parallelism.zero_stage == 2 and plan.parallelism.tensor == 1 and plan.workload.sequence_length == 4096
 

@@ -131,7 +131,8 @@ def test_detecting_and_reading_a_config_parses_it_once(monkeypatch, name, path):
         ("{" * 2000, "config: nested too deeply to be a framework config"),
         (
             "model: &a " + "x" * 100_000 + "\nmax_num_seqs: [" + ", ".join(["*a"] * 3_000) + "]\n",
-            "config: expands to more than 262,144 characters of text through its aliases; that is not a framework config",
+            "config: expands to more than 262,144 characters of text through its aliases; that is not a framework "
+            "config",
         ),
         (
             "A=x\n" + "A=$A$A\n" * 20 + "--num-layers 2 --seq-length $A\n",

@@ -252,7 +252,8 @@ def test_write_refuses_what_it_cannot_say():
         (
             "deepspeed: deepspeed_configs/zero2.json\n",
             {"parallelism.zero_stage": 2},
-            "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its buckets and "
+            "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its "
+            "buckets and "
             "precision are the DeepSpeed defaults)",
         ),
         ("deepspeed: my_ds.json\n", {}, "deepspeed: my_ds.json: the ZeRO stage is in that file, which is not read"),
@@ -304,6 +305,7 @@ def test_round_trip_fp8_context_parallel():
 HOSTILE = [None, -1, 10**30, 2.5, "x", [[1]], ["q_proj", [1]], {"_component_": 5, "zero_optimization": 5}]
 
 
+@pytest.mark.fuzz
 @pytest.mark.parametrize(
     "fmt, names",
     [

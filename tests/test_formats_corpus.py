@@ -24,7 +24,7 @@ from planner.plan.config import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("VRAM_PLANNER_SHARED") or ROOT.parent / "shared") / "configs"
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason=f"no config corpus at {SHARED}")
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not SHARED.is_dir(), reason=f"no config corpus at {SHARED}")]
 
 # the model given where a config names none or one that is not a preset (the CLI's --preset): a MoE model, so that
 # a config's expert parallelism has experts to split
@@ -48,8 +48,12 @@ REFUSED = {
     "axolotl": {"cloud__baseten.yaml": NOT_A_CONFIG, "cloud__modal.yaml": NOT_A_CONFIG},
     "deepspeed": {
         "dse__compression__bert__config__ds_config_TEMPLATE.json": "'BATCH_SIZE_PER_GPU' must be an integer",
-        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2-medium_1clmetric_TEMPLATE.json": "'GB_SIZE' must be an integer",
-        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2_TEMPLATE.json": "'GB_SIZE' must be an integer",
+        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2-medium_1clmetric_TEMPLATE.json": (
+            "'GB_SIZE' must be an integer"
+        ),
+        "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2_TEMPLATE.json": (
+            "'GB_SIZE' must be an integer"
+        ),
         "dse__training__tensor_parallel__hf_integration__configs__ds_config_temp.json": NOT_A_CONFIG,
     },
     "hf_trainer": {"examples__scripts__rloo__L33.sh": NOT_A_CONFIG},

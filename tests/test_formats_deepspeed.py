@@ -217,7 +217,10 @@ def test_unplanned_choices_are_noted():
         '"offload_optimizer": {"device": "nvme", "ratio": 0.3}}, "mystery": 1}',
         gpus=2,
     )
-    nvme = "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds the same; the NVMe transfers' time is not planned"
+    nvme = (
+        "NVMe (ZeRO-Infinity) is planned as CPU offload: the GPU holds the same; "
+        "the NVMe transfers' time is not planned"
+    )
     assert imported.unmodelled == (
         "optimizer.type: 'OneBitAdam' has no plan optimizer",
         "amp: NVIDIA Apex AMP keeps its own casts and master copies (opt level)",
@@ -343,6 +346,7 @@ PLANS = [
                 "steps",
             ),
             values,
+            strict=True,
         )
     )
     for values in itertools.product(

@@ -63,6 +63,7 @@ def test_an_unchanged_plan_exports_its_config_byte_for_byte(fmt, name):
     assert name not in REFUSED and edited.text == text and edited.changes == ()
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the shared config corpus (../shared/configs) is not here")
 def test_the_shared_corpus_comes_back_byte_for_byte():
     exported = 0
@@ -172,7 +173,8 @@ def changed(fmt: str, name: str, **keys) -> tuple[list[str], list[str]]:
             {"workload__inference__max_num_seqs": 64},
             [
                 "-python3 -m sglang.launch_server --model Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4",
-                "+python3 -m sglang.launch_server --model Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4 --max-running-requests 64",
+                "+python3 -m sglang.launch_server --model Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4 "
+                "--max-running-requests 64",
             ],
             ["--max-running-requests: unset → 64"],
         ),

@@ -275,8 +275,8 @@ def test_optimizers_and_dtypes():
         ("per_device_train_batch_size: 1\ndtype: float64\n", "dtype: 'float64' is not one of: bfloat16, float16"),
         (
             "python train.py --per_device_train_batch_size 'two",
-            'config: "python train.py --per_device_train_batch_size \'two" is not shell text shlex can split (No closing '
-            "quotation)",
+            'config: "python train.py --per_device_train_batch_size \'two" is not shell text shlex can split '
+            "(No closing quotation)",
         ),
         ("echo --per_device_train_batch_size 2", "config: is not a training command line: it names no script"),
         ("torchrun --nproc_per_node 8 train.py --per_device_train_batch_size 2", None),
@@ -300,7 +300,8 @@ def test_detect_real_configs(name):
 @pytest.mark.parametrize(
     "text",
     [
-        "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 2\ngradient_accumulation_steps: 4\n",
+        "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 2\ngradient_accumulation_steps: "
+        "4\n",
         "model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\nbatch_size: 2\nmax_steps_per_epoch: 10\n"
         "output_dir: /tmp\n",
         "distributed_type: MULTI_GPU\nnum_processes: 8\n",

@@ -213,6 +213,7 @@ def test_qwen3_4b_qlora_plans_as_qlora():
     assert est.fits
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the held-out LLaMA-Factory corpus is not on this machine")
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("*.y*ml")) if CORPUS.is_dir() else [], ids=lambda p: p.name)
 def test_corpus_plans_or_refuses_with_a_reason(path):

@@ -172,7 +172,8 @@ def test_shell_variables_and_moe():
         ),
         (
             "--num-layers 30 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 7",
-            "--decoder-first-pipeline-num-layers: [7] leaves 23 of --num-layers (30) for 3 middle stages: they must share "
+            "--decoder-first-pipeline-num-layers: [7] leaves 23 of --num-layers (30) for 3 middle stages: they must "
+            "share "
             "them evenly",
         ),
         ("--micro-batch-size 0", "--micro-batch-size: '0' must be an integer ≥ 1"),

@@ -259,7 +259,8 @@ def test_unknown_flavor_names_the_model():
         (
             "--parallelism.tensor_parallel_degree 3",
             8,
-            "parallelism.data_parallel_shard_degree: -1 leaves no whole degree: 8 GPUs are not a multiple of replicate × "
+            "parallelism.data_parallel_shard_degree: -1 leaves no whole degree: 8 GPUs are not a multiple of "
+            "replicate × "
             "tensor × pipeline × context (1 × 3)",
         ),
         (

@@ -149,6 +149,7 @@ def test_nothing_is_run_and_runaways_are_refused():
     assert registry("def f() -> Config:\n    return " + "(" * 150 + "1" + ")" * 150) is not None
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(not sorted(SHARED.glob("*.py")), reason="the shared config corpus holds no config registry")
 def test_every_shared_registry_reads_or_refuses_with_a_reason():
     for path in sorted(SHARED.glob("*.py")):

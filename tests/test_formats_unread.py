@@ -64,6 +64,7 @@ STACKS = {
 }
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared config corpus (../shared/configs) is not here")
 @pytest.mark.parametrize("folder", STACKS)
 def test_the_corpus_configs_of_unread_stacks_are_refused_by_name(folder):

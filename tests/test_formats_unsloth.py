@@ -167,6 +167,7 @@ def test_the_corpus_command_line(tmp_path):
     assert imported.unknown == () and {"--learning_rate", "--save_gguf"} <= set(imported.ignored)
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(not CORPUS.is_file(), reason="the shared corpus is absent")
 def test_the_shared_corpus_line_is_qlora():
     imported = read_config(CORPUS.read_text(), gpus=1)
@@ -186,11 +187,13 @@ def test_plans_and_fits():
     [
         (
             "from unsloth import FastLanguageModel\nm, t = FastLanguageModel.from_pretrained(model_name='x/y')\n",
-            "get_peft_model: absent, and full_finetuning is false: Unsloth trains LoRA adapters (get_peft_model) or every "
+            "get_peft_model: absent, and full_finetuning is false: Unsloth trains LoRA adapters (get_peft_model) or "
+            "every "
             "weight (full_finetuning=True)",
         ),
         (
-            "import unsloth\nFastLanguageModel.from_pretrained(model_name='x/y', load_in_8bit=True, load_in_4bit=True)\n"
+            "import unsloth\nFastLanguageModel.from_pretrained(model_name='x/y', load_in_8bit=True, "
+            "load_in_4bit=True)\n"
             "FastLanguageModel.get_peft_model(m)\n",
             "load_in_8bit: True with another of load_in_4bit / load_in_16bit: Unsloth loads one",
         ),

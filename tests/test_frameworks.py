@@ -129,7 +129,8 @@ def test_serving_frameworks():
         ),
         (
             {"framework": "torchtune", "workload": {"task": "finetune", "global_batch_size": 4}},
-            "techniques.optimizer_in_backward: True needs one micro-batch per step (gradient accumulation 4): gradients "
+            "techniques.optimizer_in_backward: True needs one micro-batch per step (gradient accumulation 4): "
+            "gradients "
             "are freed as they are applied",
         ),
     ],

@@ -1,13 +1,10 @@
 """A slice of bench/fuzz.py in CI: generated plans, malformed YAML, tampered links, structural mutations and
 hostile shapes of text give answers or PlanError."""
 
-import sys
+import fuzz
+import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-
-import fuzz  # noqa: E402
+pytestmark = pytest.mark.fuzz
 
 
 def test_fuzz_slice_finds_no_bugs():

@@ -79,7 +79,8 @@ def test_unknown_llama_like_family_is_read_and_others_are_refused():
         ("[1, 2]", "hf_config: must be a JSON object, got list"),
         (
             {"model_type": "llama", "hidden_size": 4096},
-            "hf_config: missing num_hidden_layers or n_layer or num_layers or n_layers; num_attention_heads or n_head or "
+            "hf_config: missing num_hidden_layers or n_layer or num_layers or n_layers; num_attention_heads or n_head "
+            "or "
             "num_heads or n_heads; vocab_size or padded_vocab_size (model_type 'llama')",
         ),
         (

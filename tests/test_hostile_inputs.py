@@ -150,6 +150,7 @@ print(next(line for line in open("/proc/self/status") if line.startswith("VmHWM:
 """
 
 
+@pytest.mark.cli
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="VmHWM is Linux's")
 def test_all_hostile_inputs_together_stay_under_256_mib():
     """The process that reads every reproduction peaks under 256 MiB resident (Linux reports kB)."""

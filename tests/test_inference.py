@@ -250,7 +250,8 @@ def test_no_fp32_copies_compiled_in_fp32_or_off_the_math_backend(change):
         ),
         (
             {"static_cache": True, "gpu_memory_utilization": 0.9},
-            "workload.inference.static_cache: True applies to a generate() loop; a serving engine (gpu_memory_utilization) "
+            "workload.inference.static_cache: True applies to a generate() loop; a serving engine "
+            "(gpu_memory_utilization) "
             "pages its KV cache",
         ),
     ],
@@ -420,7 +421,8 @@ def test_vllm_releases_account_as_they_did(release, fraction, scope):
         ),
         (
             {"max_num_seqs": 64},
-            "workload.inference.max_num_seqs: 64 applies to a serving engine (workload.inference.gpu_memory_utilization)",
+            "workload.inference.max_num_seqs: 64 applies to a serving engine "
+            "(workload.inference.gpu_memory_utilization)",
         ),
     ],
 )

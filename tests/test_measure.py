@@ -5,6 +5,7 @@ import csv
 import importlib.util
 import sys
 
+import accuracy
 import pytest
 import yaml
 from conftest import ROOT
@@ -12,10 +13,6 @@ from conftest import ROOT
 from planner import cli
 from planner.measure import plan as measure
 from planner.plan.codec import plan_from_dict
-
-sys.path.insert(0, str(ROOT / "bench"))
-
-import accuracy  # noqa: E402
 
 LORA = "model: {preset: llama-3.2-1b}\nworkload: {task: lora, sequence_length: 2048, micro_batch_size: 2}\n"
 MEASURED = {
@@ -87,7 +84,8 @@ def test_dry_run_of_an_inference_plan_and_of_gpt2(tmp_path, capsys):
         ),
         (
             LORA + "techniques: {offload: optimizer}\n",
-            "error: techniques.offload: 'optimizer' is not measured by vram-planner measure (offloading needs DeepSpeed or "
+            "error: techniques.offload: 'optimizer' is not measured by vram-planner measure (offloading needs "
+            "DeepSpeed or "
             "FSDP, which the runner does not drive)\n",
         ),
         (
@@ -209,7 +207,7 @@ def test_bench_accuracy_reads_a_row_back_as_the_same_prediction(text):
     rows = measure.dev_rows(config, MEASURED, row_id="x")
     assert [accuracy.statistic(r) for r in rows] == ["allocated", "reserved", "device"]
     predicted = measure.predict(config["plan"])
-    for row, key in zip(rows, measure.MEASURED_KEYS):
+    for row, key in zip(rows, measure.MEASURED_KEYS, strict=True):
         plan, why = accuracy.express({k: str(v) for k, v in row.items()})
         assert why == "" and accuracy.predict(plan, accuracy.statistic(row)) == predicted[key]
         assert float(row["measured_gib"]) == pytest.approx(MEASURED[key] / 2**30, abs=1e-3)

@@ -3,15 +3,10 @@ and (where torch is installed) each workload kind runs end to end on CPU for tin
 
 import csv
 import io
-import sys
-
-import pytest
-import yaml
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
 
 import measure_gpu
+import pytest
+import yaml
 
 from planner.measure.plan import append_csv, predict
 from planner.plan.codec import plan_from_dict

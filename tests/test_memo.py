@@ -164,5 +164,5 @@ def test_a_plan_gives_the_same_with_warm_caches_as_with_empty_ones(plans):
     catalog = load_catalog()
     _empty_caches()
     warm = [_results(p, catalog) for p in plans]  # each after the others: caches shared across the variations
-    for plan, expected in zip(plans, warm):
+    for plan, expected in zip(plans, warm, strict=True):
         assert _results(plan, catalog, _empty_caches) == expected, plan

@@ -72,7 +72,8 @@ def test_a_listed_split_is_the_split():
         (
             {"pipeline": 8, "pipeline_split": "even"},
             "parallelism.pipeline",
-            "does not divide model.num_layers (126) into 8 even chunks (parallelism.pipeline_split even); use weighted (the "
+            "does not divide model.num_layers (126) into 8 even chunks (parallelism.pipeline_split even); use "
+            "weighted (the "
             "embedding and the output head count as a layer each) or list parallelism.pipeline_layers",
         ),
         (
@@ -93,7 +94,8 @@ def test_a_listed_split_is_the_split():
         (
             {"pipeline": 8, "pipeline_schedule": "interleaved_1f1b", "virtual_stages": 9},
             "parallelism.virtual_stages",
-            "leaves a chunk without layers: model.num_layers (126) split unevenly into 72 chunks, with the embedding and "
+            "leaves a chunk without layers: model.num_layers (126) split unevenly into 72 chunks, with the embedding "
+            "and "
             "the output head counted as a layer each, fills at most 64",
         ),
     ],

@@ -93,7 +93,8 @@ def test_reference_is_sharded_under_zero3():
         ),
         (
             {"task": "finetune", "objective": "preference", "preference": {"reference": "adapters_disabled"}},
-            "workload.preference.reference: 'adapters_disabled' needs adapters to disable (workload.task lora or qlora, "
+            "workload.preference.reference: 'adapters_disabled' needs adapters to disable (workload.task lora or "
+            "qlora, "
             "not finetune)",
         ),
         (

@@ -137,7 +137,8 @@ def test_engine_tensor_parallel_serves_its_group():
         ),
         (
             {"task": "lora", "objective": "grpo", "micro_batch_size": 4},
-            "workload.global_batch_size: 4 must be a multiple of workload.rl.num_generations (8): whole groups per step",
+            "workload.global_batch_size: 4 must be a multiple of workload.rl.num_generations (8): "
+            "whole groups per step",
         ),
         (
             {"task": "lora", "objective": "grpo", "micro_batch_size": 8, "rl": {"prompts_per_step": 2}},

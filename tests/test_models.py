@@ -82,7 +82,8 @@ def test_unknown_model_key_lists_allowed():
 def test_unknown_preset_and_missing_fields():
     with pytest.raises(
         PlanError,
-        match=r"^model.preset: 'llama-9' is not a known preset; known: deepseek-v2, deepseek-v2-lite, deepseek-v3, falcon-40b, falcon-7b, gemma-2-27b, ",
+        match=r"^model.preset: 'llama-9' is not a known preset; known: deepseek-v2, deepseek-v2-lite, deepseek-v3, "
+        r"falcon-40b, falcon-7b, gemma-2-27b, ",
     ):
         model_from_dict({"preset": "llama-9"})
     with pytest.raises(PlanError) as err:

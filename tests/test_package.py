@@ -21,6 +21,8 @@ DATA_FILES = {
     "planner/data/serving_accuracy.yaml",
 }
 
+pytestmark = pytest.mark.package
+
 
 def _run(*cmd, cwd, env=None):
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -2,15 +2,10 @@
 peer formula is pinned by a hand-worked case; the planner's median error beats every peer's on shared rows."""
 
 import statistics
-import sys
 
+import accuracy
+import peers
 import pytest
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-
-import accuracy  # noqa: E402
-import peers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +16,7 @@ def rows():
 def test_runs_every_expressed_row_through_every_tool(rows):
     expressed, _ = accuracy.run()
     assert [r["row"] for r in rows] == [r["row"] for r in expressed]
-    for mine, theirs in zip(rows, expressed):
+    for mine, theirs in zip(rows, expressed, strict=True):
         assert set(mine["tools"]) == set(peers.TOOLS)
         assert mine["measured_gib"] == theirs["measured_gib"] and mine["stat"] == theirs["stat"]
         assert mine["tools"][peers.PLANNER]["gib"] == pytest.approx(theirs["predicted_gib"])

@@ -365,8 +365,8 @@ def _async_tp_plan(preset: str, async_tp: bool, micro_batch: int = 12) -> object
 def test_async_tp_hides_a_forward_collective_behind_the_matmul_beside_it_by_hand():
     """Llama 3.1 8B, TP 8, 12 × 8,192 tokens: each all-gather or reduce-scatter moves 805,306,368 B. Beside
     them, per layer and rank (each matmul by roofline: k and v are bound by their bytes): q 4096 × 512, k and v
-    4096 × 128, o 512 × 4096, gate and up 4096 × 1792, down 1792 × 4096. Each collective of c seconds, cut in 8 chunks beside a matmul of m, leaves
-    7 × max(0, c/7 − m/8) exposed in the forward; backward's four stay exposed."""
+    4096 × 128, o 512 × 4096, gate and up 4096 × 1792, down 1792 × 4096. Each collective of c seconds, cut in 8
+    chunks beside a matmul of m, leaves 7 × max(0, c/7 − m/8) exposed in the forward; backward's four stay exposed."""
     plan = _async_tp_plan("llama-3.1-8b", True)
     r = rates(H100, "bf16")
     step = step_time(plan, H100)

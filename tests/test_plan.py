@@ -104,7 +104,8 @@ def test_round_trip():
         ),
         (
             {"parallelism": {"context": 3}},
-            "parallelism.context: 3 does not divide workload.sequence_length (4096); allowed up to 64: 1, 2, 4, 8, 16, 32, 64",
+            "parallelism.context: 3 does not divide workload.sequence_length (4096); allowed up to 64: 1, 2, 4, 8, "
+            "16, 32, 64",
         ),
         (
             {"parallelism": {"sequence_parallel": True}},
@@ -194,7 +195,8 @@ def test_round_trip():
         ),
         (
             {"parallelism": {"pipeline": 2, "virtual_stages": 2}},
-            "parallelism.virtual_stages: 2 must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any other"
+            "parallelism.virtual_stages: 2 must be 2 or more with pipeline_schedule interleaved_1f1b, and 1 with any "
+            "other"
             " schedule",
         ),
         (
@@ -203,7 +205,8 @@ def test_round_trip():
         ),
         (
             {"parallelism": {"pipeline_microbatches": 4}, "workload": {"global_batch_size": 2}},
-            "parallelism.pipeline_microbatches: 4 must equal workload.global_batch_size ÷ (micro_batch_size × data) = 2 ÷ 1"
+            "parallelism.pipeline_microbatches: 4 must equal workload.global_batch_size ÷ (micro_batch_size × data) = "
+            "2 ÷ 1"
             " = 2",
         ),
         (
@@ -216,7 +219,8 @@ def test_round_trip():
         ),
         (
             {"precision": {"optimizer": "adam"}},
-            "precision.optimizer: 'adam' is not one of: adamw, adamw_8bit, paged_adamw, paged_adamw_8bit, adafactor, lion, muon, sgd,"
+            "precision.optimizer: 'adam' is not one of: adamw, adamw_8bit, paged_adamw, paged_adamw_8bit, adafactor, "
+            "lion, muon, sgd,"
             " sgd_momentum",
         ),
     ],

@@ -16,7 +16,7 @@ def _differences(old, new, path=""):
         for key in sorted(old.keys() | new.keys()):
             yield from _differences(old.get(key, "<absent>"), new.get(key, "<absent>"), f"{path}/{key}")
     elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for i, (a, b) in enumerate(zip(old, new)):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
             yield from _differences(a, b, f"{path}[{i}]")
     elif old != new:
         yield f"{path}: {old!r} → {new!r}"

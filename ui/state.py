@@ -289,7 +289,7 @@ def pinned_plans() -> tuple[list[Plan], list[str]]:
 
 def link_query(plan: Plan) -> dict[str, str]:
     """The page's link: the plan's own parameters and those of the plans pinned for comparison."""
-    return {**plan_to_query(plan), **dict(zip(COMPARE_KEYS, st.session_state.get("compare", [])))}
+    return {**plan_to_query(plan), **dict(zip(COMPARE_KEYS, st.session_state.get("compare", []), strict=False))}
 
 
 def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:

@@ -251,7 +251,7 @@ def _framework_settings(plan: Plan) -> None:
 def breakdown(plan: Plan, result: Estimate) -> None:
     """Totals, the stacked bar, the items at the peak, the moments or stages, and what the framework set."""
     cols = st.columns(4)
-    for col, key in zip(cols, ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes")):
+    for col, key in zip(cols, ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes"), strict=False):
         col.metric(
             key.removesuffix("_bytes").replace("_", " "), format_bytes(getattr(result, key)), help=TOTALS_MEANING[key]
         )
@@ -460,7 +460,7 @@ def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation | s
     capacities = {result.gpu.name: result.usable_bytes}
     if not isinstance(rec, str) and rec.best is not None and rec.best.gpu.id != result.gpu.id:
         capacities[f"{rec.best.gpu.name} (recommended)"] = rec.best.gpu.usable_bytes
-    for key, col in zip(sweep_keys(plan), st.columns(2)):
+    for key, col in zip(sweep_keys(plan), st.columns(2), strict=True):
         with col:
             st.subheader(f"Memory vs {key.replace('_', ' ')}")
             st.altair_chart(
@@ -509,7 +509,7 @@ def compare(plan: Plan, result: Estimate, time: StepTime | None, catalog: dict) 
         return
     plans = [plan, *pinned]
     ests = [result, *(estimate(p, catalog) for p in pinned)]
-    rows = compare_rows(plans, ests, [time, *(plan_time(p, e.gpu) for p, e in zip(pinned, ests[1:]))])
+    rows = compare_rows(plans, ests, [time, *(plan_time(p, e.gpu) for p, e in zip(pinned, ests[1:], strict=True))])
     frame = pd.DataFrame(rows).rename(
         columns={"plan 1": "this plan", **{f"plan {n + 2}": f"pinned {n + 1}" for n in range(len(pinned))}}
     )

@@ -146,7 +146,9 @@ def _head(tokens: list[str], starts: tuple[tuple[str, ...], ...]) -> int | None:
     for i in range(len(tokens)):
         for start in starts:
             window = tokens[i : i + len(start)]
-            if len(window) == len(start) and all(t == s or t.endswith("/" + s) for t, s in zip(window, start)):
+            if len(window) == len(start) and all(
+                t == s or t.endswith("/" + s) for t, s in zip(window, start, strict=True)
+            ):
                 return i + len(start)
     return None
 

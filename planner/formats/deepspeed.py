@@ -269,7 +269,7 @@ def _precision(led: Reading, config: dict[str, Any]) -> None:
     """bf16.enabled / fp16.enabled (runtime/config.py get_bfloat16_enabled, get_fp16_enabled); neither is fp32."""
     enabled: list[str] = []
     auto = False
-    for name, dtype in PRECISION_SECTIONS.items():
+    for name in PRECISION_SECTIONS:
         section = config.get(name)
         if section is None:
             continue

@@ -587,4 +587,4 @@ def check_parsed(kind: str, text: str) -> None:
     try:
         {"json": json.loads, "toml": tomllib.loads, "yaml": yaml.safe_load}[kind](text)
     except (ValueError, yaml.YAMLError) as exc:
-        raise PlanError("config", f"the edited {kind} no longer parses ({exc}); export without the original")
+        raise PlanError("config", f"the edited {kind} no longer parses ({exc}); export without the original") from exc

@@ -152,7 +152,7 @@ def evaluate(node: ast.expr, env: dict[str, Any], module: _Module) -> Any:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [evaluate(item, env, module) for item in node.elts]
     if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) for k in node.keys):
-        return {k.value: evaluate(v, env, module) for k, v in zip(node.keys, node.values)}
+        return {k.value: evaluate(v, env, module) for k, v in zip(node.keys, node.values, strict=True)}
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = evaluate(node.operand, env, module)
         if _number(operand):

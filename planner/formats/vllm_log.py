@@ -136,7 +136,7 @@ def _args(line: str) -> dict[str, Any]:
         raise PlanError("non-default args", f"is not a dict: {line[:80]}")
     source = line.encode()  # the AST's columns count bytes of UTF-8
     out = {}
-    for key, value in zip(node.keys, node.values):
+    for key, value in zip(node.keys, node.values, strict=True):
         if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
             raise bad(
                 "non-default args",

@@ -376,9 +376,9 @@ def _custom_all_reduce(plan: Plan, detail: bool) -> Item | None:
 
 def _engine_items(plan: Plan, gpu: Gpu, fw: _Forward, detail: bool) -> tuple[tuple[Item, ...], tuple[Item, ...]]:
     """(items inside the engine's fraction, items outside it). vLLM's gpu_memory_utilization covers the profile
-    run's activation peak, and the CUDA graphs from 0.20 (fraction_scope all); SGLang's mem_fraction_static covers only what is allocated before
-    the KV pool (model_runner.profile_max_num_token: rest = available − total × (1 − mem_fraction_static)), so its
-    forward activations and CUDA graphs come on top."""
+    run's activation peak, and the CUDA graphs from 0.20 (fraction_scope all); SGLang's mem_fraction_static
+    covers only what is allocated before the KV pool (model_runner.profile_max_num_token: rest = available −
+    total × (1 − mem_fraction_static)), so its forward activations and CUDA graphs come on top."""
     scope = plan.workload.inference.fraction_scope
     static = scope == "static"
     graphs = item(
@@ -417,9 +417,9 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
     PyTorch counts them, + the non-torch memory that grew since the snapshot: NCCL, custom all-reduce); the
     CUDA graphs' pool is counted inside since 0.20 (before, captured after the KV cache, it comes on top:
     all_but_graphs); the process's CUDA context, made before the snapshot, is not charged (before 0.9.1 the
-    fraction was of the device for everything on it, the context included: device). SGLang: mem_fraction_static is a fraction of the memory free after distributed init (CUDA
-    context and NCCL already made) and holds the weights and the KV pool; activations and graphs are outside it
-    (see _engine_items)."""
+    fraction was of the device for everything on it, the context included: device). SGLang: mem_fraction_static
+    is a fraction of the memory free after distributed init (CUDA context and NCCL already made) and holds the weights
+    and the KV pool; activations and graphs are outside it (see _engine_items)."""
     m, inf = plan.model, plan.workload.inference
     b, fw = inf.batch_size, _forward(plan, gpu)
     weights, workspace = _weights(plan, detail)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import pairwise
 from types import MappingProxyType
 
 from planner.memory.terms import Sharded, Term
@@ -183,7 +184,7 @@ def _gathered_pair(runs: list[tuple[int, bool, int]]) -> tuple[int, int]:
     while its neighbour is prefetched; (largest neighbouring pair, of which layer parameters). Neighbours are
     two units of one run or the ends of two adjacent runs."""
     pairs = [(2 * u, 2 * u * la) for u, la, n in runs if n > 1]
-    pairs += [(a + b, a * la + b * lb) for (a, la, _), (b, lb, _) in zip(runs, runs[1:])]
+    pairs += [(a + b, a * la + b * lb) for (a, la, _), (b, lb, _) in pairwise(runs)]
     return max(pairs or [(runs[0][0], runs[0][0] * runs[0][1])])
 
 

@@ -155,7 +155,10 @@ def reserve_formula(expandable: bool, flushed: bool) -> str:
             f"device left − peak live: the cache is released near capacity (at least "
             f"{LEAST_FRACTION[expandable]:.0%} of the memory churning each step, {mode})"
         )
-    return f"max over moments of (live + {RESERVE_FRACTION[expandable]:.0%} of the memory churning each step, {mode}) − peak live"
+    return (
+        f"max over moments of (live + {RESERVE_FRACTION[expandable]:.0%} of the memory churning each step, {mode})"
+        " − peak live"
+    )
 
 
 def allocator_reserve(label: str, reserve: int, formula: str, note: str, detail: bool) -> Item:

@@ -11,7 +11,7 @@ dataclasses because searches build them by the thousand: construction must stay 
 from __future__ import annotations
 
 from math import prod
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from planner.memory.result import Item, Level
 from planner.units import format_bytes
@@ -101,7 +101,7 @@ class Described(NamedTuple):
         return self.template.format(*self.args) if self.args else self.template
 
 
-Term = Union[Product, Sum, Sharded, Described]
+Term = Product | Sum | Sharded | Described
 
 
 def item(name: str, label: str, term: Term, note: str, detail: bool, level: Level = "allocated") -> Item:

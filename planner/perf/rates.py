@@ -6,10 +6,11 @@ its peak is planned at 45 %. Links come from the catalog too: `link_gb_per_s` pe
 the fast domain (NVLink, xGMI, or PCIe where that is all a card has) of `fast_domain_gpus` GPUs, and
 `network_gb_per_s` per GPU across domains.
 
-A collective over a group is timed with the α-β model, NCCL's latency constants and measured bus bandwidths (Hockney 1994; Thakur, Rabenseifner & Gropp 2005,
-"Optimization of Collective Communication Operations in MPICH"): a ring all-reduce of B bytes over n ranks
-moves 2(n−1)/n × B per rank at the group's bus bandwidth and takes 2(n−1) latency steps; all-gather and
-reduce-scatter move (n−1)/n × B in n−1 steps; an all-to-all moves (n−1)/n × B; a point-to-point send B.
+A collective over a group is timed with the α-β model, NCCL's latency constants and measured bus bandwidths
+(Hockney 1994; Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective Communication Operations in MPICH"): a
+ring all-reduce of B bytes over n ranks moves 2(n−1)/n × B per rank at the group's bus bandwidth and takes 2(n−1)
+latency steps; all-gather and reduce-scatter move (n−1)/n × B in n−1 steps; an all-to-all moves (n−1)/n × B; a
+point-to-point send B.
 """
 
 from __future__ import annotations

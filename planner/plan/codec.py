@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection
 from dataclasses import fields
+from functools import partial
 from typing import Any
 
 import yaml
@@ -314,7 +315,7 @@ def plan_from_query(
         try:
             return plan_from_dict(d), warnings
         except PlanError as exc:
-            culprit = _culprit(exc, chosen, lambda keys: _build(default, keys, preset_given=own_model))
+            culprit = _culprit(exc, chosen, partial(_build, default, preset_given=own_model))
             if culprit is None:
                 warnings.append(f"link: {exc}; the default plan is used")
                 return plan_from_dict(default), warnings

@@ -2,8 +2,8 @@
 
 Shapes covered: Llama / Mistral / Qwen (RMSNorm, SwiGLU, RoPE, separate q/k/v projections, MHA/GQA/MQA)
 and GPT-2 / GPT-NeoX / Falcon (LayerNorm, GeLU, fused qkv projection); hybrid models whose layers mix attention
-with Mamba-2 or Gated DeltaNet mixers (`layer_pattern`: Qwen3-Next, Granite-4.0-H, Nemotron-H). Presets live in one table,
-``planner/data/models.yaml``; a plan's ``model.preset`` names one and its other keys override it.
+with Mamba-2 or Gated DeltaNet mixers (`layer_pattern`: Qwen3-Next, Granite-4.0-H, Nemotron-H). Presets live in
+one table, ``planner/data/models.yaml``; a plan's ``model.preset`` names one and its other keys override it.
 """
 
 from __future__ import annotations
@@ -587,11 +587,12 @@ def model_from_param_count(params: int) -> Model:
     """A plausible Llama-style architecture of about `params` parameters (marked approximate).
 
     Shape rules, from the Llama 2/3, GPT-2 and Qwen2.5 families: hidden size a multiple of 1,024 (512 and 768
-    below that); about 128 hidden units per layer (64 below 2,048 hidden: small models run deeper); heads of 128 (64 below 1,024 hidden); 8 KV heads when the heads
-    divide by 8, else full multi-head attention; SwiGLU MLP of 3.5 × hidden; RMSNorm; no biases. Vocabulary:
-    Llama 3's 128,256 from 1B parameters, Llama 2's 32,000 below; embeddings tied when the two tables would
-    be over a fifth of the model (as small models do). The hidden size whose ~128-per-layer depth comes closest
-    is kept, then the layer count and the MLP width are set to meet the count (MLP 2-6 × hidden).
+    below that); about 128 hidden units per layer (64 below 2,048 hidden: small models run deeper); heads of 128
+    (64 below 1,024 hidden); 8 KV heads when the heads divide by 8, else full multi-head attention; SwiGLU MLP of 3.5 ×
+    hidden; RMSNorm; no biases. Vocabulary: Llama 3's 128,256 from 1B parameters, Llama 2's 32,000 below; embeddings
+    tied when the two tables would be over a fifth of the model (as small models do). The hidden size whose
+    ~128-per-layer depth comes closest is kept, then the layer count and the MLP width are set to meet the count (MLP
+    2-6 × hidden).
     """
     vocab = 128_256 if params >= 1_000_000_000 else 32_000
 

@@ -392,35 +392,50 @@ class StrategySearch:
         shrinks, so each is found by bisection over the values the plan admits, the others at their most
         saving: the same strategy as trying them in order, with a handful of estimates."""
         for t in tensors or self.tensors(gpu):
-            zeros = self._zeros(count, t * pipeline, offload)
-
-            def layout(c: int, mb: int | None = None, e: int | None = None, z: int | None = None) -> Strategy | None:
-                """The layout with these settings, each one not given at its most saving value the plan admits."""
-                mbs = [mb] if mb is not None else reversed(self.micro_batches)  # the smallest first
-                es = [e] if e is not None else sorted(experts or self.experts, reverse=True)  # the most first
-                z = zeros[-1] if z is None else z
-                return next(
-                    (
-                        x
-                        for m in mbs
-                        for x in (Strategy(z, t, pipeline, c, ckpt, offload, m, n) for n in es)
-                        if self._plan(x, count) is not None
-                    ),
-                    None,
-                )
-
-            def fits(*settings: int) -> bool:
-                layout_ = layout(*settings)
-                return layout_ is not None and self.fits(layout_, count, limits)
-
-            c = _first([c for c in self.contexts if layout(c) is not None], fits)
-            if c is None:
-                continue
-            mb = _first([m for m in self.micro_batches if layout(c, m) is not None], partial(fits, c))
-            e = _first([x for x in experts or self.experts if layout(c, mb, x) is not None], partial(fits, c, mb))
-            z = _first([z for z in zeros if layout(c, mb, e, z) is not None], partial(fits, c, mb, e))
-            return Strategy(z, t, pipeline, c, ckpt, offload, mb, e)
+            found = self._simplest_at(count, limits, ckpt, offload, pipeline, t, experts)
+            if found is not None:
+                return found
         return None
+
+    def _simplest_at(
+        self,
+        count: int,
+        limits: Limits,
+        ckpt: str,
+        offload: str,
+        pipeline: int,
+        t: int,
+        experts: tuple[int, ...] | None,
+    ) -> Strategy | None:
+        """`simplest` at one tensor-parallel degree `t` (None: no strategy of the class fits with it)."""
+        zeros = self._zeros(count, t * pipeline, offload)
+
+        def layout(c: int, mb: int | None = None, e: int | None = None, z: int | None = None) -> Strategy | None:
+            """The layout with these settings, each one not given at its most saving value the plan admits."""
+            mbs = [mb] if mb is not None else reversed(self.micro_batches)  # the smallest first
+            es = [e] if e is not None else sorted(experts or self.experts, reverse=True)  # the most first
+            z = zeros[-1] if z is None else z
+            return next(
+                (
+                    x
+                    for m in mbs
+                    for x in (Strategy(z, t, pipeline, c, ckpt, offload, m, n) for n in es)
+                    if self._plan(x, count) is not None
+                ),
+                None,
+            )
+
+        def fits(*settings: int) -> bool:
+            layout_ = layout(*settings)
+            return layout_ is not None and self.fits(layout_, count, limits)
+
+        c = _first([c for c in self.contexts if layout(c) is not None], fits)
+        if c is None:
+            return None
+        mb = _first([m for m in self.micro_batches if layout(c, m) is not None], partial(fits, c))
+        e = _first([x for x in experts or self.experts if layout(c, mb, x) is not None], partial(fits, c, mb))
+        z = _first([z for z in zeros if layout(c, mb, e, z) is not None], partial(fits, c, mb, e))
+        return Strategy(z, t, pipeline, c, ckpt, offload, mb, e)
 
     # --- The fastest strategy at one count --------------------------------------------------------------------
     def best_at(

@@ -525,7 +525,7 @@ def compare_rows(plans: list[Plan], estimates: list[Estimate], times: list[StepT
         }
 
     rows = [
-        row("title", [p.name or plan_title(p, e.gpu.name) for p, e in zip(plans, estimates)]),
+        row("title", [p.name or plan_title(p, e.gpu.name) for p, e in zip(plans, estimates, strict=True)]),
         row("fits", ["yes" if e.fits else "no" for e in estimates]),
         row("device per GPU", [format_bytes(e.device_bytes) for e in estimates]),
         row("peak allocated", [format_bytes(e.peak_allocated_bytes) for e in estimates]),
