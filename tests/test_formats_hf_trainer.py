@@ -55,6 +55,9 @@ EXPECTED = {
         {
             "workload": {
                 "task": "qlora",
+                # beta makes it a DPOConfig (loss_type sigmoid); a PEFT model's reference is its adapters disabled
+                "objective": "preference",
+                "preference": {"loss_type": "dpo", "reference": "adapters_disabled"},
                 "global_batch_size": 128,
                 "sequence_length": 1024,
                 "micro_batch_size": 4,
@@ -64,12 +67,7 @@ EXPECTED = {
             "techniques": {"attention": "flash", "activation_checkpointing": "full"},
         },
         "alignment-handbook/zephyr-7b-sft-qlora",
-        (
-            QLORA_DTYPE,
-            f"num_train_epochs: {EPOCHS}",
-            "beta: a preference-tuning config: DPO keeps a frozen reference "
-            "model (unless PEFT or precomputed log-probs)",
-        ),
+        (QLORA_DTYPE, f"num_train_epochs: {EPOCHS}"),
     ),
     "smollm3_sft.yaml": (
         # use_liger_kernel: Liger's fused linear cross-entropy

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from planner.errors import bad
+from planner.errors import PlanError, bad
+from planner.formats import trl
 from planner.formats.base import RELEASE_WHY, Document, Format, Imported, checkpoint, marked, training_defaults
 from planner.formats.reading import (
     Reading,
@@ -23,6 +24,7 @@ from planner.formats.reading import (
     as_number,
     as_text,
     as_texts,
+    choice,
     mapping,
     quiet_mapping,
 )
@@ -210,6 +212,49 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
             as_bool(_DOUBLE_QUANT, kwargs.get("bnb_4bit_use_double_quant", True)),
         )
     return task
+
+
+# rl (schemas/enums.py RLType) → workload.preference.loss_type: core/builders/rl.py builds DPOTrainer for dpo and ipo
+# (trainers/dpo/__init__.py: ipo sets loss_type ["ipo"], dpo passes dpo_loss_type), CPOTrainer with loss_type simpo
+# for simpo, ORPOTrainer for orpo
+_RL = {"dpo": "dpo", "ipo": "ipo", "simpo": "simpo", "orpo": "orpo"}
+_RL_REFUSED = {
+    "kto": trl.REFUSED["kto"],
+    **dict.fromkeys(("grpo", "gdpo"), trl.REFUSED["grpo"]),
+    "ebft": f"energy-based fine-tuning (generates and scores completions each step) is {trl.ISSUE}",
+}
+_RL_KEYS = ("rl", "dpo_loss_type", "rl_adapter_ref_model", "precompute_ref_log_probs", "reward_model")
+
+
+def _objective(cfg: dict[str, Any], r: Reading, task: str) -> None:
+    """rl (a preference loss) or reward_model: true; the reference as train.py setup_reference_model builds it (none
+    for orpo and simpo; the adapters disabled for an adapter unless rl_adapter_ref_model; else a second model loaded
+    like the policy) unless precompute_ref_log_probs (DPOTrainer keeps none)."""
+    if cfg.get("process_reward_model"):
+        raise PlanError("process_reward_model", f"a process reward model (a score per step token) is {trl.ISSUE}")
+    if cfg.get("reward_model"):
+        r.set("reward_model", "workload.objective", "reward")
+    rl = cfg.get("rl")
+    if rl in _RL_REFUSED:
+        raise PlanError("rl", f"{rl}: {_RL_REFUSED[rl]}")
+    if not rl:
+        return
+    loss = choice("rl", rl, _RL)
+    r.set("rl", "workload.objective", "preference")
+    if loss == "dpo" and cfg.get("dpo_loss_type") is not None:
+        loss, note = trl.dpo_loss("dpo_loss_type", cfg["dpo_loss_type"])
+        if note:
+            r.note("dpo_loss_type", note)
+    r.set("dpo_loss_type" if "dpo_loss_type" in cfg and rl == "dpo" else "rl", "workload.preference.loss_type", loss)
+    if loss in ("simpo", "orpo"):
+        return
+    if as_bool("precompute_ref_log_probs", cfg.get("precompute_ref_log_probs") or False):
+        r.set("precompute_ref_log_probs", "workload.preference.reference", "precomputed")
+    elif task != "finetune" and not as_bool("rl_adapter_ref_model", cfg.get("rl_adapter_ref_model") or False):
+        r.set("adapter (train.py: no reference model; TRL disables the adapters)", trl.REFERENCE, "adapters_disabled")
+    else:
+        why = "rl_adapter_ref_model" if task != "finetune" else "adapter (absent: train.py loads a reference model)"
+        r.set(why, trl.REFERENCE, "separate")
 
 
 def _lora(cfg: dict[str, Any], r: Reading) -> None:
@@ -466,6 +511,7 @@ _TAKEN = frozenset(
         "sequence_parallel_degree",
         "max_steps",
         "expert_parallel_size",
+        *_RL_KEYS,
     }
 )
 
@@ -477,8 +523,10 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     # a YAML null is the field's None, which Axolotl's schema and trainer builder take as unset: read as absent
     r.ignored.extend(f"{key}: null (read as absent)" for key, value in mapping(text).items() if value is None)
     _model(cfg, r)
-    if _task(cfg, r) != "finetune":
+    task = _task(cfg, r)
+    if task != "finetune":
         _lora(cfg, r)
+    _objective(cfg, r, task)
     _precision(cfg, r)
     _techniques(cfg, r)
     if cfg.get("fsdp") or cfg.get("fsdp_config"):
@@ -500,6 +548,20 @@ def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:
     if key not in _OPTIMIZER_OUT:
         raise bad("precision.optimizer", prec.optimizer, f"with {key[1]} cannot be said in an Axolotl config")
     cfg["optimizer"] = _OPTIMIZER_OUT[key]
+
+
+def _write_objective(plan: Plan, cfg: dict[str, Any]) -> None:
+    """reward_model, or rl with the reference's keys (the inverse of _objective)."""
+    wl = plan.workload
+    if wl.objective == "reward":
+        cfg["reward_model"] = True
+    if wl.objective != "preference":
+        return
+    cfg["rl"] = wl.preference.loss_type
+    if wl.preference.reference == "precomputed":
+        cfg["precompute_ref_log_probs"] = True
+    elif wl.preference.reference == "separate" and wl.task != "finetune":
+        cfg["rl_adapter_ref_model"] = True
 
 
 def _write_lora(plan: Plan, cfg: dict[str, Any]) -> None:
@@ -599,6 +661,7 @@ def write(plan: Plan) -> str:
     if tech.loss == "fused":
         cfg.update(plugins=[_LIGER], liger_fused_linear_cross_entropy=True)
     _write_sharding(plan, cfg)
+    _write_objective(plan, cfg)
     header = (
         f"# Axolotl config written by VRAM Planner for {plan.hardware.count} GPU(s); launch: axolotl train "
         "config.yaml\n"
@@ -616,6 +679,9 @@ FORMAT = Format(
     write=write,
     says=(
         "workload.task",
+        "workload.objective",
+        "workload.preference.loss_type",
+        "workload.preference.reference",
         "workload.sequence_length",
         "workload.micro_batch_size",
         "workload.global_batch_size",
