@@ -9,12 +9,13 @@ fsdp}.py; loaders/model.py for the 4-bit quantization.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats import trl
+from planner.formats import deepspeed, trl
 from planner.formats.base import RELEASE_WHY, Document, Format, Imported, checkpoint, marked, training_defaults
 from planner.formats.reading import (
     Reading,
@@ -78,7 +79,19 @@ _LEGACY_ATTENTION = {
     "sage_attention": "flash",
     "eager_attention": "eager",
 }
-# deepspeed_configs/*.json shipped with axolotl: the file's name says its ZeRO stage and offload
+# deepspeed_configs/*.json shipped with axolotl (axolotl@067b021): zero_optimization.stage and the offload their
+# offload_optimizer / offload_param say (None: the parameters only, which the plan does not describe)
+DEEPSPEED_CONFIGS: dict[str, tuple[int, str | None]] = {
+    "zero1.json": (1, "none"),
+    "zero1_torch_compile.json": (1, "none"),
+    "zero2.json": (2, "optimizer"),
+    "zero2_torch_compile.json": (2, "optimizer"),
+    "zero3.json": (3, "none"),
+    "zero3_bf16.json": (3, "none"),
+    "zero3_bf16_cpuoffload_all.json": (3, "optimizer_and_params"),
+    "zero3_bf16_cpuoffload_params.json": (3, None),
+}
+# any other file's name: its zero<stage>
 _DEEPSPEED = re.compile(r"zero(?P<stage>[0-3])(?P<rest>[\w-]*)")
 # what ends a file name's last word (the one _DEEPSPEED reads: run on the whole name, it is quadratic in its length)
 _NOT_WORD = re.compile(r"[^\w-]")
@@ -383,31 +396,31 @@ def _fsdp(cfg: dict[str, Any], r: Reading) -> None:
             r.ignored.append(f"fsdp_config.{key}")
 
 
-def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
-    """deepspeed: a path to a DeepSpeed JSON (only its name is read: axolotl's deepspeed_configs/zero{1,2,3}*.json)
-    or the config inline."""
+def _deepspeed(cfg: dict[str, Any], r: Reading, files: Callable[[str], str | None] | None) -> None:
+    """deepspeed: the config inline, or a JSON's path, read with the deepspeed format where `files` finds it; else
+    the stage and offload of axolotl's own deepspeed_configs file of that name, else its name's zero<stage>."""
     value = cfg["deepspeed"]
-    if isinstance(value, dict):
-        stage = as_mapping("deepspeed.zero_optimization", value.get("zero_optimization") or {}).get("stage", 0)
-        r.set(
-            "deepspeed.zero_optimization.stage",
-            "parallelism.zero_stage",
-            as_int("deepspeed.zero_optimization.stage", stage, 0),
-        )
+    text = files(value) if files is not None and isinstance(value, str) else None
+    if isinstance(value, dict) or text is not None:
+        deepspeed.read_into(r, "deepspeed", text if text is not None else value)
+        return
+    name = str(value).replace("\\", "/").split("/")[-1]
+    if name in DEEPSPEED_CONFIGS:
+        stage, offload = DEEPSPEED_CONFIGS[name]
+        source = f"deepspeed ({name}: axolotl's deepspeed_configs file)"
+        r.set(source, "parallelism.zero_stage", stage)
+        r.set(source, "techniques.offload", offload or "none")
+        r.note("deepspeed", f"{value} is not beside the config: its stage and offload are axolotl's {name}'s")
+        if offload is None:
+            r.note("deepspeed", "offloads the parameters only; the plan offloads the optimizer with them")
         return
     match = _zero_file(str(value))
     if not match:
-        r.unmodelled.append(f"deepspeed: {value}: the ZeRO stage is in that file, which is not read")
+        r.unmodelled.append(f"deepspeed: {value}: the ZeRO stage is in that file, which is not beside the config")
         return
     r.set("deepspeed (file name)", "parallelism.zero_stage", int(match["stage"]))
-    if "cpuoffload_all" in match["rest"]:
-        r.set("deepspeed (file name)", "techniques.offload", "optimizer_and_params")
-    elif "cpuoffload" in match["rest"]:
-        r.unmodelled.append(
-            f"deepspeed: {value}: offloads the parameters only; the plan offloads the optimizer with them"
-        )
     r.unmodelled.append(
-        f"deepspeed: {value}: the stage is read from the file's name, not the file (its buckets "
+        f"deepspeed: {value}: not beside the config: the stage was taken from its name (its offload, buckets "
         "and precision are the DeepSpeed defaults)"
     )
 
@@ -516,8 +529,11 @@ _TAKEN = frozenset(
 )
 
 
-def read(text: str | Document, *, gpus: int | None = None) -> Imported:
-    """An Axolotl config read as a partial plan (see the module's docstring)."""
+def read(
+    text: str | Document, *, gpus: int | None = None, files: Callable[[str], str | None] | None = None
+) -> Imported:
+    """An Axolotl config read as a partial plan (see the module's docstring); `files` gives the text of the
+    DeepSpeed file it names."""
     r = Reading(format="axolotl", plan={"framework": "axolotl"})
     cfg = {key: value for key, value in mapping(text).items() if value is not None}
     # a YAML null is the field's None, which Axolotl's schema and trainer builder take as unset: read as absent
@@ -532,7 +548,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     if cfg.get("fsdp") or cfg.get("fsdp_config"):
         _fsdp(cfg, r)
     if cfg.get("deepspeed"):
-        _deepspeed(cfg, r)
+        _deepspeed(cfg, r, files)
     _batch(cfg, r, gpus)
     rest = {key: value for key, value in cfg.items() if key != "base_model"}  # read: the preset or model_name
     r.sort_rest(rest, known=_TAKEN, ignored=IGNORED, unmodelled=UNMODELLED)
@@ -588,10 +604,17 @@ def _write_lora(plan: Plan, cfg: dict[str, Any]) -> None:
 
 def _write_sharding(plan: Plan, cfg: dict[str, Any]) -> None:
     par, offload = plan.parallelism, plan.techniques.offload
-    if offload == "optimizer" or (offload != "none" and par.zero_stage < 2):
-        raise bad("techniques.offload", offload, "cannot be said: FSDP offloads parameters with the optimizer")
-    if par.zero_stage in (1, 2) and offload == "none":  # axolotl's deepspeed_configs/zero1.json, zero2.json
-        cfg["deepspeed"] = f"deepspeed_configs/zero{par.zero_stage}.json"
+    # ZeRO-1, and ZeRO-2 with the optimizer on the CPU: axolotl's deepspeed_configs/zero1.json, zero2.json
+    shipped = {(1, "none"): "zero1.json", (2, "optimizer"): "zero2.json"}.get((par.zero_stage, offload))
+    if not shipped and (offload == "optimizer" or (offload != "none" and par.zero_stage < 2)):
+        raise bad(
+            "techniques.offload",
+            offload,
+            f"cannot be said with ZeRO-{par.zero_stage}: FSDP offloads parameters with the optimizer, and "
+            "axolotl's deepspeed_configs offload the optimizer alone with ZeRO-2 (zero2.json)",
+        )
+    if shipped:
+        cfg["deepspeed"] = f"deepspeed_configs/{shipped}"
     elif par.zero_stage:  # schemas/fsdp.py
         cfg.update(
             fsdp_version=2,
@@ -677,6 +700,7 @@ FORMAT = Format(
     detect=detect,
     read=read,
     write=write,
+    reads_files=True,
     says=(
         "workload.task",
         "workload.objective",

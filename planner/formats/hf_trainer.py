@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats import accelerate, trl
+from planner.formats import accelerate, deepspeed, trl
 from planner.formats.base import (
     RELEASE_WHY,
     Document,
@@ -45,6 +45,7 @@ class Args:
     dash: str  # "" for YAML/JSON, "--" for a command line
     gpus: int | None
     script: str = ""  # the script a command line runs (examples/scripts/dpo.py; `trl dpo` → dpo), "" for a file
+    files: Callable[[str], str | None] | None = None  # the text of a file the arguments name (the DeepSpeed JSON)
 
     def name(self, key: str) -> str:
         return f"{self.dash}{key}"
@@ -452,11 +453,20 @@ def read_fsdp(led: Reading, args: Args) -> None:
 
 
 def _deepspeed(led: Reading, args: Args) -> None:
-    if args.values.get("deepspeed"):
-        led.plan["framework"] = "deepspeed"
+    """deepspeed: the JSON's path (or, in a YAML or JSON file, the config inline): its ZeRO stage and offload read
+    from the file where `files` finds it beside the config."""
+    value = args.values.get("deepspeed")
+    if not value:
+        return
+    led.plan["framework"] = "deepspeed"
+    text = args.files(value) if args.files is not None and isinstance(value, str) else None
+    if isinstance(value, dict) or text is not None:
+        deepspeed.read_into(led, args.name("deepspeed"), text if text is not None else value)
+    else:
         led.note(
             args.name("deepspeed"),
-            f"the ZeRO stage, offload and buckets are in {args.values['deepspeed']}: read it with the deepspeed format",
+            f"{value} is not beside the config: its ZeRO stage, offload and buckets are not read (give the file, or "
+            "read it with the deepspeed format)",
         )
 
 
@@ -670,16 +680,20 @@ def _launcher(led: Reading, tokens: list[str], gpus: int | None) -> int | None:
     return gpus if count is None else count
 
 
-def read(text: str | Document, *, gpus: int | None = None) -> Imported:
+def read(
+    text: str | Document, *, gpus: int | None = None, files: Callable[[str], str | None] | None = None
+) -> Imported:
+    """TrainingArguments as a YAML/JSON file or a command line; `files` gives the text of the DeepSpeed file named."""
     led = Reading(format="hf_trainer", plan={"framework": FRAMEWORK})
     doc = document(text)
     data = quiet_mapping(doc)
     if data:
-        return marked(read_args(Args(values=data, dash="", gpus=gpus), led), training_defaults("TrainingArguments"))
+        args = Args(values=data, dash="", gpus=gpus, files=files)
+        return marked(read_args(args, led), training_defaults("TrainingArguments"))
     env, launcher, script, arguments = _split(doc.text)
     _environment(led, env)
     count = _launcher(led, launcher, gpus)
-    args = Args(values=_flags(arguments), dash="--", gpus=count, script=script)
+    args = Args(values=_flags(arguments), dash="--", gpus=count, script=script, files=files)
     return marked(read_args(args, led), training_defaults("TrainingArguments"))
 
 
@@ -793,6 +807,7 @@ FORMAT = Format(
     detect=detect,
     read=read,
     write=write,
+    reads_files=True,
     says=(
         "workload.task",
         "workload.objective",
