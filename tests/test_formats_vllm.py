@@ -156,3 +156,20 @@ def test_a_250_kb_word_is_read_in_one_pass():
     with pytest.raises(PlanError) as err:
         plan_from_config(imported)
     assert err.value.field == "model" and len(str(err.value)) < 300
+
+
+def test_decode_context_parallel_and_dotted_json_fields_are_noted_not_unknown():
+    """-dcp (vllm/config/parallel.py decode_context_parallel_size, the KV cache split over tensor ranks) and a JSON
+    flag's field in dot notation (FlexibleArgumentParser) are read as their flags: noted, not unknown."""
+    imported = read(
+        "vllm serve deepseek-ai/DeepSeek-V3 -tp 8 -dcp 8 --speculative-config.method mtp "
+        "--compilation_config.pass_config.fuse_allreduce_rms true --disable-cascade-attn"
+    )
+    assert imported.unknown == ()
+    assert imported.plan["parallelism"] == {"tensor": 8}
+    assert [n.split(":")[0] for n in imported.unmodelled] == [
+        "--decode-context-parallel-size",
+        "--speculative-config.method",
+        "--compilation-config.pass-config.fuse-allreduce-rms",
+    ]
+    assert imported.ignored == ("--disable-cascade-attn",)
