@@ -168,7 +168,7 @@ def changed(fmt: str, name: str, **keys) -> tuple[list[str], list[str]]:
         ),
         (
             "sglang",
-            "qwen3-next-tp4.sh",
+            "moe_tp4.sh",
             {"workload__inference__max_num_seqs": 64},
             [
                 "-python3 -m sglang.launch_server --model Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4",
