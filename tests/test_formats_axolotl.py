@@ -107,9 +107,32 @@ def test_deepspeed_file_name_and_defaults():
     assert imported.plan["techniques"]["activation_checkpointing"] == "none"  # schema default false
     assert imported.plan["precision"] == {"compute": "bf16", "optimizer": "adamw", "optimizer_impl": "fused"}
     assert imported.unmodelled[0] == (
-        "deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json: the stage is "
-        "read from the file's name, not the file (its buckets and precision are the "
-        "DeepSpeed defaults)"
+        "deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json is not beside the config: its stage and "
+        "offload are axolotl's zero3_bf16_cpuoffload_all.json's"
+    )
+
+
+ZERO2_CPU = '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": "auto"}}'
+
+
+def test_deepspeed_file_beside_the_config_is_read_not_its_name():
+    """A file named zero3 whose contents say ZeRO-2 with the optimizer on the CPU: the contents win; absent, axolotl's
+    own zero2.json (which offloads the optimizer) and a name it does not ship say where each came from."""
+    text = (DATA / "fft-8b.yaml").read_text()
+    files = {"ds/zero3.json": ZERO2_CPU}.get
+    imported = read(text + "deepspeed: ds/zero3.json\n", files=files)
+    assert imported.plan["parallelism"] == {"zero_stage": 2}
+    assert imported.plan["techniques"]["offload"] == "optimizer"
+    assert [r.source for r in imported.read if r.plan_key == "parallelism.zero_stage"] == [
+        "deepspeed: zero_optimization.stage"
+    ]
+    shipped = read(text + "deepspeed: deepspeed_configs/zero2.json\n", files=files)
+    assert (shipped.plan["parallelism"], shipped.plan["techniques"]["offload"]) == ({"zero_stage": 2}, "optimizer")
+    named = read(text + "deepspeed: my/zero3_custom.json\n", files=files)
+    assert named.plan["parallelism"] == {"zero_stage": 3}
+    assert (
+        "deepspeed: my/zero3_custom.json: not beside the config: the stage was taken from its name"
+        in (named.unmodelled[0])
     )
 
 
@@ -251,12 +274,15 @@ def test_write_refuses_what_it_cannot_say():
         ),
         (
             "deepspeed: deepspeed_configs/zero2.json\n",
-            {"parallelism.zero_stage": 2},
-            "deepspeed: deepspeed_configs/zero2.json: the stage is read from the file's name, not the file (its "
-            "buckets and "
-            "precision are the DeepSpeed defaults)",
+            {"parallelism.zero_stage": 2, "techniques.offload": "optimizer"},  # axolotl's zero2.json offloads it
+            "deepspeed: deepspeed_configs/zero2.json is not beside the config: its stage and offload are axolotl's "
+            "zero2.json's",
         ),
-        ("deepspeed: my_ds.json\n", {}, "deepspeed: my_ds.json: the ZeRO stage is in that file, which is not read"),
+        (
+            "deepspeed: my_ds.json\n",
+            {},
+            "deepspeed: my_ds.json: the ZeRO stage is in that file, which is not beside the config",
+        ),
         (
             "unfrozen_parameters: ['lm_head.*']\n",
             {},

@@ -42,10 +42,37 @@ SERVING_KEYS = (
 )
 
 # every file refused, by a fragment of its reason: runs the planner does not describe (evaluation, generation,
-# quantization, preference/RL and QAT recipes), templates with placeholders, and files of another kind
+# quantization, preference/RL and QAT recipes; GRPO-family scripts that give num_generations plan, as grpo),
+# templates with placeholders, and files of another kind
 NOT_A_CONFIG = "is not a config this planner reads"
+ISSUE = "not a workload the plan describes yet (issue 33, post-training plans)"
+TRL_REFUSED = (
+    *("bco__L30", "bco__L48", "distillation__L28", "gkd__L25", "gkd__L37", "gold__L38", "grpo_agent__L26"),
+    *("kto__L27", "kto__L41", "nash_md__L26"),
+    *("nash_md__L41", "online_dpo__L26", "online_dpo__L38", "online_dpo_vlm__L30", "online_dpo_vlm__L50"),
+    *("ppo__ppo__L40", "ppo__ppo__L50", "ppo__ppo_tldr__L40", "ppo__ppo_tldr__L56", "prm__L25", "prm__L36"),
+    *("rloo_vlm__L31", "tpo__L44"),
+)
 REFUSED = {
-    "axolotl": {"cloud__baseten.yaml": NOT_A_CONFIG, "cloud__modal.yaml": NOT_A_CONFIG},
+    "axolotl": {
+        "cloud__baseten.yaml": NOT_A_CONFIG,
+        "cloud__modal.yaml": NOT_A_CONFIG,
+        **{
+            f"ebft__{name}.yaml": "rl: ebft: energy-based fine-tuning (generates and scores completions each step) "
+            f"is {ISSUE}"
+            for name in (
+                "llama-1b-ebft-opencode-novllm",
+                "llama-1b-ebft-opencode",
+                "llama-1b-ebft-strided-structured",
+                "llama-1b-ebft-strided",
+                "llama-3b-ebft-strided-fft",
+                "llama-8b-ebft-strided-fft",
+                "qwen35-4b-ebft-structured",
+                "qwen35-9b-ebft-structured",
+            )
+        },
+        "qwen2__prm.yaml": f"process_reward_model: a process reward model (a score per step token) is {ISSUE}",
+    },
     "deepspeed": {
         "dse__compression__bert__config__ds_config_TEMPLATE.json": "'BATCH_SIZE_PER_GPU' must be an integer",
         "dse__training__data_efficiency__gpt_finetuning__finetune__ds_config_gpt2-medium_1clmetric_TEMPLATE.json": (
@@ -56,7 +83,15 @@ REFUSED = {
         ),
         "dse__training__tensor_parallel__hf_integration__configs__ds_config_temp.json": NOT_A_CONFIG,
     },
-    "hf_trainer": {"examples__scripts__rloo__L33.sh": NOT_A_CONFIG},
+    "hf_trainer": {
+        "examples__scripts__rloo__L33.sh": NOT_A_CONFIG,
+        # TRL trainers the plan does not describe yet, by their script (planner/formats/trl.py)
+        **dict.fromkeys((f"examples__scripts__{name}.sh" for name in TRL_REFUSED), ISSUE),
+        **{
+            f"trl__scripts__kto__{line}.sh": "kto.py: unpaired preference training (one completion"
+            for line in ("L30", "L47")
+        },
+    },
     "torchtune": {
         **{
             name: "is not a recipe this reader knows"
@@ -203,6 +238,7 @@ def test_a_config_that_names_no_model_is_refused_without_one():
 # config is silent and the import names that default)
 SEQ, MICRO, TASK, TP = "workload.sequence_length", "workload.micro_batch_size", "workload.task", "parallelism.tensor"
 PROMPT, UTIL = "workload.inference.prompt_tokens", "workload.inference.gpu_memory_utilization"
+OBJ, LOSS, REF = "workload.objective", "workload.preference.loss_type", "workload.preference.reference"
 SAMPLE = {
     ("accelerate", "llamafactory__examples__accelerate__fsdp2_config.yaml"): {"parallelism.zero_stage": 3},
     ("accelerate", "llamafactory__examples__ktransformers__accelerate__fsdp2_kt_int8_8gpu.yaml"): {
@@ -212,7 +248,16 @@ SAMPLE = {
         "parallelism.zero_stage": 0,
         TASK: "pretrain",
     },
-    ("axolotl", "llama-3__instruct-dpo-lora-8b.yml"): {"model.preset": "llama-3.1-8b", SEQ: 4096, MICRO: 2},
+    ("axolotl", "llama-3__instruct-dpo-lora-8b.yml"): {
+        "model.preset": "llama-3.1-8b",
+        SEQ: 4096,
+        MICRO: 2,
+        OBJ: "preference",
+        LOSS: "dpo",
+        REF: "adapters_disabled",
+    },
+    ("axolotl", "mistral__orpo__mistral-qlora-orpo.yml"): {TASK: "qlora", OBJ: "preference", LOSS: "orpo", REF: "none"},
+    ("axolotl", "qwen2__reward-model.yaml"): {OBJ: "reward"},
     ("axolotl", "cohere__command-r-7b-qlora.yml"): {TASK: "qlora", SEQ: 2048, MICRO: 1, "workload.lora.rank": 32},
     ("axolotl", "smolvlm2__smolvlm2-2B-lora.yaml"): {TASK: "lora", SEQ: 8192, MICRO: 1},
     ("axolotl", "archived__code-llama__7b__qlora.yml"): {TASK: "qlora", SEQ: 4096, MICRO: 2},
@@ -246,17 +291,18 @@ SAMPLE = {
         MICRO: 16,
         "workload.global_batch_size": 32768,
     },
-    ("hf_trainer", "alignment-handbook__pref_align_scan__dpo__config_openhermes.yaml"): {MICRO: 8},
-    ("hf_trainer", "examples__scripts__reward_modeling__L25.sh"): {SEQ: 2048, MICRO: 8},
-    ("hf_trainer", "alignment-handbook__smollm2__dpo__config.yaml"): {SEQ: 1024, MICRO: 2},
-    ("hf_trainer", "alignment-handbook__smollm__sft__config.yaml"): {SEQ: 2048, MICRO: 4},
-    ("hf_trainer", "examples__scripts__bco__L48.sh"): {
-        TASK: "qlora",
-        SEQ: 2048,
-        MICRO: 16,
-        "workload.lora.rank": 16,
-        "model.preset": "qwen2.5-0.5b",
+    ("hf_trainer", "alignment-handbook__pref_align_scan__dpo__config_openhermes.yaml"): {
+        MICRO: 8,
+        OBJ: "preference",
+        LOSS: "dpo",
+        REF: "separate",
     },
+    ("hf_trainer", "examples__scripts__reward_modeling__L25.sh"): {SEQ: 2048, MICRO: 8, OBJ: "reward"},
+    ("hf_trainer", "alignment-handbook__smollm2__dpo__config.yaml"): {SEQ: 1024, MICRO: 2, OBJ: "preference"},
+    ("hf_trainer", "examples__scripts__dpo_vlm__L29.sh"): {TASK: "lora", OBJ: "preference", REF: "adapters_disabled"},
+    ("hf_trainer", "examples__scripts__orpo__L42.sh"): {TASK: "lora", OBJ: "preference", LOSS: "orpo", REF: "none"},
+    ("hf_trainer", "examples__scripts__cpo__L42.sh"): {OBJ: "preference", LOSS: "simpo", REF: "none"},
+    ("hf_trainer", "alignment-handbook__smollm__sft__config.yaml"): {SEQ: 2048, MICRO: 4},
     ("hf_trainer", "alignment-handbook__smollm3__dpo__apo.yaml"): {SEQ: 24576, MICRO: 1},
     ("sglang", "docs__autoregressive__Llama__Llama4__L90.sh"): {TP: 8, PROMPT: 1_000_000 - 256},
     ("sglang", "docs__autoregressive__Moonshotai__Kimi-K2__L175.sh"): {TP: 8, TASK: "inference"},

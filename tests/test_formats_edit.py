@@ -22,7 +22,7 @@ GPUS = {"train_gpt3_175b_distributed.sh": 1024, "train_mixtral_8x7b_distributed.
 MODELS = {"train_mixtral_8x7b_distributed.sh": {"preset": "mixtral-8x7b"}}
 # stored configs whose own plan no writer can write: export_onto refuses them, naming why
 REFUSED = {
-    "pr12569.sh": "precision.weights: 'int8' has no vLLM --quantization",
+    "w8a8_one_gpu.sh": "precision.weights: 'int8' has no vLLM --quantization",
     "registry_refactor.py": "the config registry defines 7 configs",
     "registry_tokens.py": "the config registry defines 2 configs",
     "registry_llama3_8b.py": "config registries are Python functions",
@@ -162,14 +162,14 @@ def changed(fmt: str, name: str, **keys) -> tuple[list[str], list[str]]:
         ),
         (
             "vllm",
-            "Llama3.3_Hopper.yaml",
+            "fp8_kv.yaml",
             {"workload__inference__max_num_seqs": 128},
             ["+max-num-seqs: 128"],
             ["max-num-seqs: unset → 128"],
         ),
         (
             "sglang",
-            "qwen3-next-tp4.sh",
+            "moe_tp4.sh",
             {"workload__inference__max_num_seqs": 64},
             [
                 "-python3 -m sglang.launch_server --model Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4",

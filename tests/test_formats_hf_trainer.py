@@ -55,6 +55,9 @@ EXPECTED = {
         {
             "workload": {
                 "task": "qlora",
+                # beta makes it a DPOConfig (loss_type sigmoid); a PEFT model's reference is its adapters disabled
+                "objective": "preference",
+                "preference": {"loss_type": "dpo", "reference": "adapters_disabled"},
                 "global_batch_size": 128,
                 "sequence_length": 1024,
                 "micro_batch_size": 4,
@@ -64,12 +67,7 @@ EXPECTED = {
             "techniques": {"attention": "flash", "activation_checkpointing": "full"},
         },
         "alignment-handbook/zephyr-7b-sft-qlora",
-        (
-            QLORA_DTYPE,
-            f"num_train_epochs: {EPOCHS}",
-            "beta: a preference-tuning config: DPO keeps a frozen reference "
-            "model (unless PEFT or precomputed log-probs)",
-        ),
+        (QLORA_DTYPE, f"num_train_epochs: {EPOCHS}"),
     ),
     "smollm3_sft.yaml": (
         # use_liger_kernel: Liger's fused linear cross-entropy
@@ -215,10 +213,29 @@ def test_fsdp_arguments_and_flat_parameters():
 def test_deepspeed_argument_names_its_file():
     imported = read("per_device_train_batch_size: 4\ndeepspeed: configs/ds_zero3.json\n")
     assert imported.plan["framework"] == "deepspeed"
+    assert "parallelism" not in imported.plan
     assert imported.unmodelled == (
-        "deepspeed: the ZeRO stage, offload and buckets are in configs/ds_zero3.json: read "
-        "it with the deepspeed format",
+        "deepspeed: configs/ds_zero3.json is not beside the config: its ZeRO stage, offload and buckets are not "
+        "read (give the file, or read it with the deepspeed format)",
     )
+
+
+def test_deepspeed_file_beside_the_config_is_read():
+    """The file's contents (ZeRO-3, parameters and optimizer on the CPU), not its name (zero2), on a command line."""
+    zero3 = (
+        '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, '
+        '"offload_param": {"device": "cpu"}}}'
+    )
+    imported = read(
+        "deepspeed --num_gpus 8 train.py --per_device_train_batch_size 2 --deepspeed ds/zero2.json",
+        files={"ds/zero2.json": zero3}.get,
+    )
+    assert imported.plan["parallelism"] == {"zero_stage": 3}
+    assert imported.plan["techniques"]["offload"] == "optimizer_and_params"
+    assert {r.source for r in imported.read if r.plan_key.startswith(("parallelism", "techniques.offload"))} == {
+        "--deepspeed: zero_optimization.stage",
+        "--deepspeed: zero_optimization.offload_param.device",
+    }
 
 
 def test_optimizers_and_dtypes():

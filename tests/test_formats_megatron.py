@@ -264,3 +264,32 @@ def test_a_flags_values_are_found_without_copying_the_line():
     """Each of 200,000 flags used to copy the rest of its line to look for its values."""
     assert mg.parse("--a " * 200_000) == {"a": True}
     assert mg.parse("--a 1 2 --b 3 pretrain_gpt.py 4") == {"a": ["1", "2"], "b": "3"}
+
+
+QUOTED_OVER_LINES = """#!/bin/bash
+GPUS_PER_NODE=8
+MODEL_ARGS="
+    --num-layers 32
+    --hidden-size 4096
+    --seq-length 4096
+"
+TRAINING_ARGS="--micro-batch-size 1 --global-batch-size 256
+    --train-iters 1000 --bf16"
+torchrun --nproc_per_node $GPUS_PER_NODE pretrain_gpt.py \\
+    $MODEL_ARGS $TRAINING_ARGS --tensor-model-parallel-size 2
+"""
+
+
+def test_quoted_option_strings_over_several_lines_are_read():
+    """Option strings quoted over several lines (and a quoted one that starts with --) expand into their flags."""
+    args = mg.parse(QUOTED_OVER_LINES)
+    assert (args["num-layers"], args["hidden-size"], args["seq-length"]) == ("32", "4096", "4096")
+    assert (args["micro-batch-size"], args["global-batch-size"], args["train-iters"], args["bf16"]) == (
+        "1",
+        "256",
+        "1000",
+        True,
+    )
+    plan = mg.read(QUOTED_OVER_LINES).plan
+    assert plan["workload"] == {"sequence_length": 4096, "micro_batch_size": 1, "global_batch_size": 256, "steps": 1000}
+    assert plan["parallelism"]["tensor"] == 2

@@ -12,21 +12,21 @@ from planner.plan.codec import plan_from_dict
 DATA = Path(__file__).parent / "data" / "configs" / "sglang"
 
 
-def test_docs_commands():
-    r = read((DATA / "qwen3-next-tp4.sh").read_text())
+def test_own_commands():
+    r = read((DATA / "moe_tp4.sh").read_text())
     assert r.plan == {
         "framework": "sglang",
         "workload": {"task": "inference"},
         "model": {"preset": "qwen3-next-80b-a3b"},
         "parallelism": {"tensor": 4},
     }
-    e = read((DATA / "qwen3-next-eagle.sh").read_text())
+    e = read((DATA / "moe_speculative.sh").read_text())
     # --speculative-algo: argparse's abbreviation of --speculative-algorithm (allow_abbrev), read as it
     assert [u.split(":")[0] for u in e.unmodelled] == [
+        "--speculative-algorithm",
         "--speculative-num-steps",
         "--speculative-eagle-topk",
         "--speculative-num-draft-tokens",
-        "--speculative-algorithm",
     ]
     assert e.unknown == ()
     cut = read("python -m sglang.launch_server --model-path x/y --mem-frac 0.7 --context-len 8192")
@@ -73,7 +73,7 @@ def test_errors(text, message):
 
 
 def test_detect():
-    assert detect((DATA / "qwen3-next-tp4.sh").read_text()) is FORMAT
+    assert detect((DATA / "moe_tp4.sh").read_text()) is FORMAT
     assert not FORMAT.detect("vllm serve m")
 
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import PlanError
+from planner.formats import shell
 from planner.formats.shell import split, words
 
 
@@ -58,3 +59,8 @@ def test_unsplittable_text_is_the_configs_error():
     with pytest.raises(PlanError) as err:
         words("vllm serve 'm")
     assert (err.value.field, err.value.rule) == ("config", "is not shell text shlex can split (No closing quotation)")
+
+
+def test_lines_join_a_quoted_string_over_lines():
+    text = "A=\"\n  --x 1\n  --y 'it''s'\n\"\n# comment\nB='# not a comment\n' run $A\necho \"#\" # done\n"
+    assert shell.lines(text) == ["A=\" --x 1 --y 'it''s' \"", "B='# not a comment ' run $A", 'echo "#" # done']

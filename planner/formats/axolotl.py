@@ -9,11 +9,13 @@ fsdp}.py; loaders/model.py for the 4-bit quantization.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 
-from planner.errors import bad
+from planner.errors import PlanError, bad
+from planner.formats import deepspeed, trl
 from planner.formats.base import RELEASE_WHY, Document, Format, Imported, checkpoint, marked, training_defaults
 from planner.formats.reading import (
     Reading,
@@ -23,6 +25,7 @@ from planner.formats.reading import (
     as_number,
     as_text,
     as_texts,
+    choice,
     mapping,
     quiet_mapping,
 )
@@ -76,7 +79,19 @@ _LEGACY_ATTENTION = {
     "sage_attention": "flash",
     "eager_attention": "eager",
 }
-# deepspeed_configs/*.json shipped with axolotl: the file's name says its ZeRO stage and offload
+# deepspeed_configs/*.json shipped with axolotl (axolotl@067b021): zero_optimization.stage and the offload their
+# offload_optimizer / offload_param say (None: the parameters only, which the plan does not describe)
+DEEPSPEED_CONFIGS: dict[str, tuple[int, str | None]] = {
+    "zero1.json": (1, "none"),
+    "zero1_torch_compile.json": (1, "none"),
+    "zero2.json": (2, "optimizer"),
+    "zero2_torch_compile.json": (2, "optimizer"),
+    "zero3.json": (3, "none"),
+    "zero3_bf16.json": (3, "none"),
+    "zero3_bf16_cpuoffload_all.json": (3, "optimizer_and_params"),
+    "zero3_bf16_cpuoffload_params.json": (3, None),
+}
+# any other file's name: its zero<stage>
 _DEEPSPEED = re.compile(r"zero(?P<stage>[0-3])(?P<rest>[\w-]*)")
 # what ends a file name's last word (the one _DEEPSPEED reads: run on the whole name, it is quadratic in its length)
 _NOT_WORD = re.compile(r"[^\w-]")
@@ -212,6 +227,49 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
     return task
 
 
+# rl (schemas/enums.py RLType) → workload.preference.loss_type: core/builders/rl.py builds DPOTrainer for dpo and ipo
+# (trainers/dpo/__init__.py: ipo sets loss_type ["ipo"], dpo passes dpo_loss_type), CPOTrainer with loss_type simpo
+# for simpo, ORPOTrainer for orpo
+_RL = {"dpo": "dpo", "ipo": "ipo", "simpo": "simpo", "orpo": "orpo"}
+_RL_REFUSED = {
+    "kto": trl.REFUSED["kto"],
+    **dict.fromkeys(("grpo", "gdpo"), trl.REFUSED["grpo"]),
+    "ebft": f"energy-based fine-tuning (generates and scores completions each step) is {trl.ISSUE}",
+}
+_RL_KEYS = ("rl", "dpo_loss_type", "rl_adapter_ref_model", "precompute_ref_log_probs", "reward_model")
+
+
+def _objective(cfg: dict[str, Any], r: Reading, task: str) -> None:
+    """rl (a preference loss) or reward_model: true; the reference as train.py setup_reference_model builds it (none
+    for orpo and simpo; the adapters disabled for an adapter unless rl_adapter_ref_model; else a second model loaded
+    like the policy) unless precompute_ref_log_probs (DPOTrainer keeps none)."""
+    if cfg.get("process_reward_model"):
+        raise PlanError("process_reward_model", f"a process reward model (a score per step token) is {trl.ISSUE}")
+    if cfg.get("reward_model"):
+        r.set("reward_model", "workload.objective", "reward")
+    rl = cfg.get("rl")
+    if rl in _RL_REFUSED:
+        raise PlanError("rl", f"{rl}: {_RL_REFUSED[rl]}")
+    if not rl:
+        return
+    loss = choice("rl", rl, _RL)
+    r.set("rl", "workload.objective", "preference")
+    if loss == "dpo" and cfg.get("dpo_loss_type") is not None:
+        loss, note = trl.dpo_loss("dpo_loss_type", cfg["dpo_loss_type"])
+        if note:
+            r.note("dpo_loss_type", note)
+    r.set("dpo_loss_type" if "dpo_loss_type" in cfg and rl == "dpo" else "rl", "workload.preference.loss_type", loss)
+    if loss in ("simpo", "orpo"):
+        return
+    if as_bool("precompute_ref_log_probs", cfg.get("precompute_ref_log_probs") or False):
+        r.set("precompute_ref_log_probs", "workload.preference.reference", "precomputed")
+    elif task != "finetune" and not as_bool("rl_adapter_ref_model", cfg.get("rl_adapter_ref_model") or False):
+        r.set("adapter (train.py: no reference model; TRL disables the adapters)", trl.REFERENCE, "adapters_disabled")
+    else:
+        why = "rl_adapter_ref_model" if task != "finetune" else "adapter (absent: train.py loads a reference model)"
+        r.set(why, trl.REFERENCE, "separate")
+
+
 def _lora(cfg: dict[str, Any], r: Reading) -> None:
     for key, plan_key, convert in _LORA_KEYS:
         if cfg.get(key) is not None:
@@ -338,31 +396,31 @@ def _fsdp(cfg: dict[str, Any], r: Reading) -> None:
             r.ignored.append(f"fsdp_config.{key}")
 
 
-def _deepspeed(cfg: dict[str, Any], r: Reading) -> None:
-    """deepspeed: a path to a DeepSpeed JSON (only its name is read: axolotl's deepspeed_configs/zero{1,2,3}*.json)
-    or the config inline."""
+def _deepspeed(cfg: dict[str, Any], r: Reading, files: Callable[[str], str | None] | None) -> None:
+    """deepspeed: the config inline, or a JSON's path, read with the deepspeed format where `files` finds it; else
+    the stage and offload of axolotl's own deepspeed_configs file of that name, else its name's zero<stage>."""
     value = cfg["deepspeed"]
-    if isinstance(value, dict):
-        stage = as_mapping("deepspeed.zero_optimization", value.get("zero_optimization") or {}).get("stage", 0)
-        r.set(
-            "deepspeed.zero_optimization.stage",
-            "parallelism.zero_stage",
-            as_int("deepspeed.zero_optimization.stage", stage, 0),
-        )
+    text = files(value) if files is not None and isinstance(value, str) else None
+    if isinstance(value, dict) or text is not None:
+        deepspeed.read_into(r, "deepspeed", text if text is not None else value)
+        return
+    name = str(value).replace("\\", "/").split("/")[-1]
+    if name in DEEPSPEED_CONFIGS:
+        stage, offload = DEEPSPEED_CONFIGS[name]
+        source = f"deepspeed ({name}: axolotl's deepspeed_configs file)"
+        r.set(source, "parallelism.zero_stage", stage)
+        r.set(source, "techniques.offload", offload or "none")
+        r.note("deepspeed", f"{value} is not beside the config: its stage and offload are axolotl's {name}'s")
+        if offload is None:
+            r.note("deepspeed", "offloads the parameters only; the plan offloads the optimizer with them")
         return
     match = _zero_file(str(value))
     if not match:
-        r.unmodelled.append(f"deepspeed: {value}: the ZeRO stage is in that file, which is not read")
+        r.unmodelled.append(f"deepspeed: {value}: the ZeRO stage is in that file, which is not beside the config")
         return
     r.set("deepspeed (file name)", "parallelism.zero_stage", int(match["stage"]))
-    if "cpuoffload_all" in match["rest"]:
-        r.set("deepspeed (file name)", "techniques.offload", "optimizer_and_params")
-    elif "cpuoffload" in match["rest"]:
-        r.unmodelled.append(
-            f"deepspeed: {value}: offloads the parameters only; the plan offloads the optimizer with them"
-        )
     r.unmodelled.append(
-        f"deepspeed: {value}: the stage is read from the file's name, not the file (its buckets "
+        f"deepspeed: {value}: not beside the config: the stage was taken from its name (its offload, buckets "
         "and precision are the DeepSpeed defaults)"
     )
 
@@ -466,25 +524,31 @@ _TAKEN = frozenset(
         "sequence_parallel_degree",
         "max_steps",
         "expert_parallel_size",
+        *_RL_KEYS,
     }
 )
 
 
-def read(text: str | Document, *, gpus: int | None = None) -> Imported:
-    """An Axolotl config read as a partial plan (see the module's docstring)."""
+def read(
+    text: str | Document, *, gpus: int | None = None, files: Callable[[str], str | None] | None = None
+) -> Imported:
+    """An Axolotl config read as a partial plan (see the module's docstring); `files` gives the text of the
+    DeepSpeed file it names."""
     r = Reading(format="axolotl", plan={"framework": "axolotl"})
     cfg = {key: value for key, value in mapping(text).items() if value is not None}
     # a YAML null is the field's None, which Axolotl's schema and trainer builder take as unset: read as absent
     r.ignored.extend(f"{key}: null (read as absent)" for key, value in mapping(text).items() if value is None)
     _model(cfg, r)
-    if _task(cfg, r) != "finetune":
+    task = _task(cfg, r)
+    if task != "finetune":
         _lora(cfg, r)
+    _objective(cfg, r, task)
     _precision(cfg, r)
     _techniques(cfg, r)
     if cfg.get("fsdp") or cfg.get("fsdp_config"):
         _fsdp(cfg, r)
     if cfg.get("deepspeed"):
-        _deepspeed(cfg, r)
+        _deepspeed(cfg, r, files)
     _batch(cfg, r, gpus)
     rest = {key: value for key, value in cfg.items() if key != "base_model"}  # read: the preset or model_name
     r.sort_rest(rest, known=_TAKEN, ignored=IGNORED, unmodelled=UNMODELLED)
@@ -500,6 +564,20 @@ def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:
     if key not in _OPTIMIZER_OUT:
         raise bad("precision.optimizer", prec.optimizer, f"with {key[1]} cannot be said in an Axolotl config")
     cfg["optimizer"] = _OPTIMIZER_OUT[key]
+
+
+def _write_objective(plan: Plan, cfg: dict[str, Any]) -> None:
+    """reward_model, or rl with the reference's keys (the inverse of _objective)."""
+    wl = plan.workload
+    if wl.objective == "reward":
+        cfg["reward_model"] = True
+    if wl.objective != "preference":
+        return
+    cfg["rl"] = wl.preference.loss_type
+    if wl.preference.reference == "precomputed":
+        cfg["precompute_ref_log_probs"] = True
+    elif wl.preference.reference == "separate" and wl.task != "finetune":
+        cfg["rl_adapter_ref_model"] = True
 
 
 def _write_lora(plan: Plan, cfg: dict[str, Any]) -> None:
@@ -526,10 +604,17 @@ def _write_lora(plan: Plan, cfg: dict[str, Any]) -> None:
 
 def _write_sharding(plan: Plan, cfg: dict[str, Any]) -> None:
     par, offload = plan.parallelism, plan.techniques.offload
-    if offload == "optimizer" or (offload != "none" and par.zero_stage < 2):
-        raise bad("techniques.offload", offload, "cannot be said: FSDP offloads parameters with the optimizer")
-    if par.zero_stage in (1, 2) and offload == "none":  # axolotl's deepspeed_configs/zero1.json, zero2.json
-        cfg["deepspeed"] = f"deepspeed_configs/zero{par.zero_stage}.json"
+    # ZeRO-1, and ZeRO-2 with the optimizer on the CPU: axolotl's deepspeed_configs/zero1.json, zero2.json
+    shipped = {(1, "none"): "zero1.json", (2, "optimizer"): "zero2.json"}.get((par.zero_stage, offload))
+    if not shipped and (offload == "optimizer" or (offload != "none" and par.zero_stage < 2)):
+        raise bad(
+            "techniques.offload",
+            offload,
+            f"cannot be said with ZeRO-{par.zero_stage}: FSDP offloads parameters with the optimizer, and "
+            "axolotl's deepspeed_configs offload the optimizer alone with ZeRO-2 (zero2.json)",
+        )
+    if shipped:
+        cfg["deepspeed"] = f"deepspeed_configs/{shipped}"
     elif par.zero_stage:  # schemas/fsdp.py
         cfg.update(
             fsdp_version=2,
@@ -599,6 +684,7 @@ def write(plan: Plan) -> str:
     if tech.loss == "fused":
         cfg.update(plugins=[_LIGER], liger_fused_linear_cross_entropy=True)
     _write_sharding(plan, cfg)
+    _write_objective(plan, cfg)
     header = (
         f"# Axolotl config written by VRAM Planner for {plan.hardware.count} GPU(s); launch: axolotl train "
         "config.yaml\n"
@@ -614,8 +700,12 @@ FORMAT = Format(
     detect=detect,
     read=read,
     write=write,
+    reads_files=True,
     says=(
         "workload.task",
+        "workload.objective",
+        "workload.preference.loss_type",
+        "workload.preference.reference",
         "workload.sequence_length",
         "workload.micro_batch_size",
         "workload.global_batch_size",

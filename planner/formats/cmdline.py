@@ -119,6 +119,9 @@ class Engine:
     unmodelled: Mapping[str, str]  # flag → why it changes memory but no plan key says
     ignored: frozenset[str]  # flags that leave memory and step time alone
     underscores: bool = False  # flags may be spelt with underscores (vLLM's FlexibleArgumentParser)
+    # a JSON-valued flag's field given alone, `--speculative-config.method eagle` (vLLM's FlexibleArgumentParser
+    # dot notation): read as its flag's (noted or ignored as the flag is)
+    dotted: bool = False
     # a flag may be cut to a prefix of one flag (argparse's allow_abbrev, on by default: SGLang's --mem-frac)
     abbreviations: bool = False
     model_key: Callable[[str], tuple[tuple[str, Any], ...]] = field(default=lambda name: ())  # what a name says
@@ -205,6 +208,11 @@ def _known(engine: Engine) -> set[str]:
     }
 
 
+def _base(name: str, engine: Engine) -> str:
+    """The flag a dotted field belongs to (`--compilation-config.pass-config.x` → `--compilation-config`)."""
+    return name.split(".", 1)[0] if engine.dotted else name
+
+
 def _switches(engine: Engine) -> frozenset[str]:
     return engine.switches | {name for name, flag in engine.flags.items() if flag.switch}
 
@@ -227,9 +235,9 @@ def read_flags(
         elif name in engine.flags:
             for key, val in _convert(name, value, engine.flags[name]):
                 out.set(name, key, val)
-        elif name in engine.unmodelled:
-            out.note(name, engine.unmodelled[name])
-        elif name in engine.ignored:
+        elif _base(name, engine) in engine.unmodelled:
+            out.note(name, engine.unmodelled[_base(name, engine)])
+        elif _base(name, engine) in engine.ignored:
             out.ignored.append(name)
         else:
             out.unknown.append(name or f"argument {value!r}")

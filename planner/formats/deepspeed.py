@@ -513,6 +513,16 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     return marked(led.imported(), training_defaults("DeepSpeed"))
 
 
+def read_into(led: Reading, key: str, config: str | dict[str, Any]) -> None:
+    """A DeepSpeed JSON another config names (its text, or the mapping given inline) read into that config's reading:
+    its ZeRO stage, offload and parallelism, each under `key` (the batch and precision are the other config's)."""
+    inner = read(config if isinstance(config, str) else json.dumps(config))
+    for item in inner.read:
+        if item.plan_key.startswith(("parallelism.", "techniques.offload")):
+            led.set(f"{key}: {item.source}", item.plan_key, item.value)
+    led.unmodelled.extend(f"{key}: {n}" for n in inner.unmodelled if "HF integration fills it" not in n)
+
+
 # --- writing ------------------------------------------------------------------------------------------------------
 def _zero_section(plan: Plan) -> dict[str, Any]:
     par, offload = plan.parallelism, plan.techniques.offload

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats import accelerate
+from planner.formats import accelerate, deepspeed, trl
 from planner.formats.base import (
     RELEASE_WHY,
     Document,
@@ -45,6 +45,8 @@ class Args:
     values: dict[str, Any]
     dash: str  # "" for YAML/JSON, "--" for a command line
     gpus: int | None
+    script: str = ""  # the script a command line runs (examples/scripts/dpo.py; `trl dpo` → dpo), "" for a file
+    files: Callable[[str], str | None] | None = None  # the text of a file the arguments name (the DeepSpeed JSON)
 
     def name(self, key: str) -> str:
         return f"{self.dash}{key}"
@@ -149,7 +151,6 @@ UNMODELLED = {
     "optim_args": "optimizer arguments are not read",
     "model_init_kwargs": "from_pretrained arguments given here (dtype, quantization) are not read",
     "padding_free": "batches are flattened without padding; the plan counts micro-batch × max_length tokens",
-    "beta": "a preference-tuning config: DPO keeps a frozen reference model (unless PEFT or precomputed log-probs)",
     "bnb_4bit_quant_storage": "the 4-bit weights' storage dtype (for FSDP sharding of QLoRA)",
     "torch_empty_cache_steps": "the caching allocator is emptied every this many steps",
 }
@@ -453,11 +454,20 @@ def read_fsdp(led: Reading, args: Args) -> None:
 
 
 def _deepspeed(led: Reading, args: Args) -> None:
-    if args.values.get("deepspeed"):
-        led.plan["framework"] = "deepspeed"
+    """deepspeed: the JSON's path (or, in a YAML or JSON file, the config inline): its ZeRO stage and offload read
+    from the file where `files` finds it beside the config."""
+    value = args.values.get("deepspeed")
+    if not value:
+        return
+    led.plan["framework"] = "deepspeed"
+    text = args.files(value) if args.files is not None and isinstance(value, str) else None
+    if isinstance(value, dict) or text is not None:
+        deepspeed.read_into(led, args.name("deepspeed"), text if text is not None else value)
+    else:
         led.note(
             args.name("deepspeed"),
-            f"the ZeRO stage, offload and buckets are in {args.values['deepspeed']}: read it with the deepspeed format",
+            f"{value} is not beside the config: its ZeRO stage, offload and buckets are not read (give the file, or "
+            "read it with the deepspeed format)",
         )
 
 
@@ -601,12 +611,13 @@ def read_args(args: Args, led: Reading) -> Imported:
     if args.gpus is not None:
         led.plan.setdefault("hardware", {})["count"] = args.gpus
     task = _task(led, args)
+    taken = READ_TOGETHER | trl.read(led, args.values, args.name, args.script, task)
     _dtype(led, args, task)
     for step in TOGETHER:
         step(led, args)
     for key, value in args.values.items():
         name = args.name(key)
-        if key in READ_TOGETHER or (key in GRPO_KEYS and args.has("num_generations")):
+        if key in taken or (key in GRPO_KEYS and args.has("num_generations")):
             if (
                 not _mentioned(led, name)
                 and not (key == "model_name_or_path" and led.model_name)
@@ -697,13 +708,15 @@ def _flags(tokens: list[str]) -> dict[str, Any]:
     return out
 
 
-def _split(text: str) -> tuple[list[str], list[str], list[str]]:
-    """A command line's environment assignments, launcher tokens and script arguments."""
+def _split(text: str) -> tuple[list[str], list[str], str, list[str]]:
+    """A command line's environment assignments, launcher tokens, script (`trl sft` → sft) and its arguments."""
     env, tokens = environment(words(text))
     for i, token in enumerate(tokens):
         if token.endswith(".py") or token == "trl" or i and tokens[i - 1] == "-m":
             start = i + 2 if token == "trl" else i + 1  # `trl sft --...`: the subcommand names the trainer
-            return env, tokens[:i], tokens[start:]
+            module = i and tokens[i - 1] == "-m" and not token.endswith(".py")  # -m trl.scripts.dpo
+            script = " ".join(tokens[i + 1 : start]) if token == "trl" else token.replace(".", "/") if module else token
+            return env, tokens[:i], script, tokens[start:]
     raise PlanError("config", "is not a training command line: it names no script (train.py, -m module, trl sft)")
 
 
@@ -747,18 +760,21 @@ def _launcher(led: Reading, tokens: list[str], gpus: int | None) -> int | None:
     return gpus if count is None else count
 
 
-def read(text: str | Document, *, gpus: int | None = None) -> Imported:
+def read(
+    text: str | Document, *, gpus: int | None = None, files: Callable[[str], str | None] | None = None
+) -> Imported:
+    """TrainingArguments as a YAML/JSON file or a command line; `files` gives the text of the DeepSpeed file named."""
     led = Reading(format="hf_trainer", plan={"framework": FRAMEWORK})
     doc = document(text)
     data = quiet_mapping(doc)
     if data:
-        return marked(read_args(Args(values=data, dash="", gpus=gpus), led), training_defaults("TrainingArguments"))
-    env, launcher, script = _split(doc.text)
+        args = Args(values=data, dash="", gpus=gpus, files=files)
+        return marked(read_args(args, led), training_defaults("TrainingArguments"))
+    env, launcher, script, arguments = _split(doc.text)
     _environment(led, env)
     count = _launcher(led, launcher, gpus)
-    return marked(
-        read_args(Args(values=_flags(script), dash="--", gpus=count), led), training_defaults("TrainingArguments")
-    )
+    args = Args(values=_flags(arguments), dash="--", gpus=count, script=script, files=files)
+    return marked(read_args(args, led), training_defaults("TrainingArguments"))
 
 
 # --- writing ------------------------------------------------------------------------------------------------------
@@ -824,6 +840,7 @@ def write(plan: Plan) -> str:
             if on
         }
     )
+    trl.write(plan, out)
     if plan.framework == "deepspeed":
         out["deepspeed"] = "ds_config.json"  # written by the deepspeed format
     elif par.zero_stage in (2, 3):
@@ -870,8 +887,12 @@ FORMAT = Format(
     detect=detect,
     read=read,
     write=write,
+    reads_files=True,
     says=(
         "workload.task",
+        "workload.objective",
+        "workload.preference.loss_type",
+        "workload.preference.reference",
         "workload.micro_batch_size",
         "workload.global_batch_size",
         "workload.steps",

@@ -11,7 +11,6 @@ attention.py (flash_attn), liger_kernel.py, and examples/deepspeed/*.json.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -334,11 +333,7 @@ def _deepspeed(cfg: dict[str, Any], r: Reading, files: Callable[[str], str | Non
     text = files(value) if files is not None and isinstance(value, str) else None
     r.plan["framework"] = "deepspeed"
     if isinstance(value, dict) or text is not None:
-        inner = deepspeed.read(text if text is not None else json.dumps(value))
-        for key in inner.read:
-            if key.plan_key.startswith(("parallelism.", "techniques.offload")):
-                r.set(f"deepspeed: {key.source}", key.plan_key, key.value)
-        r.unmodelled.extend(f"deepspeed: {n}" for n in inner.unmodelled if "HF integration fills it" not in n)
+        deepspeed.read_into(r, "deepspeed", text if text is not None else value)
         return
     name = as_text("deepspeed", value).replace("\\", "/").split("/")[-1]
     if name not in DEEPSPEED_EXAMPLES:

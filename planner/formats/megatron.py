@@ -79,16 +79,16 @@ def parse(text: str) -> Args:
         line = shell.substitute(line)
         assignment = _ASSIGNMENT.match(line)
         if assignment and not line.lstrip().startswith("--"):
-            words = _words(assignment.group(2)) or [""]
-            shell.variables[assignment.group(1)] = words[0]
+            # the value as one word: a quoted "--a 1 --b 2" (over lines too) is split where $VAR is substituted
+            shell.variables[assignment.group(1)] = (words(assignment.group(2)) or [""])[0]
             continue
-        words = _words(line)
-        for i, word in enumerate(words):
+        found = _words(line)
+        for i, word in enumerate(found):
             if not word.startswith("--"):
                 continue
             name, eq, value = word[2:].partition("=")
             values = [value] if eq else []
-            values += _following(words, i + 1)
+            values += _following(found, i + 1)
             args[name] = values[0] if len(values) == 1 else (values or True)
     return args
 

@@ -28,9 +28,41 @@ def joined(text: str) -> str:
 
 
 def lines(text: str) -> list[str]:
-    """The text's logical lines (continuations joined), stripped, without blank and comment lines."""
-    stripped = (line.strip() for line in joined(text).splitlines())
-    return [line for line in stripped if line and not line.startswith("#")]
+    """The text's logical lines (continuations joined, and the lines of a quoted string spanning several, as in
+    `ARGS="\n --num-layers 32\n"`, joined by a blank: the words an unquoted $ARGS splits into), stripped, without
+    blank and comment lines."""
+    out: list[str] = []
+    quote = ""
+    for line in (line.strip() for line in joined(text).splitlines()):
+        if quote:
+            out[-1] += " " + line
+        elif line and not line.startswith("#"):
+            out.append(line)
+        else:
+            continue
+        quote = _open_quote(line, quote)
+    return out
+
+
+def _open_quote(line: str, quote: str) -> str:
+    """The quote (' or ") still open at the end of `line` where it starts inside `quote` ("": none); shell rules:
+    nothing escapes inside single quotes, a backslash escapes the next character elsewhere, # outside quotes at a
+    word's start begins a comment."""
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
+            i += 1
+        elif quote:
+            quote = "" if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            break
+        i += 1
+    return quote
 
 
 def split(text: str) -> list[str]:

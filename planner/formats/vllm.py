@@ -120,6 +120,7 @@ ALIASES = {
     "-tp": "--tensor-parallel-size",
     "-pp": "--pipeline-parallel-size",
     "-dp": "--data-parallel-size",
+    "-dcp": "--decode-context-parallel-size",
     "-q": "--quantization",
     "-O": "--compilation-config",
 }
@@ -154,6 +155,11 @@ UNMODELLED = {
     "--calculate-kv-scales": "fp8 KV scales computed on the first forward",
     "--mamba-ssm-cache-dtype": "the recurrent state's dtype (the planner takes the model's)",
     "--language-model-only": "a multimodal checkpoint without its encoder's weights",
+    # vllm/config/parallel.py decode_context_parallel_size: the KV cache split by tokens over this many of the
+    # tensor ranks (for MLA and few-KV-head models, whose KV heads the tensor ranks would otherwise repeat)
+    "--decode-context-parallel-size": "each GPU holds 1/this of the tokens' KV cache; the planner holds all of "
+    "them on each tensor rank (an upper bound)",
+    "--mm-processor-cache-type": "where the multimodal processor cache lives (lru in process, shm shared memory)",
 }
 SWITCHES = frozenset(
     {
@@ -176,6 +182,7 @@ SWITCHES = frozenset(
         "--skip-tokenizer-init",
         "--enable-sleep-mode",
         "--disable-uvicorn-access-log",
+        "--disable-cascade-attn",
     }
 )
 IGNORED = frozenset(
@@ -251,6 +258,10 @@ IGNORED = frozenset(
         "--log-config-file",
         "--max-log-len",
         "--enable-prompt-tokens-details",
+        "--disable-cascade-attn",  # the attention kernel for shared prefixes: no memory of its own
+        "--logits-processors",
+        "--allowed-local-media-path",
+        "--reasoning-parser-plugin",
     }
 )
 ENGINE = Engine(
@@ -265,6 +276,7 @@ ENGINE = Engine(
     unmodelled=UNMODELLED,
     ignored=IGNORED - set(UNMODELLED),
     underscores=True,
+    dotted=True,
     model_key=name_weights,
 )
 
