@@ -34,6 +34,7 @@ CHROMIUM = "/usr/bin/chromium"
 TABS = ("Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export")
 LENGTHS = (8192, 2048, 16384, 1024, 6144, 3072, 12288, 4096)  # each gives the default plan a new verdict
 WAIT_MS = 120_000  # a step this slow is stuck, not slow
+SERVE_WAIT_S = 240  # a server not up by then is stuck
 VERDICT_JS = """() => [...document.querySelectorAll('[data-testid="stAlert"]')].map(e => e.textContent)
     .find(t => /^(fits on|does not fit on) /.test(t)) || null"""
 # Resolves with ms from the next Enter keydown to the first frame after the verdict's text differs from `old`
@@ -64,7 +65,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve() -> tuple[subprocess.Popen, str]:
+def serve(wait_s: float) -> tuple[subprocess.Popen, str]:
+    """`streamlit run app.py` on a free local port, once its health check answers (the browser test's server too);
+    RuntimeError where it does not within `wait_s` (a machine this busy is stuck, not slow)."""
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -84,14 +87,22 @@ def _serve() -> tuple[subprocess.Popen, str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(240):
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
         try:
             if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
                 return proc, url
         except OSError:
             time.sleep(0.5)
     proc.terminate()
-    raise SystemExit("streamlit did not start")
+    raise RuntimeError(f"streamlit did not start within {wait_s} s")
+
+
+def _serve() -> tuple[subprocess.Popen, str]:
+    try:
+        return serve(SERVE_WAIT_S)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _p90(times: list[float]) -> float:

@@ -9,16 +9,11 @@ ask Streamlit for Vega's SVG renderer): each bar's box on the screen and the axi
 
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from itertools import pairwise
 from pathlib import Path
 
+import app_speed
 import pytest
-from conftest import ROOT
 
 from planner.catalog import load_catalog
 from planner.memory import estimate
@@ -50,37 +45,10 @@ READ_CHART = """svg => {
 
 @pytest.fixture(scope="module")
 def server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.headless=true",
-            f"--server.port={port}",
-            "--server.address=127.0.0.1",
-            "--browser.gatherUsageStats=false",
-            "--server.fileWatcherType=none",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.terminate()
-        pytest.fail(f"streamlit did not start within {WAIT_S} s")
+    try:
+        proc, url = app_speed.serve(WAIT_S)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     yield url
     proc.terminate()
     proc.wait(timeout=20)
