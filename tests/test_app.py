@@ -36,13 +36,19 @@ CATALOG = load_catalog()
 DEFAULT = {"model": {"preset": "llama-3.1-8b"}}
 
 
-def app(query=None, view=None):
-    """The page, with the tab `view` open (only the open tab runs)."""
+GROUPS = ("group_catalog", "group_precision", "group_techniques")  # the sidebar's input groups closed at first
+
+
+def app(query=None, view=None, groups_open=True):
+    """The page, with the tab `view` open (only the open tab runs), and the collapsed input groups open (their
+    widgets are drawn only then) unless `groups_open` is False."""
     at = AppTest.from_file(APP, default_timeout=60)
     if query:
         at.query_params.update(query)
     if view:
         at.session_state["view"] = view
+    for key in GROUPS if groups_open else ():
+        at.session_state[key] = True
     return at.run()
 
 
@@ -490,6 +496,63 @@ def test_a_heavy_link_searches_in_a_worker_within_the_apps_budget(monkeypatch):
     for fn, options, kwargs in searches:
         assert fn is recommend and options.budget_s == tabs.APP_SEARCH_BUDGET_S
         assert kwargs == {"wait_s": tabs.APP_SEARCH_BUDGET_S + tabs.WORKER_GRACE_S}
+
+
+def test_closed_groups_draw_no_widget_and_keep_the_plan():
+    """issue 30, item 7: the catalog, Precision and Techniques groups start closed and draw none of their widgets
+    (a third of the sidebar the browser renders on every rerun), yet the plan is the one they hold open."""
+    query = {"preset": "llama-3.1-8b", "count": "8", "zero_stage": "3", "optimizer": "adamw_8bit"}
+    query["activation_checkpointing"] = "full"
+    closed, opened = app(query, groups_open=False), app(query)
+    assert not closed.exception and not opened.exception
+    assert not [w for w in closed.selectbox if w.key in ("optimizer", "activation_checkpointing")]
+    assert not [w for w in closed.file_uploader if w.key == "catalog_upload"]
+    assert len(closed.sidebar.selectbox) + len(closed.sidebar.checkbox) < len(opened.sidebar.selectbox) + len(
+        opened.sidebar.checkbox
+    )
+    assert closed.success[0].value == opened.success[0].value and "needs" in closed.success[0].value
+    assert dict(closed.query_params) == dict(opened.query_params)
+    assert closed.query_params["optimizer"] == "adamw_8bit"
+
+
+def test_a_value_set_in_a_group_outlives_its_closing():
+    at = app()
+    at.selectbox(key="optimizer").set_value("lion").run()
+    at.session_state["group_precision"] = False
+    at.run()
+    assert not at.exception and not [w for w in at.selectbox if w.key == "optimizer"]
+    assert at.query_params["optimizer"] == "lion"
+    at.number_input(key="sequence_length").set_value(2048).run()  # a rerun with the group still closed
+    assert at.query_params["optimizer"] == "lion"
+
+
+def test_a_closed_groups_setting_is_checked_not_dropped():
+    """The plan's rules see a closed group's values: a change elsewhere that makes one invalid is an error that
+    names it, not a plan silently without it."""
+    query = {"preset": "llama-3.1-8b", "count": "8", "global_batch_size": "8", "optimizer_in_backward": "true"}
+    at = app(query, groups_open=False)
+    assert not at.exception and at.query_params["optimizer_in_backward"] == "true"
+    assert [e.value for e in at.error if "techniques" in e.value] == []
+    at.selectbox(key="zero_stage").set_value(3).run()
+    assert [e.value for e in at.error if "techniques" in e.value] == [
+        "techniques.optimizer_in_backward: True is modelled without ZeRO and offload (parallelism.zero_stage 0, "
+        "techniques.offload none)"
+    ]
+
+
+def test_an_uploaded_catalog_stays_while_its_group_is_closed():
+    at = app()
+    text = (ROOT / "gpu_catalog.yaml").read_text()
+    catalog = text.replace("name: NVIDIA H100 SXM 80GB", "name: My H100", 1).encode()
+    at.file_uploader(key="catalog_upload").upload("mine.yaml", catalog, "application/x-yaml").run()
+    assert "My H100" in at.success[0].value
+    at.session_state["group_catalog"] = False
+    at.run()
+    assert not at.exception and "My H100" in at.success[0].value
+    at.session_state["group_catalog"] = True
+    at.run()
+    at.button(key=next(b.key for b in at.button if b.label == "Use the project's catalog")).click().run()
+    assert not at.exception and "NVIDIA H100 SXM 80GB" in at.success[0].value
 
 
 def test_uploaded_catalog_and_a_bad_one():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date
 from functools import partial
 from typing import get_args
@@ -189,35 +191,67 @@ def plan_inputs() -> None:
         st.error(f"Framework: {error}")
 
 
+@contextmanager
+def group(label: str, key: str) -> Iterator[bool]:
+    """A collapsed input group whose widgets are drawn only while it is open (opening it reruns the page): each
+    widget drawn costs the browser a render on every rerun, and a closed group's would be a third of the sidebar.
+    Its plan widgets are still run, undrawn (`drawn`), so the plan and its rules see them as when open; their
+    values stay in the session (ui/state.start_session). Yields whether it is open."""
+    with st.expander(label, key=key, on_change="rerun") as box:
+        st.session_state["group_closed"] = not box.open
+        try:
+            yield bool(box.open)
+        finally:
+            st.session_state["group_closed"] = False
+
+
 @st.cache_resource(max_entries=8)
 def _uploaded_catalog(text: str) -> Catalog:
     """An uploaded catalog, read once in a worker process (ui/worker.py) rather than on every rerun."""
     return worker.read("gpu_catalog", parse_catalog, text)
 
 
+def _on_catalog_upload() -> None:
+    """Keep an uploaded catalog's text in the session: its uploader is drawn only while its group is open."""
+    upload = st.session_state["catalog_upload"]
+    st.session_state["catalog_text"] = None if upload is None else upload.getvalue().decode("utf-8", errors="replace")
+
+
+def _uploaded(text: str | None) -> tuple[Catalog, str, str | None]:
+    """The catalog in use, its cache key, and why an uploaded one could not be read."""
+    if text is not None:
+        try:
+            return _uploaded_catalog(text), hashlib.sha256(text.encode()).hexdigest(), None
+        except PlanError as exc:
+            return project_catalog(), "project", str(exc)
+    return project_catalog(), "project", None
+
+
 def catalog_inputs() -> tuple[Catalog, str]:
     """The GPU catalog (the project's, or an uploaded one) with the offerings you added, and a key naming it for
     caches."""
-    catalog, catalog_key = project_catalog(), "project"
-    with st.expander("GPU catalog and prices"):
-        upload = st.file_uploader(
-            "Your own catalog (same format as gpu_catalog.yaml)", type=["yaml", "yml"], key="catalog_upload"
-        )
-        if upload is not None:
-            try:
-                text = upload.getvalue().decode("utf-8", errors="replace")
-                catalog = _uploaded_catalog(text)
-                catalog_key = hashlib.sha256(text.encode()).hexdigest()
+    text = st.session_state.get("catalog_text")
+    catalog, catalog_key, error = _uploaded(text)
+    with group("GPU catalog and prices", "group_catalog") as shown:
+        if shown:
+            st.file_uploader(
+                "Your own catalog (same format as gpu_catalog.yaml)",
+                type=["yaml", "yml"],
+                key="catalog_upload",
+                on_change=_on_catalog_upload,
+            )
+            if error is not None:
+                st.error(error)
+            elif text is not None:
                 st.caption(f"Using your catalog: {len(catalog)} GPUs, {len(catalog.offerings)} offerings.")
-            except PlanError as exc:
-                st.error(str(exc))
-        dates = catalog.price_dates()
-        st.caption(
-            f"{len(catalog.offerings)} offerings; prices dated {dates[0]} to {dates[1]}"
-            if dates
-            else "No prices in this catalog."
-        )
-        _own_offering_form(catalog)
+                st.button("Use the project's catalog", on_click=st.session_state.pop, args=("catalog_text",))
+            dates = catalog.price_dates()
+            st.caption(
+                f"{len(catalog.offerings)} offerings; prices dated {dates[0]} to {dates[1]}"
+                if dates
+                else "No prices in this catalog."
+            )
+            _own_offering_form(catalog)
     own = st.session_state.get("own_offerings", [])
     if own:
         catalog = catalog.with_offerings(own)
@@ -613,7 +647,7 @@ def precision_inputs() -> None:
     """Compute dtype and its float8 recipe, frozen or served weights, then the KV cache (inference) or the
     master weights, gradients and optimizer (training)."""
     task = st.session_state["task"]
-    with st.expander("Precision"):
+    with group("Precision", "group_precision"):
         drawn(
             st.selectbox,
             "Compute",
@@ -689,7 +723,7 @@ def _has_experts(models: dict[str, Preset]) -> bool:
 
 def technique_inputs(models: dict[str, Preset]) -> None:
     """Checkpointing, attention and offload; the loss and training-only techniques; MoE capacity."""
-    with st.expander("Techniques"):
+    with group("Techniques", "group_techniques"):
         drawn(
             st.selectbox,
             "Activation checkpointing",

@@ -295,8 +295,12 @@ def link_query(plan: Plan) -> dict[str, str]:
 def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
     """Draw an input widget and note its key: the plan is built from the widgets drawn. Under the widget of the
     field the plan's error names (as `early_plan` found it), a slot takes that error once the plan is built
-    (`show_error_at`); the other widgets get none, which would be a hundred empty elements for the browser."""
+    (`show_error_at`); the other widgets get none, which would be a hundred empty elements for the browser.
+    Inside a closed input group (ui/sidebar.py `group`) the key is noted and its value returned, undrawn: the
+    plan is the same whether the group is open or not."""
     st.session_state.setdefault("drawing", []).append(key)
+    if st.session_state.get("group_closed"):  # its key counts as drawn; the closed group shows no widget
+        return st.session_state.get(key)
     value = widget(*args, key=key, **kwargs)
     if ".".join(PATHS.get(key, ())) == st.session_state.get("error_field"):
         st.session_state.setdefault("slots", {})[key] = st.empty()  # this run's slot under the widget

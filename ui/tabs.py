@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import get_args
+from typing import Any, get_args
 from urllib.parse import urlencode
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -55,6 +56,12 @@ def _recommend(plan: Plan, _catalog: Catalog, catalog_key: str, options: SearchO
         return worker.run(recommend, plan, _catalog, options, wait_s=(options.budget_s or 0) + WORKER_GRACE_S)
     except worker.WorkerFailed as exc:
         return f"No recommendation: {exc}."
+
+
+def draw_chart(chart: alt.TopLevelMixin, **kwargs: Any) -> None:
+    """An Altair chart as its Vega-Lite spec, not checked against the Vega-Lite JSON schema again: that check is two
+    thirds of a chart's cost on every rerun, and tests/test_charts.py checks each chart's spec (`to_dict()`)."""
+    st.vega_lite_chart(spec=chart.to_dict(validate=False), **kwargs)
 
 
 def search_options(plan: Plan, price: float) -> SearchOptions:
@@ -209,7 +216,7 @@ def timing(plan: Plan, time: StepTime | None) -> None:
         return
     st.caption(time.efficiency_note)
     st.caption(time_note(plan, time.step_time_s))
-    st.altair_chart(time_chart(time), width="stretch")
+    draw_chart(time_chart(time), width="stretch")
     st.table(
         pd.DataFrame(
             [
@@ -260,7 +267,7 @@ def breakdown(plan: Plan, result: Estimate) -> None:
         format_bytes(result.usable_bytes),
         delta=format_bytes(result.headroom_bytes) + (" free" if result.fits else " short"),
     )
-    st.altair_chart(breakdown_chart(result), width="stretch", height=190)
+    draw_chart(breakdown_chart(result), width="stretch", height=190)
     pipelined = plan.parallelism.pipeline > 1
     st.subheader(f"At the peak: {result.phase}" + (f", pipeline stage {result.stage}" if pipelined else ""))
     st.table(
@@ -281,7 +288,7 @@ def breakdown(plan: Plan, result: Estimate) -> None:
     )
     worst = next(s for s in result.stages if s.index == result.stage)
     st.subheader("Memory over the step" + (f" (stage {worst.index})" if pipelined else ""))
-    st.altair_chart(timeline_chart(worst), width="stretch")
+    draw_chart(timeline_chart(worst), width="stretch")
     st.subheader("Pipeline stages" if pipelined else "Moments of the step")
     st.table(
         pd.DataFrame(
@@ -412,14 +419,14 @@ def _recommendation_body(plan: Plan, rec: Recommendation) -> None:
     _headline(rec)
     serving = plan.workload.task == "inference"
     bars = recommendation_chart(rec)
-    st.altair_chart(bars, width="stretch", height=bars.height)
+    draw_chart(bars, width="stretch", height=bars.height)
     if not serving:
         st.caption(
             "The cost-time frontier: each GPU type's cheapest configuration at each job time it can reach, "
             "one point per GPU count (hover for it); each type's best labelled, the deadline dashed"
         )
         frontier = frontier_chart(rec)
-        st.altair_chart(frontier, width="stretch", height=frontier.height)
+        draw_chart(frontier, width="stretch", height=frontier.height)
     st.dataframe(
         _candidates_frame(rec.per_type(), serving),
         hide_index=True,
@@ -463,7 +470,7 @@ def explore(plan: Plan, result: Estimate, catalog: dict, rec: Recommendation | s
     for key, col in zip(sweep_keys(plan), st.columns(2), strict=True):
         with col:
             st.subheader(f"Memory vs {key.replace('_', ' ')}")
-            st.altair_chart(
+            draw_chart(
                 sweep_chart(sweep(plan, catalog, key), key, current_value(plan, key), capacities), width="stretch"
             )
     st.subheader("What each technique saves")

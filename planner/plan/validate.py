@@ -208,5 +208,8 @@ def check_mapping(raw: dict, cls: type, prefix: str) -> None:
             check_mapping(value, _nested_type(cls, key), field)
 
 
+@cache
 def _nested_type(cls: type, key: str) -> type:
+    """The section class of `cls`'s field `key` (resolved once: `get_type_hints` evaluates every annotation of the
+    class, and each plan read asks for every section)."""
     return get_type_hints(cls)[key]
