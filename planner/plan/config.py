@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from planner.errors import bad
 from planner.plan.dtypes import (
@@ -24,7 +24,7 @@ from planner.plan.dtypes import (
 )
 from planner.plan.models import Model, presets
 from planner.plan.pipeline import split_problem
-from planner.plan.validate import between, check_fields, resolved, text
+from planner.plan.validate import between, check_fields, required, resolved, text
 
 SCHEMA = "vram-planner/v1"
 
@@ -196,6 +196,11 @@ class Inference:
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.output_tokens
 
+    @property
+    def engine_fraction(self) -> float:
+        """gpu_memory_utilization of a serving engine (read where the plan serves through one)."""
+        return required(self.gpu_memory_utilization, "workload.inference.gpu_memory_utilization")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Preference:
@@ -313,7 +318,7 @@ class Workload:
                 f"needs adapters to disable (workload.task lora or qlora, not {self.task})",
             )
         if pref.reference is None:
-            ref = (
+            ref: Reference = (
                 "none"
                 if pref.loss_type in REFERENCE_FREE
                 else "adapters_disabled"
@@ -335,7 +340,7 @@ class Workload:
         GRPOTrainer.__init__: beta 0.0 → ref_model None; a PEFT model → None, adapters disabled; else
         create_model_from_path, trl@f2cd577 trl/trainer/grpo_trainer.py); else none."""
         if self.objective == "preference":
-            return self.preference.reference
+            return required(self.preference.reference, "workload.preference.reference")  # resolved by preference
         if self.objective == "grpo" and self.rl.beta > 0:
             return "adapters_disabled" if self.task in ADAPTER_TASKS else "separate"
         return "none"
@@ -405,12 +410,29 @@ class Precision:
             )
 
     @property
+    def float8_recipe(self) -> Fp8Recipe:
+        """fp8_recipe of float8 compute, resolved to tensorwise when not given (read under compute fp8)."""
+        return required(self.fp8_recipe, "precision.fp8_recipe")
+
+    @property
+    def eight_bit_library(self) -> OptimizerLibrary:
+        """optimizer_library of an 8-bit optimizer, resolved to bitsandbytes when not given (read under adamw_8bit
+        or paged_adamw_8bit)."""
+        return required(self.optimizer_library, "precision.optimizer_library")
+
+    @property
+    def eight_bit_block_size(self) -> int:
+        """optimizer_block_size of an 8-bit optimizer, resolved to 256 when not given (read under adamw_8bit or
+        paged_adamw_8bit)."""
+        return required(self.optimizer_block_size, "precision.optimizer_block_size")
+
+    @property
     def mixed(self) -> bool:
         """Low-precision compute with an fp32 master copy of the weights."""
         return self.master_weights == "fp32" and self.compute != "fp32"
 
     @property
-    def activation_dtype(self) -> str:
+    def activation_dtype(self) -> ComputeDType:
         """Dtype of activations and of weights stored for compute: float8 training (torchao Float8Linear) casts
         to fp8 inside each matmul and keeps bf16 tensors around it."""
         return "bf16" if self.compute == "fp8" else self.compute
@@ -832,7 +854,7 @@ class Plan:
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         inf = self.workload.inference
         if task == "inference" and inf.gpu_memory_utilization is None:  # settings of a serving engine
-            for key, value, unset, hint in (
+            for key, given, default, hint in (
                 (
                     "cuda_graphs",
                     inf.cuda_graphs,
@@ -842,10 +864,10 @@ class Plan:
                 ("fraction_scope", inf.fraction_scope, "all", ""),
                 ("max_num_seqs", inf.max_num_seqs, None, ""),
             ):
-                if value != unset:
+                if given != default:
                     raise bad(
                         f"workload.inference.{key}",
-                        value,
+                        given,
                         "applies to a serving engine (workload.inference.gpu_memory_utilization)" + hint,
                     )
         if task == "inference" and inf.gpu_memory_utilization is not None and inf.static_cache:
@@ -921,8 +943,8 @@ class Plan:
         return wl.global_batch_size // (wl.micro_batch_size * self.parallelism.data)
 
 
-def _plain_fields(section: object) -> dict:
-    """A section's fields as a mapping, for an error's value."""
+def _plain_fields(section: Any) -> dict:
+    """A section's fields (a dataclass instance's) as a mapping, for an error's value."""
     return {f.name: getattr(section, f.name) for f in fields(section)}
 
 

@@ -271,13 +271,13 @@ class Model:
             missing = [k for k in keys if getattr(self, k) is None]
             if kind in p and missing:
                 raise bad(f"model.{missing[0]}", None, f"must be set: model.layer_pattern has {kind} layers")
-        if "M" in p and self.mamba_num_heads % self.mamba_n_groups:
+        if "M" in p and self.mamba_dims[0] % self.mamba_n_groups:
             raise bad(
                 "model.mamba_n_groups",
                 self.mamba_n_groups,
                 f"must divide model.mamba_num_heads ({self.mamba_num_heads})",
             )
-        if "G" in p and self.linear_num_value_heads % self.linear_num_key_heads:
+        if "G" in p and self.gdn_dims[1] % self.gdn_dims[0]:
             raise bad(
                 "model.linear_num_key_heads",
                 self.linear_num_key_heads,
@@ -305,6 +305,27 @@ class Model:
         return required(self.moe_intermediate_size, "model.moe_intermediate_size")
 
     @property
+    def mamba_dims(self) -> tuple[int, int, int]:
+        """(mamba_num_heads, mamba_head_dim, ssm_state_size) of a model with Mamba-2 layers (read under an `M` in
+        layer_pattern, whose rule requires them)."""
+        return (
+            required(self.mamba_num_heads, "model.mamba_num_heads"),
+            required(self.mamba_head_dim, "model.mamba_head_dim"),
+            required(self.ssm_state_size, "model.ssm_state_size"),
+        )
+
+    @property
+    def gdn_dims(self) -> tuple[int, int, int, int]:
+        """(linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim) of a model
+        with Gated DeltaNet layers (read under a `G` in layer_pattern, whose rule requires them)."""
+        return (
+            required(self.linear_num_key_heads, "model.linear_num_key_heads"),
+            required(self.linear_num_value_heads, "model.linear_num_value_heads"),
+            required(self.linear_key_head_dim, "model.linear_key_head_dim"),
+            required(self.linear_value_head_dim, "model.linear_value_head_dim"),
+        )
+
+    @property
     def moe_layers(self) -> int:
         return self.num_layers - self.first_dense_layers if self.num_experts else 0
 
@@ -316,10 +337,14 @@ class Model:
         every = self.global_attention_every
         return self.num_layers - (self.num_layers // every if every else 0)
 
+    @property
+    def pattern(self) -> str:
+        """layer_pattern, or every layer attention (`*`) when the model is not hybrid."""
+        return self.layer_pattern or "*" * self.num_layers
+
     def pattern_count(self, kinds: str) -> int:
         """Layers whose pattern character is one of `kinds` (no pattern: every layer is attention, `*`)."""
-        pattern = self.layer_pattern or "*" * self.num_layers
-        return sum(pattern.count(c) for c in set(kinds))
+        return sum(self.pattern.count(c) for c in set(kinds))
 
     @property
     def q_width(self) -> int:
@@ -329,7 +354,7 @@ class Model:
     @property
     def v_width(self) -> int:
         """Width of the values and of the attention output: heads × value head dim."""
-        return self.num_attention_heads * self.v_head_dim if self.mla else self.q_width
+        return self.num_attention_heads * self.latent_v_head_dim if self.mla else self.q_width
 
     @property
     def kv_width(self) -> int:
@@ -409,8 +434,9 @@ def mamba2_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
     """Per-rank (heads, d_inner = heads × head_dim, groups × state) of a Mamba-2 mixer. Heads split over
     tensor-parallel ranks; when the ranks do not divide the groups, vLLM gives each rank whole groups
     (mamba_utils extra_groups_for_head_shards), so a rank keeps ⌈G / tp⌉ groups' B and C."""
-    heads = m.mamba_num_heads // tensor
-    return heads, heads * m.mamba_head_dim, -(-m.mamba_n_groups // tensor) * m.ssm_state_size
+    all_heads, head_dim, state = m.mamba_dims
+    heads = all_heads // tensor
+    return heads, heads * head_dim, -(-m.mamba_n_groups // tensor) * state
 
 
 def mamba2_params(m: Model, tensor: int = 1) -> int:
@@ -426,8 +452,9 @@ def mamba2_params(m: Model, tensor: int = 1) -> int:
 def gdn_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
     """Per-rank (value heads, key width Hk·Dk, value width Hv·Dv) of a Gated DeltaNet mixer (heads split over
     tensor-parallel ranks)."""
-    hv = m.linear_num_value_heads // tensor
-    return hv, m.linear_num_key_heads // tensor * m.linear_key_head_dim, hv * m.linear_value_head_dim
+    hk, all_hv, dk, dv = m.gdn_dims
+    hv = all_hv // tensor
+    return hv, hk // tensor * dk, hv * dv
 
 
 def gdn_params(m: Model, tensor: int = 1) -> int:
@@ -442,7 +469,7 @@ def gdn_params(m: Model, tensor: int = 1) -> int:
         + h * 2 * hv
         + (2 * key + value) * m.linear_conv_kernel_dim
         + 2 * hv
-        + m.linear_value_head_dim
+        + m.gdn_dims[3]
         + value * h
     )
 
