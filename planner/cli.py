@@ -62,6 +62,7 @@ from planner.perf import plan_time
 from planner.plan.choices import CHOICES, choices_to_table
 from planner.plan.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
 from planner.plan.config import Plan, context_note
+from planner.plan.docs import key_doc
 from planner.plan.models import approximate_note, model_to_dict, preset_of_shape, presets, shape_note
 from planner.plan.validate import check_choice
 from planner.search.recommend import (
@@ -319,9 +320,18 @@ def _plan_options(sub: argparse.ArgumentParser) -> None:
         help="the config of a torchtitan config_registry.py to read (its "
         "--config NAME), where the file defines more than one",
     )
-    sub.add_argument("--gpus", type=int, metavar="N", help="GPUs, for a config that leaves the count open")
-    sub.add_argument("--gpu", metavar="ID", help="the GPU (a catalog id) a config runs on")
-    sub.add_argument("--preset", metavar="ID", help="the model, for a config that names none the planner knows")
+    sub.add_argument(
+        "--gpus", type=int, metavar="N", help=_key_help("hardware.count", "for a config that leaves the count open")
+    )
+    sub.add_argument("--gpu", metavar="ID", help=_key_help("hardware.gpu", "the GPU a config runs on"))
+    sub.add_argument(
+        "--preset", metavar="ID", help=_key_help("model.preset", "for a config that names no model the planner knows")
+    )
+
+
+def _key_help(key: str, use: str) -> str:
+    """The help of an option that sets a plan key: what the option is for, then the key's doc (planner/plan/docs.py)."""
+    return f"sets {key}, {use}. {key_doc(key)}".replace("%", "%%")  # argparse %-formats help
 
 
 def _plan(args: argparse.Namespace) -> Plan:
