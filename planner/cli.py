@@ -33,6 +33,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -40,7 +41,7 @@ from typing import get_args
 
 import yaml
 
-from planner.catalog import DEFAULT_HOST_GIB_PER_GPU, Catalog, PriceKind, ProviderClass, load_catalog
+from planner.catalog import DEFAULT_HOST_GIB_PER_GPU, Catalog, Gpu, PriceKind, ProviderClass, load_catalog
 from planner.errors import PlanError, bad
 from planner.formats import (
     FORMATS,
@@ -61,7 +62,9 @@ from planner.perf import plan_time
 from planner.plan.choices import CHOICES, choices_to_table
 from planner.plan.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
 from planner.plan.config import Plan, context_note
+from planner.plan.docs import key_doc
 from planner.plan.models import approximate_note, model_to_dict, preset_of_shape, presets, shape_note
+from planner.plan.validate import check_choice
 from planner.search.recommend import (
     DEFAULT_HEADROOM,
     MAX_GPUS,
@@ -317,9 +320,18 @@ def _plan_options(sub: argparse.ArgumentParser) -> None:
         help="the config of a torchtitan config_registry.py to read (its "
         "--config NAME), where the file defines more than one",
     )
-    sub.add_argument("--gpus", type=int, metavar="N", help="GPUs, for a config that leaves the count open")
-    sub.add_argument("--gpu", metavar="ID", help="the GPU (a catalog id) a config runs on")
-    sub.add_argument("--preset", metavar="ID", help="the model, for a config that names none the planner knows")
+    sub.add_argument(
+        "--gpus", type=int, metavar="N", help=_key_help("hardware.count", "for a config that leaves the count open")
+    )
+    sub.add_argument("--gpu", metavar="ID", help=_key_help("hardware.gpu", "the GPU a config runs on"))
+    sub.add_argument(
+        "--preset", metavar="ID", help=_key_help("model.preset", "for a config that names no model the planner knows")
+    )
+
+
+def _key_help(key: str, use: str) -> str:
+    """The help of an option that sets a plan key: what the option is for, then the key's doc (planner/plan/docs.py)."""
+    return f"sets {key}, {use}. {key_doc(key)}".replace("%", "%%")  # argparse %-formats help
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -336,9 +348,9 @@ def _plan(args: argparse.Namespace) -> Plan:
             raise PlanError(
                 f"--{option.replace('config_format', 'framework')}", "applies to a framework config (--from CONFIG)"
             )
-    plan = plan_from_yaml(_read(args.plan)) if args.plan is not None else None
     if args.hf_config is None:
-        return plan
+        return plan_from_yaml(_read(args.plan))
+    plan = plan_from_yaml(_read(args.plan)) if args.plan is not None else None
     name = plan.name if plan and plan.name else Path(args.hf_config).name  # what the output heading names
     return plan_from_dict({**(plan_to_dict(plan) if plan else {}), "model": _hf_model(args.hf_config), "name": name})
 
@@ -526,6 +538,11 @@ def _listed(text: str) -> tuple[str, ...]:
     return tuple(k.strip() for k in text.split(",") if k.strip())
 
 
+def _provider_classes(text: str) -> tuple[ProviderClass, ...]:
+    """--providers: the provider classes it lists, each checked as SearchOptions checks them."""
+    return tuple(check_choice("provider_classes", c, get_args(ProviderClass)) for c in _listed(text))
+
+
 def _search_options(args: argparse.Namespace) -> SearchOptions:
     """recommend's options from its command line, each checked with the option it came in."""
     if args.top < 1:
@@ -536,7 +553,7 @@ def _search_options(args: argparse.Namespace) -> SearchOptions:
         deadline_at=args.deadline_at.replace("-", "_"),
         max_gpus=args.max_gpus,
         price_kind=args.price_kind,
-        provider_classes=_listed(args.providers),
+        provider_classes=_provider_classes(args.providers),
         gpus=_listed(args.gpu_types),
         requests_per_s=args.rps,
         output_tokens_per_s=args.tokens_per_s,
@@ -566,7 +583,7 @@ def _recommend(plan: Plan, catalog: Catalog, args: argparse.Namespace) -> str:
     return json.dumps(data, indent=2) + "\n" if args.format == "json" else yaml.safe_dump(data, sort_keys=False)
 
 
-def _measure(plan: Plan, catalog: dict, args: argparse.Namespace) -> str:
+def _measure(plan: Plan, catalog: Mapping[str, Gpu], args: argparse.Namespace) -> str:
     """The `measure` command: the dry run's description, or the run's measurements next to the prediction."""
     if args.steps < 1:
         raise bad("--steps", args.steps, "must be at least 1")
@@ -588,7 +605,7 @@ def _measure(plan: Plan, catalog: dict, args: argparse.Namespace) -> str:
     return out
 
 
-def _limits(plan: Plan, catalog: dict, headroom: float, budget_s: float) -> str:
+def _limits(plan: Plan, catalog: Mapping[str, Gpu], headroom: float, budget_s: float) -> str:
     """The `limits` command's answer: what the plan's task can grow to on its GPUs, and the fewest GPUs."""
     gpu = catalog[plan.hardware.gpu].name
     if plan.workload.task == "inference":

@@ -111,8 +111,8 @@ def load_frameworks() -> dict[str, Recipe]:
                     value=s["value"],
                     source=s["source"],
                     when=when,
-                    since=_date(s.get("since")),
-                    until=_date(s.get("until")),
+                    since=_optional_date(s.get("since")),
+                    until=_optional_date(s.get("until")),
                 )
             )
         recipes[name] = Recipe(
@@ -125,9 +125,14 @@ def load_frameworks() -> dict[str, Recipe]:
     return recipes
 
 
-def _date(value: Any) -> datetime.date | None:
+def _date(value: Any) -> datetime.date:
     """A date of frameworks.yaml (YAML reads an unquoted 2025-04-02 as a date already)."""
-    return value if value is None or isinstance(value, datetime.date) else datetime.date.fromisoformat(str(value))
+    return value if isinstance(value, datetime.date) else datetime.date.fromisoformat(str(value))
+
+
+def _optional_date(value: Any) -> datetime.date | None:
+    """A setting's bound of frameworks.yaml (since, until), where None leaves it open."""
+    return None if value is None else _date(value)
 
 
 def lookup(data: dict, key: str) -> tuple[bool, Any]:
@@ -183,9 +188,10 @@ def without_keys(data: dict, keys: set[str]) -> dict:
     out = copy.deepcopy(data)
     for key in keys:
         *path, leaf = key.split(".")
-        node = out
+        node: dict = out
         for part in path:
-            node = node.get(part) if isinstance(node.get(part), dict) else {}
+            child = node.get(part)
+            node = child if isinstance(child, dict) else {}
         node.pop(leaf, None)
     return out
 

@@ -201,6 +201,9 @@ def test_detected_before_hf_trainer_and_read_only():
     with pytest.raises(PlanError) as err:
         export_config(plan, FORMAT)
     assert str(err.value) == "--to: 'llamafactory' is read only: its configs are imported, not exported"
+    with pytest.raises(PlanError) as err:
+        FORMAT.written(plan)  # the writer's own guard, for a caller that skips export_config's checks
+    assert str(err.value) == "--to: 'llamafactory' is read only: its configs are imported, not exported"
 
 
 def test_qwen3_4b_qlora_plans_as_qlora():

@@ -1,5 +1,6 @@
 """planner/formats/shell.py: shell text split into words exactly as shlex splits it, in linear time."""
 
+import re
 import shlex
 
 import pytest
@@ -64,3 +65,11 @@ def test_unsplittable_text_is_the_configs_error():
 def test_lines_join_a_quoted_string_over_lines():
     text = "A=\"\n  --x 1\n  --y 'it''s'\n\"\n# comment\nB='# not a comment\n' run $A\necho \"#\" # done\n"
     assert shell.lines(text) == ["A=\" --x 1 --y 'it''s' \"", "B='# not a comment ' run $A", 'echo "#" # done']
+
+
+def test_match_end_of_a_pattern_that_matches_everywhere():
+    blanks = re.compile(r"[ \t\r\n]*")
+    assert shell.match_end(blanks, "a  \t\nb", 1) == 5  # the run of blanks after "a"
+    assert shell.match_end(blanks, "ab", 1) == 1  # the empty match: where it started
+    with pytest.raises(ValueError, match="must match the empty string"):
+        shell.match_end(re.compile(r"x"), "ab", 0)

@@ -188,3 +188,21 @@ def test_parameter_count_errors(data, message):
     with pytest.raises(PlanError) as err:
         model_from_dict(data)
     assert str(err.value) == message
+
+
+def test_keys_a_rule_requires_read_without_none_in_their_branch():
+    """Optional keys that a rule requires in one branch (latent attention, Mamba-2 and Gated DeltaNet layers) read
+    as plain integers there, and raise where read outside it (a rule that let them through unset)."""
+    dense = Model(**TINY)
+    assert dense.pattern == "**"  # TINY's two layers, both attention
+    for read, key in (
+        (lambda: dense.latent_rank, "model.kv_lora_rank"),
+        (lambda: dense.mamba_dims, "model.mamba_num_heads"),
+        (lambda: dense.gdn_dims, "model.linear_num_key_heads"),
+        (lambda: dense.expert_intermediate_size, "model.moe_intermediate_size"),
+    ):
+        with pytest.raises(ValueError, match=f"{key} is unset where its rules require it"):
+            read()
+    # the presets' config.json values (HF nemotron_h, qwen3_next)
+    assert presets()["nemotron-h-8b"].model.mamba_dims == (128, 64, 128)
+    assert presets()["qwen3-next-80b-a3b"].model.gdn_dims == (16, 32, 128, 128)

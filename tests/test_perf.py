@@ -4,6 +4,7 @@ import pytest
 from conftest import TINY
 
 from planner.catalog import load_catalog
+from planner.errors import PlanError
 from planner.memory.inference import kv_bytes_per_token, weight_bytes
 from planner.perf import flops_per_token, job_hours, throughput
 from planner.plan.codec import plan_from_dict
@@ -56,3 +57,12 @@ def test_moe_decode_reads_only_routed_experts():
     idle = 32 * param_counts(plan.model).expert * 6  # batch 1: 2 of 8 experts per layer are read
     read = w_bytes - idle * w_bytes / w_params + 1.5 * kv_bytes_per_token(plan)
     assert throughput(plan, h100).decode_tokens_per_second == pytest.approx(3.35e12 * 0.8 / read)
+
+
+def test_a_job_time_on_a_gpu_without_the_dtypes_tensor_cores_is_refused():
+    """A V100 has no bf16 tensor cores (catalog: no bf16_tflops): a job time there is a PlanError naming the key,
+    with or without an MFU override, not an AttributeError on a missing rate."""
+    plan = plan_from_dict({"model": TINY, "hardware": {"gpu": "v100-sxm2-32gb"}})
+    for mfu in (None, 0.4):
+        with pytest.raises(PlanError, match="precision.compute: 'bf16' has no tensor cores on"):
+            job_hours(plan, CATALOG["v100-sxm2-32gb"], 10**9, mfu)

@@ -13,7 +13,7 @@ from typing import get_args
 
 import streamlit as st
 
-from planner.catalog import DEFAULT_HOST_GIB_PER_GPU, Catalog, check_offering, parse_catalog
+from planner.catalog import Catalog, check_offering, parse_catalog
 from planner.errors import PlanError
 from planner.formats.hf_config import model_from_hf_config
 from planner.frameworks import load_frameworks, lookup, without_keys
@@ -42,6 +42,7 @@ from ui import worker
 from ui.state import (
     ARCH_INTS,
     CUSTOM,
+    HELP,
     HYBRID_INTS,
     MLA_INTS,
     MOE_INTS,
@@ -172,8 +173,7 @@ def plan_inputs() -> None:
         key="framework",
         on_change=_on_framework,
         format_func=lambda k: recipes[k].label,
-        help="Sets the defaults its standard recipes use (dtypes, checkpointing, loss, sharding); any value you "
-        "change wins. The Breakdown tab lists what it set.",
+        help=HELP["framework"] + " The Breakdown tab lists what it set.",
     )
     if st.session_state["framework"] != "generic":
         releases = ", ".join(recipes[st.session_state["framework"]].releases)
@@ -184,8 +184,7 @@ def plan_inputs() -> None:
             max_chars=40,
             on_change=_on_release,
             placeholder="latest",
-            help=f"A tagged release ({releases or 'none listed'}) or a commit's date YYYY-MM-DD, where the "
-            "recipe's settings changed between releases; empty: the latest",
+            help=HELP["framework_release"] + f" This framework's releases: {releases or 'none listed'}.",
         )
     if error := st.session_state.pop("framework_error", None):  # shown once: the next change is a new plan
         st.error(f"Framework: {error}")
@@ -354,11 +353,11 @@ def _hf_import() -> None:
 def _architecture() -> None:
     for key, label in ARCH_INTS.items():
         drawn(st.number_input, label, 1, 4_194_304, key=key)
-    drawn(st.selectbox, "MLP", CHOICES["model.mlp"], key="mlp", help="SwiGLU (Llama family) or GeLU (GPT-2, NeoX)")
+    drawn(st.selectbox, "MLP", CHOICES["model.mlp"], key="mlp")
     drawn(st.selectbox, "Norm", CHOICES["model.norm"], key="norm")
     drawn(st.checkbox, "Tied embeddings", key="tie_embeddings")
     drawn(st.checkbox, "Biases", key="bias")
-    drawn(st.checkbox, "Per-head q/k norms", key="qk_norm", help="RMSNorm on each query and key head (Qwen3, Gemma 3)")
+    drawn(st.checkbox, "Per-head q/k norms", key="qk_norm")
     for key, label in MOE_INTS.items():
         drawn(st.number_input, label, 0, 1_048_576, key=key)
     drawn(st.number_input, "Sliding window (0: none)", 0, MAX_SEQUENCE, key="sliding_window")
@@ -369,7 +368,6 @@ def _architecture() -> None:
         0,
         MAX_CONTEXT,
         key="context_window",
-        help="The longest sequence the model takes (its config.json's max_position_embeddings, as vLLM reads it)",
     )
     for key, label in MLA_INTS.items():
         drawn(
@@ -378,14 +376,11 @@ def _architecture() -> None:
             0,
             1_048_576,
             key=key,
-            help="Multi-head latent attention (DeepSeek-V2/V3); Head dim is then the non-RoPE query/key dim per head",
         )
     drawn(
         st.text_input,
         "Layer pattern (empty: all attention)",
         key="layer_pattern",
-        help="Hybrid models, one character per layer: * attention, M Mamba-2, G Gated DeltaNet (mixer + FFN); "
-        "one_sublayer style (Nemotron-H's hybrid_override_pattern): * attention, M Mamba-2, - MLP",
     )
     drawn(st.selectbox, "Pattern style", CHOICES["model.pattern_style"], key="pattern_style")
     for key, label in HYBRID_INTS.items():
@@ -411,8 +406,6 @@ def model_inputs(models: dict[str, Preset]) -> None:
                 st.text_input,
                 "Parameters",
                 key="params_text",
-                help="e.g. 13B, 770M or 1.5e9: a Llama-style "
-                "architecture of that size is guessed (shape rules in planner/plan/models.py)",
             )
         _hf_import()
         if st.session_state["preset"] == CUSTOM:
@@ -435,15 +428,11 @@ def _inference_workload() -> None:
             "The fraction covers",
             CHOICES["workload.inference.fraction_scope"],
             key="fraction_scope",
-            help="all: weights, KV cache, activations and CUDA graphs (vLLM >= 0.20); all_but_graphs: graphs on "
-            "top (vLLM 0.9.1-0.19); device: everything on the device, graphs on top (vLLM < 0.9.1); static: "
-            "weights and the KV pool, with activations and graphs on top (SGLang mem_fraction_static)",
         )
         drawn(
             st.checkbox,
             "CUDA graphs",
             key="cuda_graphs",
-            help="The engine captures decode graphs (off: vLLM --enforce-eager, SGLang --disable-cuda-graph)",
         )
         drawn(
             st.number_input,
@@ -451,41 +440,33 @@ def _inference_workload() -> None:
             0,
             MAX_BATCH,
             key="max_num_seqs",
-            help="vLLM --max-num-seqs: its sampler warm-up at startup takes memory for this many requests",
         )
     else:
         drawn(
             st.checkbox,
             "Static KV cache",
             key="static_cache",
-            help="Preallocated for the whole context (HF cache_implementation='static', gpt-fast); what a compiled "
-            "decode captured as a CUDA graph needs",
         )
         if st.session_state["static_cache"]:
             drawn(
                 st.checkbox,
                 "Causal mask buffer",
                 key="mask_buffer",
-                help="A bool context × context mask beside the cache (gpt-fast, torchao model.py)",
             )
         drawn(
             st.checkbox,
             "K and V repeated to the query heads",
             key="expand_kv",
-            help="Attention repeat_interleaves the whole cache to every query head (gpt-fast, HF eager repeat_kv)",
         )
         drawn(
             st.checkbox,
             "Decode on SDPA's math backend",
             key="math_sdpa_decode",
-            help="torchao generate.py decodes under sdpa_kernel(MATH), which copies K and V to fp32 over the cache",
         )
         drawn(
             st.checkbox,
             "Quantized on the GPU after loading",
             key="quantize_on_load",
-            help="torchao quantize_ after a 16-bit load (torchao generate.py): the output head is quantized too, "
-            "and the segments the quantized weights sit in stay reserved",
         )
     drawn(st.number_input, "Prefill chunk tokens (0: whole prompt batch)", 0, MAX_SEQUENCE, key="prefill_chunk_tokens")
 
@@ -498,7 +479,6 @@ def _training_workload() -> None:
         1,
         MAX_BATCH,
         key="micro_batch_size",
-        help="Sequences per GPU per forward/backward",
     )
     drawn(
         st.number_input,
@@ -506,7 +486,6 @@ def _training_workload() -> None:
         1,
         1 << 30,
         key="global_batch_size",
-        help="Sequences per optimizer step; sets gradient accumulation",
     )
     drawn(st.number_input, "Steps of the job (0: not given)", 0, 10**12, key="steps")
     drawn(
@@ -515,7 +494,6 @@ def _training_workload() -> None:
         key="train_tokens",
         max_chars=40,
         placeholder="neither: priced per billion tokens",
-        help="The job's length as the tokens it trains on, instead of steps (sequences per step × sequence length)",
     )
 
 
@@ -529,7 +507,6 @@ def _lora() -> None:
         "Adapter variant",
         CHOICES["workload.lora.variant"],
         key="variant",
-        help="dora: weight-decomposed LoRA (a learned magnitude per output row)",
     )
 
 
@@ -540,7 +517,6 @@ def _objective() -> None:
         "Objective",
         CHOICES["workload.objective"],
         key="objective",
-        help="next_token: SFT; preference: DPO and its family; reward: a reward model; grpo: RL with a rollout engine",
     )
     objective = st.session_state["objective"]
     if objective == "preference":
@@ -559,7 +535,6 @@ def _objective() -> None:
             "Engine sleep level",
             get_args(SleepLevel),
             key="rl_sleep_level",
-            help="vLLM sleep mode between phases: 1 weights to host, KV cache freed; 2 both freed",
         )
         drawn(st.checkbox, "Offload the policy during rollout", key="rl_offload_during_rollout")
 
@@ -573,7 +548,6 @@ def workload_inputs() -> None:
             CHOICES["workload.task"],
             key="task",
             on_change=_on_task,
-            help="finetune = full fine-tune; lora/qlora train adapters on a frozen (4-bit) base",
         )
         task = st.session_state["task_drawn"] = st.session_state["task"]
         if task in TRAINING_TASKS:
@@ -606,7 +580,6 @@ def _training_precision() -> None:
         "Master weights",
         CHOICES["precision.master_weights"],
         key="master_weights",
-        help="fp32: mixed precision with an fp32 copy; none: pure low-precision training",
     )
     drawn(st.selectbox, "Gradients", CHOICES["precision.gradients"], key="gradients")
     drawn(st.selectbox, "Optimizer", CHOICES["precision.optimizer"], key="optimizer")
@@ -616,7 +589,6 @@ def _training_precision() -> None:
         "Optimizer implementation",
         CHOICES["precision.optimizer_impl"],
         key="optimizer_impl",
-        help="foreach (PyTorch's CUDA default) makes a temporary copy at the step",
     )
     if st.session_state["optimizer"] in EIGHT_BIT_OPTIMIZERS:
         drawn(
@@ -624,7 +596,6 @@ def _training_precision() -> None:
             "8-bit optimizer library",
             CHOICES["precision.optimizer_library"],
             key="optimizer_library",
-            help="torchao keeps tensors its block does not divide at full precision, and a map per state",
         )
         drawn(
             st.number_input,
@@ -632,14 +603,12 @@ def _training_precision() -> None:
             0,
             65_536,
             key="optimizer_block_size",
-            help="2048 in bitsandbytes before 0.44 and torchao before 0.6",
         )
         if st.session_state["optimizer_library"] == "bitsandbytes":
             drawn(
                 st.checkbox,
                 "32-bit states for embeddings",
                 key="fp32_embedding_states",
-                help="HF Trainer's override for bitsandbytes 8-bit optimizers",
             )
 
 
@@ -653,7 +622,6 @@ def precision_inputs() -> None:
             "Compute",
             CHOICES["precision.compute"],
             key="compute",
-            help="Matmul dtype; fp8: float8 matmuls with bf16 activations",
         )
         if st.session_state["compute"] == "fp8":
             drawn(
@@ -661,14 +629,12 @@ def precision_inputs() -> None:
                 "Low-precision recipe",
                 CHOICES["precision.fp8_recipe"],
                 key="fp8_recipe",
-                help="Scaling of the float8 (or 4-bit) matmul operands (torchao)",
             )
             if task in TRAINING_TASKS:
                 drawn(
                     st.checkbox,
                     "Float8 all-gather",
                     key="fp8_all_gather",
-                    help="FSDP all-gathers layers' weights in float8 instead of 16 bits (ZeRO-3)",
                 )
         if task in FROZEN_WEIGHTS:
             _frozen_weights(task)
@@ -684,8 +650,6 @@ def _training_techniques() -> None:
         "Loss",
         CHOICES["techniques.loss"],
         key="loss",
-        help="full: the whole logits upcast to fp32 (HF); chunked: the output projection and loss run on slices "
-        "of tokens (torchtune); fused: Liger fused linear cross-entropy",
     )
     if st.session_state["loss"] == "chunked":
         drawn(st.number_input, "Loss chunks", 1, 1024, key="loss_chunks")
@@ -693,8 +657,6 @@ def _training_techniques() -> None:
         st.checkbox,
         "Optimizer in backward",
         key="optimizer_in_backward",
-        help="Step and free each gradient during backward (torchtune optimizer_in_bwd); needs one micro-batch "
-        "per step, no ZeRO, no offload",
     )
     if st.session_state["compile"]:
         drawn(
@@ -702,15 +664,11 @@ def _training_techniques() -> None:
             "Compiled",
             CHOICES["techniques.compile_scope"],
             key="compile_scope",
-            help="blocks: the transformer blocks only (torchtitan Dec 2024 - Mar 2025); loss: a compiled "
-            "cross-entropy keeps no fp32 copy of the logits; blocks_and_loss: both (torchtitan since 2025-04, "
-            "torchtune, HF Trainer)",
         )
     drawn(
         st.checkbox,
         "Activation offloading",
         key="activation_offload",
-        help="Saved activations wait in pinned host memory between forward and backward (torchtune)",
     )
 
 
@@ -729,9 +687,6 @@ def technique_inputs(models: dict[str, Preset]) -> None:
             "Activation checkpointing",
             CHOICES["techniques.activation_checkpointing"],
             key="activation_checkpointing",
-            help="full: keep layer inputs only and recompute; selective: recompute attention scores (Megatron); "
-            "selective_op: save matmul and attention outputs, recompute the rest (torchtitan); every_k: "
-            "checkpoint every k-th layer (torchtitan)",
         )
         if st.session_state["activation_checkpointing"] == "every_k":
             drawn(st.number_input, "Checkpoint every k-th layer", 1, 1024, key="checkpoint_every")
@@ -740,14 +695,11 @@ def technique_inputs(models: dict[str, Preset]) -> None:
             "Attention",
             CHOICES["techniques.attention"],
             key="attention",
-            help="flash: fused kernel, no s×s scores kept; eager: scores materialized",
         )
         drawn(
             st.checkbox,
             "torch.compile",
             key="compile",
-            help="Training: fused elementwise ops save fewer intermediates. Generation over a static cache: the "
-            "decode step is captured as a CUDA graph",
         )
         if st.session_state["task"] in TRAINING_TASKS:
             drawn(
@@ -755,15 +707,12 @@ def technique_inputs(models: dict[str, Preset]) -> None:
                 "Offload",
                 CHOICES["techniques.offload"],
                 key="offload",
-                help="Move optimizer states (and parameters, ZeRO-3) to CPU memory",
             )
             _training_techniques()
         drawn(
             st.checkbox,
             "Expandable segments",
             key="expandable_segments",
-            help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator grows one segment by "
-            "mapping pages, leaving fewer unusable holes (torchtitan's launcher sets it)",
         )
         if _has_experts(models):
             drawn(
@@ -773,8 +722,6 @@ def technique_inputs(models: dict[str, Preset]) -> None:
                 64.0,
                 step=0.25,
                 key="moe_capacity_factor",
-                help="Token-dropping MoE training pads each expert's buffer to this multiple of its even share of "
-                "the routed tokens (GShard, Megatron); HF and vLLM are dropless",
             )
 
 
@@ -789,15 +736,12 @@ def _pipeline() -> None:
             "Layer split",
             CHOICES["parallelism.pipeline_split"],
             key="pipeline_split",
-            help="even: the stages divide the layers (Megatron); weighted: the embedding and the output head count "
-            "as a layer each (torchtitan); auto: even where possible",
         )
         drawn(
             st.text_input,
             "Layers per chunk (optional)",
             key="pipeline_layers",
             placeholder="e.g. 12,17,17,12",
-            help="The layers of each pipeline chunk in order, comma-separated; when given it is the split",
         )
 
 
@@ -813,7 +757,7 @@ def _zero() -> None:
     s = st.session_state
     if s["count"] // (s["tensor"] * s["pipeline"]) <= 1:
         return
-    drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage", help="3 = FSDP full shard")
+    drawn(st.selectbox, "ZeRO stage", CHOICES["parallelism.zero_stage"], key="zero_stage")
     if s["zero_stage"]:
         drawn(
             st.number_input,
@@ -822,7 +766,6 @@ def _zero() -> None:
             10**11,
             step=10**8,
             key="reduce_bucket_elements",
-            help="reduce_bucket_size: a flat gradient bucket of this many elements (DeepSpeed's default 5e8)",
         )
         drawn(
             st.number_input,
@@ -831,14 +774,12 @@ def _zero() -> None:
             10**13,
             step=10**8,
             key="sub_group_elements",
-            help="sub_group_size: the step casts this many gradient elements at a time to fp32 (default 1e9)",
         )
     if s["zero_stage"] == 3 and s["task"] in ADAPTER_TASKS:
         drawn(
             st.checkbox,
             "FSDP1 flat parameters",
             key="flat_params",
-            help="use_orig_params=True with one unit per block: the frozen base gets gradients too",
         )
 
 
@@ -861,8 +802,6 @@ def _offering(catalog: Catalog) -> None:
         ["", *ids],
         key="offering",
         format_func=partial(_offering_label, catalog),
-        help="An instance type from the catalog: its GPUs per instance, network and host RAM shape the plan's "
-        "time and offload; its price the cost",
     )
     drawn(
         st.number_input,
@@ -871,7 +810,6 @@ def _offering(catalog: Catalog) -> None:
         1_000_000.0,
         step=16.0,
         key="host_memory_gib_per_gpu",
-        help=f"What offloaded states may use; without an offering {DEFAULT_HOST_GIB_PER_GPU} GiB",
     )
     st.number_input(
         "Your price, USD per GPU-hour (0: the catalog's)",
@@ -893,21 +831,19 @@ def parallelism_inputs(catalog: Catalog) -> None:
             1,
             MAX_DEGREE,
             key="count",
-            help="All the GPUs; data parallelism is what tensor, pipeline and context parallelism leave of them",
         )
         if st.session_state["task"] in TRAINING_TASKS:  # sharding of training states
             _zero()
         drawn(st.selectbox, "Tensor parallel", [1, 2, 4, 8, 16], key="tensor")
-        drawn(st.checkbox, "Sequence parallel", key="sequence_parallel", help="With tensor parallelism")
+        drawn(st.checkbox, "Sequence parallel", key="sequence_parallel")
         drawn(
             st.checkbox,
             "Async tensor parallel",
             key="async_tp",
-            help="Communication overlapped with the matmuls (torchtitan; needs sequence parallel and torch.compile)",
         )
         _pipeline()
         drawn(st.number_input, "Context parallel", 1, 1024, key="context")
-        drawn(st.number_input, "Expert parallel", 1, 4096, key="expert", help="MoE experts over data-parallel GPUs")
+        drawn(st.number_input, "Expert parallel", 1, 4096, key="expert")
         st.caption(f"Data parallel: {_data_degree()} (GPUs ÷ tensor × pipeline × context)")
         _offering(catalog)
 

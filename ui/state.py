@@ -31,6 +31,7 @@ from planner.plan.codec import (
     takes_integers,
 )
 from planner.plan.config import Inference, Lora, Plan, Rl, section_keys
+from planner.plan.docs import key_doc
 from planner.plan.models import MODEL_KEYS
 
 DEFAULT_PLAN = {
@@ -152,6 +153,8 @@ def _paths() -> dict[str, tuple[str, ...]]:
 
 PATHS = _paths()
 WIDGET_OF = {".".join(path): key for key, path in PATHS.items()}  # dotted plan key -> its widget's key
+# each plan input's help: its key's doc, the docstring under the plan's field (planner/plan/docs.py)
+HELP = {key: key_doc(".".join(path)) for key, path in PATHS.items()}
 # keys whose widget is a text box of comma-separated integers (a plan list of numbers)
 INTEGER_LISTS = tuple(key for key, path in PATHS.items() if takes_integers(path))
 
@@ -293,14 +296,16 @@ def link_query(plan: Plan) -> dict[str, str]:
 
 
 def drawn(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
-    """Draw an input widget and note its key: the plan is built from the widgets drawn. Under the widget of the
-    field the plan's error names (as `early_plan` found it), a slot takes that error once the plan is built
-    (`show_error_at`); the other widgets get none, which would be a hundred empty elements for the browser.
-    Inside a closed input group (ui/sidebar.py `group`) the key is noted and its value returned, undrawn: the
-    plan is the same whether the group is open or not."""
+    """Draw an input widget and note its key: the plan is built from the widgets drawn. A plan input's help is its
+    key's doc (HELP) unless the call gives one. Under the widget of the field the plan's error names (as
+    `early_plan` found it), a slot takes that error once the plan is built (`show_error_at`); the other widgets get
+    none, which would be a hundred empty elements for the browser. Inside a closed input group (ui/sidebar.py
+    `group`) the key is noted and its value returned, undrawn: the plan is the same whether the group is open or
+    not."""
     st.session_state.setdefault("drawing", []).append(key)
     if st.session_state.get("group_closed"):  # its key counts as drawn; the closed group shows no widget
         return st.session_state.get(key)
+    kwargs.setdefault("help", HELP.get(key))
     value = widget(*args, key=key, **kwargs)
     if ".".join(PATHS.get(key, ())) == st.session_state.get("error_field"):
         st.session_state.setdefault("slots", {})[key] = st.empty()  # this run's slot under the widget

@@ -28,7 +28,7 @@ from planner.formats import (
     unsloth,
     vllm,
 )
-from planner.formats.base import Document, Format, Imported, document, get_key
+from planner.formats.base import READ_ONLY, Document, Format, Imported, document, get_key
 from planner.formats.edit import Edited, check_parsed, delta, edit_text, for_syntax, syntax, written_keys
 from planner.formats.unread import unread_stack
 from planner.plan.codec import plan_from_dict, plan_to_dict
@@ -262,7 +262,7 @@ def round_trip(plan: Plan, fmt: Format, keys: tuple[str, ...] | None = None) -> 
     """The keys (default `fmt.says`) whose value changes on plan → config → plan, as {key: (planned, read back)};
     the config is read over a plan that keeps only the original's model and GPU (read_back), so a key counts as
     said only if the config itself says it."""
-    planned, back = plan_to_dict(plan), plan_to_dict(read_back(plan, fmt, fmt.write(plan)))
+    planned, back = plan_to_dict(plan), plan_to_dict(read_back(plan, fmt, fmt.written(plan)))
     return {
         key: (get_key(planned, key), get_key(back, key))
         for key in (fmt.says if keys is None else keys)
@@ -284,7 +284,7 @@ def export_config(plan: Plan, fmt: Format) -> tuple[str, dict[str, tuple[Any, An
     config runs)}; each is a key of `fmt.cannot_say`, which says why); a format whose framework does not run the
     plan's task is refused."""
     _exportable(plan, fmt)
-    return _carried(plan, fmt, fmt.write(plan))
+    return _carried(plan, fmt, fmt.written(plan))
 
 
 def _carried(plan: Plan, fmt: Format, text: str) -> tuple[str, dict[str, tuple[Any, Any]]]:
@@ -298,7 +298,7 @@ def _carried(plan: Plan, fmt: Format, text: str) -> tuple[str, dict[str, tuple[A
 def _exportable(plan: Plan, fmt: Format) -> None:
     """Refuse a read-only format, and one whose framework does not run the plan's task."""
     if fmt.write is None:
-        raise bad("--to", fmt.name, "is read only: its configs are imported, not exported")
+        raise bad("--to", fmt.name, READ_ONLY)
     offered = formats_for(plan)
     if fmt not in offered:
         kind = "serves models" if fmt.framework in INFERENCE_FRAMEWORKS else "trains models"
@@ -350,7 +350,7 @@ def export_onto(
         raise PlanError("--onto", f"the config is not a {fmt.label}: give the config the plan was imported from")
     base = imported_plan(plan, fmt, original) if base is None else base
     try:
-        before = fmt.write(base)
+        before = fmt.written(base)
     except PlanError as exc:
         raise bad(
             "--onto",
@@ -365,7 +365,7 @@ def export_onto(
             "config registries are Python functions, which an export does not edit; export "
             "without the original (a TOML)",
         )
-    moved = delta(written_keys(before, fmt.suffix), written_keys(fmt.write(plan), fmt.suffix))
+    moved = delta(written_keys(before, fmt.suffix), written_keys(fmt.written(plan), fmt.suffix))
     edited = edit_text(
         original, kind, for_syntax(moved, kind), program=PROGRAMS.get(fmt.name), aliases=ALIASES.get(fmt.name)
     )

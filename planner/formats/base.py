@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from planner.errors import OverLimit, PlanError
+from planner.errors import OverLimit, PlanError, bad
 from planner.loader import CONFIG, check_size
 from planner.plan.config import Inference, Plan, Workload
 from planner.plan.models import aliases, presets
@@ -102,6 +102,15 @@ class Format:
     cannot_say: dict[str, str] = field(default_factory=dict)
     # read also takes files=, a function giving the text of a file the config names (None where there is none)
     reads_files: bool = False
+
+    def written(self, plan: Plan) -> str:
+        """`write` of the plan (a PlanError naming --to where the format is read only)."""
+        if self.write is None:
+            raise bad("--to", self.name, READ_ONLY)
+        return self.write(plan)
+
+
+READ_ONLY = "is read only: its configs are imported, not exported"
 
 
 # the plan's own defaults, which a config that does not say a key gets (issue 31: each is named where taken)

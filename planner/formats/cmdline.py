@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,13 +135,13 @@ def command_line(text: str, engine: Engine) -> tuple[list[str], list[str], list[
     runs = f"does not run {engine.name} ({' or '.join(map(' '.join, engine.starts))})"
     if start is None:
         raise bad("command", text.strip()[:60], runs)
-    env = [ASSIGNMENT.match(line).group(1) for line in found[:start] if ASSIGNMENT.match(line)]
+    env = [m.group(1) for line in found[:start] if (m := ASSIGNMENT.match(line))]
     others = [line for line in found[:start] if not ASSIGNMENT.match(line)] + found[start + 1 :]
     assignments, tokens = environment(words(found[start]))
     head = _head(tokens, engine.starts)
     if head is None:
         raise bad("command", found[start][:60], runs)
-    return env + [ASSIGNMENT.match(a).group(1) for a in assignments], tokens[head:], others
+    return env + [m.group(1) for a in assignments if (m := ASSIGNMENT.match(a))], tokens[head:], others
 
 
 def _head(tokens: list[str], starts: tuple[tuple[str, ...], ...]) -> int | None:
@@ -218,7 +218,7 @@ def _switches(engine: Engine) -> frozenset[str]:
 
 
 def read_flags(
-    pairs: list[tuple[str, Any]], env: list[str], engine: Engine, *, gpus: int | None, others: list[str] = ()
+    pairs: list[tuple[str, Any]], env: list[str], engine: Engine, *, gpus: int | None, others: Sequence[str] = ()
 ) -> Imported:
     """Each flag read through the engine's table into a partial plan with the framework set."""
     out = Reading(

@@ -187,7 +187,7 @@ def _batch(led: Reading, config: dict[str, Any], data: int | None) -> None:
     """runtime/config.py _set_batch_related_parameters: train_batch_size = micro × accumulation × data-parallel
     GPUs; any two give the third, and accumulation is 1 where only one of the others is given."""
     tbs, mb, gas = (as_int(k, config[k], 1) if k in config and _given(led, k, config[k]) else None for k in BATCH_KEYS)
-    if None not in (tbs, mb, gas, data) and tbs != mb * gas * data:
+    if tbs is not None and mb is not None and gas is not None and data is not None and tbs != mb * gas * data:
         raise bad(
             "train_batch_size",
             tbs,

@@ -23,7 +23,7 @@ import yaml
 
 from planner.errors import PlanError, bad
 from planner.formats.shell import lines as shell_lines
-from planner.formats.shell import split
+from planner.formats.shell import match_end, split
 
 Path = tuple[str, ...]
 
@@ -380,7 +380,7 @@ def _json_spans(text: str) -> tuple[dict[Path, _Span], dict[Path, tuple[int, int
     """Each object member of a JSON text by path (its key's and value's place), and each object's braces."""
     members: dict[Path, _Span] = {}
     objects: dict[Path, tuple[int, int]] = {}
-    _json_value(text, _SPACE.match(text, 0).end(), (), members, objects)
+    _json_value(text, match_end(_SPACE, text, 0), (), members, objects)
     return members, objects
 
 
@@ -389,17 +389,17 @@ def _json_value(text: str, i: int, path: Path, members: dict[Path, _Span], objec
     if text[i] not in "{[":
         return _DECODER.raw_decode(text, i)[1]
     close = "}" if text[i] == "{" else "]"
-    start, i = i, _SPACE.match(text, i + 1).end()
+    start, i = i, match_end(_SPACE, text, i + 1)
     while text[i] != close:
         if close == "}":
-            name, colon = json.decoder.scanstring(text, i + 1)
-            value = _SPACE.match(text, _SPACE.match(text, colon).end() + 1).end()
+            name, colon = _DECODER.raw_decode(text, i)  # the key: a JSON string
+            value = match_end(_SPACE, text, match_end(_SPACE, text, colon) + 1)
             end = _json_value(text, value, (*path, name), members, objects)
             members[(*path, name)] = _Span(key=i, start=value, end=end)
         else:
             end = _json_value(text, i, (*path, "[]"), members, objects)
-        i = _SPACE.match(text, end).end()
-        i = _SPACE.match(text, i + 1).end() if text[i] == "," else i
+        i = match_end(_SPACE, text, end)
+        i = match_end(_SPACE, text, i + 1) if text[i] == "," else i
     if close == "}":
         objects[path] = (start, i)
     return i + 1
@@ -533,7 +533,7 @@ def _set_occurrences(
         old = m["value"]
         variable = _VARIABLE.match(old) if old else None
         assigned = _assignment(rows, variable[1]) if variable else None
-        if assigned is not None:
+        if variable is not None and assigned is not None:
             text, change = _replace(
                 rows, assigned[0], assigned[1].span("value"), f"{variable[1]} ({flag})", _sh_word(value)
             )

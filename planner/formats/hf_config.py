@@ -185,7 +185,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
 def context_window(config: Mapping[str, Any], family: str) -> int | None:
     """The longest sequence vLLM serves from this config without an override (None: the config gives no length;
     vLLM then assumes 2,048, which is no property of the model)."""
-    lengths = [v for k in LENGTH_KEYS if _count(v := config.get(k))]
+    lengths = [config[k] for k in LENGTH_KEYS if _count(config.get(k))]
     override = config.get("model_max_length")
     window = override if _count(override) else min(lengths, default=None)
     rope = config.get("rope_scaling") or config.get("rope_parameters")

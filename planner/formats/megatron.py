@@ -676,7 +676,7 @@ def _model_flags(plan: Plan) -> list[str]:
             f"--moe-router-topk {m.experts_per_token}",
             f"--moe-ffn-hidden-size {m.moe_intermediate_size}",
         ]
-        flags += [f"--moe-shared-expert-intermediate-size {m.shared_experts * m.moe_intermediate_size}"] * bool(
+        flags += [f"--moe-shared-expert-intermediate-size {m.shared_experts * m.expert_intermediate_size}"] * bool(
             m.shared_experts
         )
         flags += [f'--moe-layer-freq "([0]*{m.first_dense_layers}+[1]*{m.moe_layers})"'] * bool(m.first_dense_layers)
@@ -708,7 +708,7 @@ def _training_flags(plan: Plan) -> list[str]:
         prec.compute
     ]
     if prec.compute == "fp8":
-        flags.append(f"--fp8-recipe {WRITE_FP8[prec.fp8_recipe]}")
+        flags.append(f"--fp8-recipe {WRITE_FP8[prec.float8_recipe]}")
     flags += ["--grad-reduce-in-bf16"] * (prec.gradients == "bf16")
     flags += ["--optimizer sgd"] * (prec.optimizer == "sgd_momentum")
     flags += ["--optimizer-cpu-offload"] * (tech.offload != "none")

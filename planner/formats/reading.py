@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +46,7 @@ class Reading:
         """A key that changes memory but no plan key says."""
         self.unmodelled.append(f"{key}: {why}")
 
-    def other(
-        self, key: str, *, unmodelled: dict[str, str], ignored: frozenset[str] | set[str], name: str | None = None
-    ) -> None:
+    def other(self, key: str, *, unmodelled: dict[str, str], ignored: Collection[str], name: str | None = None) -> None:
         """A key no reader took: noted where it changes memory (`unmodelled`: why), ignored where known to leave
         it alone, else unknown (listed as `name`, the key by default)."""
         if key in unmodelled:

@@ -74,11 +74,19 @@ def split(text: str) -> list[str]:
         pos = word.end()
         quoted = "'" in word[1] or '"' in word[1] or "\\" in word[1]
         found.append(_QUOTED.sub(_unquoted, word[1]) if quoted else word[1])
-    end = _BLANKS.match(text, pos).end()
+    end = match_end(_BLANKS, text, pos)
     if end < len(text):  # a quote never closed, or a last backslash that escapes nothing (the odd one of a run)
         backslashes = len(text) - len(text.rstrip("\\"))
         raise ValueError("No escaped character" if text[end] in '\\"' and backslashes % 2 else "No closing quotation")
     return found
+
+
+def match_end(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where `pattern`, one that matches everywhere (the empty string at worst), ends when matched at `pos`."""
+    found = pattern.match(text, pos)
+    if found is None:
+        raise ValueError(f"{pattern.pattern!r} must match the empty string")
+    return found.end()
 
 
 def _unquoted(quoted: re.Match) -> str:

@@ -281,6 +281,7 @@ def _args(text: str) -> tuple[Config, list[str]]:
     env, tokens = environment(words(text))
     config: Config = {}
     launcher: list[str] = []
+    value: str | bool  # a flag's text, or True for a switch given alone
     for assignment in env:
         variable, _, value = assignment.partition("=")
         if variable in LAUNCH_VARIABLES:  # run_train.sh's environment variables for --job.config_file, --module, ...
@@ -622,11 +623,11 @@ def _data(config: Config, out: Reading, gpus: int | None, model_parallel: int, c
     if shard == 0 or shard < -1:
         raise bad(ssrc, shard, "must be -1 (the rest of the GPUs) or at least 1")
     source = ", ".join(s for s, g in ((rsrc, rgiven), (ssrc, sgiven)) if g) or f"{ssrc} (absent: JobConfig default -1)"
-    if shard == -1 and gpus is None:
-        if replicate > 1:
-            out.unmodelled.append(f"{ssrc}: -1 with {rsrc} {replicate} needs the GPU count to tell FSDP from DDP")
-        return
     if shard == -1:
+        if gpus is None:
+            if replicate > 1:
+                out.unmodelled.append(f"{ssrc}: -1 with {rsrc} {replicate} needs the GPU count to tell FSDP from DDP")
+            return
         if gpus % (replicate * model_parallel):
             raise bad(
                 ssrc,
@@ -793,10 +794,10 @@ def _toml(value: Any) -> str:
 
 
 def _write_model(plan: Plan) -> dict[str, Any]:
-    from_preset = plan.model.preset in WRITE_FLAVOR and plan.model == _preset_model(plan.model.preset)
-    if not from_preset:
+    preset = plan.model.preset
+    if preset is None or preset not in WRITE_FLAVOR or plan.model != _preset_model(preset):
         return {}
-    name, flavor = WRITE_FLAVOR[plan.model.preset]
+    name, flavor = WRITE_FLAVOR[preset]
     return {"name": name, "flavor": flavor}
 
 
@@ -832,7 +833,7 @@ def _fsdp(plan: Plan) -> bool:
 def _write_parallelism(plan: Plan) -> dict[str, Any]:
     par = plan.parallelism
     sharded = par.zero_stage != 0
-    out = {
+    out: dict[str, Any] = {
         "data_parallel_replicate_degree": 1 if sharded else par.data,
         "data_parallel_shard_degree": par.data if sharded else 1,
         "tensor_parallel_degree": par.tensor,

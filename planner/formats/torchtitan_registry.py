@@ -151,8 +151,10 @@ def evaluate(node: ast.expr, env: dict[str, Any], module: _Module) -> Any:
         return node.value if ok else Unread(text=_clip(ast.unparse(node)))
     if isinstance(node, (ast.List, ast.Tuple)):
         return [evaluate(item, env, module) for item in node.elts]
-    if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) for k in node.keys):
-        return {k.value: evaluate(v, env, module) for k, v in zip(node.keys, node.values, strict=True)}
+    if isinstance(node, ast.Dict):
+        keys = [k for k in node.keys if isinstance(k, ast.Constant)]
+        if len(keys) == len(node.keys):  # every key a literal (no ** unpacking, no computed key)
+            return {k.value: evaluate(v, env, module) for k, v in zip(keys, node.values, strict=True)}
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = evaluate(node.operand, env, module)
         if _number(operand):

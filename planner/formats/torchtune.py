@@ -566,7 +566,7 @@ def _builder(plan: Plan) -> tuple[str, str]:
     """The model builder's component and its models package."""
     preset = plan.model.preset
     names = [name for name, p in BUILDERS.items() if p == preset]
-    if not names:
+    if preset is None or not names:
         raise bad(
             "model.preset",
             preset,
@@ -599,7 +599,7 @@ def _write_model(plan: Plan, component: str) -> dict[str, Any]:
 def _write_optimizer(plan: Plan) -> dict[str, Any]:
     prec = plan.precision
     if prec.optimizer == "adamw_8bit":
-        return {"_component_": _ADAMW_8BIT_OUT[prec.optimizer_library], "lr": 2e-5}
+        return {"_component_": _ADAMW_8BIT_OUT[prec.eight_bit_library], "lr": 2e-5}
     if prec.optimizer not in _OPTIMIZER_OUT:
         raise bad("precision.optimizer", prec.optimizer, "cannot be said: torchtune has no such optimizer")
     optimizer: dict[str, Any] = {"_component_": _OPTIMIZER_OUT[prec.optimizer], "lr": 2e-5}

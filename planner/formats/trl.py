@@ -44,7 +44,17 @@ REFERENCE = "workload.preference.reference"
 # exo_pair, nca_pair, robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft,
 # sigmoid_norm) is computed from the same policy and reference log-probabilities of the chosen and rejected
 # completions, so it costs what dpo does
-DPO_LOSSES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot")
+DPO_LOSSES: tuple[str, ...] = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+)
 DPO_LOSSES += ("aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
 # keys that say a YAML with no script is a DPOConfig (SFTConfig has a loss_type too: nll or dft)
 DPO_KEYS = ("beta", "precompute_ref_log_probs", "ref_model_init_kwargs")

@@ -209,12 +209,12 @@ def _script(text: str, r: Reading) -> Calls:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise PlanError("script", f"is not Python that parses ({type(exc).__name__})") from None
-    names, calls, first = _constants(tree), {}, {}
+    names, calls, first = _constants(tree), Calls(), dict[str, int]()
     nodes = sorted(
-        (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _kind(n.func)), key=lambda n: (n.lineno, n.col_offset)
+        ((n, k) for n in ast.walk(tree) if isinstance(n, ast.Call) and (k := _kind(n.func))),
+        key=lambda found: (found[0].lineno, found[0].col_offset),
     )
-    for node in nodes:
-        kind, name = _kind(node.func)
+    for node, (kind, name) in nodes:
         if first.setdefault(name, node.lineno) != node.lineno:
             r.note(f"{name} (line {node.lineno})", f"a later call than line {first[name]}'s: not read")
             continue

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -202,7 +203,7 @@ def parse_vllm_log(text: str) -> VllmLog:
     )
 
 
-def catalog_gpu(total_bytes: int | None, catalog: dict[str, Gpu]) -> str | None:
+def catalog_gpu(total_bytes: int | None, catalog: Mapping[str, Gpu]) -> str | None:
     """The catalog GPU whose usable memory is nearest the log's total, if within GPU_MATCH of it."""
     if not total_bytes:
         return None
@@ -210,7 +211,7 @@ def catalog_gpu(total_bytes: int | None, catalog: dict[str, Gpu]) -> str | None:
     return near.id if abs(near.usable_bytes - total_bytes) <= GPU_MATCH * near.usable_bytes else None
 
 
-def plan_from_vllm_log(log: VllmLog, catalog: dict[str, Gpu] | None = None) -> Imported:
+def plan_from_vllm_log(log: VllmLog, catalog: Mapping[str, Gpu] | None = None) -> Imported:
     """The partial plan the log's arguments say (planner/formats/vllm.py reads them as flags), with the
     utilization and the context the log prints where its arguments do not say them, and the catalog GPU its
     total memory identifies."""
@@ -302,7 +303,7 @@ def _logged_name(log: VllmLog) -> str:
     return words[0] if words and not words[0].startswith("-") else ""
 
 
-def same_model(plan: Plan, log: VllmLog, catalog: dict[str, Gpu]) -> None:
+def same_model(plan: Plan, log: VllmLog, catalog: Mapping[str, Gpu]) -> None:
     """Refuse a plan of another architecture than the model the log's arguments name (a preset, or one of its
     architecture under another checkpoint's name): its figures are not the log's run's."""
     said = plan_from_vllm_log(log, catalog).plan.get("model")
@@ -331,7 +332,7 @@ def weights_note(log: VllmLog, planned: int | None) -> str:
     )
 
 
-def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> Comparison:
+def compare(plan: Plan, log: VllmLog, catalog: Mapping[str, Gpu] | None = None) -> Comparison:
     """The log's figures beside the planner's for the same items (planner/memory/inference.py's Estimate items),
     and the KV tokens and concurrency the log's KV memory holds at the planner's bytes per token. A training plan,
     or one of another model than the log names, is refused; weights of another size are noted."""
@@ -349,7 +350,7 @@ def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> 
         "weights": by_name.get("weights"),
         "non-torch memory": sum(by_name.get(n, 0) for n in non_torch),
         "activation peak": by_name.get("activations"),
-        "KV cache": est.serving.kv_budget_bytes,
+        "KV cache": est.served.kv_budget_bytes,
         "CUDA graphs": by_name.get("cuda_graphs", 0),
     }
     logged = {
@@ -373,12 +374,12 @@ def compare(plan: Plan, log: VllmLog, catalog: dict[str, Gpu] | None = None) -> 
         kv_bytes_per_token=per_token,
         log_kv_tokens=tokens,
         log_concurrency=tokens / ctx if tokens is not None else None,
-        plan_kv_tokens=est.serving.kv_budget_bytes // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
-        plan_concurrency=est.serving.max_concurrent_sequences,
+        plan_kv_tokens=est.served.kv_budget_bytes // per_token // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS,
+        plan_concurrency=est.served.max_concurrent_sequences,
     )
 
 
-def _log_plan(log: VllmLog, catalog: dict[str, Gpu]) -> Plan:
+def _log_plan(log: VllmLog, catalog: Mapping[str, Gpu]) -> Plan:
     """The plan the log's arguments say (on the default plan's other keys)."""
     imported = plan_from_vllm_log(log, catalog)
     if "model" not in imported.plan:
@@ -416,7 +417,7 @@ def calibration_lines(plan: Plan, gpu_name: str, cmp: Comparison, log: VllmLog) 
     return lines
 
 
-def vllm_log_table(text: str, plan_text: str | None, catalog: dict[str, Gpu]) -> str:
+def vllm_log_table(text: str, plan_text: str | None, catalog: Mapping[str, Gpu]) -> str:
     """The `vllm-log` command's answer: the log's figures beside the plan's, and the calibrated KV capacity."""
     log = parse_vllm_log(text)
     plan = plan_from_yaml(plan_text) if plan_text is not None else _log_plan(log, catalog)

@@ -17,12 +17,13 @@ import importlib
 import importlib.util
 import json
 import subprocess
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, get_args
 
-from planner.catalog import load_catalog
+from planner.catalog import Gpu, load_catalog
 from planner.errors import PlanError, bad
 from planner.memory import estimate
 from planner.plan.codec import plan_from_dict, plan_to_dict
@@ -235,7 +236,7 @@ def attn_implementation(plan: dict) -> str:
     return "eager" if plan["techniques"].get("attention", "flash") == "eager" else "sdpa"
 
 
-def predict(plan: dict, catalog: dict | None = None) -> dict[str, int]:
+def predict(plan: dict, catalog: Mapping[str, Gpu] | None = None) -> dict[str, int]:
     est = estimate(plan_from_dict(plan), catalog if catalog is not None else load_catalog(None))
     return {
         "peak_allocated_bytes": est.peak_allocated_bytes,

@@ -51,12 +51,12 @@ def attention_acts(plan: Plan, b16: int, frozen: bool = False) -> tuple[int, int
     latents = 0
     if m.mla:
         if plan.techniques.attention == "flash":  # eager's matmul saves a contiguous copy of the values instead
-            v = a * (m.head_dim + m.v_head_dim)
-        latents = (4 + 2 * b16) * ((m.q_lora_rank or 0) + m.kv_lora_rank)
+            v = a * (m.head_dim + m.latent_v_head_dim)
+        latents = (4 + 2 * b16) * ((m.q_lora_rank or 0) + m.latent_rank)
     attention = b16 * (q + k + v + out) + latents + qk
     formula = f"{b16}(q + k + v + out) = {b16}×({count(q)} + {count(k)} + {count(v)} + {count(out)})"
     if latents:
-        formula += f" + latents (4 + 2×{b16})×{count((m.q_lora_rank or 0) + m.kv_lora_rank)}"
+        formula += f" + latents (4 + 2×{b16})×{count((m.q_lora_rank or 0) + m.latent_rank)}"
     if qk:
         formula += f" + q/k norms {count(qk)}"
     if plan.techniques.attention == "flash":
@@ -91,7 +91,7 @@ def _lora_moe_acts(plan: Plan, b16: int) -> tuple[int, str]:
     m = plan.model
     if not m.num_experts:
         return 0, ""
-    e = m.moe_intermediate_size // plan.parallelism.tensor
+    e = m.expert_intermediate_size // plan.parallelism.tensor
     kept = 3 if m.mlp == "swiglu" else 1
     slots = routed_slots(plan)
     moe_mlp = 4 * m.num_experts + round(slots * b16 * (m.hidden_size + kept * e)) + m.shared_experts * kept * b16 * e
@@ -190,7 +190,7 @@ def _moe_acts(plan: Plan, b16: int, factor: int) -> tuple[int, str]:
     m = plan.model
     if not m.num_experts:
         return 0, ""
-    h, e, k = m.hidden_size, m.moe_intermediate_size // plan.parallelism.tensor, m.experts_per_token
+    h, e, k = m.hidden_size, m.expert_intermediate_size // plan.parallelism.tensor, m.experts_per_token
     # DeepSeek's routers (V2/V3: the latent-attention presets) run in fp32 on an fp32 copy of the input (+4h)
     router_copy = 4 * h if m.mla else 0
     slots = routed_slots(plan)
@@ -276,7 +276,7 @@ def recurrent_acts(plan: Plan, b16: int, kind: str) -> tuple[int, str]:
         saved = b16 * (3 * inner + 2 * gn + heads) + 4 * groups
         return saved, f"Mamba-2 {b16}(3I + 2GN + H) + 4G = {count(saved)}"
     hv, key, value = gdn_widths(m, t)
-    qk = 2 * hv * m.linear_key_head_dim
+    qk = 2 * hv * m.gdn_dims[2]
     saved = b16 * (2 * key + value + qk + value + GDN_A_WIDTH * hv + hv + 3 * value) + 4 * (3 * hv + hv)
     return saved, f"GDN {b16}(conv in + q, k at Hv + v + A + β + 3 Hv·Dv) + 4 × 4Hv = {count(saved)}"
 
@@ -287,7 +287,7 @@ def _pattern_mean(
     """A hybrid layer's saved bytes averaged over the stage's layers: each layer's mixer (attention or
     recurrent); one-sublayer blocks (Nemotron-H) have one norm and an FFN only in `-` blocks."""
     m, (norms, attention, scores, mlp, moe_mlp) = plan.model, acts
-    kinds = [m.layer_pattern[i] for i in stage_layer_indices(plan, stage)]
+    kinds = [m.pattern[i] for i in stage_layer_indices(plan, stage)]
     n, attn_layers = len(kinds), kinds.count("*")
     mixers, parts = attn_layers * attention, [f"{attn_layers} × attention {attention_formula}"]
     for kind in RECURRENT:

@@ -67,15 +67,15 @@ def _splits(pool: Pool, remaining: int) -> bool:
 
 
 @dataclass(eq=False)
-class _Block:
+class Block:
     address: int
     size: int
     pool: Pool
     segment: int
     free: bool = True
     unmapped: int = 0  # expandable segments: bytes of this free block whose pages were given back
-    prev: _Block | None = None
-    next: _Block | None = None
+    prev: Block | None = None
+    next: Block | None = None
 
 
 @dataclass(kw_only=True)
@@ -90,11 +90,11 @@ class CachingAllocator:
     peak_allocated_bytes: int = 0
     peak_reserved_bytes: int = 0
     cache_flushes: int = 0  # times a failed cudaMalloc released the cache and retried
-    _free: dict[Pool, list[tuple[int, int, _Block]]] = field(default_factory=lambda: {"small": [], "large": []})
-    _tails: dict[Pool, _Block] = field(default_factory=dict)  # expandable: the last block of each pool's segment
+    _free: dict[Pool, list[tuple[int, int, Block]]] = field(default_factory=lambda: {"small": [], "large": []})
+    _tails: dict[Pool, Block] = field(default_factory=dict)  # expandable: the last block of each pool's segment
     _ends: dict[Pool, int] = field(default_factory=lambda: {"small": 0, "large": 0})  # each pool's own addresses
 
-    def malloc(self, size_bytes: int) -> _Block:
+    def malloc(self, size_bytes: int) -> Block:
         size, pool = round_size(size_bytes), pool_of(size_bytes)
         block = self._best_fit(pool, size) or self._grow(pool, size)
         if block.unmapped:  # expandable: map pages given back under pressure again
@@ -103,7 +103,7 @@ class CachingAllocator:
             self._account(remap)
             block.unmapped -= remap
         if _splits(pool, block.size - size):
-            rest = _Block(
+            rest = Block(
                 block.address + size,
                 block.size - size,
                 pool,
@@ -123,7 +123,7 @@ class CachingAllocator:
         self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
         return block
 
-    def free(self, block: _Block) -> None:
+    def free(self, block: Block) -> None:
         self.allocated_bytes -= block.size
         block.free = True
         for neighbour in (block.prev, block.next):
@@ -132,7 +132,7 @@ class CachingAllocator:
                 block = self._merge(block, neighbour)
         self._cache(block)
 
-    def _merge(self, block: _Block, other: _Block) -> _Block:
+    def _merge(self, block: Block, other: Block) -> Block:
         first, second = (block, other) if block.address < other.address else (other, block)
         first.size += second.size
         first.unmapped += second.unmapped
@@ -143,44 +143,44 @@ class CachingAllocator:
             self._tails[first.pool] = first
         return first
 
-    def _cache(self, block: _Block) -> None:
+    def _cache(self, block: Block) -> None:
         bisect.insort(self._free[block.pool], (block.size, block.address, block))
 
-    def _uncache(self, block: _Block) -> None:
+    def _uncache(self, block: Block) -> None:
         free = self._free[block.pool]
         del free[bisect.bisect_left(free, (block.size, block.address), key=lambda e: e[:2])]
 
-    def _best_fit(self, pool: Pool, size: int) -> _Block | None:
+    def _best_fit(self, pool: Pool, size: int) -> Block | None:
         free = self._free[pool]
         i = bisect.bisect_left(free, (size, -1), key=lambda e: e[:2])
         if i == len(free):
             return None
         return free.pop(i)[2]
 
-    def _grow(self, pool: Pool, size: int) -> _Block:
+    def _grow(self, pool: Pool, size: int) -> Block:
         """A new segment (or, expandable, a longer one) for a request the cache cannot serve."""
         if self.expandable:
             return self._extend(pool, size)
         new = segment_size(size)
         self._make_room(new)
         self._account(new)
-        block = _Block(self._ends[pool], new, pool, segment=self._ends[pool], free=False)
+        block = Block(self._ends[pool], new, pool, segment=self._ends[pool], free=False)
         self._ends[pool] += new
         return block
 
-    def _extend(self, pool: Pool, size: int) -> _Block:
+    def _extend(self, pool: Pool, size: int) -> Block:
         page = SMALL_BUFFER_BYTES if pool == "small" else LARGE_BUFFER_BYTES
         tail = self._tails.get(pool)
         have = tail.size if tail is not None and tail.free else 0
         grow = -(-(size - have) // page) * page
         self._make_room(grow)
         self._account(grow)
-        if have:
+        if tail is not None and have:
             self._uncache(tail)
             tail.size += grow
             self._ends[pool] += grow
             return tail
-        block = _Block(self._ends[pool], grow, pool, segment=-1 if pool == "small" else -2, prev=tail)
+        block = Block(self._ends[pool], grow, pool, segment=-1 if pool == "small" else -2, prev=tail)
         if tail is not None:
             tail.next = block
         self._ends[pool] += grow
@@ -221,7 +221,7 @@ class CachingAllocator:
             self._free[pool] = keep
 
     @staticmethod
-    def _whole_pages(block: _Block) -> int:
+    def _whole_pages(block: Block) -> int:
         page = SMALL_BUFFER_BYTES if block.pool == "small" else LARGE_BUFFER_BYTES
         start, end = -(-block.address // page) * page, (block.address + block.size) // page * page
         return max(end - start, 0)
@@ -230,7 +230,7 @@ class CachingAllocator:
 def replay(events: Iterable[Event], *, capacity_bytes: int | None = None, expandable: bool = False) -> CachingAllocator:
     """The allocator after a trace: `("a", id, bytes)` allocates, `("f", id, 0)` frees what `id` allocated."""
     alloc = CachingAllocator(capacity_bytes=capacity_bytes, expandable=expandable)
-    live: dict[int, _Block] = {}
+    live: dict[int, Block] = {}
     for kind, key, size in events:
         if kind == "a":
             live[key] = alloc.malloc(size)

@@ -204,7 +204,11 @@ def weight_casts(ctx: StageContext, k: Kept) -> tuple[Item | None, Item | None, 
     if not ctx.autocast:
         return None, None, None
     keep = 1 - k.share
-    factors = (Factor(ctx.sp.matmul, "matmul params"), Factor(2, "B"), Factor(ctx.in_flight, spec="g"))
+    factors: tuple[Factor, ...] = (
+        Factor(ctx.sp.matmul, "matmul params"),
+        Factor(2, "B"),
+        Factor(ctx.in_flight, spec="g"),
+    )
     if keep < 1:
         factors += (Factor(keep, "(layers not checkpointed)", ".3g"),)
     casts = item("weight_casts", "Weight casts (autocast)", Product(factors), CASTS_NOTE, ctx.detail)

@@ -107,7 +107,7 @@ def _kv_bytes_per_token(lay: Layout, kv_dtype: str) -> int:
         # latent attention caches the kv latent and the shared RoPE key, (d_c + d_h^R) per layer (DeepSeek-V2
         # paper §2.1.2), the same on every tensor-parallel rank: vLLM's MLA backends and HF transformers 5
         # (DeepseekV3Attention updates the cache before expand_kv)
-        width = m.kv_lora_rank + m.qk_rope_head_dim
+        width = m.latent_rank + m.qk_rope_head_dim
     else:  # K and V per KV head on this rank (≥ one head)
         _, k, v, _ = attention_widths(m, lay.tensor)
         width = k + v
@@ -214,12 +214,10 @@ def _attention_peak(plan: Plan, chunk: int, bc: int) -> tuple[int, int]:
     m, t, inf = plan.model, plan.parallelism.tensor, plan.workload.inference
     q, k, v, out = attention_widths(m, t)
     a_r = m.num_attention_heads // t
-    v_alive = a_r * (m.head_dim + m.v_head_dim) if m.mla else v
+    v_alive = a_r * (m.head_dim + m.latent_v_head_dim) if m.mla else v
     if m.mla:
         peak = (
-            chunk
-            * (2 * q + k + v_alive + out + a_r * m.qk_rope_head_dim + 2 * m.kv_lora_rank + m.qk_rope_head_dim)
-            * bc
+            chunk * (2 * q + k + v_alive + out + a_r * m.qk_rope_head_dim + 2 * m.latent_rank + m.qk_rope_head_dim) * bc
         )
     else:
         peak = chunk * (q + k + v + out) * bc
@@ -246,7 +244,7 @@ def _forward(plan: Plan, gpu: Gpu) -> _Forward:
         chunk = engine_batched_tokens(plan, gpu)
     mlp_peak = (3 if m.mlp == "swiglu" else 2) * chunk * shapes["up"][1] * bc
     if m.num_experts:  # fused MoE: intermediate caches of the routed tokens (T·k × (2I_e, I_e, h)), router logits
-        e_inter = m.moe_intermediate_size // t
+        e_inter = m.expert_intermediate_size // t
         moe_peak = chunk * m.experts_per_token * (3 * e_inter + h) * bc + chunk * m.num_experts * 4
         mlp_peak = max(mlp_peak if m.moe_layers < m.num_layers else 0, moe_peak)
     attn_peak, v_alive = _attention_peak(plan, chunk, bc)
@@ -436,7 +434,7 @@ def _serving(plan: Plan, gpu: Gpu, detail: bool) -> Estimate:
         else sum(i.bytes for i in runtime if i.name == "cuda_context")
     )
     outside_bytes = sum(i.bytes for i in outside)
-    total = int((gpu.usable_bytes - (before if static else 0)) * inf.gpu_memory_utilization)
+    total = int((gpu.usable_bytes - (before if static else 0)) * inf.engine_fraction)
     charged = runtime_bytes - before
     budget = max(0, total - weights.bytes - workspace.bytes - sum(i.bytes for i in inside) - charged)
     seq_bytes, concurrent, concurrency, text, args = _paged(plan, budget)

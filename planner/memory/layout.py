@@ -194,7 +194,7 @@ def _rows_and_largest(lay: Layout, dense: int, moe: int) -> tuple[int, int]:
     rows = dense * sum(o for _, o in shapes.values())
     largest = max(i * o for i, o in shapes.values())
     if moe:
-        e_inter = m.moe_intermediate_size // t
+        e_inter = m.expert_intermediate_size // t
         per_expert_rows = (2 * e_inter if m.mlp == "swiglu" else e_inter) + m.hidden_size
         experts_here = m.num_experts // ep + m.shared_experts
         rows += moe * (sum(shapes[k][1] for k in ("q", "k", "v", "o")) + experts_here * per_expert_rows + m.num_experts)
@@ -219,7 +219,7 @@ def _adapter_params(lay: Layout, stage: int, dense: int, moe: int) -> int:
         m, mlp_targets, lora.rank, t
     )
     if moe:  # MLP adapters on every expert of this rank (PEFT targets each expert's projections by name)
-        e, h = m.moe_intermediate_size // t, m.hidden_size
+        e, h = m.expert_intermediate_size // t, m.hidden_size
         expert_shapes = {"gate": (h, e), "up": (h, e), "down": (e, h)}
         per_expert = sum(lora.rank * sum(expert_shapes[x]) for x in mlp_targets)
         adapters += moe * per_expert * (m.num_experts // ep + m.shared_experts)

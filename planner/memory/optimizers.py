@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from planner.memory.layout import Layout, StageParams
 from planner.memory.terms import Described, Factor, Product, Sum, Term, fixed
-from planner.plan.config import Precision
+from planner.plan.config import Lora, Precision
 from planner.plan.dtypes import nbytes
 
 # 8-bit AdamW (bitsandbytes Optimizer2State.init_state; torchao optim/adam.py _new_buffer): two uint8 states per
@@ -43,16 +43,17 @@ def _expert_shapes(lay: Layout, sp: StageParams) -> tuple[dict[str, tuple[int, i
     m = lay.model
     if not sp.moe_layers:
         return {}, 0
-    e, h = m.moe_intermediate_size // lay.tensor, m.hidden_size
+    e, h = m.expert_intermediate_size // lay.tensor, m.hidden_size
     shapes = {"gate": (h, e), "up": (h, e), "down": (e, h)} if m.mlp == "swiglu" else {"up": (h, e), "down": (e, h)}
     return shapes, m.num_experts // lay.expert + m.shared_experts
 
 
-def _lora_trainable(lay: Layout, sp: StageParams) -> Trainable:
+def _lora_trainable(lay: Layout, lora: Lora, sp: StageParams) -> Trainable:
     shapes = lay.shapes
     expert_shapes, experts_here = _expert_shapes(lay, sp)
-    r, mats = lay.lora.rank, []
-    for t in lay.lora.targets:
+    r, mats = lora.rank, []
+    for t in lora.targets:
+        pieces: tuple[tuple[tuple[int, int], int], ...]
         if t in expert_shapes:  # an MLP target: dense layers, and every expert of the MoE layers
             pieces = ((shapes[t], sp.dense_layers), (expert_shapes[t], sp.moe_layers * experts_here))
         else:
@@ -67,7 +68,7 @@ def _lora_trainable(lay: Layout, sp: StageParams) -> Trainable:
 def trainable(lay: Layout, stage: int) -> Trainable:
     sp = lay.stages[stage]
     if lay.lora is not None:
-        return _lora_trainable(lay, sp)
+        return _lora_trainable(lay, lay.lora, sp)
     m, shapes = lay.model, lay.shapes
     layers = sp.dense_layers + sp.moe_layers
     expert_shapes, experts_here = _expert_shapes(lay, sp)
@@ -115,7 +116,7 @@ def _adamw(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
 
 def _adamw_8bit(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     paged, torchao = prec.optimizer in PAGED_OPTIMIZERS, prec.optimizer_library == "torchao"
-    block = prec.optimizer_block_size
+    block = prec.eight_bit_block_size
     kept = [(r * c, n) for r, c, n in tr.matrices if r * c >= MIN_8BIT_ELEMENTS and not (torchao and r * c % block)]
     if prec.fp32_embedding_states and tr.embedding:  # HF Trainer: nn.Embedding weights keep 32-bit states
         kept.remove((tr.embedding, 1))
@@ -123,7 +124,10 @@ def _adamw_8bit(prec: Precision, tr: Trainable, bs: int) -> Optimizer:
     # the fallback state's bytes: fp32 (bitsandbytes), the parameter's dtype (torchao: zeros_like)
     full_each = 4 if not torchao or prec.master_weights == "fp32" else nbytes(prec.activation_dtype)
     blocks = sum(-(-e // block) * n for e, n in kept)
-    terms = [_params(quantized, 2, 1), Described(2 * 4 * blocks, "2 × 4 B × {:,} blocks of {:,}", (blocks, block))]
+    terms: list[Term] = [
+        _params(quantized, 2, 1),
+        Described(2 * 4 * blocks, "2 × 4 B × {:,} blocks of {:,}", (blocks, block)),
+    ]
     if tr.total > quantized:
         terms.append(_params(tr.total - quantized, 2, full_each, "B", " (full-precision states)"))
     if torchao:

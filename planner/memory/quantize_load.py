@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.memory.allocator import CachingAllocator
+from planner.memory.allocator import Block, CachingAllocator
 from planner.memory.layout import stage_split
 from planner.plan.config import Plan
 from planner.plan.dtypes import DEFAULT_GROUP_SIZE, nbytes
@@ -44,8 +44,17 @@ from planner.plan.models import Model, param_counts, projection_shapes
 #   ...)), then .to(torch.int32) (double); from_plain computes int_data[::, ::2] << 4 | int_data[::, 1::2] (two
 #   int32 tensors of half the columns: one unit each) and .to(torch.uint8) (a quarter), and
 #   _convert_weight_to_int4pack the packed weight (a quarter).
-_CHAIN4 = (("a", "t1", 1), ("a", "t2", 1), ("f", "t1"), ("a", "t3", 1), ("f", "t2"), ("a", "t4", 1), ("f", "t3"))
-PROGRAMS = {
+Op = tuple[str, str, float | None] | tuple[str, str]  # an allocation (3 items) or a free (2)
+_CHAIN4: tuple[Op, ...] = (
+    ("a", "t1", 1),
+    ("a", "t2", 1),
+    ("f", "t1"),
+    ("a", "t3", 1),
+    ("f", "t2"),
+    ("a", "t4", 1),
+    ("f", "t3"),
+)
+PROGRAMS: dict[str, tuple[Op, ...]] = {
     "int8": _CHAIN4 + (("a", "q", 0.5), ("a", "params", None), ("f", "t4")),
     "fp8": (("a", "t1", 1), ("a", "t2", 1), ("f", "t1"), ("a", "q", 0.5), ("a", "params", None), ("f", "t2")),
     "fp8_fp32_scale": (
@@ -140,9 +149,9 @@ def _replayed(
     if head:
         weights.append(((h, vocab), alloc.malloc(h * vocab * bc)))
     for (i, o), weight in weights:
-        size, live = i * o * bc, {}
+        size, live = i * o * bc, dict[str, Block]()
         for op in PROGRAMS[dtype]:
-            if op[0] == "f":
+            if len(op) == 2:
                 alloc.free(live.pop(op[1]))
             else:
                 live[op[1]] = alloc.malloc(
@@ -167,7 +176,12 @@ def _replayed(
 # on every rank. DeepSpeedZeroOptimizer_Stage3.__init__ defragments the trainable partitions and calls
 # get_accelerator().empty_cache() (runtime/zero/stage3.py defragment), which gives back only the segments that
 # hold no live block: every segment a partition was split off stays reserved whole.
-NF4_PROGRAM = (("a", "absmax", 4), ("a", "packed", None), ("a", "qabsmax", 1), ("f", "absmax"))
+NF4_PROGRAM: tuple[tuple[str, str, int | None] | tuple[str, str], ...] = (
+    ("a", "absmax", 4),
+    ("a", "packed", None),
+    ("a", "qabsmax", 1),
+    ("f", "absmax"),
+)
 
 
 def zero3_whole_load_reserved(plan: Plan) -> int:
@@ -215,9 +229,9 @@ def _partitioned(
     for _ in range(layers):
         for i, o in linears:
             n = i * o
-            weight, live = alloc.malloc(n * bc), {}
+            weight, live = alloc.malloc(n * bc), dict[str, Block]()
             for op in NF4_PROGRAM if double_quant else NF4_PROGRAM[:2]:
-                if op[0] == "f":
+                if len(op) == 2:
                     alloc.free(live.pop(op[1]))
                 else:
                     live[op[1]] = alloc.malloc(-(-n // 2) if op[2] is None else -(-n // block) * op[2])

@@ -42,11 +42,13 @@ def layer_state_bytes(plan: Plan, kind: str, engine: str) -> tuple[int, int]:
     )
     if kind == "M":
         heads, inner, gn = mamba2_widths(m, t)
-        channels, cells, kernel = inner + 2 * gn, heads * m.mamba_head_dim * m.ssm_state_size, m.mamba_conv_kernel
+        _, head_dim, state_size = m.mamba_dims
+        channels, cells, kernel = inner + 2 * gn, heads * head_dim * state_size, m.mamba_conv_kernel
     else:
         hv, key, value = gdn_widths(m, t)
         channels, kernel = 2 * key + value, m.linear_conv_kernel_dim
-        cells = hv * m.linear_value_head_dim * m.linear_key_head_dim
+        _, _, dk, dv = m.gdn_dims
+        cells = hv * dv * dk
     columns = kernel if engine == "hf" else kernel - 1
     return channels * columns * act, cells * state
 
@@ -73,13 +75,15 @@ def prefill_peak(plan: Plan, chunk: int, bc: int) -> int:
     peaks = [0]
     if m.pattern_count("M"):
         heads, inner, gn = mamba2_widths(m, t)
-        states = -(-chunk // MAMBA_CHUNK) * heads * m.mamba_head_dim * m.ssm_state_size * 4
+        _, head_dim, state_size = m.mamba_dims
+        states = -(-chunk // MAMBA_CHUNK) * heads * head_dim * state_size * 4
         peaks.append(chunk * (2 * inner + 2 * gn + heads + inner + 2 * gn + inner) * bc + states)
     if m.pattern_count("G"):
         hv, key, value = gdn_widths(m, t)
-        states = -(-chunk // GDN_CHUNK) * hv * m.linear_key_head_dim * m.linear_value_head_dim * bc
+        _, _, dk, dv = m.gdn_dims
+        states = -(-chunk // GDN_CHUNK) * hv * dk * dv * bc
         projected = 2 * key + 2 * value + 2 * hv
-        peaks.append(chunk * (projected + 2 * key + value + 2 * hv * m.linear_key_head_dim + value) * bc + states)
+        peaks.append(chunk * (projected + 2 * key + value + 2 * hv * dk + value) * bc + states)
     return max(peaks)
 
 
@@ -124,7 +128,7 @@ def hybrid_pool(plan: Plan, attention_bytes_per_token_layer: int) -> HybridPool:
     """The pool's block and group layout; `attention_bytes_per_token_layer` is one attention layer's K and V of
     one token on this rank."""
     m = plan.model
-    mamba_page = max(sum(layer_state_bytes(plan, k, "vllm")) for k in RECURRENT if k in m.layer_pattern)
+    mamba_page = max(sum(layer_state_bytes(plan, k, "vllm")) for k in RECURRENT if m.pattern_count(k))
     unit = VLLM_HYBRID_BLOCK_MULTIPLE * attention_bytes_per_token_layer
     block = VLLM_HYBRID_BLOCK_MULTIPLE * -(-mamba_page // unit)
     attn, recurrent = m.pattern_count("*"), m.pattern_count(RECURRENT)

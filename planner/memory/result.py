@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from planner.catalog import Gpu
 from planner.plan.config import Plan
+from planner.plan.validate import required
 from planner.units import counted, format_bytes
 
 if TYPE_CHECKING:
@@ -126,6 +127,11 @@ class Estimate:
     def stages(self) -> tuple[Stage, ...]:
         """Every pipeline stage (computed when asked: the peak needs only the first and the last)."""
         return self.all_stages()
+
+    @property
+    def served(self) -> Serving:
+        """`serving` of an estimate whose plan runs a serving engine (workload.inference.gpu_memory_utilization)."""
+        return required(self.serving, "workload.inference.gpu_memory_utilization")
 
     @property
     def fits(self) -> bool:

@@ -18,6 +18,7 @@ from planner.memory.result import Item
 from planner.memory.runtime import runtime_items
 from planner.memory.terms import Described, item
 from planner.plan.config import Inference, Parallelism, Plan, Precision, Workload
+from planner.plan.dtypes import WeightDType
 
 # what vLLM's sleep keeps on the GPU: CuMemAllocator.sleep unmaps only the memory allocated in its pool under the
 # "weights" and "kv_cache" tags (vllm-project/vllm vllm/device_allocator/cumem.py sleep: offload_tags "weights" at
@@ -64,7 +65,7 @@ def rollout_plan(plan: Plan) -> Plan:
         prefill_chunk_tokens=_TRL_BATCHED_TOKENS if colocated else None,
         max_num_seqs=batch,
     )
-    weights = prec.weights if wl.task == "qlora" else prec.activation_dtype
+    weights: WeightDType = prec.weights if wl.task == "qlora" else prec.activation_dtype
     return Plan(
         model=plan.model,
         workload=Workload(task="inference", sequence_length=wl.sequence_length, inference=inference),

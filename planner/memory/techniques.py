@@ -203,7 +203,7 @@ def fp8_casts(ctx: StageContext) -> Item | None:
     if prec.compute != "fp8":
         return None
     width = max(m.hidden_size, m.intermediate_size // ctx.plan.parallelism.tensor)
-    recipe, largest = prec.fp8_recipe, ctx.sp.largest_matrix
+    recipe, largest = prec.float8_recipe, ctx.sp.largest_matrix
     per = FP8_RECIPE_BYTES.get(recipe, 1)
     scales = 4 * (ctx.tokens + width) if recipe == "rowwise" else 0  # one fp32 scale per row of each operand
     text = "(2 × largest matrix {:,} + T × {:,}) × {:g} B" + (" + fp32 row scales 4 × (T + {:,})" if scales else "")

@@ -32,7 +32,7 @@ from planner.units import format_bytes
 def _last_stage_phases(
     ctx: StageContext,
     lo: Loss,
-    held: tuple[Item, ...],
+    held: tuple[Item | None, ...],
     casts_bwd: Item | None,
     gather: Item | None,
     fresh: partial[Item],

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from planner.catalog import Gpu
 from planner.perf.flops import flops_per_token, forward_flops_per_token, model_flops_per_token
-from planner.perf.rates import rates
+from planner.perf.rates import no_tensor_cores, rates, supported_rates
 from planner.perf.result import StepTime, TimeItem
 from planner.perf.serving import Latency, Throughput, latency, serving_time, throughput
 from planner.perf.training import elementwise_floor_hours, step_time
@@ -69,7 +69,8 @@ def plan_time(plan: Plan, gpu: Gpu) -> StepTime | None:
 
 def _override_hours(plan: Plan, gpu: Gpu, tokens: int, count: int, mfu: float) -> float:
     """Hours under a user's MFU: the model FLOPs of `tokens` at that fraction of `count` GPUs' dense peak."""
-    return tokens * model_flops_per_token(plan) / (count * peak_flops(gpu, plan.precision.compute) * mfu) / 3600
+    peak = supported_rates(gpu, plan.precision.compute).peak_flops
+    return tokens * model_flops_per_token(plan) / (count * peak * mfu) / 3600
 
 
 def job_time(plan: Plan, gpu: Gpu, tokens: int, mfu: float | None = None) -> tuple[float, float]:
@@ -79,6 +80,8 @@ def job_time(plan: Plan, gpu: Gpu, tokens: int, mfu: float | None = None) -> tup
         hours = _override_hours(plan, gpu, tokens, plan.hardware.count, mfu)
         return hours, hours
     step = step_time(plan, gpu)
+    if step is None:
+        raise no_tensor_cores(gpu, plan.precision.compute)
     steps = tokens / (plan.workload.global_batch_size * plan.workload.sequence_length)
     return steps * step.step_time_s / 3600, steps * step.work_s / 3600
 
@@ -97,7 +100,7 @@ def compute_floor_hours(
     the override's job time, which no strategy changes."""
     if mfu is not None:
         return _override_hours(plan, gpu, tokens, count, mfu)
-    r = rates(gpu, plan.precision.compute)
+    r = supported_rates(gpu, plan.precision.compute)
     passes = 2 if plan.workload.task in ADAPTER_TASKS else 3
     compute = tokens * passes * forward_flops_per_token(plan) / (count * r.matmul_flops)
     if offload == "none":

@@ -47,9 +47,9 @@ def _recurrent_flops(m: Model) -> float:
     flops = 0.0
     if m.pattern_count("M"):
         _, inner, groups_n = mamba2_widths(m)
-        flops += m.pattern_count("M") * (2 * MAMBA_CHUNK * (groups_n + inner) + 4 * inner * m.ssm_state_size)
+        flops += m.pattern_count("M") * (2 * MAMBA_CHUNK * (groups_n + inner) + 4 * inner * m.mamba_dims[2])
     if m.pattern_count("G"):
-        hv, dk, dv, c = m.linear_num_value_heads, m.linear_key_head_dim, m.linear_value_head_dim, GDN_CHUNK
+        (_, hv, dk, dv), c = m.gdn_dims, GDN_CHUNK
         flops += m.pattern_count("G") * hv * (6 * dk * dv + c * (6 * dk + 4 * dv) + 2 * c * c / 3)
     return flops
 

@@ -38,10 +38,10 @@ MAMF_SHAPE_FACTOR = 0.958
 
 
 class Gemm(NamedTuple):
-    """`count` matmuls of (tokens × k) by (k × n) run one after another, each a grouped kernel of `groups` such
+    """`repeats` matmuls of (tokens × k) by (k × n) run one after another, each a grouped kernel of `groups` such
     matmuls side by side (a MoE layer's local experts; 1 for a plain matmul)."""
 
-    count: float
+    repeats: float  # (not `count`, which would shadow tuple.count)
     tokens: float
     k: int
     n: int
@@ -80,7 +80,7 @@ def matmul_s(groups: int, m: float, k: float, n: float, r: Rates, elem: int, out
 
 def forward_s(g: Gemm, r: Rates) -> float:
     """Seconds of the forward matmuls: (tokens × k) by (k × n)."""
-    return g.count * matmul_s(g.groups, g.tokens, g.k, g.n, r, g.elem, g.tokens * g.n)
+    return g.repeats * matmul_s(g.groups, g.tokens, g.k, g.n, r, g.elem, g.tokens * g.n)
 
 
 def backward_s(g: Gemm, r: Rates, weight_grads: bool) -> float:
@@ -88,11 +88,11 @@ def backward_s(g: Gemm, r: Rates, weight_grads: bool) -> float:
     (k × tokens) by (tokens × n), which contracts over the tokens."""
     data = matmul_s(g.groups, g.tokens, g.n, g.k, r, g.elem, g.tokens * g.k)
     weight = matmul_s(g.groups, g.k, g.tokens, g.n, r, g.elem, g.k * g.n) if weight_grads else 0.0
-    return g.count * (data + weight)
+    return g.repeats * (data + weight)
 
 
 def flops(g: Gemm) -> float:
-    return 2 * g.count * g.groups * g.tokens * g.k * g.n
+    return 2 * g.repeats * g.groups * g.tokens * g.k * g.n
 
 
 def gemms_s(gemms: tuple[Gemm, ...], r: Rates) -> tuple[float, float]:

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Literal
 
 from planner.catalog import Gpu
+from planner.errors import PlanError, bad
 
 # Decode and elementwise kernels reach ~80 % of the datasheet HBM bandwidth (streaming kernels measure 85-92 % on
 # H100/A100 (NVIDIA's STREAM-like babelstream results); attention over a paged cache and short kernels lower).
@@ -80,6 +81,19 @@ def _tflops(gpu: Gpu, dtype: str) -> float | None:
     return {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp8": gpu.fp8_tflops, "fp32": gpu.fp32_tflops}[dtype]
 
 
+def no_tensor_cores(gpu: Gpu, dtype: str) -> PlanError:
+    """The error of a time asked of a GPU with no tensor cores for the compute dtype."""
+    return bad("precision.compute", dtype, f"has no tensor cores on {gpu.name}")
+
+
+def supported_rates(gpu: Gpu, dtype: str) -> Rates:
+    """`rates` where the caller needs them (a PlanError where the GPU has no tensor cores for `dtype`)."""
+    r = rates(gpu, dtype)
+    if r is None:
+        raise no_tensor_cores(gpu, dtype)
+    return r
+
+
 @lru_cache(maxsize=1024)
 def rates(gpu: Gpu, dtype: str) -> Rates | None:
     """The GPU's rates for matmuls in `dtype` (None: it has no tensor cores for it)."""
@@ -105,7 +119,7 @@ def rates(gpu: Gpu, dtype: str) -> Rates | None:
     )
     pcie = (gpu.pcie_gb_per_s or DEFAULT_PCIE_GB_PER_S) * 1e9
     link = gpu.link_gb_per_s * 1e9 if gpu.link_gb_per_s else pcie
-    kind = "pcie" if link <= pcie else "link"
+    kind: Literal["link", "pcie"] = "pcie" if link <= pcie else "link"
     efficiency = PCIE_LINK_EFFICIENCY if kind == "pcie" else LINK_EFFICIENCY
     bus = gpu.allreduce_busbw_gb_per_s * 1e9 if gpu.allreduce_busbw_gb_per_s else link * efficiency
     peer = (gpu.peer_gb_per_s * 1e9 if gpu.peer_gb_per_s else link) * bus / link

@@ -105,7 +105,7 @@ def _bound(items: list[TimeItem], by_kind: dict[str, float]) -> str:
     """The kind of time that takes the most; for communication, the link its largest item runs over."""
     if not by_kind:
         return "compute"
-    kind = max(by_kind, key=by_kind.get)
+    kind = max(by_kind, key=lambda k: by_kind[k])
     if kind != "communication":
         return BOUND_OF_KIND[kind]
     largest = max((i for i in items if i.kind == "communication"), key=lambda i: i.seconds)

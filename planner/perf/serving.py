@@ -17,7 +17,15 @@ from planner.memory.layout import largest_stage_layers
 from planner.memory.recurrent import state_bytes_per_sequence
 from planner.perf.flops import forward_flops_per_token, matmul_params
 from planner.perf.gemm import Gemm, forward_s, gemms_s
-from planner.perf.rates import ATTENTION_FRACTION_OF_MATMUL, Group, Rates, collective_s, mfu_reference, rates
+from planner.perf.rates import (
+    ATTENTION_FRACTION_OF_MATMUL,
+    Group,
+    Rates,
+    collective_s,
+    mfu_reference,
+    rates,
+    supported_rates,
+)
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.work import keys_per_query, layer_work, matmul_elem
 from planner.plan.config import Plan
@@ -58,16 +66,17 @@ def _decode_read_bytes(plan: Plan) -> float:
     m, par, inf = plan.model, plan.parallelism, plan.workload.inference
     b = inf.batch_size
     w_bytes, w_params = weight_bytes(plan)
+    untouched = 0.0
     if m.num_experts:  # a step reads only the experts its tokens were routed to: E(1 − (1 − k/E)^b) per layer
         counts = param_counts(m, par.tensor)
         _, moe = largest_stage_layers(plan)
         touched = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** b)
-        w_bytes -= moe * counts.expert * (m.num_experts - touched) * w_bytes / w_params
+        untouched = moe * counts.expert * (m.num_experts - touched) * w_bytes / w_params
     # the cache a step reads grows from the prompt to the full context: the mean of the two ends
     mean_cache = (kv_cache_bytes(plan, inf.prompt_tokens) + kv_cache_bytes(plan, inf.context_tokens)) / 2
     # hybrid models: each step reads and rewrites every recurrent layer's whole state (docs/hybrid.md §5)
     state = 2 * state_bytes_per_sequence(plan, "hf" if inf.gpu_memory_utilization is None else "vllm")
-    return w_bytes + b * (mean_cache + state)
+    return w_bytes - untouched + b * (mean_cache + state)
 
 
 def serving_items(plan: Plan, r: Rates) -> list[TimeItem]:
@@ -157,7 +166,7 @@ class Latency:
 
 def latency(plan: Plan, gpu: Gpu) -> Latency:
     """Time to first token, time per output token and throughput of one replica, from its serving items."""
-    r = rates(gpu, plan.precision.compute)
+    r = supported_rates(gpu, plan.precision.compute)
     items = {i.name: i.seconds for i in serving_items(plan, r)}
     inf = plan.workload.inference
     layers, one, prompt_one = _tensor_parallel_s(plan, r) if plan.parallelism.tensor > 1 else (0, 0.0, 0.0)
@@ -190,7 +199,7 @@ def serving_time(plan: Plan, gpu: Gpu) -> StepTime | None:
 
 def throughput(plan: Plan, gpu: Gpu) -> Throughput:
     """Tokens per second of one replica, from its serving items."""
-    items = {i.name: i.seconds for i in serving_items(plan, rates(gpu, plan.precision.compute))}
+    items = {i.name: i.seconds for i in serving_items(plan, supported_rates(gpu, plan.precision.compute))}
     inf, par = plan.workload.inference, plan.parallelism
     prefill = items["prefill"] + items["prefill_elementwise"]
     total = sum(items.values())

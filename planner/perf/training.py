@@ -21,7 +21,7 @@ from planner.memory.layout import Layout, layout, unsharded_under_pipelining
 from planner.memory.rollout import rollout_plan
 from planner.perf.flops import model_flops_per_token
 from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
-from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
+from planner.perf.rates import Collective, Group, Rates, collective_s, mfu_reference, rates, supported_rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.serving import serving_time
 from planner.perf.work import (
@@ -79,7 +79,7 @@ class _Work:
     attention_flops: float  # the stage's attention cores, forward
     attention_work: float  # what their kernels take the time of (LayerWork.attention_work)
     elementwise_bytes: float  # the stage's layers, forward
-    fp8_cast_bytes: tuple[float, float, float]  # the stage's layers' float8 casts (LayerWork's)
+    fp8_cast_bytes: tuple[float, ...]  # three: the stage's layers' float8 casts (LayerWork's)
     loss_bytes: float
     dequant_bytes: float  # quantized frozen weights made 16-bit again, per pass
     frozen: bool  # the base weights get no weight gradient (LoRA, QLoRA)
@@ -121,10 +121,10 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
     vocab = -(-m.vocab_size // par.tensor)
     params, trainable = _stage_params(plan, lay, dense, moe)
     return _Work(
-        layer_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.gemms),
-        op_sac_gemms=tuple(g._replace(count=n * g.count) for n, w in works for g in w.op_sac_gemms),
+        layer_gemms=tuple(g._replace(repeats=n * g.repeats) for n, w in works for g in w.gemms),
+        op_sac_gemms=tuple(g._replace(repeats=n * g.repeats) for n, w in works for g in w.op_sac_gemms),
         tp_sides=tuple(
-            tuple(g._replace(count=n * g.count) for n, w in works for g in w.tp_sides[side])
+            tuple(g._replace(repeats=n * g.repeats) for n, w in works for g in w.tp_sides[side])
             for side in range(len(TP_SIDES))
         ),
         # a reward model's score head (h × 1) replaces the vocabulary head (planner/memory/layout.py)
@@ -403,7 +403,7 @@ def _data_parallel_item(plan: Plan, r: Rates, w: _Work, mb: _MicroBatch, steps: 
         comm, exposed = reduces * rs + ag, reduces * max(0.0, rs - bwd) + ag
         formula = f"{reduces} × reduce-scatter {rs:.3g} s + all-gather of the updated weights {ag:.3g} s"
     else:
-        kind = "all_reduce" if z == 0 else "reduce_scatter"
+        kind: Collective = "all_reduce" if z == 0 else "reduce_scatter"
         sync = collective_s(kind, grads, group, r)
         ag = collective_s("all_gather", gathered, group, r) if z == 1 else 0.0
         comm, exposed = sync + ag, max(0.0, sync - bwd) + ag
@@ -570,7 +570,7 @@ def _rollout_item(plan: Plan, gpu: Gpu) -> TimeItem | None:
         return None
     rp = rollout_plan(plan)
     inf = rp.workload.inference
-    fits = inference_estimate(rp, gpu, False).serving.max_concurrent_sequences
+    fits = inference_estimate(rp, gpu, False).served.max_concurrent_sequences
     wave = max(1, min(inf.batch_size, fits))
     waves = -(-inf.batch_size // wave)
     one = serving_time(replace(rp, workload=replace(rp.workload, inference=replace(inf, batch_size=wave))), gpu)
@@ -635,7 +635,7 @@ def elementwise_floor_hours(plan: Plan, gpu: Gpu, tokens: int, count: int) -> fl
     layers = ((m.num_layers - m.moe_layers, False), (m.moe_layers, True))
     per_sequence = sum(n * layer_work(whole, s, keys, moe).elementwise_bytes for n, moe in layers if n)
     per_token = per_sequence / s * (1 + BACKWARD_ELEMENTWISE) + m.vocab_size * LOSS_BYTES[plan.techniques.loss]
-    return tokens * per_token / (count * rates(gpu, plan.precision.compute).hbm_bytes) / 3600
+    return tokens * per_token / (count * supported_rates(gpu, plan.precision.compute).hbm_bytes) / 3600
 
 
 @lru_cache(maxsize=256)

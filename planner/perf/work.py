@@ -120,7 +120,7 @@ def _projections(plan: Plan, tokens: float, moe: bool) -> tuple[tuple[Gemm, ...]
     gemms, recomputed = list(named.values()), [g for name, g in named.items() if name in again]
     sides: list[list[Gemm]] = [[named[n] for n in names if n in named] for names in TP_SIDES]
     if moe:  # each rank runs its experts, one grouped matmul each, on the tokens routed to them: tokens × top-k
-        e = m.moe_intermediate_size // par.tensor
+        e = m.expert_intermediate_size // par.tensor
         mats = 3 if m.mlp == "swiglu" else 2
         local = m.num_experts // par.expert
         routed = tokens * m.experts_per_token / local  # tokens per local expert
@@ -154,9 +154,9 @@ def fp8_cast_bytes(plan: Plan, gemms: tuple[Gemm, ...]) -> tuple[float, float, f
     casts, transpose = FP8_CAST_BYTES["torchao" if plan.framework in TORCHAO_FP8 else "transformer_engine"]
     cast = casts[1 if plan.techniques.compiled_blocks else 0]
     other = transpose if prec.fp8_recipe == "tensorwise" else cast
-    inputs = sum(g.count * g.groups * g.tokens * g.k for g in gemms)
-    weights = sum(g.count * g.groups * g.k * g.n for g in gemms)
-    grads = sum(g.count * g.groups * g.tokens * g.n for g in gemms)
+    inputs = sum(g.repeats * g.groups * g.tokens * g.k for g in gemms)
+    weights = sum(g.repeats * g.groups * g.k * g.n for g in gemms)
+    grads = sum(g.repeats * g.groups * g.tokens * g.n for g in gemms)
     rescale = ROWWISE_RESCALE_BYTES[1 if plan.techniques.compiled_blocks else 0] if torchao_rowwise(plan) else 0
     return (
         cast * inputs,
@@ -178,7 +178,7 @@ def layer_work(plan: Plan, tokens: float, keys: float, moe: bool) -> LayerWork:
     q, k, _, out = attention_widths(m, par.tensor)
     fused = 1 if tech.compiled_blocks else 0
     h_here = m.hidden_size / (par.tensor if par.sequence_parallel else 1)
-    inter = m.moe_intermediate_size * (m.experts_per_token + m.shared_experts) if moe else m.intermediate_size
+    inter = m.expert_intermediate_size * (m.experts_per_token + m.shared_experts) if moe else m.intermediate_size
     per_token = (
         2 * NORM_BYTES[m.norm][fused] * h_here
         + 2 * RESIDUAL_BYTES * h_here

@@ -15,7 +15,7 @@ exactly.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
 from functools import partial
 from typing import Any
@@ -75,9 +75,9 @@ def plan_from_dict(data: Any) -> Plan:
 def _token_count(data: dict) -> dict:
     """The plan dict with a job length written as a count ('1T', '500B', as model.params is) read as an integer."""
     workload = data.get("workload")
-    tokens = workload.get("train_tokens") if isinstance(workload, dict) else None
-    if not isinstance(tokens, str):
+    if not isinstance(workload, dict) or not isinstance(workload.get("train_tokens"), str):
         return data
+    tokens = workload["train_tokens"]
     try:
         return {**data, "workload": {**workload, "train_tokens": parse_count(tokens)}}
     except ValueError:
@@ -196,6 +196,7 @@ def plan_to_query(plan: Plan) -> dict[str, str]:
     plan of the same model and task."""
     model = model_to_dict(plan.model)
     required = ("num_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+    always: tuple[str, ...]
     if plan.model.approx_params:  # the count alone rebuilds the architecture
         always, reference = ("params",), {}
     elif plan.model.preset:
@@ -272,7 +273,7 @@ def _parse(value: str, current: Any) -> Any:
 
 
 def plan_from_query(
-    params: dict[str, str | list[str]], default: dict[str, Any], gpus: Collection[str] | None = None
+    params: Mapping[str, str | list[str]], default: dict[str, Any], gpus: Collection[str] | None = None
 ) -> tuple[Plan, list[str]]:
     """The plan a share link describes, and one warning per parameter that was ignored.
 

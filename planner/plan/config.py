@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from planner.errors import bad
 from planner.plan.dtypes import (
@@ -24,7 +24,7 @@ from planner.plan.dtypes import (
 )
 from planner.plan.models import Model, presets
 from planner.plan.pipeline import split_problem
-from planner.plan.validate import between, check_fields, resolved, text
+from planner.plan.validate import between, check_fields, required, resolved, text
 
 SCHEMA = "vram-planner/v1"
 
@@ -109,11 +109,15 @@ class Lora:
     """Low-rank adapters (Hu et al. 2021) on the named projections of every layer."""
 
     rank: int = field(default=8, metadata=between(1, 65_536))
-    alpha: float = field(default=16.0, metadata=between(0, 1e6))  # scaling = alpha / rank; no effect on memory
-    targets: tuple[LoraTarget, ...] = ("q", "v")  # q k v o (attention), gate up down (MLP)
-    # > 0 keeps a dropped-out copy of each targeted input for backward
+    """Rank r of each adapter's two matrices (d × r and r × k)."""
+    alpha: float = field(default=16.0, metadata=between(0, 1e6))
+    """Scaling alpha / rank of the adapters' output; no effect on memory."""
+    targets: tuple[LoraTarget, ...] = ("q", "v")
+    """The projections of every layer that get adapters: `q k v o` (attention), `gate up down` (MLP)."""
     dropout: float = field(default=0.0, metadata=between(0, 0.99))
-    variant: LoraVariant = "lora"  # lora | dora (weight-decomposed: a learned magnitude per output row)
+    """Dropout on the adapters' input; above 0 it keeps a dropped-out copy of each targeted input for backward."""
+    variant: LoraVariant = "lora"
+    """`lora` or `dora` (weight-decomposed LoRA: a learned magnitude per output row)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.lora")
@@ -131,51 +135,58 @@ UNGATED = {"gelu": "GeLU", "relu2": "squared-ReLU"}
 class Inference:
     """Generation: prefill of the prompts, then decode token by token with a KV cache."""
 
-    batch_size: int = field(default=1, metadata=between(1, MAX_BATCH))  # sequences generated together
+    batch_size: int = field(default=1, metadata=between(1, MAX_BATCH))
+    """Sequences generated together."""
     prompt_tokens: int = field(default=1024, metadata=between(1, MAX_SEQUENCE))
-    # at least one: generation produces a token (the time model divides by them)
+    """Tokens of each prompt (prefill)."""
     output_tokens: int = field(default=256, metadata=between(1, MAX_SEQUENCE))
-    # Serving engine (vLLM): the fraction of GPU memory the engine claims; the KV cache fills what weights and
-    # activations leave. None: a plain generate() loop whose cache grows with the tokens.
+    """Tokens generated per sequence (decode), at least one: the time model divides by them."""
     gpu_memory_utilization: float | None = field(default=None, metadata=between(0.05, 1.0))
-    # chunked prefill: tokens per forward; default the whole prompt batch (a serving engine: vLLM's
-    # max_num_batched_tokens for the GPU and release, planner/memory/inference.py vllm_batch_defaults)
+    """A serving engine (vLLM-style): the fraction of GPU memory it claims; the KV cache fills what weights and
+    activations leave. Default: none (a plain generate() loop whose cache grows with the tokens)."""
     prefill_chunk_tokens: int | None = field(default=None, metadata=between(1, MAX_SEQUENCE))
-    # a serving engine's cap on running sequences (vLLM --max-num-seqs), which sizes its sampler warm-up;
-    # default vLLM's for the GPU and release (1024 on 70 GiB or more other than the A100, else 256), at least
-    # batch_size
+    """Chunked prefill: tokens per prefill forward. Default: the whole prompt batch; when serving, vLLM's
+    `max_num_batched_tokens` for the GPU and release (16,384 on 160 GiB or more from 0.28.0, 8,192 on 70 GiB or more
+    other than the A100, else 2,048; `vllm_batch_defaults` in planner/memory/inference.py), SGLang's 8,192."""
     max_num_seqs: int | None = field(default=None, metadata=between(1, MAX_BATCH))
-    # what gpu_memory_utilization covers: all (vLLM >= 0.20: weights, KV cache, the profile run's activations,
-    # CUDA graphs); all_but_graphs (vLLM 0.9.1-0.19: graphs captured after the KV cache, on top); device (vLLM
-    # before 0.9.1: a fraction of the device for everything on it, the CUDA context included, graphs on top);
-    # static (SGLang mem_fraction_static: weights and the KV pool; activations and graphs on top)
+    """A serving engine's cap on running sequences (vLLM `--max-num-seqs`); its sampler warm-up at startup holds logits
+    for this many requests. Default: vLLM's for the GPU and release: 1,024 on 70 GiB or more other than the A100, else
+    256 (256 everywhere before 0.8.5); at least `batch_size`."""
     fraction_scope: FractionScope = "all"
-    # the serving engine captures decode CUDA graphs (vLLM unless --enforce-eager, SGLang unless
-    # --disable-cuda-graph); their pool is an item
+    """What `gpu_memory_utilization` covers: `all` (vLLM ≥ 0.20: weights, KV cache, the profile run's activations, CUDA
+    graphs), `all_but_graphs` (vLLM 0.9.1–0.19: graphs captured after the KV cache, on top), `device` (vLLM < 0.9.1: a
+    fraction of the device for everything on it, the CUDA context included; graphs on top) or `static` (SGLang's
+    `mem_fraction_static`: weights and the KV pool; activations and graphs on top); the `vllm` recipe picks it from
+    `framework_release`."""
     cuda_graphs: bool = True
-    # a generate() loop's KV cache preallocated at the whole context (HF cache_implementation="static", gpt-fast
-    # and torchao setup_caches): what a compiled decode captured as a CUDA graph needs
+    """A serving engine captures decode CUDA graphs (their pool is an item: 512 MiB); off is vLLM's `--enforce-eager`,
+    SGLang's `--disable-cuda-graph`."""
     static_cache: bool = False
-    # a bool context × context causal mask beside the static cache (gpt-fast and torchao model.py; torchao's
-    # --linear_causal_mask drops it)
+    """A generate() loop's KV cache preallocated for the whole context, rounded up to 8 tokens (HF
+    `cache_implementation="static"`, gpt-fast and torchao `setup_caches`): no growth copy; with `techniques.compile` the
+    decode step is a captured CUDA graph whose pool keeps its activations."""
     mask_buffer: bool = False
-    # each layer's attention repeats the whole cache's K and V to every query head before SDPA (gpt-fast and
-    # torchao model.py repeat_interleave; HF eager attention's repeat_kv)
+    """A bool context × context causal mask beside the static cache (gpt-fast and torchao model.py; torchao's
+    `--linear_causal_mask` drops it)."""
     expand_kv: bool = False
-    # the decode step runs under SDPA's math backend (torchao generate.py decode_n_tokens: sdpa_kernel(MATH)), which
-    # upcasts fp16 / bf16 query, key and value to fp32 over the whole cache (planner/memory/inference.py)
+    """Each layer's attention repeats the whole cache's K and V to every query head before SDPA (gpt-fast and torchao
+    model.py `repeat_interleave`; HF eager attention's `repeat_kv`)."""
     math_sdpa_decode: bool = False
-    # the weights are loaded in the compute dtype and quantized on the GPU by torchao's quantize_, which converts
-    # every nn.Linear, the output head's included (torchao generate.py): the quantized weights sit in segments
-    # the 16-bit ones and their temporaries were freed from (planner/memory/quantize_load.py)
+    """The decode step runs under SDPA's math backend (torchao generate.py `decode_n_tokens`: `sdpa_kernel(MATH)`),
+    which upcasts fp16 or bf16 query, key and value to fp32 over the whole cache."""
     quantize_on_load: bool = False
-    # torchao's dynamic activation quantization (int8_dynamic_activation_int8_weight,
-    # float8_dynamic_activation_float8_weight): each token's activations are quantized and the matmul runs in the
-    # weights' format (torch._int_mm, torch._scaled_mm), so no 16-bit copy of a weight is ever made
+    """The weights are loaded in the compute dtype and quantized on the GPU by torchao's `quantize_` (torchao
+    generate.py): every nn.Linear is quantized, the output head's included, and the segments the quantized weights were
+    split off stay reserved (all of the load's without `--compile`, whose graph capture calls `empty_cache`;
+    planner/memory/quantize_load.py)."""
     dynamic_activation_quant: bool = False
-    # vLLM --enable-prefix-caching: a hybrid model's request holds 2 state blocks per Mamba group (the "align"
-    # mode of vLLM 0.20-0.30) instead of 1; attention-only models are not affected
+    """With `quantize_on_load`, int8 or fp8 weights whose matmuls run in their own format: torchao's dynamic activation
+    quantization (`int8_dynamic_activation_int8_weight`, `float8_dynamic_activation_float8_weight`: `torch._int_mm`,
+    `torch._scaled_mm`), so no 16-bit copy of a weight is made and prefill dequantizes none; float8's float32 scales
+    make its quantization temporaries float32."""
     prefix_caching: bool = False
+    """vLLM `--enable-prefix-caching`: a hybrid model's request holds 2 state blocks per Mamba group (the align mode of
+    vLLM 0.20-0.30) instead of 1; attention-only models are not affected."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.inference")
@@ -196,6 +207,11 @@ class Inference:
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.output_tokens
 
+    @property
+    def engine_fraction(self) -> float:
+        """gpu_memory_utilization of a serving engine (read where the plan serves through one)."""
+        return required(self.gpu_memory_utilization, "workload.inference.gpu_memory_utilization")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Preference:
@@ -203,9 +219,14 @@ class Preference:
     prompt run as one batch of 2 × micro_batch_size sequences (huggingface/trl@f2cd577
     trl/trainer/dpo_trainer.py DataCollatorForPreference: prompts repeated, chosen then rejected concatenated)."""
 
-    loss_type: PreferenceLoss = "dpo"  # dpo | ipo (need a reference) | simpo | orpo (reference-free)
-    # default: none for simpo and orpo; adapters_disabled for task lora and qlora; else separate
+    loss_type: PreferenceLoss = "dpo"
+    """The preference loss: `dpo` (TRL loss_type sigmoid) and `ipo` need a reference; `simpo` and `orpo` are
+    reference-free."""
     reference: Reference | None = None
+    """Where the reference log-probs come from: `separate` (a frozen copy of the model), `adapters_disabled` (the
+    policy's base with its LoRA adapters off: TRL with a PEFT model and ref_model None), `precomputed` (TRL
+    `precompute_ref_log_probs`: a pass before training) or `none` (reference-free losses). Default: none for simpo and
+    orpo; adapters_disabled for task lora and qlora; else separate."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.preference")
@@ -231,22 +252,31 @@ class Rl:
     completions, as TRL's per_device_train_batch_size does (trl@f2cd577 grpo_config.py: "The effective batch size
     ... must be evenly divisible by" num_generations); workload.sequence_length is prompt + completion."""
 
-    num_generations: int = field(default=8, metadata=between(2, 1024))  # G (TRL num_generations, default 8)
-    # prompts per optimizer step; default global_batch_size / num_generations (TRL: one generation batch a step)
+    num_generations: int = field(default=8, metadata=between(2, 1024))
+    """Completions G sampled per prompt (TRL `num_generations`); `global_batch_size` must be a multiple of it."""
     prompts_per_step: int | None = field(default=None, metadata=between(1, MAX_BATCH))
-    # tokens generated per completion (TRL max_completion_length, default 512); the prompt is the rest of
-    # workload.sequence_length
+    """Prompts per optimizer step; × `num_generations` it must equal `global_batch_size`. Default: `global_batch_size /
+    num_generations` (TRL: one generation batch a step)."""
     completion_length: int = field(default=512, metadata=between(1, MAX_SEQUENCE))
-    # KL coefficient: 0 loads no reference model (TRL beta, default 0.0); > 0 a reference forward per step
+    """Tokens generated per completion (TRL `max_completion_length`); the prompt is the rest of
+    `workload.sequence_length`."""
     beta: float = field(default=0.0, metadata=between(0.0, 1e6))
+    """KL coefficient: 0 loads no reference model (TRL's default); above 0 a reference forward per step."""
     engine: RolloutEngine = "colocate"
-    # the colocated engine's fraction of GPU memory (TRL vllm_gpu_memory_utilization, default 0.3 in colocate)
+    """Where the rollout engine runs: `colocate` (vLLM in the training processes, on the training GPUs: TRL vllm_mode
+    colocate, its default; verl's hybrid engine) or `server` (a vLLM server on other GPUs: `trl vllm-serve`)."""
     gpu_memory_utilization: float = field(default=0.3, metadata=between(0.05, 0.95))
-    sleep_level: SleepLevel = 0  # TRL vllm_enable_sleep_mode False by default
-    tensor_parallel: int = field(default=1, metadata=between(1, MAX_DEGREE))  # TRL vllm_tensor_parallel_size
-    # the policy's parameters and optimizer states moved to host memory during rollout (verl
-    # actor_rollout_ref.actor.fsdp_config param_offload and optimizer_offload; TRL keeps them on the GPU)
+    """The colocated engine's fraction of GPU memory (TRL `vllm_gpu_memory_utilization`, 0.3 in colocate)."""
+    sleep_level: SleepLevel = 0
+    """vLLM sleep mode between phases: 0 off (the engine keeps its weights and KV cache through training), 1 (weights to
+    host memory, KV cache freed), 2 (both freed; the weights reload from the policy at the next sync). TRL sleeps at 2
+    with `vllm_enable_sleep_mode`, off by default."""
+    tensor_parallel: int = field(default=1, metadata=between(1, MAX_DEGREE))
+    """The engine's tensor-parallel degree (TRL `vllm_tensor_parallel_size`); colocated, it must divide
+    `hardware.count`."""
     offload_during_rollout: bool = False
+    """The policy's parameters and optimizer states move to host memory during rollout (verl `param_offload` and
+    `optimizer_offload`; TRL keeps them on the GPU)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.rl")
@@ -260,22 +290,34 @@ class Rl:
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
-    task: Task = "pretrain"  # pretrain | finetune (full) | lora | qlora | inference
-    sequence_length: int = field(default=4096, metadata=between(1, MAX_SEQUENCE))  # tokens per sequence
-    # sequences per GPU per forward/backward
+    task: Task = "pretrain"
+    """`pretrain`, `finetune` (full; the same anatomy), `lora`, `qlora` (adapters on a frozen base: 16-bit, or 4-bit) or
+    `inference`."""
+    sequence_length: int = field(default=4096, metadata=between(1, MAX_SEQUENCE))
+    """Tokens per sequence."""
     micro_batch_size: int = field(default=1, metadata=between(1, MAX_BATCH))
-    # sequences per optimizer step; default micro_batch_size × data
-    global_batch_size: int = resolved(between(1, MAX_BATCH * MAX_DEGREE))  # by Plan
-    # optimizer steps of the whole job (for its cost); or give train_tokens
+    """Sequences per GPU per forward/backward."""
+    global_batch_size: int = resolved(between(1, MAX_BATCH * MAX_DEGREE))
+    """Sequences per optimizer step; sets gradient accumulation. Default: `micro_batch_size × data` (×
+    `pipeline_microbatches` where given)."""
     steps: int | None = field(default=None, metadata=between(1, 10**12))
-    # tokens of the whole job; default: steps × global batch × sequence
+    """Optimizer steps of the whole job, for its cost; or give `train_tokens`. Default: none (costs per 10⁹ tokens)."""
     train_tokens: int | None = field(default=None, metadata=between(1, 10**16))
-    lora: Lora = field(default_factory=Lora)  # used by task lora and qlora
-    inference: Inference = field(default_factory=Inference)  # used by task inference
-    # next_token | preference | reward | grpo (with task finetune, lora or qlora)
+    """Tokens of the whole job, for its cost, instead of `steps` (a count or with a suffix, as `model.params`: `1T`,
+    `500B`). Default: none (costs per 10⁹ tokens)."""
+    lora: Lora = field(default_factory=Lora)
+    """The adapters of task lora and qlora."""
+    inference: Inference = field(default_factory=Inference)
+    """Generation, for task inference."""
     objective: Objective = "next_token"
-    preference: Preference = field(default_factory=Preference)  # used by objective preference
-    rl: Rl = field(default_factory=Rl)  # used by objective grpo
+    """What the trained model optimizes: `next_token` (the language-model loss of pretraining and SFT), `preference`
+    (DPO family: chosen + rejected in one 2 × micro-batch forward), `reward` (a reward model: an h × 1 score head, no
+    vocabulary logits) or `grpo` (group-relative policy optimization: G completions per prompt from a rollout engine,
+    then a policy step on them); a post-training objective needs task `finetune`, `lora` or `qlora`."""
+    preference: Preference = field(default_factory=Preference)
+    """Preference training, for objective preference."""
+    rl: Rl = field(default_factory=Rl)
+    """GRPO, for objective grpo."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload")
@@ -313,7 +355,7 @@ class Workload:
                 f"needs adapters to disable (workload.task lora or qlora, not {self.task})",
             )
         if pref.reference is None:
-            ref = (
+            ref: Reference = (
                 "none"
                 if pref.loss_type in REFERENCE_FREE
                 else "adapters_disabled"
@@ -335,7 +377,7 @@ class Workload:
         GRPOTrainer.__init__: beta 0.0 → ref_model None; a PEFT model → None, adapters disabled; else
         create_model_from_path, trl@f2cd577 trl/trainer/grpo_trainer.py); else none."""
         if self.objective == "preference":
-            return self.preference.reference
+            return required(self.preference.reference, "workload.preference.reference")  # resolved by preference
         if self.objective == "grpo" and self.rl.beta > 0:
             return "adapters_disabled" if self.task in ADAPTER_TASKS else "separate"
         return "none"
@@ -343,28 +385,45 @@ class Workload:
 
 @dataclass(frozen=True, kw_only=True)
 class Precision:
-    compute: ComputeDType = "bf16"  # dtype of matmuls and activations; fp8: float8 matmuls, bf16 activations
-    master_weights: MasterWeights = "fp32"  # fp32 copy the optimizer updates | none (pure low precision)
-    gradients: DType = resolved()  # default: fp32 with fp32 master weights, else the compute dtype
+    compute: ComputeDType = "bf16"
+    """Dtype of matmuls and activations: `fp32`, `bf16`, `fp16` or `fp8` (float8 matmuls, bf16 activations)."""
+    master_weights: MasterWeights = "fp32"
+    """`fp32` (mixed precision: an fp32 copy the optimizer updates) or `none` (pure low-precision training)."""
+    gradients: DType = resolved()
+    """Dtype gradients are kept and reduced in. Default: fp32 with fp32 master weights, else the compute dtype."""
     optimizer: Optimizer = "adamw"
-    optimizer_state: DType = resolved()  # default: fp32 with fp32 master weights, else the compute dtype
-    optimizer_impl: OptimizerImpl = "foreach"  # PyTorch's default on CUDA | fused | forloop
-    # 8-bit AdamW: the library (default bitsandbytes; paged is bitsandbytes only), its block of values per fp32
-    # scale (default 256: bitsandbytes >= 0.44 and torchao >= 0.6; 2048 before), and HF Trainer's override that
-    # keeps bitsandbytes states of nn.Embedding weights in 32 bits
+    """`adamw`, `adamw_8bit`, `paged_adamw`, `paged_adamw_8bit`, `adafactor`, `lion`, `muon`, `sgd` or `sgd_momentum`.
+    """
+    optimizer_state: DType = resolved()
+    """Dtype of the optimizer's states. Default: fp32 with fp32 master weights, else the compute dtype."""
+    optimizer_impl: OptimizerImpl = "foreach"
+    """How the step runs: `foreach` (PyTorch's CUDA default: a temporary copy of the states at the step), `fused` or
+    `forloop` (one tensor at a time)."""
     optimizer_library: OptimizerLibrary | None = None
+    """Whose 8-bit AdamW (paged is bitsandbytes only): `torchao` keeps tensors its block does not divide in the
+    parameter's dtype and a 1 KiB map per state of each quantized tensor; both keep tensors under 4,096 values at full
+    precision. Default: bitsandbytes (8-bit AdamW)."""
     optimizer_block_size: int | None = field(default=None, metadata=between(16, 65_536))
+    """8-bit AdamW: values per fp32 scale: 256 from bitsandbytes 0.44 and torchao 0.6, 2048 before. Default: 256 (8-bit
+    AdamW)."""
     fp32_embedding_states: bool = False
-    weights: WeightDType = resolved()  # frozen or served weights (by Plan); default: nf4 for qlora, else compute
-    # int4 and nf4 block size; default 128 (int4), 64 (nf4)
+    """HF Trainer's override: bitsandbytes 8-bit optimizers keep the states of nn.Embedding weights in 32 bits (the
+    `hf_trainer` and `axolotl` recipes set it)."""
+    weights: WeightDType = resolved()
+    """Dtype of frozen or served weights (task lora, qlora, inference): `fp32 bf16 fp16 fp8 int8 int4 nf4`. Default: nf4
+    for qlora; for inference the dtype a preset's checkpoint ships in (DeepSeek-V3: fp8); else the compute dtype."""
     quant_group_size: int | None = field(default=None, metadata=between(1, 1_048_576))
-    double_quant: bool = False  # nf4: quantize the block scales too (QLoRA)
-    kv_cache: KvDType = resolved()  # inference KV cache; default: the compute dtype
-    # float8 training (compute fp8): how tensors are scaled. tensorwise / rowwise: torchao Float8Linear with one
-    # scale per tensor / per row; mxfp8: 8-bit with one e8m0 scale per 32 values; nvfp4: 4-bit with one fp8
-    # scale per 16 values. Default tensorwise when compute is fp8.
+    """int4 and nf4 weights: values per quantization block. Default: 128 (int4), 64 (nf4)."""
+    double_quant: bool = False
+    """nf4: the block scales are quantized too (QLoRA double quantization)."""
+    kv_cache: KvDType = resolved()
+    """Dtype of the inference KV cache: `fp32 bf16 fp16 fp8 int8`. Default: the compute dtype."""
     fp8_recipe: Fp8Recipe | None = None
-    fp8_all_gather: bool = False  # FSDP2 all-gathers the float8 weights instead of 16-bit ones (torchao)
+    """Float8 training (compute fp8): how tensors are scaled: `tensorwise` or `rowwise` (torchao Float8Linear: one scale
+    per tensor or per row), `mxfp8` (8-bit, one e8m0 scale per 32 values) or `nvfp4` (4-bit, one e4m3 scale per 16
+    values). Default: tensorwise when compute is fp8."""
+    fp8_all_gather: bool = False
+    """FSDP2 all-gathers the layers' weights in float8 instead of 16 bits (torchao; ZeRO-3 only)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "precision")
@@ -405,12 +464,29 @@ class Precision:
             )
 
     @property
+    def float8_recipe(self) -> Fp8Recipe:
+        """fp8_recipe of float8 compute, resolved to tensorwise when not given (read under compute fp8)."""
+        return required(self.fp8_recipe, "precision.fp8_recipe")
+
+    @property
+    def eight_bit_library(self) -> OptimizerLibrary:
+        """optimizer_library of an 8-bit optimizer, resolved to bitsandbytes when not given (read under adamw_8bit
+        or paged_adamw_8bit)."""
+        return required(self.optimizer_library, "precision.optimizer_library")
+
+    @property
+    def eight_bit_block_size(self) -> int:
+        """optimizer_block_size of an 8-bit optimizer, resolved to 256 when not given (read under adamw_8bit or
+        paged_adamw_8bit)."""
+        return required(self.optimizer_block_size, "precision.optimizer_block_size")
+
+    @property
     def mixed(self) -> bool:
         """Low-precision compute with an fp32 master copy of the weights."""
         return self.master_weights == "fp32" and self.compute != "fp32"
 
     @property
-    def activation_dtype(self) -> str:
+    def activation_dtype(self) -> ComputeDType:
         """Dtype of activations and of weights stored for compute: float8 training (torchao Float8Linear) casts
         to fp8 inside each matmul and keeps bf16 tensors around it."""
         return "bf16" if self.compute == "fp8" else self.compute
@@ -418,36 +494,45 @@ class Precision:
 
 @dataclass(frozen=True, kw_only=True)
 class Techniques:
-    # none | selective (Megatron: the attention core) | selective_op (torchtitan's op-level policy: matmul and
-    # attention outputs are saved, the rest recomputed) | full (every layer) | every_k (every
-    # `checkpoint_every`-th layer, as torchtitan's selective layer AC with ac_freq = k does)
     activation_checkpointing: Checkpointing = "none"
+    """`none`, `selective` (Megatron: the attention core recomputed), `selective_op` (torchtitan's op-level policy:
+    matmul and attention outputs saved, the rest recomputed), `full` (every layer keeps its input only and recomputes)
+    or `every_k` (every `checkpoint_every`-th layer, torchtitan's layer AC with ac_freq = k: ⌊L/k⌋ layers)."""
     checkpoint_every: int = field(default=2, metadata=between(1, 1024))
-    attention: Attention = "flash"  # fused SDPA/FlashAttention | eager (scores materialized)
-    offload: Offload = "none"  # none | optimizer (states + master on CPU) | optimizer_and_params
-    # MoE training with token dropping (GShard, Switch, Megatron --moe-expert-capacity-factor): each expert's
-    # buffer is padded to capacity_factor × its even share of the routed tokens. None: dropless (HF, MegaBlocks).
+    """k for `every_k` checkpointing."""
+    attention: Attention = "flash"
+    """`flash` (fused SDPA/FlashAttention: no s × s scores kept) or `eager` (scores materialized)."""
+    offload: Offload = "none"
+    """`none`, `optimizer` (states and master weights in CPU memory) or `optimizer_and_params` (and the parameters;
+    ZeRO-3 only)."""
     moe_capacity_factor: float | None = field(default=None, metadata=between(0.1, 64))
-    # The optimizer steps each parameter from a post-accumulate-grad hook as soon as its gradient is ready,
-    # and the gradient is freed (torchtune optimizer_in_bwd; PyTorch "How to save memory by fusing the
-    # optimizer step into the backward pass"): no full set of gradients ever exists.
+    """Token-dropping MoE training (GShard, Switch, Megatron `--moe-expert-capacity-factor`): each expert's buffer is
+    padded to this × its even share of the routed tokens. Default: none (dropless: HF, MegaBlocks, vLLM)."""
     optimizer_in_backward: bool = False
-    # Cross-entropy over the vocabulary: `full` (HF: the whole logits upcast to fp32), `chunked` (torchtune
-    # CEWithChunkedOutputLoss: the output projection and the fp32 loss run on `loss_chunks` slices of tokens) or
-    # `fused` (Liger fused linear cross-entropy: logits exist one chunk at a time, gradients made in forward).
+    """The optimizer steps each parameter from a post-accumulate-grad hook as soon as its gradient is ready, and frees
+    the gradient (torchtune `optimizer_in_bwd`): no full set of gradients ever exists; needs one micro-batch per step,
+    no ZeRO and no offload."""
     loss: Loss = "full"
+    """Cross-entropy over the vocabulary: `full` (HF: the whole logits upcast to fp32), `chunked` (torchtune
+    CEWithChunkedOutputLoss: the output projection and the fp32 loss run on `loss_chunks` slices of tokens) or `fused`
+    (Liger fused linear cross-entropy: logits exist one chunk at a time, gradients made in forward)."""
     loss_chunks: int = field(default=8, metadata=between(1, 1024))
-    compile: bool = False  # torch.compile: fused elementwise ops, fewer saved intermediates
-    # what compile covers: the transformer blocks (fused elementwise ops, fewer saved intermediates), the loss (a
-    # compiled cross-entropy keeps no fp32 copy of the logits) or both (torchtitan from 2025-04 and its
-    # compile.components default, torchtune's compile, HF Trainer's torch_compile whose forward holds the loss)
+    """Token slices of the `chunked` loss."""
+    compile: bool = False
+    """torch.compile. Training: fused elementwise ops save fewer intermediates. Generation over a static cache: the
+    decode step is captured as a CUDA graph."""
     compile_scope: CompileScope = "blocks_and_loss"
-    # saved activations are copied to host memory after use in forward and brought back for backward
-    # (torchtune OffloadActivations); what stays on the GPU is itemized
+    """What compile covers: `blocks` (the transformer blocks: fewer saved intermediates, fused elementwise time;
+    torchtitan 2024-12 to 2025-03), `loss` (a compiled cross-entropy keeps no fp32 copy of the logits) or
+    `blocks_and_loss` (torchtitan from 2025-04, torchtune's compile, HF Trainer's torch_compile whose forward holds the
+    loss)."""
     activation_offload: bool = False
-    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1): the caching allocator grows one segment
-    # per pool by mapping pages instead of allocating separate segments, which leaves fewer unusable holes
+    """Saved activations wait in pinned host memory between forward and backward (torchtune OffloadActivations); what
+    stays on the GPU is itemized."""
     expandable_segments: bool = False
+    """`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (PyTorch ≥ 2.1): the caching allocator maps pages into one
+    growing segment per pool, so fewer freed blocks go unused (a smaller allocator reserve; torchtitan's launcher sets
+    it)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "techniques")
@@ -465,41 +550,57 @@ class Techniques:
 
 @dataclass(frozen=True, kw_only=True)
 class Parallelism:
-    # default: hardware.count / (tensor × pipeline × context)
-    data: int = resolved(between(1, MAX_DEGREE))  # by Plan
-    zero_stage: ZeroStage = 0  # 0 (DDP) | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP full shard)
+    data: int = resolved(between(1, MAX_DEGREE))
+    """Data-parallel degree. Default: `hardware.count / (tensor × pipeline × context)`."""
+    zero_stage: ZeroStage = 0
+    """ZeRO sharding over the data-parallel ranks: 0 (DDP), 1 (optimizer states), 2 (+ gradients), 3 (+ parameters; FSDP
+    full shard)."""
     tensor: int = field(default=1, metadata=between(1, MAX_DEGREE))
+    """Tensor-parallel degree: it must divide the heads and the MLP width (KV heads and ranks dividing one another)."""
     sequence_parallel: bool = False
+    """Megatron sequence parallelism: the tensor-parallel group splits the norms' and dropouts' activations (needs
+    `tensor > 1`)."""
     pipeline: int = field(default=1, metadata=between(1, MAX_DEGREE))
+    """Pipeline-parallel degree: stages of layers (see `pipeline_split`)."""
     context: int = field(default=1, metadata=between(1, MAX_DEGREE))
-    expert: int = field(
-        default=1, metadata=between(1, MAX_DEGREE)
-    )  # expert parallelism: MoE experts split over this many of the data × context ranks
-    # how micro-batches flow through the pipeline stages (what each stage holds in flight)
+    """Context-parallel degree: it must divide `workload.sequence_length`."""
+    expert: int = field(default=1, metadata=between(1, MAX_DEGREE))
+    """Expert parallelism: MoE experts split over this many of the data × context ranks; it must divide `num_experts`.
+    """
     pipeline_schedule: PipelineSchedule = "1f1b"
-    # model chunks per pipeline rank (interleaved 1F1B)
+    """How micro-batches flow through the stages (what each holds in flight): `1f1b`, `interleaved_1f1b` (with 2+
+    `virtual_stages`), `gpipe` or `zero_bubble`."""
     virtual_stages: int = field(default=1, metadata=between(1, 1024))
-    # how the layers are spread over the pipeline × virtual_stages chunks: even | weighted (the embedding and the
-    # output head count as a layer each; torchtitan, Megatron's --account-for-*-in-pipeline-split) | auto (even
-    # where the chunks divide the layers, else weighted)
+    """Model chunks per pipeline rank: 2 or more with `interleaved_1f1b`, else 1."""
     pipeline_split: PipelineSplit = "auto"
-    # the layers of each chunk in order, e.g. Megatron's --decoder-first/last-pipeline-num-layers or torchtitan's
-    # module_fqns_per_model_part; when given it is the split (pipeline_split is then unused)
+    """How the layers are spread over the pipeline × virtual-stage chunks: `even` (Megatron's default: the chunks must
+    divide the layers), `weighted` (torchtitan, and Megatron's `--account-for-embedding/loss-in-pipeline-split`: the
+    embedding and the output head count as a layer each, the first chunks take the remainder: 126 layers on 8 stages are
+    15, 16 × 6, 15; 32 on 4 are 8, 9, 8, 7) or `auto` (even where the chunks divide the layers, else weighted). Every
+    stage is evaluated and the most loaded one reported."""
     pipeline_layers: tuple[int, ...] | None = field(default=None, metadata=between(1, 100_000))
-    # micro-batches per step; default global batch ÷ (micro-batch × data)
+    """The layers of each chunk in order (Megatron's `--decoder-first/last-pipeline-num-layers`, torchtitan's
+    `module_fqns_per_model_part`); when given it is the split and `pipeline_split` is unused. Default: none."""
     pipeline_microbatches: int | None = field(default=None, metadata=between(1, MAX_BATCH))
-    async_tp: bool = False  # all-gather/reduce-scatter overlapped with the matmuls (torchtitan, needs compile)
-    # FSDP1 flat parameters (use_orig_params=True, one unit per transformer block): a unit whose frozen base and
-    # trainable adapters share one FlatParameter gets a gradient for all of it (FSDP2 shards per parameter)
+    """Micro-batches per step; sets `global_batch_size` when that is not given. Default: global batch ÷ (micro-batch ×
+    data)."""
+    async_tp: bool = False
+    """torchtitan's async tensor parallelism: all-gathers and reduce-scatters overlapped with the matmuls (needs
+    sequence parallelism and compiled blocks)."""
     flat_params: bool = False
-    # DeepSpeed ZeRO with contiguous_gradients: backward copies gradients into a flat bucket of this many
-    # elements before reducing them (stage_1_and_2.py ipg_buffer, stage3.py __ipg_bucket_flat_buffer;
-    # DeepSpeed's default 5e8, HF's "auto" hidden_size²); none: no such bucket (DDP, FSDP)
+    """FSDP1 flat parameters (`use_orig_params=True`, a unit per block) for lora and qlora under ZeRO-3: the frozen base
+    shares each unit's FlatParameter with the adapters and gets a gradient too (FSDP2, the default, shards per
+    parameter)."""
     reduce_bucket_elements: int | None = field(default=None, metadata=between(1, 10**11))
-    # DeepSpeed ZeRO's optimizer step flattens the gradients of at most this many partition elements at a time
-    # into an fp32 copy (ZeRO-3 sub_group_size, default 1e9; ZeRO-1/2 take each param group's whole partition);
-    # none: the optimizer steps on the gradients as they are (PyTorch optimizers, FSDP)
+    """DeepSpeed ZeRO with `contiguous_gradients`: backward copies gradients into a flat bucket of this many elements
+    (`reduce_bucket_size`) in the gradient dtype before reducing them (stage_1_and_2.py ipg_buffer, stage3.py
+    `__ipg_bucket_flat_buffer`); ZeRO-3 also concatenates it into a second copy to reduce-scatter it; HF's "auto" is
+    hidden_size². Default: none (no such bucket: DDP, FSDP; the `deepspeed` recipe: 5e8)."""
     sub_group_elements: int | None = field(default=None, metadata=between(1, 10**13))
+    """DeepSpeed ZeRO's optimizer step flattens the gradients of at most this many partition elements at a time into an
+    fp32 copy (ZeRO-3 `sub_group_size`); both copies live during the step. Default: none (the optimizer steps on the
+    gradients as they are: PyTorch optimizers, FSDP; the `deepspeed` recipe: 1e9 at ZeRO-3, the whole partition at
+    ZeRO-1/2)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "parallelism")
@@ -517,14 +618,18 @@ class Parallelism:
 
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
-    gpu: str = field(default="h100-sxm-80gb", metadata=text(100))  # an id from gpu_catalog.yaml
-    # default: data × tensor × pipeline × context
-    count: int = resolved(between(1, MAX_GPUS))  # by Plan
-    # an offering of the GPU in gpu_catalog.yaml (instance shape, network, host RAM, price); none: the GPU's
-    # usual server and network, the default host RAM, no price
+    gpu: str = field(default="h100-sxm-80gb", metadata=text(100))
+    """An id from gpu_catalog.yaml."""
+    count: int = resolved(between(1, MAX_GPUS))
+    """All the GPUs: it must equal data × tensor × pipeline × context, and an offering must rent it (a single instance
+    without a network cannot be spanned). Default: `data × tensor × pipeline × context`."""
     offering: str | None = field(default=None, metadata=text(100))
-    # host RAM per GPU for offloaded states, GiB; default: the offering's, else 128
+    """An offering of the GPU in gpu_catalog.yaml (instance shape, network, host RAM, prices): it shapes the step time
+    (links inside an instance, the network between them), the host RAM offload may use, and the cost. Default: none (the
+    GPU's usual server and network, unpriced)."""
     host_memory_gib_per_gpu: float | None = field(default=None, metadata=between(0, 1_000_000))
+    """Host RAM per GPU, GiB, that offloaded states may use; a plan that needs more does not fit, in `estimate` and
+    `recommend` alike. Default: the offering's, else 128."""
 
     def __post_init__(self) -> None:
         check_fields(self, "hardware")
@@ -560,18 +665,27 @@ def _allowed_experts(m: Model, ranks: int) -> str:
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     model: Model
+    """The architecture."""
     workload: Workload = field(default_factory=Workload)
+    """What is trained or served, and how much."""
     precision: Precision = field(default_factory=Precision)
+    """Dtypes and the optimizer."""
     techniques: Techniques = field(default_factory=Techniques)
+    """Memory-saving and speed techniques."""
     parallelism: Parallelism = field(default_factory=Parallelism)
+    """How the model and the batch are split over the GPUs."""
     hardware: Hardware = field(default_factory=Hardware)
+    """The GPUs."""
     name: str = field(default="", metadata=text(200))
-    # the training or serving stack; its recipes' defaults are laid under the plan's keys by
-    # codec.plan_from_dict (planner/frameworks.py), so a Plan built directly only records it
+    """A name for the plan, shown in the outputs' headings."""
     framework: Framework = "generic"
-    # the framework's release (a tagged version, or the date of a commit as YYYY-MM-DD) where a recipe setting
-    # changed between releases; empty: the latest
+    """The training or serving stack; its recipes' defaults are laid under the plan's keys (codec.plan_from_dict,
+    planner/frameworks.py; see docs/frameworks.md), and any key the plan gives wins. A Plan built directly only records
+    it."""
     framework_release: str = field(default="", metadata=text(40))
+    """The framework's release, a tagged version (torchtitan `0.1.0` … `0.2.2`) or a commit's date `YYYY-MM-DD`, where a
+    recipe setting changed between releases (torchtitan compiled only the blocks from 2024-12-18 to 2025-04-01).
+    Default: the latest."""
 
     def __post_init__(self) -> None:
         check_fields(self, "")
@@ -832,7 +946,7 @@ class Plan:
         inference_framework = self.framework in INFERENCE_FRAMEWORKS
         inf = self.workload.inference
         if task == "inference" and inf.gpu_memory_utilization is None:  # settings of a serving engine
-            for key, value, unset, hint in (
+            for key, given, default, hint in (
                 (
                     "cuda_graphs",
                     inf.cuda_graphs,
@@ -842,10 +956,10 @@ class Plan:
                 ("fraction_scope", inf.fraction_scope, "all", ""),
                 ("max_num_seqs", inf.max_num_seqs, None, ""),
             ):
-                if value != unset:
+                if given != default:
                     raise bad(
                         f"workload.inference.{key}",
-                        value,
+                        given,
                         "applies to a serving engine (workload.inference.gpu_memory_utilization)" + hint,
                     )
         if task == "inference" and inf.gpu_memory_utilization is not None and inf.static_cache:
@@ -921,8 +1035,8 @@ class Plan:
         return wl.global_batch_size // (wl.micro_batch_size * self.parallelism.data)
 
 
-def _plain_fields(section: object) -> dict:
-    """A section's fields as a mapping, for an error's value."""
+def _plain_fields(section: Any) -> dict:
+    """A section's fields (a dataclass instance's) as a mapping, for an error's value."""
     return {f.name: getattr(section, f.name) for f in fields(section)}
 
 

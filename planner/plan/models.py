@@ -118,73 +118,115 @@ class Model:
     """Architecture of a dense decoder-only transformer (the `model:` block of a plan)."""
 
     num_layers: int = field(metadata=between(1, MAX_LAYERS))
+    """Transformer layers (blocks). Default: required (or from `preset`, or guessed from `params`)."""
     hidden_size: int = field(metadata=between(1, MAX_HIDDEN))
+    """Width of the residual stream (the embedding dimension). Default: required (or from `preset`, or guessed from
+    `params`)."""
     num_attention_heads: int = field(metadata=between(1, MAX_HEADS))
+    """Query heads per attention layer. Default: required (or from `preset`, or guessed from `params`)."""
     intermediate_size: int = field(metadata=between(1, MAX_INTERMEDIATE))
+    """Width of a dense MLP's hidden layer (and of each expert's, unless `moe_intermediate_size` is given). Default:
+    required (or from `preset`, or guessed from `params`)."""
     vocab_size: int = field(metadata=between(1, MAX_VOCAB))
-    # default: num_attention_heads (MHA)
+    """Tokens in the vocabulary: rows of the embedding table and of the output head. Default: required (or from
+    `preset`, or guessed from `params`)."""
     num_kv_heads: int = resolved(between(1, MAX_HEADS))
-    # default: hidden_size / num_attention_heads
+    """Key/value heads per attention layer: fewer than the query heads is GQA, one is MQA; it must divide
+    `num_attention_heads`. Default: `num_attention_heads` (MHA)."""
     head_dim: int = resolved(between(1, MAX_HEAD_DIM))
+    """Width of one attention head (under latent attention, the per-head non-RoPE query/key width). Default:
+    `hidden_size / num_attention_heads`."""
     mlp: Mlp = "swiglu"
+    """The MLP: `swiglu` (Llama family: separate q/k/v and gate/up linears), `gelu` (GPT-2/NeoX: fused qkv, two
+    matrices) or `relu2` (Nemotron-H: squared ReLU, up and down only)."""
     norm: Norm = "rmsnorm"
+    """The layer norm: `rmsnorm` (Llama family) or `layernorm` (GPT-2, NeoX: with a bias)."""
     tie_embeddings: bool = False
-    bias: bool = False  # biases on every linear layer (GPT-2, GPT-NeoX)
-    # Mixture of experts: 0 experts = dense. Each MoE layer routes a token to `experts_per_token` of
-    # `num_experts` MLPs of `moe_intermediate_size`, plus `shared_experts` always-on ones; the first
-    # `first_dense_layers` layers keep a dense MLP of `intermediate_size` (DeepSeek).
+    """The output head shares the embedding table's weights (no separate lm_head)."""
+    bias: bool = False
+    """Biases on every linear layer (GPT-2, GPT-NeoX)."""
     num_experts: int = field(default=0, metadata=between(0, 4_096))
+    """Mixture of experts (Mixtral, Qwen3-MoE, DeepSeek layouts): routed expert MLPs per MoE layer; 0 is a dense model.
+    """
     experts_per_token: int = field(default=0, metadata=between(0, 4_096))
-    # default: intermediate_size
+    """MoE: routed experts each token passes through (top-k); from 1 to `num_experts`."""
     moe_intermediate_size: int | None = field(default=None, metadata=between(1, MAX_INTERMEDIATE))
+    """MoE: width of each expert's MLP hidden layer. Default: `intermediate_size`."""
     shared_experts: int = field(default=0, metadata=between(0, 64))
+    """MoE: always-on experts of `moe_intermediate_size` every token passes through besides the routed ones (DeepSeek,
+    Qwen-MoE)."""
     first_dense_layers: int = field(default=0, metadata=between(0, MAX_LAYERS))
-    # Sliding-window attention: layers attend to the last `sliding_window` tokens; with
-    # `global_attention_every` = n, every n-th layer attends globally instead (Gemma 2: 2, Gemma 3: 6).
+    """MoE: the first layers keep a dense MLP of `intermediate_size` (DeepSeek); the rest are MoE layers."""
     sliding_window: int | None = field(default=None, metadata=between(1, 16_777_216))
+    """Sliding-window attention: layers attend to the last this many tokens (the KV cache keeps only them). Default:
+    none (full attention)."""
     global_attention_every: int = field(default=0, metadata=between(0, MAX_LAYERS))
-    # Multi-head latent attention (DeepSeek-V2/V3): keys and values come from a shared latent of
-    # `kv_lora_rank` plus a decoupled RoPE key of `qk_rope_head_dim`; queries from a latent of `q_lora_rank`
-    # (None: a plain projection). `head_dim` is then the per-head non-RoPE q/k width, `v_head_dim` the value's.
+    """With `sliding_window`: every n-th layer attends globally instead (Gemma 2: 2, Gemma 3: 6); 0: none does."""
     kv_lora_rank: int | None = field(default=None, metadata=between(1, MAX_HIDDEN))
+    """Multi-head latent attention (DeepSeek-V2/V3): keys and values come from a shared latent of this rank, which is
+    what the KV cache holds; `head_dim` is then the non-RoPE query/key dim per head. Default: none (plain attention)."""
     q_lora_rank: int | None = field(default=None, metadata=between(1, MAX_HIDDEN))
+    """Latent attention: queries come from a latent of this rank. Default: none (a plain query projection)."""
     qk_rope_head_dim: int = field(default=0, metadata=between(0, MAX_HEAD_DIM))
+    """Latent attention: width of the decoupled RoPE key (shared by the heads) and of each head's RoPE query part."""
     v_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
-    # Per-head RMSNorm on queries and keys before RoPE (Qwen3, Gemma 3): one head_dim weight each, shared by the
-    # heads. OLMo 2's full-width q/k norms are not this.
+    """Latent attention: width of one head's values. Default: `head_dim`."""
     qk_norm: bool = False
-    # Qwen3-Next gated attention: q_proj also yields a sigmoid gate on the attention output (h → 2 × heads ×
-    # head_dim; HF Qwen3NextAttention); and a sigmoid gate h → 1 on the shared expert's output (shared_expert_gate)
+    """Per-head RMSNorm on queries and keys before RoPE (Qwen3, Gemma 3): one head_dim weight each, shared by the heads
+    (2 × head_dim parameters); its saved activations are counted. OLMo 2's full-width q/k norms are not this."""
     attn_output_gate: bool = False
+    """Qwen3-Next gated attention: q_proj also yields a sigmoid gate on the attention output (h → 2 × heads × head_dim;
+    HF Qwen3NextAttention)."""
     shared_expert_gate: bool = False
-    # Hybrid recurrent/attention models: which layer holds which mixer (see PatternStyle); None = all attention
+    """Qwen3-Next: a sigmoid gate h → 1 on the shared expert's output."""
     layer_pattern: str | None = field(default=None, metadata=text(MAX_LAYERS))
+    """Hybrid recurrent/attention models, one character per layer (its length is `num_layers`). `mixer_ffn` style
+    (Qwen3-Next, Granite-4.0-H: each layer a mixer + the FFN): `*` attention, `M` Mamba-2, `G` Gated DeltaNet.
+    `one_sublayer` style (Nemotron-H's `hybrid_override_pattern` verbatim): `*` attention, `M` Mamba-2, `-` MLP.
+    Default: none (every layer attention)."""
     pattern_style: PatternStyle = "mixer_ffn"
-    # Mamba-2 mixer (HF NemotronHMamba2Mixer / GraniteMoeHybridMambaLayer): H heads of P channels (d_inner = H·P),
-    # state N per head, B and C in G groups, a depthwise conv of K taps over x, B, C (with a bias)
+    """How `layer_pattern` reads: `mixer_ffn` (each layer holds a mixer and the FFN: HF `layer_types` of Qwen3-Next,
+    Granite-4.0-H) or `one_sublayer` (one sublayer and one norm per block: Nemotron-H)."""
     mamba_num_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    """Mamba-2 mixer (HF NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer): heads H; d_inner = H × `mamba_head_dim`.
+    Required by `M` layers."""
     mamba_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    """Mamba-2: channels P per head. Required by `M` layers."""
     ssm_state_size: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    """Mamba-2: state size N per head (and of B and C per group). Required by `M` layers."""
     mamba_n_groups: int = field(default=1, metadata=between(1, MAX_HEADS))
+    """Mamba-2: groups G of B and C; must divide `mamba_num_heads`."""
     mamba_conv_kernel: int = field(default=4, metadata=between(1, 64))
-    # Gated DeltaNet mixer (HF Qwen3NextGatedDeltaNet): q, k of Hk heads × Dk, v of Hv heads × Dv, a K-tap conv
+    """Mamba-2: taps K of the depthwise conv over x, B and C (with a bias)."""
     linear_num_key_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    """Gated DeltaNet mixer (Qwen3-Next, HF Qwen3NextGatedDeltaNet): query and key heads Hk; must divide
+    `linear_num_value_heads`. Required by `G` layers."""
     linear_num_value_heads: int | None = field(default=None, metadata=between(1, MAX_HEADS))
+    """Gated DeltaNet: value heads Hv. Required by `G` layers."""
     linear_key_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    """Gated DeltaNet: width Dk of a query or key head. Required by `G` layers."""
     linear_value_head_dim: int | None = field(default=None, metadata=between(1, MAX_HEAD_DIM))
+    """Gated DeltaNet: width Dv of a value head. Required by `G` layers."""
     linear_conv_kernel_dim: int = field(default=4, metadata=between(1, 64))
-    # dtype of the recurrent (SSM / delta-rule) state when served; None: the activation dtype (vLLM's "auto").
-    # Nemotron-H (vLLM >= 0.20 default, config mamba_ssm_cache_dtype) and Qwen3.5 (config mamba_ssm_dtype) use fp32
+    """Gated DeltaNet: taps K of the bias-free depthwise conv over q, k and v."""
     ssm_state_dtype: DType | None = None
-    # The longest sequence (prompt + output) the checkpoint takes: its config.json length as vLLM derives it
-    # (vllm/config/model.py _get_and_verify_max_len: max_position_embeddings, times rope_scaling's factor unless
-    # rope_type is llama3 / longrope / su or the model is Gemma 3; YaRN: original_max_position_embeddings × factor).
-    # None: not known (a model built from a parameter count, or a config that gives no length).
+    """Dtype of the recurrent (SSM, delta-rule) state when served: Nemotron-H (vLLM ≥ 0.20's default, config
+    `mamba_ssm_cache_dtype`) and Qwen3.5 (config `mamba_ssm_dtype`) use `fp32`. Default: the activation dtype (vLLM's
+    "auto")."""
     context_window: int | None = field(default=None, metadata=between(1, MAX_CONTEXT))
+    """The longest sequence (prompt + output) the checkpoint takes: its config.json length as vLLM derives it
+    (vllm/config/model.py `_get_and_verify_max_len`: `max_position_embeddings`, times `rope_scaling`'s factor unless
+    rope_type is llama3, longrope or su or the model is Gemma 3; YaRN: `original_max_position_embeddings` × factor). It
+    caps the serving limits; a longer plan gets a warning (vLLM refuses it without `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`).
+    Qwen2.5 7B-72B: 32,768, the -Instruct checkpoints' (131,072 needs YaRN). Default: the preset's; none: not known (a
+    model built from a parameter count, a config that gives no length)."""
     preset: str | None = field(default=None, metadata=text(100))
-    # Set when the architecture was guessed from a parameter count alone (model_from_param_count); every
-    # output then calls the plan approximate, and a plan file keeps only this count.
+    """A row of `planner/data/models.yaml` (`python -m planner models` lists them); the other `model` keys override it.
+    Default: none."""
     approx_params: int | None = field(default=None, metadata=between(MIN_APPROX_PARAMS, MAX_APPROX_PARAMS))
+    """A parameter count alone instead of the architecture (`13B`, `770M`, `1.5e9`): a guessed Llama-style architecture
+    (model_from_param_count), and every output calls the plan APPROXIMATE; a plan file keeps only this count. Default:
+    none."""
 
     def __post_init__(self) -> None:
         check_fields(self, "model")
@@ -271,13 +313,13 @@ class Model:
             missing = [k for k in keys if getattr(self, k) is None]
             if kind in p and missing:
                 raise bad(f"model.{missing[0]}", None, f"must be set: model.layer_pattern has {kind} layers")
-        if "M" in p and self.mamba_num_heads % self.mamba_n_groups:
+        if "M" in p and self.mamba_dims[0] % self.mamba_n_groups:
             raise bad(
                 "model.mamba_n_groups",
                 self.mamba_n_groups,
                 f"must divide model.mamba_num_heads ({self.mamba_num_heads})",
             )
-        if "G" in p and self.linear_num_value_heads % self.linear_num_key_heads:
+        if "G" in p and self.gdn_dims[1] % self.gdn_dims[0]:
             raise bad(
                 "model.linear_num_key_heads",
                 self.linear_num_key_heads,
@@ -305,6 +347,27 @@ class Model:
         return required(self.moe_intermediate_size, "model.moe_intermediate_size")
 
     @property
+    def mamba_dims(self) -> tuple[int, int, int]:
+        """(mamba_num_heads, mamba_head_dim, ssm_state_size) of a model with Mamba-2 layers (read under an `M` in
+        layer_pattern, whose rule requires them)."""
+        return (
+            required(self.mamba_num_heads, "model.mamba_num_heads"),
+            required(self.mamba_head_dim, "model.mamba_head_dim"),
+            required(self.ssm_state_size, "model.ssm_state_size"),
+        )
+
+    @property
+    def gdn_dims(self) -> tuple[int, int, int, int]:
+        """(linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim) of a model
+        with Gated DeltaNet layers (read under a `G` in layer_pattern, whose rule requires them)."""
+        return (
+            required(self.linear_num_key_heads, "model.linear_num_key_heads"),
+            required(self.linear_num_value_heads, "model.linear_num_value_heads"),
+            required(self.linear_key_head_dim, "model.linear_key_head_dim"),
+            required(self.linear_value_head_dim, "model.linear_value_head_dim"),
+        )
+
+    @property
     def moe_layers(self) -> int:
         return self.num_layers - self.first_dense_layers if self.num_experts else 0
 
@@ -316,10 +379,14 @@ class Model:
         every = self.global_attention_every
         return self.num_layers - (self.num_layers // every if every else 0)
 
+    @property
+    def pattern(self) -> str:
+        """layer_pattern, or every layer attention (`*`) when the model is not hybrid."""
+        return self.layer_pattern or "*" * self.num_layers
+
     def pattern_count(self, kinds: str) -> int:
         """Layers whose pattern character is one of `kinds` (no pattern: every layer is attention, `*`)."""
-        pattern = self.layer_pattern or "*" * self.num_layers
-        return sum(pattern.count(c) for c in set(kinds))
+        return sum(self.pattern.count(c) for c in set(kinds))
 
     @property
     def q_width(self) -> int:
@@ -329,7 +396,7 @@ class Model:
     @property
     def v_width(self) -> int:
         """Width of the values and of the attention output: heads × value head dim."""
-        return self.num_attention_heads * self.v_head_dim if self.mla else self.q_width
+        return self.num_attention_heads * self.latent_v_head_dim if self.mla else self.q_width
 
     @property
     def kv_width(self) -> int:
@@ -409,8 +476,9 @@ def mamba2_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
     """Per-rank (heads, d_inner = heads × head_dim, groups × state) of a Mamba-2 mixer. Heads split over
     tensor-parallel ranks; when the ranks do not divide the groups, vLLM gives each rank whole groups
     (mamba_utils extra_groups_for_head_shards), so a rank keeps ⌈G / tp⌉ groups' B and C."""
-    heads = m.mamba_num_heads // tensor
-    return heads, heads * m.mamba_head_dim, -(-m.mamba_n_groups // tensor) * m.ssm_state_size
+    all_heads, head_dim, state = m.mamba_dims
+    heads = all_heads // tensor
+    return heads, heads * head_dim, -(-m.mamba_n_groups // tensor) * state
 
 
 def mamba2_params(m: Model, tensor: int = 1) -> int:
@@ -426,8 +494,9 @@ def mamba2_params(m: Model, tensor: int = 1) -> int:
 def gdn_widths(m: Model, tensor: int = 1) -> tuple[int, int, int]:
     """Per-rank (value heads, key width Hk·Dk, value width Hv·Dv) of a Gated DeltaNet mixer (heads split over
     tensor-parallel ranks)."""
-    hv = m.linear_num_value_heads // tensor
-    return hv, m.linear_num_key_heads // tensor * m.linear_key_head_dim, hv * m.linear_value_head_dim
+    hk, all_hv, dk, dv = m.gdn_dims
+    hv = all_hv // tensor
+    return hv, hk // tensor * dk, hv * dv
 
 
 def gdn_params(m: Model, tensor: int = 1) -> int:
@@ -442,7 +511,7 @@ def gdn_params(m: Model, tensor: int = 1) -> int:
         + h * 2 * hv
         + (2 * key + value) * m.linear_conv_kernel_dim
         + 2 * hv
-        + m.linear_value_head_dim
+        + m.gdn_dims[3]
         + value * h
     )
 

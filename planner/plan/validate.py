@@ -188,7 +188,8 @@ def _checked(cls: type) -> tuple[tuple[str, Rule], ...]:
 
 def check_fields(obj: Any, prefix: str) -> None:
     """Each field of a built dataclass against its declared rule."""
-    for name, rule in _checked(type(obj)):
+    cls: type = type(obj)
+    for name, rule in _checked(cls):
         value = getattr(obj, name)
         if not rule.accepts(value):
             check_value(f"{prefix}.{name}" if prefix else name, rule, value)
@@ -198,11 +199,12 @@ def check_mapping(raw: dict, cls: type, prefix: str) -> None:
     """The keys of a raw document's section that `cls` declares, against their rules, nested sections
     included (unknown keys are left to the section's builder, which lists the known ones)."""
     for key, value in raw.items():
-        rule = rules(cls).get(key, False)
+        declared = rules(cls)
+        rule = declared.get(key)
         field = f"{prefix}.{key}" if prefix else key
-        if rule:
+        if rule is not None:
             check_value(field, rule, value)
-        elif rule is None and value is not None:
+        elif key in declared and value is not None:
             if not isinstance(value, dict):
                 raise bad(field, value, "must be a mapping")
             check_mapping(value, _nested_type(cls, key), field)

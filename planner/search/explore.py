@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from typing import Any, Literal
 
 from planner.accuracy import time_accuracy
 from planner.catalog import Gpu
@@ -73,7 +74,7 @@ def sweep_values(plan: Plan, key: SweepKey, points: int = 9) -> list[int]:
     return sorted(values)
 
 
-def sweep(plan: Plan, catalog: dict[str, Gpu], key: SweepKey, values: list[int] | None = None) -> list[Point]:
+def sweep(plan: Plan, catalog: Mapping[str, Gpu], key: SweepKey, values: list[int] | None = None) -> list[Point]:
     """The plan's estimate at each value of `key` (values the plan cannot take are skipped)."""
     points = []
     for value in values or sweep_values(plan, key):
@@ -129,7 +130,7 @@ def _apply(plan: Plan, change: dict[str, dict]) -> Plan:
     return replace(plan, **{section: replace(getattr(plan, section), **values) for section, values in change.items()})
 
 
-def savings(plan: Plan, catalog: dict[str, Gpu]) -> list[Saving]:
+def savings(plan: Plan, catalog: Mapping[str, Gpu]) -> list[Saving]:
     """What each technique the plan does not use yet would change, largest saving first."""
     now = estimate(plan, catalog, detail=False).device_bytes
     out = []
@@ -143,7 +144,7 @@ def savings(plan: Plan, catalog: dict[str, Gpu]) -> list[Saving]:
     return sorted(out, key=lambda s: (-s.saved_bytes, s.technique))
 
 
-def idle_settings(plan: Plan, catalog: dict[str, Gpu]) -> list[str]:
+def idle_settings(plan: Plan, catalog: Mapping[str, Gpu]) -> list[str]:
     """The plan's memory techniques that change no memory here: each non-default `techniques` key whose default
     gives the same device total and peak (selective checkpointing under flash attention, say), one line each."""
     now = estimate(plan, catalog, detail=False)
@@ -247,7 +248,7 @@ def _serving_variants(plan: Plan, serving: Serving) -> list[tuple[str, dict]]:
     that fits), max_model_len cut to the longest the batch's KV cache holds, then the generation variants (fp8 KV
     cache, quantized weights)."""
     par, count, inf = plan.parallelism, plan.hardware.count, plan.workload.inference
-    out = [
+    out: list[tuple[str, dict[str, Any]]] = [
         (
             f"tensor parallel {par.tensor * k} ({count * k} GPUs)",
             {"parallelism": {"tensor": par.tensor * k}, "hardware": {"count": count * k}},
@@ -255,10 +256,10 @@ def _serving_variants(plan: Plan, serving: Serving) -> list[tuple[str, dict]]:
         for k in (2, 4, 8)
     ]
     name = "mem_fraction_static" if inf.fraction_scope == "static" else "gpu_memory_utilization"
-    steps = int(round((MAX_FRACTION - inf.gpu_memory_utilization) / FRACTION_STEP))
+    steps = int(round((MAX_FRACTION - inf.engine_fraction) / FRACTION_STEP))
     out += [
         (
-            f"{name} {u:.2f} (from {inf.gpu_memory_utilization:.2f})",
+            f"{name} {u:.2f} (from {inf.engine_fraction:.2f})",
             {"workload": {"inference": replace(inf, gpu_memory_utilization=u)}},
         )
         for u in (round(MAX_FRACTION - i * FRACTION_STEP, 2) for i in reversed(range(steps)))
@@ -274,7 +275,7 @@ def _serving_variants(plan: Plan, serving: Serving) -> list[tuple[str, dict]]:
     return out + _variants(plan)
 
 
-def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
+def make_it_fit(plan: Plan, catalog: Mapping[str, Gpu]) -> list[Fix]:
     """The single changes (a technique, the micro-batch with accumulation, more GPUs; a serving engine's, see
     _serving_variants) after which the plan fits its GPU without the allocator releasing its cache, cheapest
     first: fewest GPU-hours per token (what the job costs: more GPUs that shorten it pay for each of theirs), the
@@ -306,8 +307,8 @@ def make_it_fit(plan: Plan, catalog: dict[str, Gpu]) -> list[Fix]:
                 saved_bytes=now.device_bytes - est.device_bytes,
                 time_factor=factor,
                 gpu_hours_factor=None if factor is None else factor * varied.hardware.count / plan.hardware.count,
-                kv_budget_bytes=s and s.kv_budget_bytes,
-                concurrency=s and s.max_concurrency,
+                kv_budget_bytes=None if s is None else s.kv_budget_bytes,
+                concurrency=None if s is None else s.max_concurrency,
             )
         )
     return sorted(fixes, key=_cost_order(fixes))
@@ -335,7 +336,7 @@ def _cost_order(fixes: list[Fix]):
     return key
 
 
-def room(plan: Plan, catalog: dict[str, Gpu]) -> str | None:
+def room(plan: Plan, catalog: Mapping[str, Gpu]) -> str | None:
     """What a training plan's free memory buys on its GPUs: the largest micro-batch and the longest sequence
     that still fit with the recommender's headroom (None for inference, or when the plan does not fit)."""
     if plan.workload.task == "inference" or not estimate(plan, catalog, detail=False).fits:

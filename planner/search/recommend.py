@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from planner.accuracy import likely_seconds, time_accuracy, time_bands
 from planner.catalog import (
@@ -260,13 +260,15 @@ class Recommendation:
         """The cost-time frontier (of one GPU type, or of all): the priced candidates no other is both as fast
         and as cheap as, fastest first."""
         pool = sorted(
-            (c for c in self.candidates if c.job_usd is not None and (gpu_id is None or c.gpu.id == gpu_id)),
-            key=lambda c: (c.job_hours, c.job_usd),
+            ((c, usd) for c in self.candidates if (usd := c.job_usd) is not None and gpu_id in (None, c.gpu.id)),
+            key=lambda priced: (priced[0].job_hours, priced[1]),
         )
         out: list[Candidate] = []
-        for c in pool:
-            if not out or c.job_usd < out[-1].job_usd:
+        cheapest = 0.0
+        for c, usd in pool:
+            if not out or usd < cheapest:
                 out.append(c)
+                cheapest = usd
         return out
 
     def caveats(self, c: Candidate) -> list[str]:
@@ -293,11 +295,12 @@ def job_time_caveat(c: Candidate, deadline_hours: float | None) -> str | None:
     if likely is None:
         return None
     low, high, band = likely
-    late = deadline_hours is not None and high / 3600 > deadline_hours
+    late = ""
+    if deadline_hours is not None and high / 3600 > deadline_hours:
+        late = f", past the deadline ({format_hours(deadline_hours)}) at the slow end"
     return (
         f"8 in 10 published {band.kind} runs took {1 + band.low_pct / 100:.2f}–{1 + band.high_pct / 100:.2f} × "
-        f"the time model's time: this job likely takes {format_hours(low / 3600)}–{format_hours(high / 3600)}"
-        + (f", past the deadline ({format_hours(deadline_hours)}) at the slow end" if late else "")
+        f"the time model's time: this job likely takes {format_hours(low / 3600)}–{format_hours(high / 3600)}" + late
     )
 
 
@@ -907,7 +910,8 @@ def _inference_limit(plan: Plan, catalog: Mapping[str, Gpu] | None, headroom: fl
     limits, inf = _plan_limits(plan, catalog, headroom), plan.workload.inference
 
     def fits(n: int) -> bool:
-        p = replace(plan, workload=replace(plan.workload, inference=replace(inf, **{key: n})))
+        changed: dict[str, Any] = {key: n}  # the key is a parameter: each of its fields is an int
+        p = replace(plan, workload=replace(plan.workload, inference=replace(inf, **changed)))
         return _serves(estimate(p, catalog, detail=False), limits)
 
     return _largest(fits, 1, high)

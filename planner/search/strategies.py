@@ -35,13 +35,13 @@ from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, estimate, states_floor
 from planner.perf import Latency, compute_floor_hours, elementwise_floor_hours, flops_per_token, job_time, latency
-from planner.perf.rates import rates
-from planner.plan.config import Hardware, Parallelism, Plan
+from planner.perf.rates import supported_rates
+from planner.plan.config import Checkpointing, Hardware, Offload, Parallelism, Plan, ZeroStage
 from planner.plan.pipeline import split_problem
 
 # recomputation and offload from the least memory saved to the most (the search's "most saving" is the last)
-CHECKPOINTING_BY_SAVING = ("none", "selective", "every_k", "selective_op", "full")
-OFFLOADS_BY_SAVING = ("none", "optimizer", "optimizer_and_params")
+CHECKPOINTING_BY_SAVING: tuple[Checkpointing, ...] = ("none", "selective", "every_k", "selective_op", "full")
+OFFLOADS_BY_SAVING: tuple[Offload, ...] = ("none", "optimizer", "optimizer_and_params")
 # A layout whose step spends more than this share beyond its compute and memory work (exposed communication,
 # bubble) has its wider tensor-parallel layouts timed too.
 COMMUNICATION_SHARE = 0.10
@@ -50,12 +50,12 @@ COMMUNICATION_SHARE = 0.10
 class Strategy(NamedTuple):
     """One layout of the plan (a tuple: it keys every cache of the search)."""
 
-    zero: int
+    zero: ZeroStage
     tensor: int
     pipeline: int
     context: int
-    ckpt: str
-    offload: str
+    ckpt: Checkpointing
+    offload: Offload
     micro_batch: int
     expert: int = 1
 
@@ -221,7 +221,7 @@ class StrategySearch:
             self._tensors[key] = tuple(sorted(within | ({own} if key[1] else set())))
         return self._tensors[key]
 
-    def _time_classes(self) -> list[tuple[float, float, str, str, int]]:
+    def _time_classes(self) -> list[tuple[float, float, Checkpointing, Offload, int]]:
         """(FLOPs factor, least bubble factor, recomputation, offload, pipeline) of each class: its FLOPs over
         those of no recomputation, and 1 + its pipeline's idle slots at the most micro-batches a step can have
         (the global batch), under the plan's own schedule where it pipelines (interleaving and zero-bubble divide
@@ -299,6 +299,20 @@ class StrategySearch:
             self._plans[key] = self.plan_for(s, self.largest.id, count)
         return self._plans[key]
 
+    def _laid_out(self, s: Strategy, count: int) -> Plan:
+        """The plan of a strategy the search has laid out on `count` GPUs already (its plan exists)."""
+        plan = self._plan(s, count)
+        if plan is None:
+            raise ValueError(f"{s} has no layout on {count} GPUs: only laid-out strategies are timed and kept")
+        return plan
+
+    def _estimate(self, s: Strategy, count: int) -> Estimate:
+        """`memory` of a strategy the search has laid out on `count` GPUs already."""
+        est = self.memory(s, count)
+        if est is None:
+            raise ValueError(f"{s} has no layout on {count} GPUs: only laid-out strategies are timed and kept")
+        return est
+
     def memory(self, s: Strategy, count: int) -> Estimate | None:
         """The strategy's estimate on `count` GPUs of the catalog's largest type (None: no such layout). Memory
         depends on the GPU only near its capacity, where the allocator releases its cache, which `Limits.fits`
@@ -327,7 +341,7 @@ class StrategySearch:
         offering's view)."""
         key = (s, count, gpu, tokens, mfu)
         if key not in self._hours:  # the time model reads the GPU it is given, not the plan's GPU id
-            self._hours[key] = job_time(self._plan(s, count), gpu, tokens, mfu)
+            self._hours[key] = job_time(self._laid_out(s, count), gpu, tokens, mfu)
         return self._hours[key]
 
     def served(self, plan: Plan) -> Estimate:
@@ -349,7 +363,9 @@ class StrategySearch:
             self._latency[key] = latency(key[0], key[1])
         return self._latency[key]
 
-    def most_saving(self, gpu: Gpu, count: int, ckpt: str, offload: str, pipeline: int) -> Strategy | None:
+    def most_saving(
+        self, gpu: Gpu, count: int, ckpt: Checkpointing, offload: Offload, pipeline: int
+    ) -> Strategy | None:
         """The least-memory layout of a time class on `count` GPUs: the highest ZeRO stage, the smallest
         micro-batch, and the most tensor × context parallelism that can be laid out on `count` GPUs."""
         tensors = self.tensors(gpu)
@@ -368,7 +384,7 @@ class StrategySearch:
             self._saving[key] = next((s for s in layouts if self._plan(s, count) is not None), None)
         return self._saving[key]
 
-    def _zeros(self, count: int, model_parallel: int, offload: str) -> list[int]:
+    def _zeros(self, count: int, model_parallel: int, offload: Offload) -> list[ZeroStage]:
         """The ZeRO stages a layout may take, least sharding first: stage 3 alone where parameters are offloaded,
         none where its data × context ranks are one (nothing to shard), unless the plan keeps its own."""
         if count == model_parallel and "zero_stage" not in self.fixed:
@@ -380,8 +396,8 @@ class StrategySearch:
         gpu: Gpu,
         count: int,
         limits: Limits,
-        ckpt: str,
-        offload: str,
+        ckpt: Checkpointing,
+        offload: Offload,
         pipeline: int,
         tensors: tuple[int, ...] | None = None,
         experts: tuple[int, ...] | None = None,
@@ -401,8 +417,8 @@ class StrategySearch:
         self,
         count: int,
         limits: Limits,
-        ckpt: str,
-        offload: str,
+        ckpt: Checkpointing,
+        offload: Offload,
         pipeline: int,
         t: int,
         experts: tuple[int, ...] | None,
@@ -410,7 +426,7 @@ class StrategySearch:
         """`simplest` at one tensor-parallel degree `t` (None: no strategy of the class fits with it)."""
         zeros = self._zeros(count, t * pipeline, offload)
 
-        def layout(c: int, mb: int | None = None, e: int | None = None, z: int | None = None) -> Strategy | None:
+        def layout(c: int, mb: int | None = None, e: int | None = None, z: ZeroStage | None = None) -> Strategy | None:
             """The layout with these settings, each one not given at its most saving value the plan admits."""
             mbs = [mb] if mb is not None else reversed(self.micro_batches)  # the smallest first
             es = [e] if e is not None else sorted(experts or self.experts, reverse=True)  # the most first
@@ -425,8 +441,8 @@ class StrategySearch:
                 None,
             )
 
-        def fits(*settings: int) -> bool:
-            layout_ = layout(*settings)
+        def fits(c: int, mb: int | None = None, e: int | None = None, z: ZeroStage | None = None) -> bool:
+            layout_ = layout(c, mb, e, z)
             return layout_ is not None and self.fits(layout_, count, limits)
 
         c = _first([c for c in self.contexts if layout(c) is not None], fits)
@@ -482,10 +498,16 @@ class StrategySearch:
                     best = (hours, s) if best is None or hours < best[0] else best
             if best is not None:
                 break
-        return None if best is None else Found(estimate=self.memory(best[1], count), hours=best[0])
+        return None if best is None else Found(estimate=self._estimate(best[1], count), hours=best[0])
 
     def _layouts(
-        self, gpu: Gpu, count: int, limits: Limits, cls: tuple[str, str, int], tokens: int, mfu: float | None
+        self,
+        gpu: Gpu,
+        count: int,
+        limits: Limits,
+        cls: tuple[Checkpointing, Offload, int],
+        tokens: int,
+        mfu: float | None,
     ) -> list[Strategy]:
         """The simplest layout of a class that fits, and, where its step spends more than COMMUNICATION_SHARE
         beyond its work (exposed communication, bubble), the simplest at the widest tensor-parallel degree inside
@@ -500,7 +522,7 @@ class StrategySearch:
             return [s]
         # only over NVLink-class links: over PCIe, tensor parallelism's per-layer all-reduces cost more than the
         # gradient traffic they save
-        r = rates(gpu, self.plan.precision.compute)
+        r = supported_rates(gpu, self.plan.precision.compute)
         domain = r.fast_domain_gpus if r.link_kind == "link" else 1
         widest = max((t for t in self.tensors(gpu) if t <= domain), default=1)
         more = tuple(sorted((e for e in self.experts if e > s.expert), reverse=True))
@@ -523,5 +545,5 @@ class StrategySearch:
                 if self.fits(s, n, limits):
                     return n, None
                 missed.append((s, n))
-        last = [self.memory(s, n) for s, n in missed if n == missed[-1][1]] if missed else []
+        last = [self._estimate(s, n) for s, n in missed if n == missed[-1][1]] if missed else []
         return None, min(last, key=lambda e: e.device_bytes, default=None)
