@@ -126,7 +126,7 @@ def test_selective_policy_is_per_op_and_tokens_without_pipeline():
 
 
 def test_llama3_8b_registry_plans_as_the_toml():
-    """The same run as llama3_8b.toml (v0.2.2) written as a registry entry: the same plan, 43.50 GiB on 8 × H100
+    """The same run as llama3_8b.toml written as a registry entry: the same plan, 43.50 GiB on 8 × H100
     (read as a command line before this reader: JobConfig defaults, 94.79 GiB)."""
     plans = [
         plan_from_config(read_config(text(name), gpus=8), gpu="h100-sxm-80gb")
