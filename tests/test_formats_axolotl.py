@@ -9,7 +9,8 @@ import yaml
 
 from planner.errors import PlanError
 from planner.formats import FORMATS, detect, overlay, round_trip
-from planner.formats.axolotl import FORMAT, read, write
+from planner.formats.axolotl import FORMAT, OPTIMIZERS, read, write
+from planner.formats.hf_trainer import OPTIMS
 from planner.plan.codec import plan_from_dict
 
 DATA = Path(__file__).parent / "data" / "configs" / "axolotl"
@@ -403,3 +404,34 @@ def test_absent_micro_batch_is_named():
     assert [k.source for k in r.read if k.plan_key == "workload.micro_batch_size"] == [
         "(absent: the Axolotl config does not say the micro-batch: the plan's default 1)"
     ]
+
+
+@pytest.mark.parametrize(
+    "name, precision",
+    [
+        # transformers' own AdamW (optimization.py before v4.50) stepped one parameter at a time: a for-loop
+        ("adamw_hf", {"optimizer": "adamw", "optimizer_impl": "forloop"}),
+        ("adamw_torch", {"optimizer": "adamw", "optimizer_impl": "foreach"}),
+        ("adamw_apex_fused", {"optimizer": "adamw", "optimizer_impl": "fused"}),
+        ("ao_adamw_8bit", {"optimizer": "adamw_8bit", "optimizer_library": "torchao"}),
+        ("muon", {"optimizer": "muon"}),
+    ],
+)
+def test_optimizer_names_are_training_arguments_optim(name, precision):
+    """Axolotl hands `optimizer:` to TrainingArguments.optim: the names read as hf_trainer reads `optim`, plus
+    Axolotl's own (CustomSupportedOptimizers) the plan names."""
+    imported = read(f"base_model: meta-llama/Llama-3.1-8B\noptimizer: {name}\nbf16: true\n")
+    assert imported.plan["precision"] == {"compute": "bf16", **precision}
+    assert {k: OPTIMIZERS[k] for k in OPTIMS} == OPTIMS
+
+
+def test_a_for_loop_adamw_is_written_as_adamw_hf():
+    plan = plan_from_dict(
+        {
+            "framework": "axolotl",
+            "model": {"preset": "llama-3.1-8b"},
+            "workload": {"task": "finetune"},
+            "precision": {"optimizer": "adamw", "optimizer_impl": "forloop"},
+        }
+    )
+    assert "optimizer: adamw_hf\n" in write(plan) and round_trip(plan, FORMAT) == {}
