@@ -34,7 +34,6 @@ import json
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import get_args
@@ -54,7 +53,7 @@ from planner.formats import (
     unused_lines,
 )
 from planner.formats.base import Imported
-from planner.formats.hf_config import model_from_hf_config
+from planner.formats.hf_config import shaped_model
 from planner.formats.vllm_log import vllm_log_table
 from planner.measure import plan as measure
 from planner.memory import estimate
@@ -63,7 +62,7 @@ from planner.plan.choices import CHOICES, choices_to_table
 from planner.plan.codec import plan_from_dict, plan_from_yaml, plan_to_dict, plan_to_yaml
 from planner.plan.config import Plan, context_note
 from planner.plan.docs import key_doc
-from planner.plan.models import approximate_note, model_to_dict, preset_of_shape, presets, shape_note
+from planner.plan.models import approximate_note, model_to_dict, presets, shape_note
 from planner.plan.validate import check_choice
 from planner.search.recommend import (
     DEFAULT_HEADROOM,
@@ -358,11 +357,10 @@ def _plan(args: argparse.Namespace) -> Plan:
 def _hf_model(source: str) -> dict:
     """--hf-config's model; where its architecture is exactly a preset's, it names that preset (noted on standard
     error)."""
-    model = model_from_hf_config(_hf_config_text(source))
-    preset = preset_of_shape(model)
-    if preset:
-        print(f"note: {shape_note(source, preset)}", file=sys.stderr)
-    return model_to_dict(replace(model, preset=preset))
+    model = shaped_model(_hf_config_text(source))
+    if model.preset:
+        print(f"note: {shape_note(source, model.preset)}", file=sys.stderr)
+    return model_to_dict(model)
 
 
 def _plan_of_config(args: argparse.Namespace) -> tuple[Plan, Imported]:

@@ -1,5 +1,5 @@
-"""The real framework configs stored under tests/data/configs/<format>/ (SOURCES.md names each one's origin), and
-the checks every format's tests share."""
+"""The project's own framework configs stored under tests/data/configs/<format>/ (SOURCES.md says what each
+folder exercises), and the checks every format's tests share."""
 
 from __future__ import annotations
 

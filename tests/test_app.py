@@ -590,13 +590,26 @@ def test_custom_latent_attention_model_keeps_its_fields_and_link():
     assert not warnings and plan.model.q_lora_rank == 1536 and plan.model.qk_rope_head_dim == 64
 
 
-def test_pasted_hf_config_becomes_the_custom_model_and_errors_show():
+def test_pasted_hf_config_shaped_like_a_preset_says_so_else_is_custom_and_errors_show():
+    """A config.json with exactly a preset's architecture (a renamed fine-tune, a re-upload) plans as that preset
+    and the page says which (planner/formats/hf_config.py shaped_model, the CLI's --hf-config resolution); one
+    field off and it is a custom model."""
     at = app()
-    at.text_area(key="hf_text").input((ROOT / "tests" / "data" / "hf_configs" / "qwen3-30b-a3b.json").read_text())
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "qwen3-30b-a3b.json").read_text())
+    at.text_area(key="hf_text").input(json.dumps({**config, "_name_or_path": "someone/qwen3-moe-finetune"}))
+    at.button(key="hf_import").click().run()
+    assert not at.exception and at.selectbox(key="preset").value == "qwen3-30b-a3b"
+    assert [i.value for i in at.info if i.value.startswith("config.json:")] == [ui_sidebar.shaped_like("qwen3-30b-a3b")]
+    assert ui_sidebar.shaped_like("qwen3-30b-a3b").startswith(
+        "config.json: shaped like Qwen3 30B-A3B (qwen3-30b-a3b): "
+    )
+    assert at.query_params["preset"] == "qwen3-30b-a3b" and at.query_params["zero_stage"] == "3"  # the rest kept
+    at.text_area(key="hf_text").input(json.dumps({**config, "vocab_size": 151_000}))
     at.button(key="hf_import").click().run()
     assert not at.exception and at.selectbox(key="preset").value == "custom"
-    assert at.number_input(key="num_experts").value == 128 and at.number_input(key="head_dim").value == 128
-    assert at.query_params["num_experts"] == "128" and at.query_params["zero_stage"] == "3"  # the rest is kept
+    assert not [i for i in at.info if i.value.startswith("config.json:")]  # shaped like no preset: nothing said
+    assert at.number_input(key="num_experts").value == 128 and at.number_input(key="vocab_size").value == 151_000
+    assert at.query_params["num_experts"] == "128" and at.query_params["zero_stage"] == "3"
     at.text_area(key="hf_text").input('{"model_type": "llama", "hidden_size": 4096}')
     at.button(key="hf_import").click().run()
     assert not at.exception and any(

@@ -333,7 +333,7 @@ def test_import_lists_the_keys_it_could_not_use_on_stderr():
 
 
 def test_a_config_without_a_model_takes_preset_gpu_and_count_from_options():
-    ds = str(CONFIGS / "deepspeed" / "transformers_ds_config_zero3.json")
+    ds = str(CONFIGS / "deepspeed" / "zero3_offload_zero_buckets.json")
     missing = run("estimate", "--from", ds)
     assert missing.returncode == 2 and missing.stderr == (
         "error: model: the deepspeed config names no model; give the model (a preset or a config.json)\n"

@@ -1,4 +1,4 @@
-"""planner/formats/accelerate.py: accelerate config YAML read from real configs, written back, and its errors."""
+"""planner/formats/accelerate.py: accelerate config YAML read from the stored configs, written back, and its errors."""
 
 import pytest
 import yaml
@@ -22,7 +22,7 @@ DDP = {"framework": "accelerate_fsdp", "parallelism": {"zero_stage": 0}}
 
 # each stored config read without a GPU count: the plan it says (hand-checked against the file), its notes
 EXPECTED = {
-    "accelerate_template_deepspeed.yaml": (
+    "deepspeed_file.yaml": (
         # the stage and offload are in the DeepSpeed config file it names; mixed_precision is left to that file
         {"framework": "deepspeed", "hardware": {"count": 2}},
         (
@@ -30,7 +30,7 @@ EXPECTED = {
             "the deepspeed format",
         ),
     ),
-    "accelerate_template_fsdp.yaml": (
+    "fsdp1_two_gpus.yaml": (
         # FSDP1 (no fsdp_version) with use_orig_params: flat parameters, which matter for LoRA (noted)
         {
             "framework": "accelerate_fsdp",
@@ -41,21 +41,21 @@ EXPECTED = {
         },
         (PREFETCH, FLAT),
     ),
-    "accelerate_template_multi_gpu.yaml": ({**DDP, "precision": {"compute": "bf16"}, "hardware": {"count": 2}}, ()),
-    "accelerate_template_multi_node.yaml": (
+    "ddp_two_gpus.yaml": ({**DDP, "precision": {"compute": "bf16"}, "hardware": {"count": 2}}, ()),
+    "ddp_two_nodes.yaml": (
         # no mixed_precision: launch's "no", fp32; num_processes counts all machines' processes
         {**DDP, "precision": {"compute": "fp32"}, "hardware": {"count": 8}},
         (),
     ),
-    "accelerate_template_single_accelerator.yaml": ({**DDP, "precision": {"compute": "bf16"}}, ()),
-    "accelerate_template_fp8.yaml": (
+    "one_gpu_bf16.yaml": ({**DDP, "precision": {"compute": "bf16"}}, ()),
+    "fp8_one_gpu.yaml": (
         {**DDP, "precision": {"compute": "fp8"}},
         (
             "fp8_config: the fp8 backend's scaling settings (Transformer Engine, MS-AMP, torchao); the plan's fp8 "
             "recipe is precision.fp8_recipe",
         ),
     ),
-    "accelerate_tp_hsdp.yaml": (
+    "fsdp2_tp_hsdp.yaml": (
         # FSDP2 reshard_after_forward true: full shard; tp 2; dp_replicate 2 is hybrid sharding
         {
             "framework": "accelerate_fsdp",
@@ -66,7 +66,7 @@ EXPECTED = {
         },
         (f"parallelism_config.parallelism_config_dp_replicate_size: {HYBRID_WHY}",),
     ),
-    "accelerate_cp.yaml": (
+    "fsdp2_cp8.yaml": (
         {
             "framework": "accelerate_fsdp",
             "techniques": {"activation_checkpointing": "full", "offload": "none"},
@@ -76,8 +76,8 @@ EXPECTED = {
         },
         (),
     ),
-    "alignment_handbook_ddp.yaml": ({**DDP, "precision": {"compute": "bf16"}, "hardware": {"count": 8}}, ()),
-    "alignment_handbook_fsdp.yaml": (
+    "ddp_eight_gpus.yaml": ({**DDP, "precision": {"compute": "bf16"}, "hardware": {"count": 8}}, ()),
+    "fsdp1_prefetch.yaml": (
         {
             "framework": "accelerate_fsdp",
             "techniques": {"offload": "none"},
@@ -87,7 +87,7 @@ EXPECTED = {
         },
         (PREFETCH, FORWARD, FLAT),
     ),
-    "alignment_handbook_zero3.yaml": (
+    "zero3_inline.yaml": (
         {
             "framework": "deepspeed",
             "parallelism": {"zero_stage": 3},
@@ -97,7 +97,7 @@ EXPECTED = {
         },
         (),
     ),
-    "trl_deepspeed_zero2.yaml": (
+    "zero2_inline.yaml": (
         {
             "framework": "deepspeed",
             "parallelism": {"zero_stage": 2},
@@ -107,7 +107,7 @@ EXPECTED = {
         },
         (),
     ),
-    "trl_fsdp1.yaml": (
+    "fsdp1_full_state.yaml": (
         # FSDP1 spells the strategy as fsdp_reshard_after_forward: FULL_SHARD
         {
             "framework": "accelerate_fsdp",
@@ -126,7 +126,7 @@ def test_every_stored_config_has_expectations():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_real_configs_read(name):
+def test_stored_configs_read(name):
     plan, unmodelled = EXPECTED[name]
     imported = read(config_text("accelerate", name))
     assert imported.plan == plan
@@ -145,11 +145,9 @@ def test_every_key_is_accounted_for(name):
 
 
 def test_the_gpu_count_given_must_agree():
-    assert read(config_text("accelerate", "accelerate_template_single_accelerator.yaml"), gpus=4).plan["hardware"] == {
-        "count": 4
-    }
+    assert read(config_text("accelerate", "one_gpu_bf16.yaml"), gpus=4).plan["hardware"] == {"count": 4}
     with pytest.raises(PlanError, match=r"^num_processes: 8 differs from the GPU count given \(4\)$"):
-        read(config_text("accelerate", "alignment_handbook_ddp.yaml"), gpus=4)
+        read(config_text("accelerate", "ddp_eight_gpus.yaml"), gpus=4)
 
 
 def test_plugin_options_and_defaults():
@@ -238,7 +236,7 @@ def test_bad_configs_name_the_key(text, message):
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_detect_real_configs(name):
+def test_detect_stored_configs(name):
     assert detect(config_text("accelerate", name)) is FORMAT
 
 

@@ -1,4 +1,4 @@
-"""planner/formats/axolotl.py: Axolotl's shipped example configs read as plans, errors, detect and the round trip."""
+"""planner/formats/axolotl.py: configs (tests/data/configs/axolotl) read as plans, errors, detect, round trip."""
 
 import copy
 import itertools
@@ -9,7 +9,8 @@ import yaml
 
 from planner.errors import PlanError
 from planner.formats import FORMATS, detect, overlay, round_trip
-from planner.formats.axolotl import FORMAT, read, write
+from planner.formats.axolotl import FORMAT, OPTIMIZERS, read, write
+from planner.formats.hf_trainer import OPTIMS
 from planner.plan.codec import plan_from_dict
 
 DATA = Path(__file__).parent / "data" / "configs" / "axolotl"
@@ -22,7 +23,7 @@ def _read(name, gpus=None):
 
 
 def test_lora_8bit_is_qlora_on_int8():
-    imported = _read("lora-8b.yml")
+    imported = _read("lora_int8_8b.yaml")
     # Llama 3's architecture is Llama 3.1's (models.yaml same_architecture)
     assert imported.model_name == "" and imported.plan["model"] == {"preset": "llama-3.1-8b"}
     assert imported.plan["workload"] == {
@@ -47,7 +48,7 @@ def test_lora_8bit_is_qlora_on_int8():
 
 
 def test_qlora_nf4_double_quant_paged():
-    imported = _read("qlora.yml", gpus=1)
+    imported = _read("qlora_8b.yaml", gpus=1)
     assert imported.plan["precision"] == {
         "weights": "nf4",
         "double_quant": True,
@@ -60,7 +61,7 @@ def test_qlora_nf4_double_quant_paged():
 
 
 def test_full_fine_tune_names_llama_3_1():
-    imported = _read("fft-8b.yaml")
+    imported = _read("full_8b.yaml")
     assert imported.plan["model"] == {"preset": "llama-3.1-8b"}  # NousResearch/Meta-Llama-3.1-8B
     assert imported.plan["workload"] == {"task": "finetune", "sequence_length": 8192, "micro_batch_size": 1}
     assert imported.plan["precision"] == {
@@ -72,7 +73,7 @@ def test_full_fine_tune_names_llama_3_1():
 
 
 def test_liger_fsdp():
-    imported = _read("fft-8b-liger-fsdp.yaml", gpus=8)
+    imported = _read("full_8b_liger_fsdp.yaml", gpus=8)
     assert imported.plan["techniques"] == {
         "activation_checkpointing": "full",
         "attention": "flash",
@@ -91,7 +92,7 @@ def test_liger_fsdp():
 
 
 def test_qlora_fsdp_70b():
-    imported = _read("qlora-fsdp-70b.yaml", gpus=8)
+    imported = _read("qlora_fsdp_70b.yaml", gpus=8)
     assert imported.model_name == "" and imported.plan["model"] == {"preset": "llama-3.1-70b"}
     assert imported.plan["workload"]["sequence_length"] == 512
     assert imported.plan["parallelism"] == {"zero_stage": 3}
@@ -99,7 +100,7 @@ def test_qlora_fsdp_70b():
 
 
 def test_deepspeed_file_name_and_defaults():
-    text = (DATA / "fft-8b.yaml").read_text() + "deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json\n"
+    text = (DATA / "full_8b.yaml").read_text() + "deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json\n"
     text = text.replace("gradient_checkpointing: true\n", "").replace("optimizer: paged_adamw_8bit\n", "")
     imported = read(text)
     assert imported.plan["parallelism"] == {"zero_stage": 3}
@@ -118,7 +119,7 @@ ZERO2_CPU = '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": 
 def test_deepspeed_file_beside_the_config_is_read_not_its_name():
     """A file named zero3 whose contents say ZeRO-2 with the optimizer on the CPU: the contents win; absent, axolotl's
     own zero2.json (which offloads the optimizer) and a name it does not ship say where each came from."""
-    text = (DATA / "fft-8b.yaml").read_text()
+    text = (DATA / "full_8b.yaml").read_text()
     files = {"ds/zero3.json": ZERO2_CPU}.get
     imported = read(text + "deepspeed: ds/zero3.json\n", files=files)
     assert imported.plan["parallelism"] == {"zero_stage": 2}
@@ -159,7 +160,7 @@ def test_deepspeed_file_beside_the_config_is_read_not_its_name():
 )
 def test_bad_values_name_the_key(edit, message):
     with pytest.raises(PlanError) as err:
-        read((DATA / "qlora.yml").read_text().replace(*edit))
+        read((DATA / "qlora_8b.yaml").read_text().replace(*edit))
     assert str(err.value) == message
 
 
@@ -296,7 +297,7 @@ def test_write_refuses_what_it_cannot_say():
     ],
 )
 def test_keys_in_a_config(extra, plan_keys, note):
-    text = (DATA / "qlora.yml").read_text().replace("gradient_checkpointing: true\n", "")
+    text = (DATA / "qlora_8b.yaml").read_text().replace("gradient_checkpointing: true\n", "")
     text = text.replace("lora_target_linear: true\n", "").replace("attn_implementation: flash_attention_2\n", "")
     text += extra
     imported = read(text, gpus=2)
@@ -310,7 +311,7 @@ def test_keys_in_a_config(extra, plan_keys, note):
 
 
 def test_unknown_keys_are_listed():
-    imported = read((DATA / "qlora.yml").read_text() + "frobnicate: 3\n")
+    imported = read((DATA / "qlora_8b.yaml").read_text() + "frobnicate: 3\n")
     assert imported.unknown == ("frobnicate",)
 
 
@@ -336,7 +337,7 @@ HOSTILE = [None, -1, 10**30, 2.5, "x", [[1]], ["q_proj", [1]], {"_component_": 5
     "fmt, names",
     [
         ("torchtune", ("llama3_1_8B_lora_single_device.yaml", "llama3_1_70B_full.yaml")),
-        ("axolotl", ("lora-8b.yml", "fft-8b-liger-fsdp.yaml")),
+        ("axolotl", ("lora_int8_8b.yaml", "full_8b_liger_fsdp.yaml")),
     ],
 )
 def test_hostile_values_raise_plan_errors_only(fmt, names):
@@ -359,7 +360,7 @@ def test_hostile_values_raise_plan_errors_only(fmt, names):
 
 def test_a_deepspeed_file_name_is_read_in_linear_time():
     """`zero0` 20,000 times and no `.json` at the end: the regex scanned the rest of the name from each (15 s)."""
-    text = (DATA / "fft-8b.yaml").read_text()
+    text = (DATA / "full_8b.yaml").read_text()
     imported = read(text + "deepspeed: " + "zero0" * 20_000 + ".jsonx\n")
     assert "parallelism" not in imported.plan
     assert read(text + "deepspeed: ./configs/my_zero2-offload.json\n").plan["parallelism"] == {"zero_stage": 2}
@@ -403,3 +404,34 @@ def test_absent_micro_batch_is_named():
     assert [k.source for k in r.read if k.plan_key == "workload.micro_batch_size"] == [
         "(absent: the Axolotl config does not say the micro-batch: the plan's default 1)"
     ]
+
+
+@pytest.mark.parametrize(
+    "name, precision",
+    [
+        # transformers' own AdamW (optimization.py before v4.50) stepped one parameter at a time: a for-loop
+        ("adamw_hf", {"optimizer": "adamw", "optimizer_impl": "forloop"}),
+        ("adamw_torch", {"optimizer": "adamw", "optimizer_impl": "foreach"}),
+        ("adamw_apex_fused", {"optimizer": "adamw", "optimizer_impl": "fused"}),
+        ("ao_adamw_8bit", {"optimizer": "adamw_8bit", "optimizer_library": "torchao"}),
+        ("muon", {"optimizer": "muon"}),
+    ],
+)
+def test_optimizer_names_are_training_arguments_optim(name, precision):
+    """Axolotl hands `optimizer:` to TrainingArguments.optim: the names read as hf_trainer reads `optim`, plus
+    Axolotl's own (CustomSupportedOptimizers) the plan names."""
+    imported = read(f"base_model: meta-llama/Llama-3.1-8B\noptimizer: {name}\nbf16: true\n")
+    assert imported.plan["precision"] == {"compute": "bf16", **precision}
+    assert {k: OPTIMIZERS[k] for k in OPTIMS} == OPTIMS
+
+
+def test_a_for_loop_adamw_is_written_as_adamw_hf():
+    plan = plan_from_dict(
+        {
+            "framework": "axolotl",
+            "model": {"preset": "llama-3.1-8b"},
+            "workload": {"task": "finetune"},
+            "precision": {"optimizer": "adamw", "optimizer_impl": "forloop"},
+        }
+    )
+    assert "optimizer: adamw_hf\n" in write(plan) and round_trip(plan, FORMAT) == {}

@@ -1,4 +1,4 @@
-"""planner/formats/deepspeed.py: DeepSpeed config JSON read from real configs, written back, and its errors."""
+"""planner/formats/deepspeed.py: DeepSpeed config JSON read from the stored configs, written back, and its errors."""
 
 import itertools
 import json
@@ -16,7 +16,7 @@ GATHER = "ZeRO-3 keeps gathered parameters on the GPU"
 
 # each stored config read for 4 GPUs: the plan it says (hand-checked against the file) and its unmodelled keys
 EXPECTED = {
-    "megatron_gpt2_bs8_zero2_gas3.json": (
+    "zero2_micro8_accum3.json": (
         # micro 8 × accumulation 3 × 4 GPUs = 96
         {
             "workload": {"micro_batch_size": 8, "global_batch_size": 96},
@@ -30,7 +30,7 @@ EXPECTED = {
             "activation_checkpointing.contiguous_memory_optimization",
         ],
     ),
-    "megatron_gpt2_bs4_zero2_offload.json": (
+    "zero2_legacy_cpu_offload.json": (
         # train_batch_size 4 over 4 GPUs, accumulation 1: micro-batch 1; legacy cpu_offload: the optimizer
         {
             "workload": {"micro_batch_size": 1, "global_batch_size": 4},
@@ -40,7 +40,7 @@ EXPECTED = {
         },
         ["zero_optimization.allgather_bucket_size"],
     ),
-    "sdma_allgather_zero3.json": (
+    "zero3_buckets.json": (
         {
             "workload": {"micro_batch_size": 1, "global_batch_size": 4},
             "precision": {"compute": "bf16", "optimizer": "adamw"},
@@ -54,7 +54,7 @@ EXPECTED = {
             "zero_optimization.stage3_param_persistence_threshold",
         ],
     ),
-    "accelerate_zero_stage2.json": (
+    "zero2_torch_adam_auto.json": (
         # torch_adam: torch.optim.AdamW with PyTorch's foreach default; the batch and bucket are "auto"
         {
             "precision": {"compute": "fp16", "optimizer": "adamw", "optimizer_impl": "foreach"},
@@ -68,7 +68,7 @@ EXPECTED = {
             "zero_optimization.overlap_comm",
         ],
     ),
-    "accelerate_zero_stage3_offload.json": (
+    "zero3_offload_auto.json": (
         {
             "precision": {"compute": "fp16", "optimizer": "adamw"},
             "parallelism": {"zero_stage": 3, "sub_group_elements": 10**9},
@@ -85,7 +85,7 @@ EXPECTED = {
             "zero_optimization.stage3_max_reuse_distance",
         ],
     ),
-    "transformers_ds_config_zero2.json": (
+    "zero2_offload_auto.json": (
         # fp16 and bf16 "auto": the compute dtype is left to the recipe
         {
             "precision": {"optimizer": "adamw"},
@@ -102,7 +102,7 @@ EXPECTED = {
             "zero_optimization.overlap_comm",
         ],
     ),
-    "transformers_ds_config_zero3.json": (
+    "zero3_offload_zero_buckets.json": (
         # reduce_bucket_size 0: the plan's smallest bucket (1 element); sub_group_size 1e14: the whole partition
         {
             "precision": {"compute": "fp16", "optimizer": "adamw"},
@@ -117,7 +117,7 @@ EXPECTED = {
             "zero_optimization.stage3_max_reuse_distance",
         ],
     ),
-    "zenflow_finetuning.json": (
+    "zero2_zenflow.json": (
         # train_batch_size 32 over 4 GPUs × accumulation 1: micro-batch 8
         {
             "workload": {"micro_batch_size": 8, "global_batch_size": 32},
@@ -127,7 +127,7 @@ EXPECTED = {
         },
         ["zero_optimization.zenflow"],
     ),
-    "autotp_hf_integration.json": (
+    "zero2_autotp.json": (
         {"precision": {"optimizer": "adamw"}, "parallelism": {"zero_stage": 2, "tensor": 4}},
         ["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16.enabled"],
     ),
@@ -139,7 +139,7 @@ def test_every_stored_config_has_expectations():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_real_configs_read(name):
+def test_stored_configs_read(name):
     plan, unmodelled = EXPECTED[name]
     imported = read(config_text("deepspeed", name), gpus=4)
     assert imported.plan == {"framework": "deepspeed", "hardware": {"count": 4}, **plan}
@@ -161,15 +161,15 @@ def test_every_key_is_accounted_for(name):
 
 
 def test_notes_say_why():
-    imported = read(config_text("deepspeed", "transformers_ds_config_zero2.json"))
+    imported = read(config_text("deepspeed", "zero2_offload_auto.json"))
     assert f"bf16.enabled: {AUTO}" in imported.unmodelled
-    imported = read(config_text("deepspeed", "sdma_allgather_zero3.json"), gpus=4)
+    imported = read(config_text("deepspeed", "zero3_buckets.json"), gpus=4)
     assert (
         f"zero_optimization.stage3_max_live_parameters: {GATHER}: up to this many elements gathered at once"
         in imported.unmodelled
     )
     # what an 'auto' of the HF integration leaves unknown is said with the key's reason
-    imported = read(config_text("deepspeed", "accelerate_zero_stage3_offload.json"))
+    imported = read(config_text("deepspeed", "zero3_offload_auto.json"))
     assert (
         "zero_optimization.stage3_prefetch_bucket_size: 'auto' (the HF integration fills it from the model): "
         f"{GATHER}: parameters fetched ahead of use, up to this many elements"
@@ -177,7 +177,7 @@ def test_notes_say_why():
 
 
 def test_without_the_gpu_count_the_batch_is_partly_said():
-    imported = read(config_text("deepspeed", "megatron_gpt2_bs8_zero2_gas3.json"))
+    imported = read(config_text("deepspeed", "zero2_micro8_accum3.json"))
     assert imported.plan["workload"] == {"micro_batch_size": 8}
     assert (
         "gradient_accumulation_steps: the global batch is micro-batch × accumulation × GPUs: give the "
@@ -308,7 +308,7 @@ def test_bad_configs_name_the_key(text, gpus, message):
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_detect_real_configs(name):
+def test_detect_stored_configs(name):
     assert detect(config_text("deepspeed", name)) is FORMAT
 
 

@@ -18,15 +18,15 @@ from planner.plan.codec import plan_from_dict, plan_to_dict
 
 SHARED = Path("/work/shared/configs")
 # the GPUs and model a stored config runs on where it does not say them (as its format's own tests read it)
-GPUS = {"train_gpt3_175b_distributed.sh": 1024, "train_mixtral_8x7b_distributed.sh": 64}
-MODELS = {"train_mixtral_8x7b_distributed.sh": {"preset": "mixtral-8x7b"}}
+GPUS = {"gpt_175b_tp8_pp16.sh": 1024, "moe_8x7b_ep8.sh": 64}
+MODELS = {"moe_8x7b_ep8.sh": {"preset": "mixtral-8x7b"}}
 # stored configs whose own plan no writer can write: export_onto refuses them, naming why
 REFUSED = {
     "w8a8_one_gpu.sh": "precision.weights: 'int8' has no vLLM --quantization",
     "registry_refactor.py": "the config registry defines 7 configs",
     "registry_tokens.py": "the config registry defines 2 configs",
     "registry_llama3_8b.py": "config registries are Python functions",
-    "megatron_gpt2_bs4_zero2_offload.json": "train_batch_size: 4 is less than one sequence per GPU",
+    "zero2_legacy_cpu_offload.json": "train_batch_size: 4 is less than one sequence per GPU",
 }
 
 
@@ -109,36 +109,36 @@ def changed(fmt: str, name: str, **keys) -> tuple[list[str], list[str]]:
         ),
         (
             "axolotl",
-            "lora-8b.yml",
+            "lora_int8_8b.yaml",
             {"workload__sequence_length": 2048},
             ["-sequence_len: 4096", "+sequence_len: 2048"],
             ["sequence_len: 4096 → 2048"],
         ),
         (
             "hf_trainer",
-            "trl_sft_lora.sh",
+            "sft_lora_cli.sh",
             {"workload__micro_batch_size": 4, "workload__global_batch_size": 256},
             ["-    --per_device_train_batch_size 2 \\", "+    --per_device_train_batch_size 4 \\"],
             ["--per_device_train_batch_size: 2 → 4"],
         ),
         (
             "deepspeed",
-            "megatron_gpt2_bs8_zero2_gas3.json",
+            "zero2_micro8_accum3.json",
             {"parallelism__zero_stage": 1},
             ['-    "stage": 2,', '+    "stage": 1,'],
             ["zero_optimization.stage: 2 → 1"],
         ),
         (
             "deepspeed",
-            "transformers_ds_config_zero2.json",
+            "zero2_offload_auto.json",
             {"workload__micro_batch_size": 4, "workload__global_batch_size": 64},
             [
-                '-    "gradient_accumulation_steps": "auto",',
-                '+    "gradient_accumulation_steps": 2,',
                 '-    "train_batch_size": "auto",',
                 '-    "train_micro_batch_size_per_gpu": "auto",',
+                '-    "gradient_accumulation_steps": "auto",',
                 '+    "train_batch_size": 64,',
                 '+    "train_micro_batch_size_per_gpu": 4,',
+                '+    "gradient_accumulation_steps": 2,',
             ],
             [
                 'train_batch_size: "auto" → 64',
@@ -148,14 +148,14 @@ def changed(fmt: str, name: str, **keys) -> tuple[list[str], list[str]]:
         ),
         (
             "accelerate",
-            "alignment_handbook_ddp.yaml",
+            "ddp_eight_gpus.yaml",
             {"hardware__count": 4, "parallelism__data": 4},
             ["-num_processes: 8", "+num_processes: 4"],
             ["num_processes: 8 → 4"],
         ),
         (
             "megatron",
-            "train_llama3_8b_h100_fp8.sh",
+            "llama3_8b_fp8.sh",
             {"workload__micro_batch_size": 2},
             ["-MICRO_BATCH_SIZE=1", "+MICRO_BATCH_SIZE=2"],
             ["MICRO_BATCH_SIZE (--micro-batch-size): 1 → 2"],

@@ -1,5 +1,5 @@
-"""planner/formats/hf_trainer.py: TrainingArguments (TRL / alignment-handbook YAML, command lines) read from real
-configs, written back, and their errors."""
+"""planner/formats/hf_trainer.py: TrainingArguments (TRL / alignment-handbook YAML, command lines) read from the
+stored configs, written back, and their errors."""
 
 import random
 
@@ -23,7 +23,7 @@ ALL = ["q", "k", "v", "o", "gate", "up", "down"]
 # each stored config read for 8 GPUs: the plan it says (hand-checked against the file), the model it names when no
 # preset has it, and its unmodelled keys
 EXPECTED = {
-    "zephyr_7b_beta_sft_full.yaml": (
+    "sft_full_mistral.yaml": (
         # 16 × accumulation 1 × 8 GPUs; torch_dtype bfloat16: a full fine-tune of bf16 parameters (no fp32 master)
         {
             "model": {"preset": "mistral-7b"},
@@ -34,7 +34,7 @@ EXPECTED = {
         "",
         (f"num_train_epochs: {EPOCHS}",),
     ),
-    "zephyr_7b_beta_sft_qlora.yaml": (
+    "sft_qlora_mistral.yaml": (
         {
             "model": {"preset": "mistral-7b"},
             "workload": {
@@ -50,7 +50,7 @@ EXPECTED = {
         "",
         (QLORA_DTYPE, f"num_train_epochs: {EPOCHS}"),
     ),
-    "zephyr_7b_beta_dpo_qlora.yaml": (
+    "dpo_qlora.yaml": (
         # DPO's max_length 1024; paged_adamw_32bit: bitsandbytes' paged AdamW
         {
             "workload": {
@@ -66,10 +66,10 @@ EXPECTED = {
             "precision": {"weights": "nf4", "compute": "bf16", "optimizer": "paged_adamw"},
             "techniques": {"attention": "flash", "activation_checkpointing": "full"},
         },
-        "alignment-handbook/zephyr-7b-sft-qlora",
+        "example-org/chat-7b-sft-qlora",
         (QLORA_DTYPE, f"num_train_epochs: {EPOCHS}"),
     ),
-    "smollm3_sft.yaml": (
+    "sft_long_liger.yaml": (
         # use_liger_kernel: Liger's fused linear cross-entropy
         {
             "workload": {"task": "finetune", "global_batch_size": 16, "sequence_length": 65536, "micro_batch_size": 1},
@@ -79,7 +79,7 @@ EXPECTED = {
         "HuggingFaceTB/SmolLM3-3B-checkpoints",
         (f"num_train_epochs: {EPOCHS}",),
     ),
-    "trl_cli_example_config.yaml": (
+    "model_only.yaml": (
         # only the model is said: TrainingArguments' micro-batch 8 and TRL's max_length 1024 are written
         {
             "model": {"preset": "qwen2.5-0.5b"},
@@ -88,7 +88,7 @@ EXPECTED = {
         "",
         (),
     ),
-    "trl_sft_full.sh": (  # Qwen2-0.5B has Qwen2.5-0.5B's architecture (models.yaml same_architecture)
+    "sft_full_cli.sh": (  # Qwen2-0.5B has Qwen2.5-0.5B's architecture (models.yaml same_architecture)
         {
             "model": {"preset": "qwen2.5-0.5b"},
             "workload": {"task": "finetune", "global_batch_size": 128, "sequence_length": 1024, "micro_batch_size": 2},
@@ -96,7 +96,7 @@ EXPECTED = {
         "",
         (f"--num_train_epochs: {EPOCHS}",),
     ),
-    "trl_sft_lora.sh": (
+    "sft_lora_cli.sh": (
         # lora_dropout absent: TRL's 0.05
         {
             "model": {"preset": "qwen2.5-0.5b"},
@@ -119,7 +119,7 @@ def test_every_stored_config_has_expectations():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_real_configs_read(name):
+def test_stored_configs_read(name):
     plan, model_name, unmodelled = EXPECTED[name]
     imported = read(config_text("hf_trainer", name), gpus=8)
     assert imported.plan == {"framework": "hf_trainer", "hardware": {"count": 8}, **plan}
@@ -310,7 +310,7 @@ def test_bad_configs_name_the_key(text, message):
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_detect_real_configs(name):
+def test_detect_stored_configs(name):
     assert detect(config_text("hf_trainer", name)) is FORMAT
 
 

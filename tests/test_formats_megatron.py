@@ -1,4 +1,4 @@
-"""planner/formats/megatron.py: Megatron-LM's example scripts (tests/data/configs/megatron) and command lines."""
+"""planner/formats/megatron.py: launch scripts (tests/data/configs/megatron) and command lines."""
 
 from pathlib import Path
 
@@ -17,7 +17,7 @@ def text(name: str) -> str:
 
 
 def test_llama3_8b_fp8_script():
-    imported = mg.read(text("train_llama3_8b_h100_fp8.sh"), gpus=8)
+    imported = mg.read(text("llama3_8b_fp8.sh"), gpus=8)
     assert imported.plan == {
         "framework": "megatron",
         "hardware": {"count": 8},
@@ -65,7 +65,7 @@ def test_llama3_8b_fp8_script():
 
 
 def test_gpt3_175b_script_lacks_its_vocabulary():
-    imported = mg.read(text("train_gpt3_175b_distributed.sh"), gpus=1024)
+    imported = mg.read(text("gpt_175b_tp8_pp16.sh"), gpus=1024)
     assert imported.plan == {
         "framework": "megatron",
         "hardware": {"count": 1024},
@@ -84,7 +84,7 @@ def test_gpt3_175b_script_lacks_its_vocabulary():
 
 
 def test_mixtral_script():
-    imported = mg.read(text("train_mixtral_8x7b_distributed.sh"), gpus=64)
+    imported = mg.read(text("moe_8x7b_ep8.sh"), gpus=64)
     assert imported.plan["parallelism"] == {"tensor": 1, "pipeline": 4, "expert": 8, "zero_stage": 1}
     assert imported.plan["precision"] == {"compute": "bf16"}
     assert imported.model_name == "Megatron-LM GPT model" and "model" not in imported.plan

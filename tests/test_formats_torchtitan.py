@@ -1,4 +1,4 @@
-"""planner/formats/torchtitan.py: torchtitan's shipped TOMLs (tests/data/configs/torchtitan) and command lines."""
+"""planner/formats/torchtitan.py: job config TOMLs (tests/data/configs/torchtitan) and command lines."""
 
 from pathlib import Path
 
@@ -46,7 +46,7 @@ def test_llama3_8b_toml():
 
 
 def test_debug_model_is_its_architecture_and_every_second_layer():
-    imported = tt.read(text("llama3_debug_model.toml"), gpus=8)
+    imported = tt.read(text("llama3_debug.toml"), gpus=8)
     assert imported.plan["model"] == {
         "num_layers": 6,
         "hidden_size": 256,
@@ -109,7 +109,7 @@ def test_moe_and_qwen_configs(name, preset, expert, scope):
 
 
 def test_v0_1_0_spellings():
-    imported = tt.read(text("llama3_70b_v0.1.0.toml"), gpus=64)
+    imported = tt.read(text("llama3_70b_old_keys.toml"), gpus=64)
     assert imported.plan["techniques"] == {"activation_checkpointing": "full", "compile": False}
     assert [r.plan_key for r in imported.read if r.source == "training.compile"] == ["techniques.compile"]
     assert {"float8.filter_fqns", "checkpoint.enable_checkpoint", "model.tokenizer_path"} <= set(imported.ignored)

@@ -126,7 +126,7 @@ def test_selective_policy_is_per_op_and_tokens_without_pipeline():
 
 
 def test_llama3_8b_registry_plans_as_the_toml():
-    """The same run as llama3_8b.toml (v0.2.2) written as a registry entry: the same plan, 43.50 GiB on 8 × H100
+    """The same run as llama3_8b.toml written as a registry entry: the same plan, 43.50 GiB on 8 × H100
     (read as a command line before this reader: JobConfig defaults, 94.79 GiB)."""
     plans = [
         plan_from_config(read_config(text(name), gpus=8), gpu="h100-sxm-80gb")
@@ -173,3 +173,64 @@ def test_a_flavor_not_written_out_reads_no_model():
     assert imported.unmodelled == (
         "model_spec=model_registry(pick(...)): the flavor is not a literal; the model is not read",
     )
+
+
+BARE = """from torchtitan.trainer import Trainer
+from . import model_registry
+
+
+def llama3_bare() -> Trainer.Config:
+    return Trainer.Config(model_spec=model_registry("8B"))
+
+
+def llama3_tokens() -> Trainer.Config:
+    return Trainer.Config(
+        model_spec=model_registry("8B", converters=[Float8LinearConverter.Config()]),
+        training=TrainingConfig(max_context_length=4096),
+        parallelism=ParallelismConfig(pipeline_parallel_degree=2),
+    )
+"""
+
+
+def _leaves(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        yield from _leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+
+
+@pytest.mark.parametrize("name", ["registry_refactor.py", "registry_tokens.py", "registry_llama3_8b.py", "BARE"])
+def test_every_value_a_plan_takes_is_read_from_somewhere(name):
+    """Issue 31 item 2, never a silent default: each plan key an entry's import sets has a read naming its source
+    (the GPU count is the caller's)."""
+    source = BARE if name == "BARE" else text(name)
+    for entry in registry(source).entries:
+        if entry == "llama3_from_helper":  # refused: returns a helper's result
+            continue
+        imported = read_config(source, gpus=16, entry=entry)
+        said = {r.plan_key for r in imported.read}
+        assert [k for k in _leaves(imported.plan) if k not in said | {"framework", "hardware.count"}] == [], entry
+
+
+def test_an_entry_that_says_nothing_but_its_model_takes_every_default_aloud():
+    """model_spec alone: the sequence (seq_len 2048), the micro-batch (local_batch_size 8), FSDP over every GPU
+    (data_parallel_shard_degree -1) and checkpointing (mode 'selective', option '2': every 2nd layer) are JobConfig's
+    defaults, and the task torchtitan's only one; each read says it is absent."""
+    imported = read_config(BARE, gpus=8, entry="llama3_bare")
+    assert imported.plan["workload"] == {"sequence_length": 2048, "micro_batch_size": 8}
+    assert imported.plan["techniques"] == {"activation_checkpointing": "every_k", "checkpoint_every": 2}
+    for read in imported.read:
+        if read.plan_key != "model.preset":
+            assert "(absent: " in read.source, read
+
+
+def test_token_batch_and_float8_defaults_are_said():
+    """max_context_length 4096 given; num_tokens_per_microbatch_per_dp_rank absent (16,384): 4 sequences a
+    micro-batch; under a pipeline num_pp_microbatches absent (1); the float8 converter's recipe absent (rowwise)."""
+    imported = read_config(BARE, gpus=8, entry="llama3_tokens")
+    sources = {r.plan_key: r.source for r in imported.read}
+    assert imported.plan["workload"]["micro_batch_size"] == 4 and imported.plan["precision"]["fp8_recipe"] == "rowwise"
+    assert sources["workload.micro_batch_size"] == (
+        "training.num_tokens_per_microbatch_per_dp_rank (absent: default 16384) ÷ training.max_context_length"
+    )
+    assert "parallelism.num_pp_microbatches (absent: default 1)" in sources["parallelism.pipeline_microbatches"]
+    assert sources["precision.fp8_recipe"].endswith("recipe_name (absent: default rowwise)")
+    assert sources["workload.sequence_length"] == "training.max_context_length"

@@ -1,4 +1,4 @@
-"""planner/formats/torchtune.py: torchtune's shipped configs read as plans, errors, detect and the round trip."""
+"""planner/formats/torchtune.py: recipe configs (tests/data/configs/torchtune) read, errors, detect, round trip."""
 
 import itertools
 from pathlib import Path

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 from planner.errors import PlanError
-from planner.formats.hf_config import model_from_hf_config
+from planner.formats.hf_config import model_from_hf_config, shaped_model
 from planner.plan.models import presets
 
 CONFIGS = ROOT / "tests" / "data" / "hf_configs"
@@ -21,6 +21,15 @@ def test_published_configs_give_the_preset_architecture(path):
 
 
 LLAMA = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+
+
+def test_a_config_shaped_like_a_preset_is_named_as_it():
+    """Llama 3.1 8B's config.json under another name is the preset llama-3.1-8b (every architecture field equal);
+    a vocabulary one token larger is no preset's, and the model stays unnamed."""
+    named = shaped_model({**LLAMA, "_name_or_path": "someone/llama-finetune"})
+    assert named == presets()["llama-3.1-8b"].model and named.preset == "llama-3.1-8b"
+    wider = shaped_model({**LLAMA, "vocab_size": 128_257})
+    assert wider.preset is None and wider.vocab_size == 128_257
 
 
 def test_layer_types_multimodal_text_config_and_shared_expert_width():

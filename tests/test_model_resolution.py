@@ -55,7 +55,8 @@ REPACK = "the weights' quantization is the config's, not the name's"
             ),
         ),
         ("HuggingFaceH4/zephyr-7b-beta", Resolution(preset="mistral-7b", rule=ALIAS_RULE)),
-        ("deepseek-ai/DeepSeek-V3.1-Terminus", Resolution(preset="deepseek-v3", rule=ALIAS_RULE)),
+        ("deepseek-ai/DeepSeek-R1-0528", Resolution(preset="deepseek-v3", rule=ALIAS_RULE)),
+        ("deepseek-ai/DeepSeek-V3.1-Terminus", None),  # dropped: no copy of its config.json could be read
         ("mistralai/Mistral-7B-Instruct-v0.2", None),  # no sliding window: not Mistral 7B v0.1's architecture
         ("deepseek-ai/DeepSeek-V3.2", None),  # its indexer adds weights
     ],
@@ -69,6 +70,7 @@ def test_the_alias_table_names_presets_and_no_preset_repo():
     for alias in aliases().values():
         assert alias.preset in presets() and alias.repo.lower() not in own
         assert "config.json" in alias.evidence  # each entry says what it compared
+        assert "huggingface.co/" in alias.evidence, alias.repo  # and where it read them
 
 
 def test_the_import_notes_the_rule():

@@ -15,7 +15,7 @@ import streamlit as st
 
 from planner.catalog import Catalog, check_offering, parse_catalog
 from planner.errors import PlanError
-from planner.formats.hf_config import model_from_hf_config
+from planner.formats.hf_config import shaped_model
 from planner.frameworks import load_frameworks, lookup, without_keys
 from planner.plan.choices import CHOICES
 from planner.plan.codec import plan_from_dict
@@ -37,7 +37,7 @@ from planner.plan.config import (
     default_weights,
 )
 from planner.plan.dtypes import DEFAULT_GROUP_SIZE
-from planner.plan.models import MAX_CONTEXT, Preset, model_to_dict
+from planner.plan.models import MAX_CONTEXT, Preset, model_to_dict, presets
 from ui import worker
 from ui.state import (
     ARCH_INTS,
@@ -62,6 +62,7 @@ def _on_preset() -> None:
     is valid for the new model, else the preset's defaults are used. A served model's weights follow its
     checkpoint (DeepSeek-V3 ships in fp8)."""
     preset = st.session_state["preset"]
+    st.session_state.pop("hf_note", None)  # the imported config.json's preset is no longer the model
     if preset == CUSTOM:
         return
     model = {"params": st.session_state["params_text"]} if preset == PARAMS else {"preset": preset}
@@ -81,12 +82,25 @@ def _on_hf_import() -> None:
     """The architecture of a pasted or uploaded config.json replaces the model; the rest of the plan stays."""
     upload = st.session_state.get("hf_file")
     text = upload.getvalue().decode("utf-8", errors="replace") if upload is not None else st.session_state["hf_text"]
+    st.session_state.pop("hf_note", None)
     try:
-        model = model_to_dict(worker.read("hf_config", model_from_hf_config, text))
-        load_into_widgets(plan_from_dict({**current_plan_dict(), "model": model}))
+        model = worker.read("hf_config", shaped_model, text)
+        load_into_widgets(plan_from_dict({**current_plan_dict(), "model": model_to_dict(model)}))
         st.session_state.pop("hf_error", None)
     except PlanError as exc:
         st.session_state["hf_error"] = str(exc)
+        return
+    if model.preset:
+        st.session_state["hf_note"] = shaped_like(model.preset)
+
+
+def shaped_like(preset: str) -> str:
+    """What the page says of a config.json whose architecture is exactly a preset's (the CLI's shape_note)."""
+    return (
+        f"config.json: shaped like {presets()[preset].name} ({preset}): its layers, hidden size, heads, kv heads, "
+        "head dim, intermediate size, vocabulary and every other architecture field are the preset's, so the plan "
+        "uses the preset"
+    )
 
 
 def _on_framework() -> None:
@@ -343,11 +357,13 @@ def _hf_import() -> None:
             "Import architecture",
             key="hf_import",
             on_click=_on_hf_import,
-            help="GQA, MoE, MLA, sliding-window and hybrid (Mamba-2, Gated DeltaNet) keys are read; the model "
-            "becomes a custom one",
+            help="GQA, MoE, MLA, sliding-window and hybrid (Mamba-2, Gated DeltaNet) keys are read; an architecture "
+            "that is exactly a preset's plans as that preset, any other becomes a custom one",
         )
     if st.session_state.get("hf_error"):
         st.error(f"config.json: {st.session_state['hf_error']}")
+    elif st.session_state.get("hf_note"):
+        st.info(st.session_state["hf_note"])
 
 
 def _architecture() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from planner.errors import PlanError, bad
-from planner.formats import deepspeed, trl
+from planner.formats import deepspeed, hf_trainer, trl
 from planner.formats.base import RELEASE_WHY, Document, Format, Imported, checkpoint, marked, training_defaults
 from planner.formats.reading import (
     Reading,
@@ -42,33 +42,16 @@ _TARGETS = {
     "up_proj": "up",
     "down_proj": "down",
 }
-# optimizer -> (precision.optimizer, optimizer_impl, optimizer_library); transformers OptimizerNames
+# optimizer -> (precision.optimizer, optimizer_impl, optimizer_library): TrainingArguments.optim's names, which Axolotl
+# passes through (hf_trainer.OPTIMS), and those of Axolotl's own CustomSupportedOptimizers (utils/schemas/enums.py)
+# the plan names: muon, and ao_adamw_8bit (torchao's AdamW8bit, as adamw_torch_8bit)
 OPTIMIZERS: dict[str, tuple[str, str | None, str | None]] = {
-    "adamw_torch_fused": ("adamw", "fused", None),
-    "adamw_torch": ("adamw", "foreach", None),
-    "adamw_hf": ("adamw", "foreach", None),
-    "adamw_bnb_8bit": ("adamw_8bit", None, "bitsandbytes"),
-    "adamw_8bit": ("adamw_8bit", None, "bitsandbytes"),
-    "paged_adamw_8bit": ("paged_adamw_8bit", None, "bitsandbytes"),
-    "paged_adamw_32bit": ("paged_adamw", None, None),
-    "adamw_torch_8bit": ("adamw_8bit", None, "torchao"),
-    "adafactor": ("adafactor", None, None),
-    "lion_32bit": ("lion", None, None),
-    "sgd": ("sgd", None, None),
+    **hf_trainer.OPTIMS,
     "muon": ("muon", None, None),
+    "ao_adamw_8bit": ("adamw_8bit", None, "torchao"),
 }
-_OPTIMIZER_OUT = {
-    ("adamw", "fused"): "adamw_torch_fused",
-    ("adamw", "foreach"): "adamw_torch",
-    ("adamw_8bit", "bitsandbytes"): "adamw_bnb_8bit",
-    ("adamw_8bit", "torchao"): "adamw_torch_8bit",
-    ("paged_adamw_8bit", "bitsandbytes"): "paged_adamw_8bit",
-    ("paged_adamw", None): "paged_adamw_32bit",
-    ("adafactor", None): "adafactor",
-    ("lion", None): "lion_32bit",
-    ("sgd", None): "sgd",
-    ("muon", None): "muon",
-}
+# the spelling a plan's optimizer is written in (the first of OPTIMIZERS that reads back as it)
+_OPTIMIZER_OUT = {spec: name for name, spec in reversed(OPTIMIZERS.items())}
 # attn_implementation (config.py) -> techniques.attention: every backend but eager is a fused kernel
 _EAGER = ("eager",)
 _LEGACY_ATTENTION = {
@@ -560,9 +543,10 @@ def _write_precision(plan: Plan, cfg: dict[str, Any]) -> None:
     cfg.update(bf16=prec.compute in ("bf16", "fp8"), fp16=prec.compute == "fp16", tf32=False)
     if prec.compute == "fp8":
         cfg.update(fp8=True, fp8_enable_fsdp_float8_all_gather=prec.fp8_all_gather)
-    key = (prec.optimizer, prec.optimizer_impl if prec.optimizer == "adamw" else prec.optimizer_library)
+    key = (prec.optimizer, prec.optimizer_impl if prec.optimizer == "adamw" else None, prec.optimizer_library)
     if key not in _OPTIMIZER_OUT:
-        raise bad("precision.optimizer", prec.optimizer, f"with {key[1]} cannot be said in an Axolotl config")
+        said = key[1] or key[2]
+        raise bad("precision.optimizer", prec.optimizer, f"with {said} cannot be said in an Axolotl config")
     cfg["optimizer"] = _OPTIMIZER_OUT[key]
 
 

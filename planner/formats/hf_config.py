@@ -9,11 +9,12 @@ from their `text_config`: the planner models the language decoder.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from planner.errors import PlanError, bad, short
 from planner.loader import HF_CONFIG, load_json
-from planner.plan.models import Model
+from planner.plan.models import Model, preset_of_shape
 
 # Families whose MLP is gated (SwiGLU/GeGLU: gate, up, down) with RMSNorm, and those with a plain GeLU MLP and
 # LayerNorm with biases.
@@ -180,6 +181,13 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
         return Model(**out)
     except PlanError as exc:  # the value read breaks a rule of the architecture (names the planner's field)
         raise PlanError("hf_config", str(exc)) from None
+
+
+def shaped_model(config: Mapping[str, Any] | str) -> Model:
+    """model_from_hf_config's model, named as the preset whose architecture it has exactly (preset_of_shape) where
+    one has: a renamed fine-tune or a re-upload plans as its preset (its preset is None where none has)."""
+    model = model_from_hf_config(config)
+    return replace(model, preset=preset_of_shape(model))
 
 
 def context_window(config: Mapping[str, Any], family: str) -> int | None:

@@ -56,9 +56,15 @@ class Args:
 
 
 # --- tables -------------------------------------------------------------------------------------------------------
-# optim (training_args.py OptimizerNames) → (precision.optimizer, optimizer_impl, optimizer_library): the torch
-# AdamW's foreach default, its fused kernel, transformers' own for-loop AdamW (adamw_hf), bitsandbytes' 8-bit
-# and paged ones, torchao's 8-bit (adamw_torch_8bit)
+# optim (transformers training_args.py OptimizerNames; trainer.py get_optimizer_cls_and_kwargs) → (precision.optimizer,
+# optimizer_impl, optimizer_library). One table for every reader of the name: Axolotl passes its `optimizer:` through
+# to TrainingArguments.optim (axolotl.OPTIMIZERS adds its own few). adamw_torch is torch.optim.AdamW with no foreach
+# argument: PyTorch's foreach default on CUDA; adamw_torch_fused and apex's FusedAdam are fused kernels. adamw_hf was
+# transformers' own AdamW (optimization.py), a Python loop over the parameters one at a time (forloop); it exists up
+# to v4.49: huggingface/transformers#36177 (merged 2025-03, v4.50.0) removed the class and the name, and
+# TrainingArguments since refuses 'adamw_hf'. adamw_bnb_8bit and adamw_8bit are bitsandbytes' AdamW8bit (the second
+# "just an alias"), paged_* bitsandbytes' paged optimizers, adamw_torch_8bit torchao's AdamW8bit, lion_32bit
+# bitsandbytes' Lion, sgd torch.optim.SGD.
 OPTIMS: dict[str, tuple[str, str | None, str | None]] = {
     "adamw_torch": ("adamw", "foreach", None),
     "adamw_torch_fused": ("adamw", "fused", None),

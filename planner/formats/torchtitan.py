@@ -481,7 +481,8 @@ def _checkpointing(config: Config, out: Reading) -> None:
         else:
             every = as_int(option_src, option)
             out.set(f"{source}, {option_src}", "techniques.activation_checkpointing", "every_k")
-            out.set(option_src, "techniques.checkpoint_every", every)
+            every_src = option_src if has_option else f"{option_src} (absent: JobConfig default '2')"
+            out.set(every_src, "techniques.checkpoint_every", every)
     elif mode == "memory_budget":
         out.unmodelled.append(
             f"{mode_src}: memory_budget (the compiler's min-cut recomputation) has no plan key; "

@@ -357,8 +357,13 @@ CONVERTERS = {
 # TOML's mode and selective option: SelectiveAC is the per-op policy ("Per-op selective activation checkpointing")
 AC_POLICIES = {"SelectiveAC": ("selective", "op"), "FullAC": ("full", None), "MemoryBudgetAC": ("memory_budget", None)}
 # the token-counted batch (TrainingConfig at 73aed7f6): its defaults, num_tokens_per_microbatch_per_dp_rank 16384 and
-# max_context_length 2048, are the old local_batch_size 8 × seq_len 2048
-TOKEN_DEFAULTS = {"num_tokens_per_microbatch_per_dp_rank": 16384, "max_context_length": 2048}
+# max_context_length 2048, are the old local_batch_size 8 × seq_len 2048; num_pp_microbatches 1 (one micro-batch a
+# step). Each one a plan takes is read with "(absent: default N)" in its source.
+TOKEN_DEFAULTS = {
+    "training.num_tokens_per_microbatch_per_dp_rank": 16384,
+    "training.max_context_length": 2048,
+    "parallelism.num_pp_microbatches": 1,
+}
 # since 6348d93d the float8 converter's recipe_name defaults to rowwise (before: None, torchao's tensorwise)
 FLOAT8_DEFAULT = "rowwise"
 
@@ -567,8 +572,8 @@ def _tokens(out: _Keys) -> None:
     if not any(key in out.keys for key in token_keys):
         return
     given = {key: out.keys.pop(key) for key in token_keys if key in out.keys}
-    context_src, context = given.get(token_keys[1], (f"{token_keys[1]} (absent: default 2048)", 2048))
-    tokens_src, tokens = given.get(token_keys[0], (f"{token_keys[0]} (absent: default 16384)", 16384))
+    context_src, context = _token_key(given, token_keys[1])
+    tokens_src, tokens = _token_key(given, token_keys[0])
     counts = [(k, v) for k, v in ((context_src, context), (tokens_src, tokens)) if type(v) is not int or v < 1]
     if counts:
         out.unmodelled.append(f"{counts[0][0]}: {counts[0][1]!r} is not a count of tokens; the batch is not read")
@@ -581,7 +586,7 @@ def _tokens(out: _Keys) -> None:
         return
     per_rank = f"{tokens_src} ÷ {context_src}"
     pipeline = out.keys.get("parallelism.pipeline_parallel_degree", ("", 1))[1]
-    micro_src, micro = given.get(token_keys[3], (f"{token_keys[3]} (absent: default 1)", 1))
+    micro_src, micro = _token_key(given, token_keys[3])
     if pipeline != 1 and type(micro) is int:
         out.keys["parallelism.pipeline_parallel_microbatch_size"] = (per_rank, tokens // context)
         out.keys["training.local_batch_size"] = (f"{per_rank} × {micro_src}", tokens // context * micro)
@@ -594,3 +599,8 @@ def _tokens(out: _Keys) -> None:
             out.keys["training.global_batch_size"] = (f"{step_src} ÷ {context_src}", step // context)
         else:
             out.unmodelled.append(f"{step_src}: {step!r} is not whole sequences of {context}; not read")
+
+
+def _token_key(given: Keys, key: str) -> tuple[str, Any]:
+    """A token-batch key as the entry gives it, else its TrainingConfig default, said absent in its source."""
+    return given.get(key, (f"{key} (absent: default {TOKEN_DEFAULTS[key]})", TOKEN_DEFAULTS[key]))

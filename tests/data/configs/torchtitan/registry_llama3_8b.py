@@ -1,4 +1,4 @@
-# A torchtitan config registry written for the planner's tests: the Llama 3 8B run of llama3_8b.toml (v0.2.2, in this
+# A torchtitan config registry written for the planner's tests: the Llama 3 8B run of llama3_8b.toml (in this
 # folder) as a registry entry in the refactor's shape (9810191b). Not a copy of torchtitan's file.
 from torchtitan.components.optimizer import OptimizersContainer
 from torchtitan.config import ActivationCheckpointConfig, TrainingConfig
