@@ -35,7 +35,7 @@ from planner.plan.config import (
     default_weights,
 )
 from planner.plan.dtypes import DEFAULT_GROUP_SIZE
-from planner.plan.models import MAX_CONTEXT, Preset, model_to_dict
+from planner.plan.models import MAX_CONTEXT, Preset, model_to_dict, presets
 from ui import worker
 from ui.state import (
     ARCH_INTS,
@@ -506,11 +506,15 @@ def _objective() -> None:
         "Objective",
         CHOICES["workload.objective"],
         key="objective",
-        help="next_token: SFT; preference: DPO and its family; reward: a reward model; grpo: RL with a rollout engine",
+        help="next_token: SFT; preference: DPO and its family; reward: a reward model; grpo: RL with a rollout "
+        "engine; distillation: a student trained on a frozen teacher's logits",
     )
     objective = st.session_state["objective"]
     if objective == "preference":
         drawn(st.selectbox, "Preference loss", get_args(PreferenceLoss), key="loss_type")
+    if objective == "distillation":
+        drawn(st.selectbox, "Teacher", sorted(presets()), key="kd_teacher", help="the frozen teacher's preset")
+        drawn(st.number_input, "KD loss chunks", 1, 1024, key="kd_loss_chunks")
     if objective != "grpo":
         return
     drawn(st.number_input, "Generations per prompt (G)", 2, 1024, key="rl_num_generations")
