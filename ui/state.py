@@ -166,8 +166,8 @@ def _integers(text: str) -> list[int] | str:
         return text
 
 
-BLOCK_PREFIX = {"rl": "rl_", "distillation": "kd_"}
-NONE_CHOSEN = ("kd_teacher_weights",)  # choices whose None is a value of its own (the compute dtype)  # the widget keys of an objective's block (as the links')
+BLOCK_PREFIX = {"rl": "rl_", "distillation": "kd_"}  # the widget keys of an objective's block (as the links')
+NONE_CHOSEN = ("kd_teacher_weights",)  # choices whose None is a value of its own (the compute dtype)
 
 
 def widget_values(plan: Plan) -> dict[str, Any]:
