@@ -1414,3 +1414,18 @@ def test_the_objective_and_grpo_options_reach_the_plan():
     plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
     assert warnings == [] and plan.workload.objective == "grpo" and plan.workload.rl.sleep_level == 2
     assert "Engine: CUDA graphs" in set(table(at, "formula")["item"])  # what the sleeping engine keeps
+
+
+def test_the_distillation_options_reach_the_plan():
+    """The default plan is Llama 3.1 8B: a teacher of the same vocabulary, Llama 3.1 70B, and the KD loss's chunks."""
+    at = app()
+    at.selectbox(key="task").select("lora").run()
+    at.selectbox(key="objective").select("distillation").run()
+    assert at.error  # no teacher yet: the plan says it is required
+    at.selectbox(key="kd_teacher").select("llama-3.1-70b").run()
+    at.number_input(key="kd_loss_chunks").set_value(4).run()
+    assert not at.exception
+    plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
+    assert warnings == [] and plan.workload.distillation.teacher == "llama-3.1-70b"
+    assert plan.workload.distillation.loss_chunks == 4
+    assert "Teacher model (frozen)" in set(table(at, "formula")["item"])

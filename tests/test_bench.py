@@ -7,6 +7,7 @@ import accuracy
 import allocator_replay
 import doc_tables
 import oracle_check
+import post_training
 import prices
 import pytest
 import serving
@@ -243,3 +244,13 @@ def test_doc_tables_refuse_a_table_with_no_place_or_two():
         doc_tables.places(DOC, "| other | header |\n|---|---|\n")
     with pytest.raises(ValueError, match="2 places"):
         doc_tables.places(DOC + "\n| k | v |\n|---|---|\n", "| k | v |\n|---|---|\n| a | 1 |\n")
+
+
+def test_post_training_rows_are_bounds_or_say_why_not():
+    """Every row is compared (exactly, or at its cap as an upper bound) or names its reason; a row planned at its
+    cap is a variable-length run."""
+    rows, skipped = post_training.run()
+    assert len(rows) + len(skipped) == sum(1 for _ in csv.DictReader(post_training.DATA.open()))
+    assert all(why for _, why in skipped)
+    assert {r["row"]: r["kind"] for r in rows} == {"pt02": "bound", "pt03": "bound", "pt04": "bound"}
+    assert all(r["predicted_gib"] > 0 for r in rows)

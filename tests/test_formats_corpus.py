@@ -48,7 +48,7 @@ NOT_A_CONFIG = "is not a config this planner reads"
 ISSUE = "not a workload the plan describes yet (issue 33, post-training plans)"
 TRL_REFUSED = (
     *("bco__L30", "bco__L48", "distillation__L28", "gkd__L25", "gkd__L37", "gold__L38", "grpo_agent__L26"),
-    *("kto__L27", "kto__L41", "nash_md__L26"),
+    "nash_md__L26",
     *("nash_md__L41", "online_dpo__L26", "online_dpo__L38", "online_dpo_vlm__L30", "online_dpo_vlm__L50"),
     *("ppo__ppo__L40", "ppo__ppo__L50", "ppo__ppo_tldr__L40", "ppo__ppo_tldr__L56", "prm__L25", "prm__L36"),
     *("rloo_vlm__L31", "tpo__L44"),
@@ -87,10 +87,6 @@ REFUSED = {
         "examples__scripts__rloo__L33.sh": NOT_A_CONFIG,
         # TRL trainers the plan does not describe yet, by their script (planner/formats/trl.py)
         **dict.fromkeys((f"examples__scripts__{name}.sh" for name in TRL_REFUSED), ISSUE),
-        **{
-            f"trl__scripts__kto__{line}.sh": "kto.py: unpaired preference training (one completion"
-            for line in ("L30", "L47")
-        },
     },
     "torchtune": {
         **{

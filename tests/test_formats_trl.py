@@ -64,7 +64,6 @@ def test_orpo_cpo_and_reward_scripts():
 @pytest.mark.parametrize(
     "script,why",
     [
-        ("trl/scripts/kto.py", "unpaired preference training"),
         ("examples/scripts/ppo/ppo.py", "online RL"),
         ("examples/scripts/grpo_agent.py", "online RL"),
         ("examples/scripts/gspo.py", "online RL"),
@@ -96,6 +95,7 @@ AXOLOTL = "base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 1024\nmicro_batch_size: 
         ("rl: dpo\ndpo_loss_type: [ipo]\n", {"loss_type": "ipo", "reference": "separate"}),
         ("rl: simpo\n", {"loss_type": "simpo"}),
         ("rl: orpo\nadapter: lora\n", {"loss_type": "orpo"}),
+        ("rl: kto\nadapter: lora\n", {"loss_type": "kto", "reference": "adapters_disabled"}),
     ],
 )
 def test_axolotl_rl_is_a_preference_plan(extra, preference):
@@ -106,7 +106,6 @@ def test_axolotl_rl_is_a_preference_plan(extra, preference):
 @pytest.mark.parametrize(
     "extra,message",
     [
-        ("rl: kto\n", "^rl: kto: unpaired preference training"),
         ("rl: grpo\n", "^rl: grpo: online RL"),
         ("rl: ebft\n", "^rl: ebft: energy-based fine-tuning"),
         ("process_reward_model: true\n", "^process_reward_model: a process reward model"),
@@ -148,3 +147,23 @@ def test_hf_trainer_writes_dpo_keys_and_refuses_what_only_a_script_says():
         hf_trainer.write(_plan("finetune", "preference", {"loss_type": "orpo"}))
     with pytest.raises(PlanError, match="^workload.preference.reference: 'separate' cannot be said"):
         hf_trainer.write(_plan("lora", "preference", {"reference": "separate"}))
+
+
+@pytest.mark.parametrize(
+    "args,preference",
+    [
+        ("", {"loss_type": "kto", "reference": "separate"}),
+        (" --use_peft", {"loss_type": "kto", "reference": "adapters_disabled"}),
+        (" --precompute_ref_log_probs", {"loss_type": "kto", "reference": "precomputed"}),
+        (" --loss_type apo_zero_unpaired --desirable_weight 1.5", {"loss_type": "kto", "reference": "separate"}),
+    ],
+)
+def test_trl_kto_script_is_a_kto_plan(args, preference):
+    """trl/scripts/kto.py builds KTOTrainer: unpaired completions (huggingface/trl@f2cd577 kto_trainer.py)."""
+    workload = _workload(f"python trl/scripts/kto.py {MODEL}{args}")
+    assert workload["objective"] == "preference" and workload["preference"] == preference
+
+
+def test_trl_kto_loss_type_is_checked():
+    with pytest.raises(PlanError, match="is not a KTOTrainer loss_type"):
+        _workload(f"python trl/scripts/kto.py {MODEL} --loss_type sigmoid")

@@ -170,3 +170,63 @@ def test_invariants(task, mb, zero, loss):
     assert ests["precomputed"].peak_allocated_bytes >= sft.peak_allocated_bytes
     reward = estimate(tiny(task, "reward", mb, parallelism=par))
     assert all(i.name != "logits_loss" for ph in reward.stages[0].phases for i in ph.items)
+
+
+# --- KTO: unpaired completions, a KL batch through the policy (no grad) and the reference ----------------------
+def kto(mb=2, **kw):
+    return tiny(kw.pop("task", "finetune"), "preference", mb, {"loss_type": "kto", **kw.pop("preference", {})}, **kw)
+
+
+def test_kto_items_by_hand():
+    """Micro-batch 2 of 32 tokens, unpaired: T 64 through the policy (not DPO's 128); the KL forward and the
+    reference's forward each hold one layer at T 64 and the logits of the 2 sequences + one row."""
+    est = estimate(kto())
+    kl, ref = phase_items(est, "KL forward"), phase_items(est, "reference forward")
+    layer = 64 * 2_448
+    assert kl["kl_forward"] == layer + (64 + 32) * V * 2 == 348_672
+    assert "activations" not in kl and "logits_loss" not in kl  # before the policy's graph
+    assert ref["reference_forward"] == layer + (64 + 32) * V * 2
+    assert ref["activations"] == 2 * layer + 64 * 8 * H and ref["logits_loss"] == 64 * V * (2 + 4 + 4)
+    assert ref["reference_weights"] == P * 2
+
+
+def test_kto_policy_terms_are_sft_at_the_micro_batch():
+    kto_fwd, sft_fwd = phase_items(estimate(kto()), "forward"), phase_items(estimate(tiny(mb=2)), "forward")
+    assert kto_fwd["activations"] == sft_fwd["activations"] and kto_fwd["logits_loss"] == sft_fwd["logits_loss"]
+
+
+def test_kto_forwards_in_time():
+    """Four forwards a step: the policy's with grad, its KL forward, and the reference's two."""
+    step = {i.name: i.seconds for i in step_time(kto(), load_catalog()["h100-sxm-80gb"]).items}
+    assert step["reference_forward"] == pytest.approx(2 * step["kl_forward"]) and step["kl_forward"] > 0
+
+
+def test_kto_needs_two_examples_per_micro_batch():
+    with pytest.raises(PlanError) as err:
+        kto(mb=1)
+    assert (err.value.field, err.value.value) == ("workload.micro_batch_size", 1)
+    assert err.value.rule.startswith("must be at least 2 for the kto loss")
+
+
+def test_kto_with_adapters_disabled_and_precomputed():
+    def names(plan):
+        return {i.name for ph in estimate(plan).stages[0].phases for i in ph.items}
+
+    lora = names(kto(task="lora"))
+    assert "reference_weights" not in lora and "reference_forward" in lora
+    pre = names(kto(preference={"reference": "precomputed"}))
+    assert "reference_forward" not in pre and "kl_forward" in pre  # the policy's KL forward stays
+    assert plan_from_yaml(plan_to_yaml(kto(task="lora"))) == kto(task="lora")
+
+
+@settings(max_examples=20, deadline=None)
+@given(task=st.sampled_from(["finetune", "lora", "qlora"]), mb=st.integers(2, 4), zero=st.sampled_from([0, 3]))
+def test_kto_invariants(task, mb, zero):
+    est = estimate(kto(mb, task=task, parallelism={"data": 2, "zero_stage": zero}))
+    for ph in est.stages[0].phases:  # items add up
+        assert ph.allocated_bytes == sum(i.bytes for i in ph.items if i.level == "allocated")
+    names = [ph.name for ph in est.stages[0].phases]
+    assert names.index("KL forward") < names.index("forward") < names.index("reference forward")
+    # the KL forward holds no graph: never above the reference forward, which holds it
+    kl, ref = (next(p for p in est.stages[0].phases if p.name == n) for n in ("KL forward", "reference forward"))
+    assert kl.allocated_bytes <= ref.allocated_bytes

@@ -21,6 +21,8 @@ from planner.plan.config import NESTED
 P = 202_048
 PURE = {"compute": "bf16", "master_weights": "none"}
 T = 8 * 64  # tokens of one micro-batch
+# logits at the completion's 32 + 1 positions of each sequence (TRL logits_to_keep + 1: Workload.logit_positions)
+LOGIT_T = 8 * 33
 LAYER = T * 2_448  # one layer's activations at T (tests/test_memory_preference.py: norms, attention, MLP per token)
 H100 = load_catalog()["h100-sxm-80gb"]
 TRAINING = "forward"
@@ -59,7 +61,7 @@ def test_training_phase_by_hand_with_sleep():
     assert fwd["engine_cuda_graphs"] == CUDA_GRAPH_BYTES
     assert not {n for n in fwd if n.startswith("engine_")} - {"engine_cuda_graphs"}
     assert fwd["activations"] == 2 * LAYER + T * 8 * 64  # 2 layers + the final norm's fp32 input and output
-    assert fwd["logits_loss"] == T * 1_000 * (2 + 4 + 4)
+    assert fwd["logits_loss"] == LOGIT_T * 1_000 * (2 + 4 + 4)  # the completions' logits only
 
 
 def test_without_sleep_the_engine_stays_through_the_step():
@@ -81,7 +83,7 @@ def test_reference_forward_with_beta():
     est = estimate(grpo(rl={"beta": 0.04, "sleep_level": 1}))
     ref = phase_items(est, "reference forward")
     assert ref["reference_weights"] == P * 2
-    assert ref["reference_forward"] == LAYER + (T + 64) * 1_000 * 2
+    assert ref["reference_forward"] == LAYER + (LOGIT_T + 33) * 1_000 * 2  # the completions' logits + one row
     assert "activations" not in ref and "gradients" not in ref
     assert phase_items(est, "rollout")["reference_weights"] == P * 2  # it stays on the GPU through the rollout
 
@@ -246,3 +248,15 @@ def test_every_nested_key_has_its_own_share_link_name():
     """workload.rl.gpu_memory_utilization and workload.inference.gpu_memory_utilization both reach the link."""
     paths = {(section, key, sub.name) for (section, key), nested in NESTED.items() for sub in fields(nested)}
     assert paths <= set(LEAVES.values())
+
+
+def test_logits_cover_the_completions_only():
+    """TRL keeps the logits of the completion's positions + 1 (logits_to_keep): the training phase's logits term is
+    SFT's on sequences of completion_length + 1, whatever the prompt's length."""
+    for length in (64, 256):
+        wl = {"task": "finetune", "sequence_length": length, "micro_batch_size": 8, "objective": "grpo"}
+        wl["rl"] = {"completion_length": 32}
+        g = phase_items(estimate(plan_from_dict({"model": TINY, "workload": wl, "precision": PURE})), TRAINING)
+        sft_wl = {"task": "finetune", "sequence_length": 33, "micro_batch_size": 8}
+        sft = phase_items(estimate(plan_from_dict({"model": TINY, "workload": sft_wl, "precision": PURE})), TRAINING)
+        assert g["logits_loss"] == sft["logits_loss"] == LOGIT_T * 1_000 * 10

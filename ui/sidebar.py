@@ -537,6 +537,9 @@ def _objective() -> None:
     objective = st.session_state["objective"]
     if objective == "preference":
         drawn(st.selectbox, "Preference loss", get_args(PreferenceLoss), key="loss_type")
+    if objective == "distillation":
+        drawn(st.selectbox, "Teacher", sorted(presets()), key="kd_teacher", help="the frozen teacher's preset")
+        drawn(st.number_input, "KD loss chunks", 1, 1024, key="kd_loss_chunks")
     if objective != "grpo":
         return
     drawn(st.number_input, "Generations per prompt (G)", 2, 1024, key="rl_num_generations")

@@ -30,7 +30,7 @@ from planner.plan.codec import (
     plan_to_query,
     takes_integers,
 )
-from planner.plan.config import Inference, Lora, Plan, Rl, section_keys
+from planner.plan.config import Distillation, Inference, Lora, Plan, Rl, section_keys
 from planner.plan.docs import key_doc
 from planner.plan.models import MODEL_KEYS
 
@@ -140,9 +140,11 @@ def _paths() -> dict[str, tuple[str, ...]]:
     # serving key); the preference reference is left to its resolved default
     paths["loss_type"] = ("workload", "preference", "loss_type")
     paths.update({f"rl_{f.name}": ("workload", "rl", f.name) for f in fields(Rl)})
+    # distillation's keys are prefixed too: loss_chunks is also a techniques key
+    paths.update({f"kd_{f.name}": ("workload", "distillation", f.name) for f in fields(Distillation)})
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
         for key in section_keys(section):
-            if key in ("preference", "rl"):
+            if key in ("preference", "rl", "distillation"):
                 continue
             if key in blocks:
                 paths.update({f.name: (section, key, f.name) for f in fields(blocks[key])})
@@ -167,6 +169,10 @@ def _integers(text: str) -> list[int] | str:
         return text
 
 
+BLOCK_PREFIX = {"rl": "rl_", "distillation": "kd_"}  # the widget keys of an objective's block (as the links')
+NONE_CHOSEN = ("kd_teacher_weights",)  # choices whose None is a value of its own (the compute dtype)
+
+
 def widget_values(plan: Plan) -> dict[str, Any]:
     """Every widget's value for `plan`; blocks its task does not use keep their defaults for when it changes."""
     d, m = plan_to_dict(plan), plan.model
@@ -174,6 +180,7 @@ def widget_values(plan: Plan) -> dict[str, Any]:
         **{f.name: getattr(Lora(), f.name) for f in fields(Lora)},
         **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
         **{f"rl_{f.name}": getattr(Rl(), f.name) for f in fields(Rl)},
+        **{f"kd_{f.name}": getattr(Distillation(), f.name) for f in fields(Distillation)},
         "loss_type": "dpo",
         "name": d.get("name", ""),
         "framework": d["framework"],
@@ -186,8 +193,8 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     out["params_text"] = f"{(m.approx_params or m.params.total) / 1e9:,.3g}B"
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
         for key, value in d[section].items():
-            if key == "rl":
-                value = {f"rl_{k}": v for k, v in value.items()}
+            if key in BLOCK_PREFIX:
+                value = {BLOCK_PREFIX[key] + k: v for k, v in value.items()}
             out.update(value if isinstance(value, dict) else {key: value})
     out.update({key: out.get(key) or absent for key, absent in WIDGET_WHEN_ABSENT.items()})
     out["train_tokens"] = str(out["train_tokens"])  # a text box: a count with or without a suffix (1T)
@@ -196,7 +203,7 @@ def widget_values(plan: Plan) -> dict[str, Any]:
         {
             key: CHOICES[".".join(path)][0]
             for key, path in PATHS.items()
-            if out.get(key) is None and ".".join(path) in CHOICES
+            if out.get(key) is None and ".".join(path) in CHOICES and key not in NONE_CHOSEN
         }
     )
     out.update({key: leaf_text(out[key]) if out.get(key) else "" for key in INTEGER_LISTS})

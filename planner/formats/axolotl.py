@@ -212,10 +212,9 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
 
 # rl (schemas/enums.py RLType) → workload.preference.loss_type: core/builders/rl.py builds DPOTrainer for dpo and ipo
 # (trainers/dpo/__init__.py: ipo sets loss_type ["ipo"], dpo passes dpo_loss_type), CPOTrainer with loss_type simpo
-# for simpo, ORPOTrainer for orpo
-_RL = {"dpo": "dpo", "ipo": "ipo", "simpo": "simpo", "orpo": "orpo"}
+# for simpo, ORPOTrainer for orpo, KTOTrainer for kto
+_RL = {"dpo": "dpo", "ipo": "ipo", "simpo": "simpo", "orpo": "orpo", "kto": "kto"}
 _RL_REFUSED = {
-    "kto": trl.REFUSED["kto"],
     **dict.fromkeys(("grpo", "gdpo"), trl.REFUSED["grpo"]),
     "ebft": f"energy-based fine-tuning (generates and scores completions each step) is {trl.ISSUE}",
 }

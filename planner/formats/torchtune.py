@@ -59,6 +59,12 @@ BUILDERS: dict[str, str] = {
     "gemma2_27b": "gemma-2-27b",
     "phi3_mini": "phi-3-mini",
     "phi4_14b": "phi-4",
+    # Qwen2's builders have Qwen2.5's shapes (torchtune/models/qwen2/_model_builders.py qwen2_0_5b, qwen2_1_5b,
+    # qwen2_7b: the vocab, layers, heads, widths of qwen2_5_0_5b, qwen2_5_1_5b_base, qwen2_5_7b_base); after the
+    # qwen2_5 entries, so a plan is written as the qwen2_5 builder
+    "qwen2_0_5b": "qwen2.5-0.5b",
+    "qwen2_1_5b": "qwen2.5-1.5b",
+    "qwen2_7b": "qwen2.5-7b",
 }
 # the builder a preset is written as: the models package, and the suffix where the package has _base/_instruct
 _WRITE_SUFFIX = {
@@ -93,6 +99,8 @@ RECIPES: dict[str, tuple[bool, bool]] = {
     "full_finetune_distributed": (False, False),
     "lora_finetune_single_device": (True, True),
     "lora_finetune_distributed": (True, False),
+    "knowledge_distillation_single_device": (True, True),  # a LoRA student beside a frozen teacher
+    "knowledge_distillation_distributed": (True, False),
 }
 # the `tune run` line of a config's header comment: its first "tune run", then each flag read one way only
 # (--name, =value, a count), so that a line that is no such command fails in linear time
@@ -258,6 +266,37 @@ def _model(model: Any, r: Reading) -> None:
         r.model_name.append(component)
 
 
+# kd_loss._component_ the plan models: the forward KL (torchtune/modules/loss/kd_losses.py; the shipped KD configs')
+_KD_LOSS = "torchtune.modules.loss.ForwardKLWithChunkedOutputLoss"
+
+
+def _distillation(cfg: dict[str, Any], r: Reading) -> None:
+    """A knowledge-distillation config (recipes/knowledge_distillation_*.py): teacher_model names the teacher's
+    builder, kd_loss the loss and its num_output_chunks (default 8); kd_ratio weighs the two losses, both of which
+    are computed whatever it is (the recipe's _loss_step), and teacher_checkpointer names files."""
+    teacher = cfg.get("teacher_model")
+    if teacher is None:
+        return
+    component = teacher.get("_component_") if isinstance(teacher, dict) else teacher
+    match = _BUILDER.match(component) if isinstance(component, str) else None
+    if match is None or match["name"] not in BUILDERS:
+        raise bad("teacher_model._component_", component, "must name a torchtune model builder of a preset")
+    r.set("teacher_model._component_", "workload.objective", "distillation")
+    r.set("teacher_model._component_", "workload.distillation.teacher", BUILDERS[match["name"]])
+    if match["kind"] == "qlora_":  # a QLoRA builder's base is NF4 (torchtune/modules/peft/lora.py quantize_base)
+        r.set("teacher_model._component_", "workload.distillation.teacher_weights", "nf4")
+    if match["kind"]:
+        r.note("teacher_model._component_", "a teacher built with LoRA adapters: their few parameters are not counted")
+    kd = cfg.get("kd_loss") or {}
+    loss = kd.get("_component_") if isinstance(kd, dict) else kd
+    if loss != _KD_LOSS:
+        r.note("kd_loss", f"{loss} is planned as the forward KL ({_KD_LOSS}), whose saved tensors it may not share")
+    if isinstance(kd, dict) and "num_output_chunks" in kd:
+        chunks = as_int("kd_loss.num_output_chunks", kd["num_output_chunks"])
+        r.set("kd_loss.num_output_chunks", "workload.distillation.loss_chunks", chunks)
+    r.ignored.extend(("kd_ratio", "teacher_checkpointer"))
+
+
 # the sequence length of a config whose tokenizer sets no max_seq_len
 SEQUENCE_WHY = (
     "tokenizer.max_seq_len unset: torchtune truncates no sample, each batch is as long as its longest; "
@@ -385,7 +424,16 @@ _DISTRIBUTED = (
     "fsdp_cpu_offload",
     "custom_sharded_layers",
 )
-_SECTIONS = ("model", "tokenizer", "dataset", "optimizer", "loss", "gradient_accumulation_steps")
+_SECTIONS = (
+    "model",
+    "tokenizer",
+    "dataset",
+    "optimizer",
+    "loss",
+    "gradient_accumulation_steps",
+    "teacher_model",
+    "kd_loss",
+)
 
 
 def _simple(cfg: dict[str, Any], r: Reading, table: dict[str, tuple[str, Callable, Any]]) -> None:
@@ -472,6 +520,7 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
     r = Reading(format="torchtune", plan={"framework": "torchtune"})
     recipe, single, count, count_source = _recipe(doc.text, gpus)
     _model(cfg.get("model"), r)
+    _distillation(cfg, r)
     task = r.plan["workload"]["task"]
     if recipe and RECIPES[recipe][0] != (task != "finetune"):
         raise bad(
@@ -553,6 +602,8 @@ def _check_writable(plan: Plan) -> None:
             max(par.pipeline, par.expert),
             "cannot be said: torchtune's recipes have no such parallelism",
         )
+    if wl.objective != "next_token":
+        raise bad("workload.objective", wl.objective, "cannot be said: this writer writes the fine-tuning recipes")
 
 
 def _attr(plan: Plan, dotted: str) -> Any:

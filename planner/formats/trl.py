@@ -30,9 +30,9 @@ TRAINERS = {
     "orpo": "orpo",  # experimental ORPOTrainer
     "cpo": "cpo",  # experimental CPOTrainer (loss_type simpo is SimPO)
     "reward": "reward",  # reward_modeling.py: RewardTrainer
+    "kto": "kto",  # kto.py: KTOTrainer (unpaired completions, workload.preference.loss_type kto)
 }
 REFUSED = {
-    "kto": _UNPAIRED,
     "bco": _UNPAIRED,
     **dict.fromkeys(("ppo", "rloo", "grpo", "gspo", "online", "nash", "xpo", "sdpo", "gfpo", "dapo"), _ONLINE),
     **dict.fromkeys(("gkd", "gold", "distillation"), _DISTILL),
@@ -118,16 +118,38 @@ def read(led: Reading, values: dict[str, Any], name: Callable[[str], str], scrip
             )
     elif kind == "dpo":
         _dpo(led, values, name, task)
-    if kind in ("orpo", "cpo", "dpo") and "beta" in values:
+    elif kind == "kto":
+        _kto(led, values, name, task)
+    if kind in ("orpo", "cpo", "dpo", "kto") and "beta" in values:
         led.ignored.append(name("beta"))  # the loss's temperature: no memory
-    return PREFERENCE_KEYS
+    led.ignored.extend(name(key) for key in KTO_WEIGHTS if key in values)  # a loss's weights: no memory
+    return PREFERENCE_KEYS | KTO_WEIGHTS
 
 
 PREFERENCE_KEYS = frozenset({"beta", "loss_type", "precompute_ref_log_probs", "ref_model_init_kwargs"})
+KTO_WEIGHTS = frozenset({"desirable_weight", "undesirable_weight"})  # KTOConfig's weights of the two labels
+# KTOConfig loss_type (huggingface/trl@f2cd577 trl/trainer/kto_config.py): kto estimates the KL term with a KL
+# batch (kto_trainer.py `calculate_kl`); apo_zero_unpaired runs no KL forward
+KTO_LOSSES = ("kto", "apo_zero_unpaired")
+
+
+def _kto(led: Reading, values: dict[str, Any], name: Callable[[str], str], task: str) -> None:
+    """KTOConfig's loss_type and reference, read as DPOConfig's (KTOTrainer.__init__: a PEFT model or
+    precompute_ref_log_probs keeps no second model)."""
+    loss = values.get("loss_type", "kto")
+    if loss not in KTO_LOSSES:
+        raise bad(name("loss_type"), loss, f"is not a KTOTrainer loss_type ({', '.join(KTO_LOSSES)})")
+    led.set(
+        name("loss_type") if "loss_type" in values else "(the script kto.py)", "workload.preference.loss_type", "kto"
+    )
+    if loss == "apo_zero_unpaired":
+        led.note(name("loss_type"), "apo_zero_unpaired: no KL forward; planned as kto, one no-grad forward more")
+    _reference(led, values, name, task)
 
 
 def _dpo(led: Reading, values: dict[str, Any], name: Callable[[str], str], task: str) -> None:
-    """DPOConfig's loss_type and reference (dpo_trainer.py: PEFT or precompute_ref_log_probs → no second model)."""
+    """DPOConfig's loss_type, then its reference (dpo_trainer.py: PEFT or precompute_ref_log_probs → no second
+    model)."""
     loss, note = dpo_loss(name("loss_type"), values.get("loss_type", "sigmoid"))
     led.set(
         name("loss_type") if "loss_type" in values else "loss_type (absent: DPOConfig's sigmoid)",
@@ -136,6 +158,11 @@ def _dpo(led: Reading, values: dict[str, Any], name: Callable[[str], str], task:
     )
     if note:
         led.note(name("loss_type"), note)
+    _reference(led, values, name, task)
+
+
+def _reference(led: Reading, values: dict[str, Any], name: Callable[[str], str], task: str) -> None:
+    """The reference DPOTrainer and KTOTrainer keep: none precomputed, the adapters disabled, or a second model."""
     if as_bool(name("precompute_ref_log_probs"), values.get("precompute_ref_log_probs", False)):
         led.set(name("precompute_ref_log_probs"), "workload.preference.reference", "precomputed")
     elif task in ("lora", "qlora"):

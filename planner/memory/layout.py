@@ -115,6 +115,11 @@ def _layout(
 
 
 # --- The pipeline layer split (planner/plan/pipeline.py) ---------------------------------------------------------
+def model_params(m: Model, tensor: int) -> StageParams:
+    """A whole second model (a distillation teacher) on one stage, cut over `tensor` ranks, without adapters."""
+    return _layout(m, tensor, 1, 1, (m.num_layers,), None).stages[0]
+
+
 def chunks_of(plan: Plan) -> tuple[int, ...]:
     """Layers of each of the plan's pipeline × virtual_stages model chunks, by its split rule or list."""
     par = plan.parallelism

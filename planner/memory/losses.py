@@ -22,10 +22,17 @@ class Loss:
     head_grad: bool  # the output head gets its gradient in the head's backward (not made in forward)
 
 
+def logit_tokens(ctx: StageContext) -> int:
+    """T of the logits: the micro-batch's tokens on this GPU, but for GRPO only the completions' (Workload
+    logit_positions: TRL's logits_to_keep, which also cuts the hidden states the head reads)."""
+    wl = ctx.plan.workload
+    return min(ctx.tokens, wl.sequences_per_forward * wl.logit_positions)
+
+
 def _tv(ctx: StageContext) -> tuple[int, int, int]:
-    """(T, V per tensor rank, bytes of one logit: the compute dtype, fp32 unless 16-bit)."""
+    """(T of the logits, V per tensor rank, bytes of one logit: the compute dtype, fp32 unless 16-bit)."""
     m = ctx.plan.model
-    return ctx.tokens, -(-m.vocab_size // ctx.plan.parallelism.tensor), 2 if ctx.bc == 2 else 4
+    return logit_tokens(ctx), -(-m.vocab_size // ctx.plan.parallelism.tensor), 2 if ctx.bc == 2 else 4
 
 
 def _head(ctx: StageContext, chunks: int) -> Term:
@@ -159,7 +166,7 @@ def loss(ctx: StageContext) -> Loss:
     """The last stage's loss, kept by what it reads: the tokens, the model's cut (vocabulary, width, adapters), the
     compute dtype, autocast and the loss settings."""
     tech = ctx.plan.techniques
-    key = (ctx.layout, ctx.tokens, ctx.bc, ctx.autocast, tech.loss, tech.compiled_loss, tech.loss_chunks)
+    key = (ctx.layout, logit_tokens(ctx), ctx.bc, ctx.autocast, tech.loss, tech.compiled_loss, tech.loss_chunks)
     return remembered(_LOSSES, key, partial(_loss, ctx))
 
 

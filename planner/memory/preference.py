@@ -3,12 +3,21 @@ weights and its no-grad forward, beside the policy's step. The policy's own term
 are the training step's at 2 × micro_batch_size sequences (Workload.sequences_per_forward): TRL's collator puts
 the chosen and the rejected completions of each pair in one batch (huggingface/trl@f2cd577
 trl/trainer/dpo_trainer.py DataCollatorForPreference, `prompts * 2` and `torch.cat` of chosen and rejected), and
-_compute_loss runs one forward of the policy over it."""
+_compute_loss runs one forward of the policy over it.
+
+KTO (loss_type kto) is unpaired: one completion per example, micro_batch_size sequences, and a KL batch of as
+many mismatched prompt/completion pairs (trl@f2cd577 trl/trainer/kto_trainer.py KTOTrainer._compute_loss:
+`_compute_kl_logps(model, batch)` under torch.no_grad before the policy's forward, then `_compute_kl_logps
+(self.ref_model, batch)` and `self.ref_model(**ref_model_kwargs)` under torch.no_grad while the policy's graph
+is held): four forwards a step, one with grad. Each no-grad forward's logits live only inside it (a local of
+_compute_kl_logps, or ref_outputs reduced to log-probs before the next), so the reference's two forwards peak
+one at a time."""
 
 from __future__ import annotations
 
 from planner.memory.checkpointing import Kept
 from planner.memory.layout import StageContext
+from planner.memory.losses import logit_tokens
 from planner.memory.result import Item
 from planner.memory.terms import Described, Factor, Product, Sum, item
 from planner.plan.dtypes import QUANTIZED, quantized_bytes
@@ -53,32 +62,55 @@ def reference_weights(ctx: StageContext) -> Item | None:
     )
 
 
+def _no_grad_forward(ctx: StageContext, kept: Kept) -> Described:
+    """A no-grad forward over the micro-batch: a no-grad layer frees its intermediates as it goes, so at most one
+    layer's activations exist (bounded by what the largest layer saves with grad), then its logits over the
+    sequences in the compute dtype and selective_log_softmax's one row of log-softmax at a time (trl@f2cd577
+    trl/trainer/utils.py selective_log_softmax: "loop to reduce peak mem consumption", one sequence's S × V per
+    iteration); GRPO's over the completions only (Workload.logit_positions)."""
+    wl = ctx.plan.workload
+    vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
+    tokens = logit_tokens(ctx)
+    row = tokens // wl.sequences_per_forward  # one sequence's logits on this GPU
+    return Described(
+        kept.full_layer + (tokens + row) * vocab * ctx.bc,
+        "one layer's activations {:,} + (T + one sequence's {:,}) × V × {} (logits and one row's "
+        "log-softmax) = {:,} + ({:,} + {:,}) × {:,} × {}",
+        (kept.full_layer, row, ctx.bc, kept.full_layer, tokens, row, vocab, ctx.bc),
+    )
+
+
 def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
     """The reference's forward under torch.no_grad, run after the policy's forward while the policy's graph and
     logits are held (trl@f2cd577 dpo_trainer.py _compute_loss: `outputs = model(...)`, then
     `with torch.no_grad(): ref_outputs = self.ref_model(...)` or the PEFT model under `use_adapter(...)` with its
-    adapters disabled): a no-grad layer frees its intermediates as it goes, so at most one layer's activations
-    exist (bounded by what the largest layer saves with grad), then the reference's logits over the 2B sequences
-    in the compute dtype and selective_log_softmax's one row of log-softmax at a time (trl@f2cd577
-    trl/trainer/utils.py selective_log_softmax: "loop to reduce peak mem consumption", one sequence's S × V per
-    iteration). None without a reference forward during training (precomputed or none)."""
+    adapters disabled; KTO's two, on the KL batch then the completions, one at a time). None without a reference
+    forward during training (precomputed or none)."""
     wl = ctx.plan.workload
     if wl.reference not in ("separate", "adapters_disabled"):
         return None
-    vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
-    row = ctx.tokens // wl.sequences_per_forward  # one sequence's tokens on this GPU
-    term = Described(
-        kept.full_layer + (ctx.tokens + row) * vocab * ctx.bc,
-        "one layer's activations {:,} + (T + one sequence's {:,}) × V × {} (reference logits and one row's "
-        "log-softmax) = {:,} + ({:,} + {:,}) × {:,} × {}",
-        (kept.full_layer, row, ctx.bc, kept.full_layer, ctx.tokens, row, vocab, ctx.bc),
-    )
+    if wl.objective == "grpo":
+        note = "The reference's no-grad forward over the completions, before the policy's step"
+    elif wl.preference.loss_type == "kto":
+        note = "Its no-grad forwards over the KL batch, then the completions, while the policy's graph is held"
+    else:
+        note = (
+            "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is held"
+        )
+    return item("reference_forward", "Reference forward (no grad)", _no_grad_forward(ctx, kept), note, ctx.detail)
+
+
+def kl_forward(ctx: StageContext, kept: Kept) -> Item | None:
+    """KTO's policy forward on the KL batch (mismatched prompt/completion pairs) under torch.no_grad, before the
+    policy's own forward builds its graph (trl@f2cd577 kto_trainer.py _compute_loss → _compute_kl_logps). None for
+    every other loss."""
+    wl = ctx.plan.workload
+    if wl.objective != "preference" or wl.preference.loss_type != "kto":
+        return None
     return item(
-        "reference_forward",
-        "Reference forward (no grad)",
-        term,
-        "The reference's no-grad forward over the completions, before the policy's step"
-        if wl.objective == "grpo"
-        else "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is held",
+        "kl_forward",
+        "Policy KL forward (no grad)",
+        _no_grad_forward(ctx, kept),
+        "The policy's no-grad forward over the KL batch, each completion beside another example's prompt",
         ctx.detail,
     )

@@ -7,10 +7,11 @@ from functools import lru_cache, partial
 
 from planner.catalog import Gpu
 from planner.memory import checkpointing, techniques
+from planner.memory.distillation import kd_loss, student_logits, teacher_forward, teacher_weights
 from planner.memory.layout import Layout, StageContext, layout, stage_context
 from planner.memory.losses import Loss, loss
 from planner.memory.optimizers import Optimizer, optimizer, trainable
-from planner.memory.preference import reference_forward, reference_weights
+from planner.memory.preference import kl_forward, reference_forward, reference_weights
 from planner.memory.quantize_load import zero3_whole_load_reserved
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
 from planner.memory.rollout import Engine, engine, weight_sync
@@ -36,8 +37,10 @@ def _last_stage_phases(
     casts_bwd: Item | None,
     gather: Item | None,
     fresh: partial[Item],
+    kd: Item | None,
 ) -> list[Phase]:
-    """The loss's backward and the output head's backward (the last stage only)."""
+    """The loss's backward (with the KD loss's saved tensors when distilling) and the output head's backward (the
+    last stage only)."""
     logits = partial(item, "logits_loss", "Logits and loss", detail=ctx.detail)
     return [
         phase(
@@ -47,6 +50,7 @@ def _last_stage_phases(
             casts_bwd,
             gather,
             logits(lo.backward, lo.backward_note),
+            kd,
         ),
         phase(
             "output head backward",
@@ -88,7 +92,7 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
     sv = checkpointing.saved(ctx)
     grads_held = st.grads if ctx.accum > 1 else _first_grads(ctx.detail)
     # a colocated engine holds what its sleep keeps through the step (everything without sleep mode)
-    static = (*st.static, reference_weights(ctx), *(eng.asleep if eng else ()))
+    static = (*st.static, reference_weights(ctx), teacher_weights(ctx), *(eng.asleep if eng else ()))
     held = (*static, grads_held, sv.forward)
     tx = techniques.transients(ctx, sv.kept)
     # FSDP under pipelining keeps the stage's units gathered from a moment on, in place of the per-unit gather:
@@ -101,7 +105,10 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
     # a reward model's score head makes one number per sequence: no vocabulary logits, no loss over them
     lo = loss(ctx) if ctx.last and not ctx.layout.score_head else None
     logits = item("logits_loss", "Logits and loss", lo.forward, lo.forward_note, ctx.detail) if lo else None
-    phases = [
+    kl = kl_forward(ctx, sv.kept)
+    desc = "KTO: the policy's no-grad forward on the KL batch, before its graph"
+    phases = [phase("KL forward", desc, *static, grads_held, early, tx.dequant, kl)] if kl else []
+    phases.append(
         phase(
             "forward",
             "end of forward: everything saved for backward is live",
@@ -112,8 +119,14 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
             tx.fp8,
             tx.dora,
             logits,
+            kd_loss(ctx, backward=False) if lo else None,
         )
-    ]
+    )
+    if teacher := teacher_forward(ctx):
+        desc = "the frozen teacher's no-grad forward while the student's graph and logits are held"
+        phases.insert(
+            -1, phase("teacher forward", desc, *held, sv.casts, early, tx.dequant, student_logits(ctx), teacher)
+        )
     ref = reference_forward(ctx, sv.kept)
     grpo = plan.workload.objective == "grpo"
     if ref and not grpo:
@@ -131,7 +144,8 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
         )
     if lo:
         # Liger's fused loss runs the head inside its forward: no head matmul saved for backward
-        phases += _last_stage_phases(ctx, lo, held, sv.head_casts if lo.head_grad else sv.casts_bwd, early, fresh)
+        casts = sv.head_casts if lo.head_grad else sv.casts_bwd
+        phases += _last_stage_phases(ctx, lo, held, casts, early, fresh, kd_loss(ctx, backward=True))
     # a frozen layer's only gradients are its adapters' (FSDP1 flat parameters: the whole unit's)
     layer_unit = (
         sp.layer

@@ -16,6 +16,7 @@ from functools import lru_cache, partial
 
 from planner.catalog import Gpu
 from planner.errors import PlanError
+from planner.memory.distillation import teacher_plan
 from planner.memory.inference import inference_estimate
 from planner.memory.layout import Layout, layout, unsharded_under_pipelining
 from planner.memory.rollout import rollout_plan
@@ -106,6 +107,7 @@ def _work(plan: Plan) -> _Work:
         tech.loss,
         wl.sequences_per_forward,
         wl.sequence_length,
+        wl.logit_positions,
         par.context,
         par.sequence_parallel,
     )
@@ -119,6 +121,8 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
     dense, moe = lay.largest
     works = [(n, layer_work(plan, tokens, keys, is_moe)) for n, is_moe in ((dense, False), (moe, True)) if n]
     vocab = -(-m.vocab_size // par.tensor)
+    # the head and loss run over the positions whose logits are kept (GRPO: the completions, Workload.logit_positions)
+    logit_tokens = min(tokens, wl.sequences_per_forward * wl.logit_positions)
     params, trainable = _stage_params(plan, lay, dense, moe)
     return _Work(
         layer_gemms=tuple(g._replace(repeats=n * g.repeats) for n, w in works for g in w.gemms),
@@ -129,14 +133,14 @@ def _work_of(plan: Plan, lay: Layout) -> _Work:
         ),
         # a reward model's score head (h × 1) replaces the vocabulary head (planner/memory/layout.py)
         other_gemms=(
-            Gemm(1, tokens, m.hidden_size, 1 if lay.score_head else vocab, matmul_elem(plan)),
+            Gemm(1, logit_tokens, m.hidden_size, 1 if lay.score_head else vocab, matmul_elem(plan)),
             *_adapter_gemms(plan, lay, tokens, dense + moe),
         ),
         attention_flops=sum(n * w.attention_flops for n, w in works),
         attention_work=sum(n * w.attention_work for n, w in works),
         elementwise_bytes=sum(n * w.elementwise_bytes for n, w in works),
         fp8_cast_bytes=tuple(sum(n * w.fp8_cast_bytes[i] for n, w in works) for i in range(3)),
-        loss_bytes=0 if lay.score_head else tokens * vocab * LOSS_BYTES[plan.techniques.loss],
+        loss_bytes=0 if lay.score_head else logit_tokens * vocab * LOSS_BYTES[plan.techniques.loss],
         dequant_bytes=_dequant_bytes(plan, lay, dense + moe),
         frozen=wl.task in ADAPTER_TASKS,
         dense_layers=dense,
@@ -498,20 +502,7 @@ def _compute_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int) -> list[Ti
             note="bytes moved by the elementwise ops (fused by torch.compile where it is on)",
         ),
     ]
-    if _reference_forward(plan):
-        # the frozen reference's forward over the same chosen and rejected sequences, no backward
-        # (huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py _compute_loss: `with torch.no_grad(): ref_model(...)`)
-        items.append(
-            TimeItem(
-                name="reference_forward",
-                label="Reference forward",
-                kind="compute",
-                seconds=steps * (mb.forward_compute + mb.forward_memory),
-                hidden_s=0.0,
-                formula=f"{steps} × ({mb.forward_compute:.4g} s + {mb.forward_memory:.4g} s) forward only",
-                note="the reference model's no-grad forward over the policy's 2 × micro-batch sequences",
-            )
-        )
+    items += _no_grad_items(plan, mb, steps)
     if mb.recompute:
         items.append(
             TimeItem(
@@ -527,9 +518,49 @@ def _compute_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int) -> list[Ti
     return items
 
 
-def _reference_forward(plan: Plan) -> bool:
-    """A reference forward runs in each step (a separate reference, or the policy's base with adapters off)."""
-    return plan.workload.reference in ("separate", "adapters_disabled")
+def _no_grad_items(plan: Plan, mb: _MicroBatch, steps: int) -> list[TimeItem]:
+    """The no-grad forwards over the policy's micro-batch, no backward: the reference's (a separate reference, or
+    the policy's base with adapters off: huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py _compute_loss
+    `with torch.no_grad(): ref_model(...)`), two for KTO (its KL batch and its completions) and KTO's policy
+    forward on the KL batch (trl@f2cd577 trl/trainer/kto_trainer.py _compute_loss, _compute_kl_logps)."""
+    wl = plan.workload
+    kto = wl.objective == "preference" and wl.preference.loss_type == "kto"
+    one = mb.forward_compute + mb.forward_memory
+    counts = (
+        ("reference_forward", "Reference forward", 2 if kto else 1, wl.reference in ("separate", "adapters_disabled")),
+        ("kl_forward", "Policy KL forward", 1, kto),
+    )
+    return [
+        TimeItem(
+            name=name,
+            label=label,
+            kind="compute",
+            seconds=steps * n * one,
+            hidden_s=0.0,
+            formula=f"{steps} × {n} × ({mb.forward_compute:.4g} s + {mb.forward_memory:.4g} s) forward only",
+            note=f"{n} no-grad forward(s) over the micro-batch's {wl.sequences_per_forward} sequences",
+        )
+        for name, label, n, on in counts
+        if on
+    ]
+
+
+def _teacher_item(plan: Plan, r: Rates, steps: int) -> TimeItem | None:
+    """The distillation teacher's no-grad forward over the student's micro-batch (pytorch/torchtune@bd2a0fc
+    recipes/knowledge_distillation_single_device.py _loss_step), timed as the teacher model's own forward."""
+    if plan.workload.objective != "distillation":
+        return None
+    tp = teacher_plan(plan)
+    mb = _micro_batch(tp, _work(tp), r)
+    return TimeItem(
+        name="teacher_forward",
+        label="Teacher forward",
+        kind="compute",
+        seconds=steps * (mb.forward_compute + mb.forward_memory),
+        hidden_s=0.0,
+        formula=f"{steps} × ({mb.forward_compute:.4g} s + {mb.forward_memory:.4g} s) {tp.model.preset} forward only",
+        note="the frozen teacher's no-grad forward over the student's tokens",
+    )
 
 
 def _recompute_note(plan: Plan) -> str:
@@ -605,6 +636,7 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
         _optimizer_item(plan, r, w),
         _offload_item(plan, r, w, steps),
         _rollout_item(plan, gpu),
+        _teacher_item(plan, r, steps),
     ]
     items += [i for i in extra if i is not None]
     wl = plan.workload

@@ -104,7 +104,11 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     objective = plan.workload.objective
     if objective == "next_token":  # the objective's keys are written for a post-training plan
         del out["workload"]["objective"]
-    for key, used_by in (("preference", "preference"), ("rl", "grpo")):  # an objective's block, for its plans
+    for key, used_by in (
+        ("preference", "preference"),
+        ("rl", "grpo"),
+        ("distillation", "distillation"),
+    ):  # an objective's block, for its plans
         if objective != used_by:
             del out["workload"][key]
     return out
@@ -141,8 +145,9 @@ def _leaf_paths() -> dict[str, tuple[str, ...]]:
             if nested is None:
                 leaves[key] = (section, key)
             else:
-                # GRPO's keys are prefixed: gpu_memory_utilization is also a serving key
-                prefix = "rl_" if key == "rl" else ""
+                # GRPO's and distillation's keys are prefixed: gpu_memory_utilization is also a serving key,
+                # loss_chunks a techniques key
+                prefix = {"rl": "rl_", "distillation": "kd_"}.get(key, "")
                 leaves.update({prefix + sub.name: (section, key, sub.name) for sub in fields(nested)})
     return leaves
 

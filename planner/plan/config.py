@@ -46,12 +46,15 @@ Optimizer = Literal[
 # what the trained model optimizes: next_token (the language-model loss of pretraining and SFT), preference (a
 # pairwise preference loss over chosen and rejected completions: DPO and its family) or reward (a scalar-score
 # model trained on chosen/rejected pairs) or grpo (group-relative policy optimization: G sampled completions per
-# prompt from a rollout engine, then a policy step on them). PPO and distillation are later values of this key.
-Objective = Literal["next_token", "preference", "reward", "grpo"]
+# prompt from a rollout engine, then a policy step on them) or distillation (a student trained on a frozen teacher's
+# logits beside its own labels: torchtune's knowledge_distillation recipes). PPO is a later value of this key.
+Objective = Literal["next_token", "preference", "reward", "grpo", "distillation"]
 OBJECTIVE_TASKS = ("finetune", "lora", "qlora")  # the base adaptations a post-training objective combines with
 # the preference losses: dpo (Rafailov et al. 2023, TRL loss_type "sigmoid"), ipo (loss_type "ipo"), simpo (Meng et
-# al. 2024: length-normalized, no reference) and orpo (Hong et al. 2024: SFT loss + odds ratio, no reference)
-PreferenceLoss = Literal["dpo", "ipo", "simpo", "orpo"]
+# al. 2024: length-normalized, no reference), orpo (Hong et al. 2024: SFT loss + odds ratio, no reference) and kto
+# (Ethayarajh et al. 2024: unpaired completions labelled desirable or undesirable, TRL KTOTrainer loss_type "kto",
+# whose KL term runs the policy and the reference over mismatched prompt/completion pairs)
+PreferenceLoss = Literal["dpo", "ipo", "simpo", "orpo", "kto"]
 REFERENCE_FREE = ("simpo", "orpo")
 # where the reference log-probs come from: separate (a frozen copy of the model), adapters_disabled (the policy's
 # base with its LoRA adapters disabled: TRL with a PEFT model and ref_model None), precomputed (TRL
@@ -220,7 +223,8 @@ class Preference:
     trl/trainer/dpo_trainer.py DataCollatorForPreference: prompts repeated, chosen then rejected concatenated)."""
 
     loss_type: PreferenceLoss = "dpo"
-    """The preference loss: `dpo` (TRL loss_type sigmoid) and `ipo` need a reference; `simpo` and `orpo` are
+    """The preference loss: `dpo` (TRL loss_type sigmoid), `ipo` and `kto` (TRL KTOTrainer: unpaired completions,
+    each labelled desirable or not, with a KL term from a mismatched batch) need a reference; `simpo` and `orpo` are
     reference-free."""
     reference: Reference | None = None
     """Where the reference log-probs come from: `separate` (a frozen copy of the model), `adapters_disabled` (the
@@ -289,6 +293,35 @@ class Rl:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Distillation:
+    """Knowledge distillation (workload.objective distillation): a frozen teacher's no-grad forward over the
+    student's batch, and a forward-KL loss on both models' logits beside the student's cross-entropy
+    (pytorch/torchtune@bd2a0fc recipes/knowledge_distillation_single_device.py _loss_step)."""
+
+    teacher: str | None = field(default=None, metadata=text(100))
+    """The teacher model's preset id; required for objective distillation. Its vocabulary must be the student's."""
+    teacher_weights: WeightDType | None = None
+    """The teacher's weights: nf4, int8, fp8, ... for a quantized teacher. Default: the compute dtype (torchtune loads
+    it in the recipe's dtype, `_setup_teacher_model` `set_default_dtype(self._dtype)`)."""
+    loss_chunks: int = field(default=8, metadata=between(1, 1024))
+    """Slices of tokens the KD loss runs over (torchtune ForwardKLWithChunkedOutputLoss `num_output_chunks`)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, "workload.distillation")
+        if self.teacher is not None and self.teacher not in presets():
+            raise bad(
+                "workload.distillation.teacher",
+                self.teacher,
+                f"is not a known preset; known: {', '.join(sorted(presets()))}",
+            )
+
+    @property
+    def teacher_preset(self) -> str:
+        """The teacher's preset id (read where the objective is distillation, which requires it)."""
+        return required(self.teacher, "workload.distillation.teacher")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     task: Task = "pretrain"
     """`pretrain`, `finetune` (full; the same anatomy), `lora`, `qlora` (adapters on a frozen base: 16-bit, or 4-bit) or
@@ -312,12 +345,15 @@ class Workload:
     objective: Objective = "next_token"
     """What the trained model optimizes: `next_token` (the language-model loss of pretraining and SFT), `preference`
     (DPO family: chosen + rejected in one 2 × micro-batch forward), `reward` (a reward model: an h × 1 score head, no
-    vocabulary logits) or `grpo` (group-relative policy optimization: G completions per prompt from a rollout engine,
-    then a policy step on them); a post-training objective needs task `finetune`, `lora` or `qlora`."""
+    vocabulary logits), `grpo` (group-relative policy optimization: G completions per prompt from a rollout engine,
+    then a policy step on them) or `distillation` (the model trained on a frozen teacher's logits beside its own
+    cross-entropy); a post-training objective needs task `finetune`, `lora` or `qlora`."""
     preference: Preference = field(default_factory=Preference)
     """Preference training, for objective preference."""
     rl: Rl = field(default_factory=Rl)
     """GRPO, for objective grpo."""
+    distillation: Distillation = field(default_factory=Distillation)
+    """Knowledge distillation, for objective distillation."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload")
@@ -344,10 +380,18 @@ class Workload:
                 self.objective,
                 f"post-trains a pretrained model: workload.task must be finetune, lora or qlora, not {self.task}",
             )
+        self._check_distillation()
         if self.objective != "preference":
             if pref != Preference():
                 raise bad("workload.preference", _plain_fields(pref), "applies to workload.objective preference")
             return
+        if pref.loss_type == "kto" and self.micro_batch_size < 2:
+            # trl@f2cd577 trl/trainer/kto_trainer.py __init__: "Actual (not effective) batch size must be > 1"
+            raise bad(
+                "workload.micro_batch_size",
+                self.micro_batch_size,
+                "must be at least 2 for the kto loss: its KL term pairs each completion with another example's prompt",
+            )
         if pref.reference == "adapters_disabled" and self.task not in ADAPTER_TASKS:
             raise bad(
                 "workload.preference.reference",
@@ -364,11 +408,30 @@ class Workload:
             )
             object.__setattr__(self, "preference", replace(pref, reference=ref))
 
+    def _check_distillation(self) -> None:
+        """A distillation plan names its teacher; the block belongs to that objective."""
+        kd = self.distillation
+        if self.objective != "distillation" and kd != Distillation():
+            raise bad("workload.distillation", _plain_fields(kd), "applies to workload.objective distillation")
+        if self.objective == "distillation" and kd.teacher is None:
+            raise bad("workload.distillation.teacher", None, "is required: the teacher model's preset")
+
     @property
     def sequences_per_forward(self) -> int:
         """Sequences of one micro-batch's forward: a chosen and a rejected completion per pair for preference and
-        reward training (TRL DPOTrainer and RewardTrainer concatenate them into one batch), else the micro-batch."""
-        return self.micro_batch_size * (2 if self.objective in ("preference", "reward") else 1)
+        reward training (TRL DPOTrainer and RewardTrainer concatenate them into one batch), else the micro-batch
+        (KTO's completions are unpaired: trl@f2cd577 trl/trainer/kto_trainer.py _compute_loss, one example each)."""
+        paired = self.objective == "reward" or (self.objective == "preference" and self.preference.loss_type != "kto")
+        return self.micro_batch_size * (2 if paired else 1)
+
+    @property
+    def logit_positions(self) -> int:
+        """Positions of each sequence the trainer computes logits at: all of them, but GRPO's completion only plus
+        one (TRL passes `logits_to_keep + 1` with logits_to_keep the completion length and drops the last:
+        huggingface/trl@f2cd577 trl/trainer/grpo_trainer.py _get_per_token_logps_and_entropies; verl computes the
+        whole sequence's logits and slices the response after, volcengine/verl@b178a3c
+        verl/workers/actor/dp_actor.py _forward_micro_batch, which this model does not follow: docs/limits.md)."""
+        return self.rl.completion_length + 1 if self.objective == "grpo" else self.sequence_length
 
     @property
     def reference(self) -> str:
@@ -703,6 +766,16 @@ class Plan:
         self._check_weights()
         wl = self.workload
         self._check_rl()
+        teacher = wl.distillation.teacher
+        if teacher is not None and presets()[teacher].model.vocab_size != self.model.vocab_size:
+            # the forward KL multiplies the two models' vocabulary rows elementwise (pytorch/torchtune@bd2a0fc
+            # torchtune/modules/loss/kd_losses.py ForwardKLLoss: `teacher_prob * student_logprob`)
+            raise bad(
+                "workload.distillation.teacher",
+                teacher,
+                f"has vocab_size {presets()[teacher].model.vocab_size}, the student {self.model.vocab_size}: "
+                "the KD loss needs one vocabulary",
+            )
         if wl.objective != "next_token" and self.parallelism.pipeline > 1:
             # TRL's DPOTrainer and RewardTrainer run on accelerate (DDP, DeepSpeed ZeRO, FSDP): no pipeline stages
             raise bad(
@@ -1061,6 +1134,7 @@ NESTED: dict[tuple[str, str], type] = {
     ("workload", "inference"): Inference,
     ("workload", "preference"): Preference,
     ("workload", "rl"): Rl,
+    ("workload", "distillation"): Distillation,
 }
 TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIONS)
 
