@@ -36,6 +36,7 @@ from planner.plan.config import (
 )
 from planner.plan.dtypes import DEFAULT_GROUP_SIZE
 from planner.plan.models import MAX_CONTEXT, Preset, model_to_dict
+from planner.plan.ppo import PpoReward
 from ui import worker
 from ui.state import (
     ARCH_INTS,
@@ -506,14 +507,17 @@ def _objective() -> None:
         "Objective",
         CHOICES["workload.objective"],
         key="objective",
-        help="next_token: SFT; preference: DPO and its family; reward: a reward model; grpo: RL with a rollout engine",
+        help="next_token: SFT; preference: DPO and its family; reward: a reward model; grpo: RL with a rollout engine; "
+        "ppo: RL with a value model, a reference and a reward model",
     )
     objective = st.session_state["objective"]
     if objective == "preference":
         drawn(st.selectbox, "Preference loss", get_args(PreferenceLoss), key="loss_type")
-    if objective != "grpo":
+    if objective == "ppo":
+        _ppo()
+    if objective not in ("grpo", "ppo"):
         return
-    drawn(st.number_input, "Generations per prompt (G)", 2, 1024, key="rl_num_generations")
+    drawn(st.number_input, "Generations per prompt (G)", 1 if objective == "ppo" else 2, 1024, key="rl_num_generations")
     drawn(st.number_input, "Completion length", 1, MAX_SEQUENCE, key="rl_completion_length")
     drawn(st.number_input, "KL beta (0: no reference)", 0.0, 1e6, step=0.01, key="rl_beta")
     drawn(st.selectbox, "Rollout engine", get_args(RolloutEngine), key="rl_engine")
@@ -528,6 +532,15 @@ def _objective() -> None:
             help="vLLM sleep mode between phases: 1 weights to host, KV cache freed; 2 both freed",
         )
         drawn(st.checkbox, "Offload the policy during rollout", key="rl_offload_during_rollout")
+
+
+def _ppo() -> None:
+    """PPO's loop and where its other models wait (workload.ppo)."""
+    drawn(st.number_input, "PPO epochs", 1, 1000, key="ppo_epochs")
+    drawn(st.number_input, "Mini-batches per rollout", 1, 4096, key="ppo_mini_batches")
+    drawn(st.selectbox, "Reward", get_args(PpoReward), key="ppo_reward", help="rule: a function, no reward model")
+    drawn(st.checkbox, "Offload the value model outside its passes", key="ppo_critic_offload")
+    drawn(st.checkbox, "Offload the reference and reward weights", key="ppo_frozen_offload")
 
 
 def workload_inputs() -> None:

@@ -32,6 +32,7 @@ from planner.plan.codec import (
 )
 from planner.plan.config import Inference, Lora, Plan, Rl, section_keys
 from planner.plan.models import MODEL_KEYS
+from planner.plan.ppo import Ppo
 
 DEFAULT_PLAN = {
     "model": {"preset": "llama-3.1-8b"},
@@ -139,9 +140,10 @@ def _paths() -> dict[str, tuple[str, ...]]:
     # serving key); the preference reference is left to its resolved default
     paths["loss_type"] = ("workload", "preference", "loss_type")
     paths.update({f"rl_{f.name}": ("workload", "rl", f.name) for f in fields(Rl)})
+    paths.update({f"ppo_{f.name}": ("workload", "ppo", f.name) for f in fields(Ppo)})
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
         for key in section_keys(section):
-            if key in ("preference", "rl"):
+            if key in ("preference", "rl", "ppo"):
                 continue
             if key in blocks:
                 paths.update({f.name: (section, key, f.name) for f in fields(blocks[key])})
@@ -171,6 +173,7 @@ def widget_values(plan: Plan) -> dict[str, Any]:
         **{f.name: getattr(Lora(), f.name) for f in fields(Lora)},
         **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
         **{f"rl_{f.name}": getattr(Rl(), f.name) for f in fields(Rl)},
+        **{f"ppo_{f.name}": getattr(Ppo(), f.name) for f in fields(Ppo)},
         "loss_type": "dpo",
         "name": d.get("name", ""),
         "framework": d["framework"],
@@ -183,8 +186,8 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     out["params_text"] = f"{(m.approx_params or m.params.total) / 1e9:,.3g}B"
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
         for key, value in d[section].items():
-            if key == "rl":
-                value = {f"rl_{k}": v for k, v in value.items()}
+            if key in ("rl", "ppo"):
+                value = {f"{key}_{k}": v for k, v in value.items()}
             out.update(value if isinstance(value, dict) else {key: value})
     out.update({key: out.get(key) or absent for key, absent in WIDGET_WHEN_ABSENT.items()})
     out["train_tokens"] = str(out["train_tokens"])  # a text box: a count with or without a suffix (1T)

@@ -21,6 +21,7 @@ from planner.memory.layout import Layout, layout, unsharded_under_pipelining
 from planner.memory.rollout import rollout_plan
 from planner.perf.flops import model_flops_per_token
 from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
+from planner.perf.ppo import ppo_items
 from planner.perf.rates import Group, Rates, collective_s, mfu_reference, rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.serving import serving_time
@@ -35,7 +36,7 @@ from planner.perf.work import (
     matmul_elem,
     torchao_rowwise,
 )
-from planner.plan.config import ADAPTER_TASKS, Parallelism, Plan
+from planner.plan.config import ADAPTER_TASKS, RL_OBJECTIVES, Parallelism, Plan
 from planner.plan.dtypes import QUANTIZED, bits, nbytes
 from planner.plan.models import attention_widths, lora_params_per_layer
 from planner.plan.sac import op_sac_projections
@@ -528,8 +529,10 @@ def _compute_items(plan: Plan, r: Rates, mb: _MicroBatch, steps: int) -> list[Ti
 
 
 def _reference_forward(plan: Plan) -> bool:
-    """A reference forward runs in each step (a separate reference, or the policy's base with adapters off)."""
-    return plan.workload.reference in ("separate", "adapters_disabled")
+    """A reference forward runs in each step (a separate reference, or the policy's base with adapters off); ppo's
+    runs once per rollout, in its experience item (planner/perf/ppo.py)."""
+    wl = plan.workload
+    return wl.reference in ("separate", "adapters_disabled") and wl.objective != "ppo"
 
 
 def _recompute_note(plan: Plan) -> str:
@@ -566,8 +569,11 @@ def _rollout_item(plan: Plan, gpu: Gpu) -> TimeItem | None:
     _generate_and_score_completions runs in training_step: huggingface/trl@f2cd577 trl/trainer/grpo_trainer.py):
     the serving model's time for one engine's batch (planner/perf/serving.py), in waves of the sequences its KV
     cache holds at once (vLLM queues the rest). A server's engine is assumed on GPUs like the trainer's."""
-    if plan.workload.objective != "grpo":
+    wl = plan.workload
+    if wl.objective not in RL_OBJECTIVES:
         return None
+    # ppo: one rollout feeds epochs × mini_batches optimizer steps, its time shared among them
+    shared = wl.ppo.epochs * wl.ppo.mini_batches if wl.objective == "ppo" else 1
     rp = rollout_plan(plan)
     inf = rp.workload.inference
     fits = inference_estimate(rp, gpu, False).serving.max_concurrent_sequences
@@ -580,10 +586,11 @@ def _rollout_item(plan: Plan, gpu: Gpu) -> TimeItem | None:
         name="rollout",
         label="Rollout (generation)",
         kind="rollout",
-        seconds=waves * one.step_time_s,
+        seconds=waves * one.step_time_s / shared,
         hidden_s=0.0,
         formula=f"{waves} wave(s) × {one.step_time_s:.4g} s: {wave} completions of {inf.prompt_tokens} + "
-        f"{inf.output_tokens} tokens on TP {rp.parallelism.tensor}",
+        f"{inf.output_tokens} tokens on TP {rp.parallelism.tensor}"
+        + (f", ÷ {shared} optimizer steps per rollout (ppo epochs × mini-batches)" if shared > 1 else ""),
         note=f"{inf.batch_size} completions per engine ({plan.workload.rl.num_generations} per prompt), "
         f"{fits:,} at once in its KV cache",
     )
@@ -606,6 +613,7 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
         _offload_item(plan, r, w, steps),
         _rollout_item(plan, gpu),
     ]
+    extra += ppo_items(plan, sum(i.seconds for i in items))
     items += [i for i in extra if i is not None]
     wl = plan.workload
     peak, note = mfu_reference(r)

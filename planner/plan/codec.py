@@ -25,7 +25,7 @@ import yaml
 from planner.errors import PlanError, bad, unknown_key
 from planner.frameworks import apply_framework
 from planner.loader import load_yaml
-from planner.plan.config import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
+from planner.plan.config import ADAPTER_TASKS, NESTED, RL_OBJECTIVES, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
 from planner.plan.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
 from planner.plan.validate import check_mapping, rules
 from planner.units import parse_count
@@ -104,8 +104,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     objective = plan.workload.objective
     if objective == "next_token":  # the objective's keys are written for a post-training plan
         del out["workload"]["objective"]
-    for key, used_by in (("preference", "preference"), ("rl", "grpo")):  # an objective's block, for its plans
-        if objective != used_by:
+    # an objective's block, for its plans
+    for key, used_by in (("preference", ("preference",)), ("rl", RL_OBJECTIVES), ("ppo", ("ppo",))):
+        if objective not in used_by:
             del out["workload"][key]
     return out
 
@@ -141,8 +142,8 @@ def _leaf_paths() -> dict[str, tuple[str, ...]]:
             if nested is None:
                 leaves[key] = (section, key)
             else:
-                # GRPO's keys are prefixed: gpu_memory_utilization is also a serving key
-                prefix = "rl_" if key == "rl" else ""
+                # the RL keys are prefixed: gpu_memory_utilization is also a serving key, ppo's reward is no model's
+                prefix = {"rl": "rl_", "ppo": "ppo_"}.get(key, "")
                 leaves.update({prefix + sub.name: (section, key, sub.name) for sub in fields(nested)})
     return leaves
 

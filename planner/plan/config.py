@@ -24,6 +24,7 @@ from planner.plan.dtypes import (
 )
 from planner.plan.models import Model, presets
 from planner.plan.pipeline import split_problem
+from planner.plan.ppo import Ppo
 from planner.plan.validate import between, check_fields, resolved, text
 
 SCHEMA = "vram-planner/v1"
@@ -46,8 +47,10 @@ Optimizer = Literal[
 # what the trained model optimizes: next_token (the language-model loss of pretraining and SFT), preference (a
 # pairwise preference loss over chosen and rejected completions: DPO and its family) or reward (a scalar-score
 # model trained on chosen/rejected pairs) or grpo (group-relative policy optimization: G sampled completions per
-# prompt from a rollout engine, then a policy step on them). PPO and distillation are later values of this key.
-Objective = Literal["next_token", "preference", "reward", "grpo"]
+# prompt from a rollout engine, then a policy step on them) or ppo (proximal policy optimization with a value model,
+# a reference and a reward model: workload.ppo). Distillation is a later value of this key.
+Objective = Literal["next_token", "preference", "reward", "grpo", "ppo"]
+RL_OBJECTIVES = ("grpo", "ppo")  # the objectives that sample their completions with a rollout engine (workload.rl)
 OBJECTIVE_TASKS = ("finetune", "lora", "qlora")  # the base adaptations a post-training objective combines with
 # the preference losses: dpo (Rafailov et al. 2023, TRL loss_type "sigmoid"), ipo (loss_type "ipo"), simpo (Meng et
 # al. 2024: length-normalized, no reference) and orpo (Hong et al. 2024: SFT loss + odds ratio, no reference)
@@ -59,8 +62,10 @@ REFERENCE_FREE = ("simpo", "orpo")
 Reference = Literal["separate", "adapters_disabled", "precomputed", "none"]
 # where GRPO's rollout engine runs: colocate (vLLM in the training processes, on the training GPUs: TRL
 # vllm_mode "colocate", its default, huggingface/trl@f2cd577 trl/trainer/grpo_config.py; verl's hybrid
-# actor_rollout_ref) or server (a vLLM server on other GPUs: TRL vllm_mode "server", `trl vllm-serve`)
-RolloutEngine = Literal["colocate", "server"]
+# actor_rollout_ref) or server (a vLLM server on other GPUs: TRL vllm_mode "server", `trl vllm-serve`) or generate
+# (ppo only: the policy's own Hugging Face generate, TRL PPOTrainer's batch_generation, huggingface/trl@f2cd577
+# trl/experimental/ppo/ppo_trainer.py)
+RolloutEngine = Literal["colocate", "server", "generate"]
 # vLLM sleep mode between phases (vllm/device_allocator/cumem.py CuMemAllocator.sleep): 0 off (the engine keeps
 # its weights and KV cache through training), 1 (weights offloaded to host memory, KV cache discarded), 2 (both
 # discarded; the weights are reloaded from the policy at the next sync). TRL sleeps at level 2 when
@@ -231,7 +236,9 @@ class Rl:
     completions, as TRL's per_device_train_batch_size does (trl@f2cd577 grpo_config.py: "The effective batch size
     ... must be evenly divisible by" num_generations); workload.sequence_length is prompt + completion."""
 
-    num_generations: int = field(default=8, metadata=between(2, 1024))  # G (TRL num_generations, default 8)
+    # G (TRL num_generations, default 8; 2 or more for grpo); ppo: samples per prompt (OpenRLHF
+    # --rollout.n_samples_per_prompt, default 1)
+    num_generations: int = field(default=8, metadata=between(1, 1024))
     # prompts per optimizer step; default global_batch_size / num_generations (TRL: one generation batch a step)
     prompts_per_step: int | None = field(default=None, metadata=between(1, MAX_BATCH))
     # tokens generated per completion (TRL max_completion_length, default 512); the prompt is the rest of
@@ -256,6 +263,18 @@ class Rl:
                 "server",
                 "runs on other GPUs: sleep_level and offload_during_rollout apply to a colocated engine",
             )
+        if self.engine == "generate" and (
+            self.sleep_level
+            or self.gpu_memory_utilization != 0.3
+            or self.tensor_parallel > 1
+            or self.offload_during_rollout
+        ):
+            raise bad(
+                "workload.rl.engine",
+                "generate",
+                "is the policy's own generate: sleep_level, gpu_memory_utilization, tensor_parallel and "
+                "offload_during_rollout are a vLLM engine's",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,7 +294,8 @@ class Workload:
     # next_token | preference | reward | grpo (with task finetune, lora or qlora)
     objective: Objective = "next_token"
     preference: Preference = field(default_factory=Preference)  # used by objective preference
-    rl: Rl = field(default_factory=Rl)  # used by objective grpo
+    rl: Rl = field(default_factory=Rl)  # used by objective grpo and ppo
+    ppo: Ppo = field(default_factory=Ppo)  # used by objective ppo
 
     def __post_init__(self) -> None:
         check_fields(self, "workload")
@@ -288,9 +308,11 @@ class Workload:
     def _resolve_objective(self) -> None:
         """Check the objective against the task, and resolve the preference reference's default."""
         pref = self.preference
-        if self.objective != "grpo" and self.rl != Rl():
-            raise bad("workload.rl", _plain_fields(self.rl), "applies to workload.objective grpo")
-        if self.objective == "grpo" and self.rl.completion_length >= self.sequence_length:
+        if self.objective not in RL_OBJECTIVES and self.rl != Rl():
+            raise bad("workload.rl", _plain_fields(self.rl), "applies to workload.objective grpo or ppo")
+        if self.objective != "ppo" and self.ppo != Ppo():
+            raise bad("workload.ppo", _plain_fields(self.ppo), "applies to workload.objective ppo")
+        if self.objective in RL_OBJECTIVES and self.rl.completion_length >= self.sequence_length:
             raise bad(
                 "workload.rl.completion_length",
                 self.rl.completion_length,
@@ -329,6 +351,13 @@ class Workload:
         return self.micro_batch_size * (2 if self.objective in ("preference", "reward") else 1)
 
     @property
+    def rollout_samples(self) -> int:
+        """Completions one rollout generates: a grpo step's global_batch_size; a ppo iteration's global_batch_size
+        × ppo.mini_batches (TRL PPOTrainer: batch_size = mini_batch_size × num_mini_batches, trl@f2cd577
+        trl/experimental/ppo/ppo_trainer.py __init__)."""
+        return self.global_batch_size * (self.ppo.mini_batches if self.objective == "ppo" else 1)
+
+    @property
     def reference(self) -> str:
         """Where the reference log-probs come from: workload.preference.reference for preference training; for
         grpo with beta > 0 the policy's base with adapters off (task lora, qlora) or a separate copy (TRL
@@ -336,7 +365,7 @@ class Workload:
         create_model_from_path, trl@f2cd577 trl/trainer/grpo_trainer.py); else none."""
         if self.objective == "preference":
             return self.preference.reference
-        if self.objective == "grpo" and self.rl.beta > 0:
+        if self.objective in RL_OBJECTIVES and self.rl.beta > 0:
             return "adapters_disabled" if self.task in ADAPTER_TASKS else "separate"
         return "none"
 
@@ -608,20 +637,29 @@ class Plan:
         training GPUs (trl@f2cd577 trl/generation/vllm_generation.py: "tensor_parallel_size ... must divide
         world size")."""
         wl, count = self.workload, self.hardware.count
-        if wl.objective != "grpo":
+        if wl.objective not in RL_OBJECTIVES:
             return
-        rl, batch = wl.rl, wl.global_batch_size
+        rl, batch = wl.rl, wl.rollout_samples
+        if wl.objective == "grpo" and rl.num_generations < 2:
+            raise bad("workload.rl.num_generations", rl.num_generations, "must be 2 or more: GRPO compares a group")
+        if wl.objective == "grpo" and rl.engine == "generate":
+            raise bad("workload.rl.engine", "generate", "is TRL PPOTrainer's: grpo samples with colocate or server")
+        # ppo: one rollout feeds ppo.mini_batches optimizer steps (Workload.rollout_samples)
+        what = "workload.global_batch_size" if wl.objective == "grpo" else "the rollout's completions"
         if batch % rl.num_generations:
             raise bad(
                 "workload.global_batch_size",
-                batch,
-                f"must be a multiple of workload.rl.num_generations ({rl.num_generations}): whole groups per step",
+                wl.global_batch_size,
+                f"must be a multiple of workload.rl.num_generations ({rl.num_generations}): whole groups per step"
+                if wl.objective == "grpo"
+                else f"× ppo.mini_batches ({batch}) must be a multiple of workload.rl.num_generations "
+                f"({rl.num_generations}): whole groups per rollout",
             )
         if rl.prompts_per_step is not None and rl.prompts_per_step * rl.num_generations != batch:
             raise bad(
                 "workload.rl.prompts_per_step",
                 rl.prompts_per_step,
-                f"× num_generations ({rl.num_generations}) must equal workload.global_batch_size ({batch})",
+                f"× num_generations ({rl.num_generations}) must equal {what} ({batch})",
             )
         if rl.engine == "colocate" and count % rl.tensor_parallel:
             raise bad(
@@ -947,6 +985,7 @@ NESTED: dict[tuple[str, str], type] = {
     ("workload", "inference"): Inference,
     ("workload", "preference"): Preference,
     ("workload", "rl"): Rl,
+    ("workload", "ppo"): Ppo,
 }
 TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIONS)
 
