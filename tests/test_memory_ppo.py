@@ -12,7 +12,16 @@ from planner.catalog import load_catalog
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.perf import step_time
-from planner.plan.codec import LEAVES, plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
+from planner.plan.codec import (
+    LEAVES,
+    plan_from_dict,
+    plan_from_query,
+    plan_from_yaml,
+    plan_to_dict,
+    plan_to_query,
+    plan_to_yaml,
+)
+from planner.search.recommend import max_sequence_length
 
 P, V = 202_048, 202_048 - 64_000 + 64  # policy, value / reward model (score head)
 PURE = {"compute": "bf16", "master_weights": "none"}
@@ -229,3 +238,16 @@ def test_invariants(task, engine, zero, beta, reward):
         if beta == 0:
             assert not {"reference_weights", "reference_forward"} & names
     assert ests[True].peak_allocated_bytes <= ests[False].peak_allocated_bytes  # offload never increases the peak
+
+
+def test_limits_grow_the_prompt_and_keep_the_completion():
+    """The longest sequence grows the prompt after rl.completion_length (planner/search/recommend.py): counted
+    from 0 the search would try sequences shorter than the completion, which the plan refuses."""
+    longest = max_sequence_length(ppo())
+    assert longest is not None and longest > 32
+    estimate(ppo_at(longest))  # a valid plan at that length
+
+
+def ppo_at(sequence):
+    d = plan_to_dict(ppo())
+    return plan_from_dict({**d, "workload": {**d["workload"], "sequence_length": sequence}})
