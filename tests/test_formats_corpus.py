@@ -50,7 +50,7 @@ TRL_REFUSED = (
     *("bco__L30", "bco__L48", "distillation__L28", "gkd__L25", "gkd__L37", "gold__L38", "grpo_agent__L26"),
     "nash_md__L26",
     *("nash_md__L41", "online_dpo__L26", "online_dpo__L38", "online_dpo_vlm__L30", "online_dpo_vlm__L50"),
-    *("ppo__ppo__L40", "ppo__ppo__L50", "ppo__ppo_tldr__L40", "ppo__ppo_tldr__L56", "prm__L25", "prm__L36"),
+    *("prm__L25", "prm__L36"),
     *("rloo_vlm__L31", "tpo__L44"),
 )
 REFUSED = {
@@ -294,6 +294,9 @@ SAMPLE = {
         REF: "separate",
     },
     ("hf_trainer", "examples__scripts__reward_modeling__L25.sh"): {SEQ: 2048, MICRO: 8, OBJ: "reward"},
+    # TRL's PPO scripts: ppo plans (PPOConfig's response_length 53 after a 512-token prompt assumed)
+    ("hf_trainer", "examples__scripts__ppo__ppo__L40.sh"): {SEQ: 565, MICRO: 64, OBJ: "ppo", "workload.rl.beta": 0.05},
+    ("hf_trainer", "examples__scripts__ppo__ppo_tldr__L56.sh"): {MICRO: 16, OBJ: "ppo", "workload.ppo.epochs": 4},
     ("hf_trainer", "alignment-handbook__smollm2__dpo__config.yaml"): {SEQ: 1024, MICRO: 2, OBJ: "preference"},
     ("hf_trainer", "examples__scripts__dpo_vlm__L29.sh"): {TASK: "lora", OBJ: "preference", REF: "adapters_disabled"},
     ("hf_trainer", "examples__scripts__orpo__L42.sh"): {TASK: "lora", OBJ: "preference", LOSS: "orpo", REF: "none"},

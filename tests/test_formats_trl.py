@@ -64,7 +64,6 @@ def test_orpo_cpo_and_reward_scripts():
 @pytest.mark.parametrize(
     "script,why",
     [
-        ("examples/scripts/ppo/ppo.py", "online RL"),
         ("examples/scripts/grpo_agent.py", "online RL"),
         ("examples/scripts/gspo.py", "online RL"),
         ("examples/scripts/rloo_vlm.py", "online RL"),
@@ -167,3 +166,18 @@ def test_trl_kto_script_is_a_kto_plan(args, preference):
 def test_trl_kto_loss_type_is_checked():
     with pytest.raises(PlanError, match="is not a KTOTrainer loss_type"):
         _workload(f"python trl/scripts/kto.py {MODEL} --loss_type sigmoid")
+
+
+def test_ppo_scripts_plan_ppo():
+    """PPOTrainer (trl@f2cd577 trl/experimental/ppo): the policy is sft_model_path, the rollout its own generate,
+    PPOConfig's defaults where silent; the plan's step is one of num_mini_batches mini-batches."""
+    text = (
+        "accelerate launch --num_processes 2 examples/scripts/ppo/ppo.py --sft_model_path Qwen/Qwen2.5-0.5B "
+        "--per_device_train_batch_size 4 --gradient_accumulation_steps 4 --num_mini_batches 2 --response_length 64 "
+        "--kl_coef 0.1"
+    )
+    wl = _workload(text)
+    assert wl["objective"] == "ppo" and wl["sequence_length"] == 512 + 64
+    assert wl["rl"] == {"engine": "generate", "num_generations": 1, "completion_length": 64, "beta": 0.1}
+    assert wl["ppo"] == {"epochs": 4, "mini_batches": 2}
+    assert wl["global_batch_size"] == 4 * 4 * 2 // 2

@@ -159,7 +159,7 @@ def test_engine_tensor_parallel_serves_its_group():
             {"task": "lora", "rl": {"beta": 0.1}},
             "workload.rl: {'beta': 0.1, 'completion_length': 512, 'engine': 'colocate', 'gpu_memory_utilization': 0.3, "
             "'num_generations': 8, 'offload_during_rollout': False, 'prompts_per_step': None, 'sleep_level': 0, "
-            "'tensor_parallel': 1} applies to workload.objective grpo",
+            "'tensor_parallel': 1} applies to workload.objective grpo or ppo",
         ),
     ],
 )

@@ -240,7 +240,7 @@ def test_unknown_keys_name_the_key_and_the_allowed_ones():
         plan(workload={"seq_len": 10})
     assert str(err.value) == (
         "workload.seq_len: unknown key; allowed keys are: distillation, global_batch_size, "
-        "inference, lora, micro_batch_size, objective, preference, rl, sequence_length, steps, task, "
+        "inference, lora, micro_batch_size, objective, ppo, preference, rl, sequence_length, steps, task, "
         "train_tokens"
     )
     with pytest.raises(

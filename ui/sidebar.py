@@ -38,6 +38,7 @@ from planner.plan.config import (
 )
 from planner.plan.dtypes import DEFAULT_GROUP_SIZE
 from planner.plan.models import MAX_CONTEXT, Preset, model_to_dict, presets
+from planner.plan.ppo import PpoReward
 from ui import worker
 from ui.state import (
     ARCH_INTS,
@@ -540,9 +541,11 @@ def _objective() -> None:
     if objective == "distillation":
         drawn(st.selectbox, "Teacher", sorted(presets()), key="kd_teacher", help="the frozen teacher's preset")
         drawn(st.number_input, "KD loss chunks", 1, 1024, key="kd_loss_chunks")
-    if objective != "grpo":
+    if objective == "ppo":
+        _ppo()
+    if objective not in ("grpo", "ppo"):
         return
-    drawn(st.number_input, "Generations per prompt (G)", 2, 1024, key="rl_num_generations")
+    drawn(st.number_input, "Generations per prompt (G)", 1 if objective == "ppo" else 2, 1024, key="rl_num_generations")
     drawn(st.number_input, "Completion length", 1, MAX_SEQUENCE, key="rl_completion_length")
     drawn(st.number_input, "KL beta (0: no reference)", 0.0, 1e6, step=0.01, key="rl_beta")
     drawn(st.selectbox, "Rollout engine", get_args(RolloutEngine), key="rl_engine")
@@ -556,6 +559,15 @@ def _objective() -> None:
             key="rl_sleep_level",
         )
         drawn(st.checkbox, "Offload the policy during rollout", key="rl_offload_during_rollout")
+
+
+def _ppo() -> None:
+    """PPO's loop and where its other models wait (workload.ppo)."""
+    drawn(st.number_input, "PPO epochs", 1, 1000, key="ppo_epochs")
+    drawn(st.number_input, "Mini-batches per rollout", 1, 4096, key="ppo_mini_batches")
+    drawn(st.selectbox, "Reward", get_args(PpoReward), key="ppo_reward", help="rule: a function, no reward model")
+    drawn(st.checkbox, "Offload the value model outside its passes", key="ppo_critic_offload")
+    drawn(st.checkbox, "Offload the reference and reward weights", key="ppo_frozen_offload")
 
 
 def workload_inputs() -> None:

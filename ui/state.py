@@ -33,6 +33,7 @@ from planner.plan.codec import (
 from planner.plan.config import Distillation, Inference, Lora, Plan, Rl, section_keys
 from planner.plan.docs import key_doc
 from planner.plan.models import MODEL_KEYS
+from planner.plan.ppo import Ppo
 
 DEFAULT_PLAN = {
     "model": {"preset": "llama-3.1-8b"},
@@ -140,11 +141,12 @@ def _paths() -> dict[str, tuple[str, ...]]:
     # serving key); the preference reference is left to its resolved default
     paths["loss_type"] = ("workload", "preference", "loss_type")
     paths.update({f"rl_{f.name}": ("workload", "rl", f.name) for f in fields(Rl)})
-    # distillation's keys are prefixed too: loss_chunks is also a techniques key
+    # distillation's and ppo's keys are prefixed too: loss_chunks is also a techniques key
     paths.update({f"kd_{f.name}": ("workload", "distillation", f.name) for f in fields(Distillation)})
+    paths.update({f"ppo_{f.name}": ("workload", "ppo", f.name) for f in fields(Ppo)})
     for section in ("workload", "precision", "techniques", "parallelism", "hardware"):
         for key in section_keys(section):
-            if key in ("preference", "rl", "distillation"):
+            if key in ("preference", "rl", "distillation", "ppo"):
                 continue
             if key in blocks:
                 paths.update({f.name: (section, key, f.name) for f in fields(blocks[key])})
@@ -169,7 +171,11 @@ def _integers(text: str) -> list[int] | str:
         return text
 
 
-BLOCK_PREFIX = {"rl": "rl_", "distillation": "kd_"}  # the widget keys of an objective's block (as the links')
+BLOCK_PREFIX = {
+    "rl": "rl_",
+    "distillation": "kd_",
+    "ppo": "ppo_",
+}  # the widget keys of an objective's block (as the links')
 NONE_CHOSEN = ("kd_teacher_weights",)  # choices whose None is a value of its own (the compute dtype)
 
 
@@ -181,6 +187,7 @@ def widget_values(plan: Plan) -> dict[str, Any]:
         **{f.name: getattr(Inference(), f.name) for f in fields(Inference)},
         **{f"rl_{f.name}": getattr(Rl(), f.name) for f in fields(Rl)},
         **{f"kd_{f.name}": getattr(Distillation(), f.name) for f in fields(Distillation)},
+        **{f"ppo_{f.name}": getattr(Ppo(), f.name) for f in fields(Ppo)},
         "loss_type": "dpo",
         "name": d.get("name", ""),
         "framework": d["framework"],

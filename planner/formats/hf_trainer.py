@@ -33,6 +33,7 @@ from planner.formats.base import (
 )
 from planner.formats.reading import Reading, as_bool, as_int, as_number, choice, quiet_mapping
 from planner.formats.shell import environment, words
+from planner.formats.trl_ppo import read_ppo
 from planner.plan.config import Plan
 
 FRAMEWORK = "hf_trainer"
@@ -558,6 +559,12 @@ def read_grpo(led: Reading, args: Args) -> None:
         led.set(args.name("vllm_enable_sleep_mode"), rl + "sleep_level", 2)
 
 
+def _ppo(led: Reading, args: Args) -> None:
+    """A PPO script's keys (trl_ppo.read_ppo), once the batch is read: the plan's step is one of its mini-batches."""
+    if args.script and trl.family(args.script) == "ppo":
+        read_ppo(led, args.values, args.name, args.script)
+
+
 def _whole_groups(led: Reading, args: Args, groups: int) -> None:
     """TRL refuses a step that is not whole groups: num_processes × per_device_train_batch_size ×
     gradient_accumulation_steps must be divisible by num_generations (trl@f2cd577 grpo_config.py
@@ -581,6 +588,7 @@ TOGETHER: tuple[Callable[[Reading, Args], Any], ...] = (
     _deepspeed,
     _packing,
     read_grpo,
+    _ppo,
 )
 READ_TOGETHER = frozenset(
     {

@@ -17,6 +17,7 @@ from typing import Any
 
 from planner.errors import PlanError, bad
 from planner.formats.reading import Reading, as_bool, as_texts
+from planner.formats.trl_ppo import PPO_KEYS
 from planner.plan.config import Plan
 
 ISSUE = "not a workload the plan describes yet (issue 33, post-training plans)"
@@ -31,10 +32,11 @@ TRAINERS = {
     "cpo": "cpo",  # experimental CPOTrainer (loss_type simpo is SimPO)
     "reward": "reward",  # reward_modeling.py: RewardTrainer
     "kto": "kto",  # kto.py: KTOTrainer (unpaired completions, workload.preference.loss_type kto)
+    "ppo": "ppo",  # ppo/ppo.py, ppo/ppo_tldr.py: experimental PPOTrainer (planner/formats/trl_ppo.py)
 }
 REFUSED = {
     "bco": _UNPAIRED,
-    **dict.fromkeys(("ppo", "rloo", "grpo", "gspo", "online", "nash", "xpo", "sdpo", "gfpo", "dapo"), _ONLINE),
+    **dict.fromkeys(("rloo", "grpo", "gspo", "online", "nash", "xpo", "sdpo", "gfpo", "dapo"), _ONLINE),
     **dict.fromkeys(("gkd", "gold", "distillation"), _DISTILL),
     "prm": f"a process reward model (PRMTrainer: one score per reasoning step, token classification) is {ISSUE}",
     "tpo": f"TPO (three ranked completions per prompt, trl/experimental/tpo) is {ISSUE}",
@@ -105,6 +107,8 @@ def read(led: Reading, values: dict[str, Any], name: Callable[[str], str], scrip
     kind, source = trainer(script, values, name)
     if kind in ("sft", "grpo"):
         return frozenset()
+    if kind == "ppo":  # hf_trainer reads its keys after the batch (trl_ppo.read_ppo)
+        return PPO_KEYS
     led.set(source, "workload.objective", "reward" if kind == "reward" else "preference")
     if kind == "orpo":
         led.set(source, "workload.preference.loss_type", "orpo")

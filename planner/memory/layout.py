@@ -82,6 +82,16 @@ def layout(plan: Plan) -> Layout:
     )
 
 
+def score_layout(plan: Plan) -> Layout:
+    """The plan's model cut with a score head in place of the vocabulary head: PPO's value and reward models
+    (AutoModelForSequenceClassification with num_labels 1, huggingface/trl@f2cd577 trl/experimental/ppo/
+    ppo_trainer.py PolicyAndValueWrapper `value_model.score`; OpenRLHF/OpenRLHF@3c3be62 openrlhf/models/model.py
+    get_llm_for_sequence_regression: `nn.Linear(config.hidden_size, 1, bias=False)`)."""
+    par, wl = plan.parallelism, plan.workload
+    lora = wl.lora if wl.task in ("lora", "qlora") else None
+    return _layout(plan.model, par.tensor, par.expert, par.pipeline, chunks_of(plan), lora, True)
+
+
 # keyed by (model, tensor, expert, pipeline, chunks, adapters, score head), all a cut reads: a search tries a few
 # dozen cuts
 @lru_cache(maxsize=256)

@@ -20,6 +20,7 @@ from planner.memory.layout import StageContext
 from planner.memory.losses import logit_tokens
 from planner.memory.result import Item
 from planner.memory.terms import Described, Factor, Product, Sum, item
+from planner.plan.config import RL_OBJECTIVES
 from planner.plan.dtypes import QUANTIZED, quantized_bytes
 
 
@@ -35,8 +36,15 @@ def reference_weights(ctx: StageContext) -> Item | None:
     (adapters_disabled: the policy's base with its adapters off; precomputed: log-probs computed before training;
     none: a reference-free loss)."""
     wl = ctx.plan.workload
-    if wl.reference != "separate":
+    # PPO's frozen_offload keeps it in host memory outside its forward (planner/memory/ppo.py)
+    if wl.reference != "separate" or (wl.objective == "ppo" and wl.ppo.frozen_offload):
         return None
+    return frozen_weights(ctx, "reference_weights", "Reference model (frozen)", "A frozen copy of the starting model")
+
+
+def frozen_weights(ctx: StageContext, name: str, label: str, lead: str) -> Item:
+    """A frozen model's weights on one GPU (`ctx`: that model's stage), in the plan's frozen-weights dtype
+    (reference_weights says why), sharded under ZeRO-3 / FSDP."""
     sp, prec = ctx.sp, ctx.plan.precision
     wdt = prec.weights
     projections = Described(
@@ -49,10 +57,10 @@ def reference_weights(ctx: StageContext) -> Item | None:
     whole = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(ctx.bc, "B")))))
     zero3 = ctx.plan.parallelism.zero_stage == 3
     return item(
-        "reference_weights",
-        "Reference model (frozen)",
+        name,
+        label,
         ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3),
-        "A frozen copy of the starting model, no gradients or optimizer states; "
+        f"{lead}, no gradients or optimizer states; "
         + (
             "sharded with the policy (TRL prepare_deepspeed / prepare_fsdp)"
             if zero3
@@ -89,7 +97,7 @@ def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
     wl = ctx.plan.workload
     if wl.reference not in ("separate", "adapters_disabled"):
         return None
-    if wl.objective == "grpo":
+    if wl.objective in RL_OBJECTIVES:
         note = "The reference's no-grad forward over the completions, before the policy's step"
     elif wl.preference.loss_type == "kto":
         note = "Its no-grad forwards over the KL batch, then the completions, while the policy's graph is held"
@@ -97,7 +105,12 @@ def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
         note = (
             "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is held"
         )
-    return item("reference_forward", "Reference forward (no grad)", _no_grad_forward(ctx, kept), note, ctx.detail)
+    return logprob_forward(ctx, kept, "reference_forward", "Reference forward (no grad)", note)
+
+
+def logprob_forward(ctx: StageContext, kept: Kept, name: str, label: str, note: str) -> Item:
+    """A no-grad forward that ends in log-probs over the vocabulary (`_no_grad_forward` says what it holds)."""
+    return item(name, label, _no_grad_forward(ctx, kept), note, ctx.detail)
 
 
 def kl_forward(ctx: StageContext, kept: Kept) -> Item | None:

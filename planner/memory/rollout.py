@@ -17,7 +17,7 @@ from planner.memory.layout import StageContext
 from planner.memory.result import Item
 from planner.memory.runtime import runtime_items
 from planner.memory.terms import Described, item
-from planner.plan.config import Inference, Parallelism, Plan, Precision, Workload
+from planner.plan.config import RL_OBJECTIVES, Inference, Parallelism, Plan, Precision, Workload
 from planner.plan.dtypes import WeightDType
 
 # what vLLM's sleep keeps on the GPU: CuMemAllocator.sleep unmaps only the memory allocated in its pool under the
@@ -45,8 +45,8 @@ def engine_batch(plan: Plan) -> int:
     each; a server generates the whole step's."""
     wl = plan.workload
     if wl.rl.engine == "server":
-        return wl.global_batch_size
-    return wl.global_batch_size * wl.rl.tensor_parallel // plan.hardware.count
+        return wl.rollout_samples
+    return wl.rollout_samples * wl.rl.tensor_parallel // plan.hardware.count
 
 
 def rollout_plan(plan: Plan) -> Plan:
@@ -82,7 +82,7 @@ def engine(plan: Plan, gpu: Gpu, detail: bool) -> Engine | None:
     the trainer (vLLM allocates the whole pool as one tensor), so every item counts as allocated. None unless a
     grpo plan's engine is colocated."""
     wl = plan.workload
-    if wl.objective != "grpo" or wl.rl.engine != "colocate":
+    if wl.objective not in RL_OBJECTIVES or wl.rl.engine != "colocate":
         return None
     serving = rollout_plan(plan)
     # one process: the trainer's cuBLAS handles serve the engine too

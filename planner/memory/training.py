@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import lru_cache, partial
 
 from planner.catalog import Gpu
-from planner.memory import checkpointing, techniques
+from planner.memory import checkpointing, ppo, techniques
 from planner.memory.distillation import kd_loss, student_logits, teacher_forward, teacher_weights
 from planner.memory.layout import Layout, StageContext, layout, stage_context
 from planner.memory.losses import Loss, loss
@@ -25,7 +25,7 @@ from planner.memory.runtime import (
 )
 from planner.memory.states import States, flat_elements, model_states
 from planner.memory.terms import fixed, item
-from planner.plan.config import Plan
+from planner.plan.config import RL_OBJECTIVES, Plan
 from planner.plan.dtypes import nbytes
 from planner.units import format_bytes
 
@@ -91,8 +91,16 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
     sp, plan = ctx.sp, ctx.plan
     sv = checkpointing.saved(ctx)
     grads_held = st.grads if ctx.accum > 1 else _first_grads(ctx.detail)
-    # a colocated engine holds what its sleep keeps through the step (everything without sleep mode)
-    static = (*st.static, reference_weights(ctx), teacher_weights(ctx), *(eng.asleep if eng else ()))
+    # a colocated engine holds what its sleep keeps through the step (everything without sleep mode); ppo's value
+    # and reward models what they keep on the GPU
+    critic, reward = ppo.companion(plan, "critic", ctx.detail), ppo.companion(plan, "reward", ctx.detail)
+    static = (
+        *st.static,
+        reference_weights(ctx),
+        teacher_weights(ctx),
+        *(eng.asleep if eng else ()),
+        *ppo.resident(ctx, critic, reward),
+    )
     held = (*static, grads_held, sv.forward)
     tx = techniques.transients(ctx, sv.kept)
     # FSDP under pipelining keeps the stage's units gathered from a moment on, in place of the per-unit gather:
@@ -128,8 +136,8 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
             -1, phase("teacher forward", desc, *held, sv.casts, early, tx.dequant, student_logits(ctx), teacher)
         )
     ref = reference_forward(ctx, sv.kept)
-    grpo = plan.workload.objective == "grpo"
-    if ref and not grpo:
+    objective = plan.workload.objective
+    if ref and objective not in RL_OBJECTIVES:
         phases.append(
             phase(
                 "reference forward",
@@ -203,7 +211,15 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
                 techniques.optimizer_temp(ctx, opt.temp, st.grad_dtype_bytes, total),
             )
         )
-    return _rollout_phases(ctx, st, eng, ref if grpo else None) + phases, sv.host
+    if objective == "ppo":
+        step_of = partial(_value_step, ctx.detail)
+        return ppo.phases(ctx, st, eng, sv.kept, step_of) + phases, sv.host
+    return _rollout_phases(ctx, st, eng, ref if objective == "grpo" else None) + phases, sv.host
+
+
+def _value_step(detail: bool, plan: Plan, lay: Layout) -> Phase:
+    """The peak moment of PPO's value-model update (planner/memory/ppo.py), its bytes as allocated."""
+    return stage(plan, lay, 0, 0, 1 << 62, detail).peak
 
 
 # keyed by detail, all the item reads

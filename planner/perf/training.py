@@ -22,6 +22,7 @@ from planner.memory.layout import Layout, layout, unsharded_under_pipelining
 from planner.memory.rollout import rollout_plan
 from planner.perf.flops import model_flops_per_token
 from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
+from planner.perf.ppo import ppo_items
 from planner.perf.rates import Collective, Group, Rates, collective_s, mfu_reference, rates, supported_rates
 from planner.perf.result import Seconds, StepTime, TimeItem, step_of
 from planner.perf.serving import serving_time
@@ -36,7 +37,7 @@ from planner.perf.work import (
     matmul_elem,
     torchao_rowwise,
 )
-from planner.plan.config import ADAPTER_TASKS, Parallelism, Plan
+from planner.plan.config import ADAPTER_TASKS, RL_OBJECTIVES, Parallelism, Plan
 from planner.plan.dtypes import QUANTIZED, bits, nbytes
 from planner.plan.models import attention_widths, lora_params_per_layer
 from planner.plan.sac import op_sac_projections
@@ -522,12 +523,13 @@ def _no_grad_items(plan: Plan, mb: _MicroBatch, steps: int) -> list[TimeItem]:
     """The no-grad forwards over the policy's micro-batch, no backward: the reference's (a separate reference, or
     the policy's base with adapters off: huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py _compute_loss
     `with torch.no_grad(): ref_model(...)`), two for KTO (its KL batch and its completions) and KTO's policy
-    forward on the KL batch (trl@f2cd577 trl/trainer/kto_trainer.py _compute_loss, _compute_kl_logps)."""
+    forward on the KL batch (trl@f2cd577 trl/trainer/kto_trainer.py _compute_loss, _compute_kl_logps). PPO's
+    reference runs once per rollout, in its experience item (planner/perf/ppo.py)."""
     wl = plan.workload
     kto = wl.objective == "preference" and wl.preference.loss_type == "kto"
     one = mb.forward_compute + mb.forward_memory
     counts = (
-        ("reference_forward", "Reference forward", 2 if kto else 1, wl.reference in ("separate", "adapters_disabled")),
+        ("reference_forward", "Reference forward", 2 if kto else 1, _steps_reference(plan)),
         ("kl_forward", "Policy KL forward", 1, kto),
     )
     return [
@@ -561,6 +563,12 @@ def _teacher_item(plan: Plan, r: Rates, steps: int) -> TimeItem | None:
         formula=f"{steps} × ({mb.forward_compute:.4g} s + {mb.forward_memory:.4g} s) {tp.model.preset} forward only",
         note="the frozen teacher's no-grad forward over the student's tokens",
     )
+
+
+def _steps_reference(plan: Plan) -> bool:
+    """A reference forward runs in each step: a separate reference, or the policy's base with adapters off."""
+    wl = plan.workload
+    return wl.reference in ("separate", "adapters_disabled") and wl.objective != "ppo"
 
 
 def _recompute_note(plan: Plan) -> str:
@@ -597,8 +605,11 @@ def _rollout_item(plan: Plan, gpu: Gpu) -> TimeItem | None:
     _generate_and_score_completions runs in training_step: huggingface/trl@f2cd577 trl/trainer/grpo_trainer.py):
     the serving model's time for one engine's batch (planner/perf/serving.py), in waves of the sequences its KV
     cache holds at once (vLLM queues the rest). A server's engine is assumed on GPUs like the trainer's."""
-    if plan.workload.objective != "grpo":
+    wl = plan.workload
+    if wl.objective not in RL_OBJECTIVES:
         return None
+    # ppo: one rollout feeds epochs × mini_batches optimizer steps, its time shared among them
+    shared = wl.ppo.epochs * wl.ppo.mini_batches if wl.objective == "ppo" else 1
     rp = rollout_plan(plan)
     inf = rp.workload.inference
     fits = inference_estimate(rp, gpu, False).served.max_concurrent_sequences
@@ -611,10 +622,11 @@ def _rollout_item(plan: Plan, gpu: Gpu) -> TimeItem | None:
         name="rollout",
         label="Rollout (generation)",
         kind="rollout",
-        seconds=waves * one.step_time_s,
+        seconds=waves * one.step_time_s / shared,
         hidden_s=0.0,
         formula=f"{waves} wave(s) × {one.step_time_s:.4g} s: {wave} completions of {inf.prompt_tokens} + "
-        f"{inf.output_tokens} tokens on TP {rp.parallelism.tensor}",
+        f"{inf.output_tokens} tokens on TP {rp.parallelism.tensor}"
+        + (f", ÷ {shared} optimizer steps per rollout (ppo epochs × mini-batches)" if shared > 1 else ""),
         note=f"{inf.batch_size} completions per engine ({plan.workload.rl.num_generations} per prompt), "
         f"{fits:,} at once in its KV cache",
     )
@@ -638,6 +650,7 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
         _rollout_item(plan, gpu),
         _teacher_item(plan, r, steps),
     ]
+    extra += ppo_items(plan, sum(i.seconds for i in items))
     items += [i for i in extra if i is not None]
     wl = plan.workload
     peak, note = mfu_reference(r)

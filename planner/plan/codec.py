@@ -25,7 +25,7 @@ import yaml
 from planner.errors import PlanError, bad, unknown_key
 from planner.frameworks import apply_framework
 from planner.loader import load_yaml
-from planner.plan.config import ADAPTER_TASKS, NESTED, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
+from planner.plan.config import ADAPTER_TASKS, NESTED, RL_OBJECTIVES, SCHEMA, SECTIONS, TOP_KEYS, Plan, section_keys
 from planner.plan.models import MODEL_KEYS, Model, model_from_dict, model_to_dict
 from planner.plan.validate import check_mapping, rules
 from planner.units import parse_count
@@ -105,11 +105,12 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     if objective == "next_token":  # the objective's keys are written for a post-training plan
         del out["workload"]["objective"]
     for key, used_by in (
-        ("preference", "preference"),
-        ("rl", "grpo"),
-        ("distillation", "distillation"),
+        ("preference", ("preference",)),
+        ("rl", RL_OBJECTIVES),
+        ("ppo", ("ppo",)),
+        ("distillation", ("distillation",)),
     ):  # an objective's block, for its plans
-        if objective != used_by:
+        if objective not in used_by:
             del out["workload"][key]
     return out
 
@@ -145,9 +146,9 @@ def _leaf_paths() -> dict[str, tuple[str, ...]]:
             if nested is None:
                 leaves[key] = (section, key)
             else:
-                # GRPO's and distillation's keys are prefixed: gpu_memory_utilization is also a serving key,
-                # loss_chunks a techniques key
-                prefix = {"rl": "rl_", "distillation": "kd_"}.get(key, "")
+                # the post-training keys are prefixed: gpu_memory_utilization is also a serving key, loss_chunks a
+                # techniques key, ppo's reward is no model's
+                prefix = {"rl": "rl_", "ppo": "ppo_", "distillation": "kd_"}.get(key, "")
                 leaves.update({prefix + sub.name: (section, key, sub.name) for sub in fields(nested)})
     return leaves
 

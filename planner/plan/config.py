@@ -24,6 +24,7 @@ from planner.plan.dtypes import (
 )
 from planner.plan.models import Model, presets
 from planner.plan.pipeline import split_problem
+from planner.plan.ppo import Ppo
 from planner.plan.validate import between, check_fields, required, resolved, text
 
 SCHEMA = "vram-planner/v1"
@@ -46,9 +47,11 @@ Optimizer = Literal[
 # what the trained model optimizes: next_token (the language-model loss of pretraining and SFT), preference (a
 # pairwise preference loss over chosen and rejected completions: DPO and its family) or reward (a scalar-score
 # model trained on chosen/rejected pairs) or grpo (group-relative policy optimization: G sampled completions per
-# prompt from a rollout engine, then a policy step on them) or distillation (a student trained on a frozen teacher's
-# logits beside its own labels: torchtune's knowledge_distillation recipes). PPO is a later value of this key.
-Objective = Literal["next_token", "preference", "reward", "grpo", "distillation"]
+# prompt from a rollout engine, then a policy step on them) or ppo (proximal policy optimization with a value model,
+# a reference and a reward model: workload.ppo) or distillation (a student trained on a frozen teacher's logits
+# beside its own labels: torchtune's knowledge_distillation recipes).
+Objective = Literal["next_token", "preference", "reward", "grpo", "ppo", "distillation"]
+RL_OBJECTIVES = ("grpo", "ppo")  # the objectives that sample their completions with a rollout engine (workload.rl)
 OBJECTIVE_TASKS = ("finetune", "lora", "qlora")  # the base adaptations a post-training objective combines with
 # the preference losses: dpo (Rafailov et al. 2023, TRL loss_type "sigmoid"), ipo (loss_type "ipo"), simpo (Meng et
 # al. 2024: length-normalized, no reference), orpo (Hong et al. 2024: SFT loss + odds ratio, no reference) and kto
@@ -62,8 +65,10 @@ REFERENCE_FREE = ("simpo", "orpo")
 Reference = Literal["separate", "adapters_disabled", "precomputed", "none"]
 # where GRPO's rollout engine runs: colocate (vLLM in the training processes, on the training GPUs: TRL
 # vllm_mode "colocate", its default, huggingface/trl@f2cd577 trl/trainer/grpo_config.py; verl's hybrid
-# actor_rollout_ref) or server (a vLLM server on other GPUs: TRL vllm_mode "server", `trl vllm-serve`)
-RolloutEngine = Literal["colocate", "server"]
+# actor_rollout_ref) or server (a vLLM server on other GPUs: TRL vllm_mode "server", `trl vllm-serve`) or generate
+# (ppo only: the policy's own Hugging Face generate, TRL PPOTrainer's batch_generation, huggingface/trl@f2cd577
+# trl/experimental/ppo/ppo_trainer.py)
+RolloutEngine = Literal["colocate", "server", "generate"]
 # vLLM sleep mode between phases (vllm/device_allocator/cumem.py CuMemAllocator.sleep): 0 off (the engine keeps
 # its weights and KV cache through training), 1 (weights offloaded to host memory, KV cache discarded), 2 (both
 # discarded; the weights are reloaded from the policy at the next sync). TRL sleeps at level 2 when
@@ -251,13 +256,15 @@ class Preference:
 
 @dataclass(frozen=True, kw_only=True)
 class Rl:
-    """GRPO (workload.objective grpo): each optimizer step samples num_generations completions for each of its
-    prompts with a rollout engine, then trains the policy on them. micro_batch_size and global_batch_size count
-    completions, as TRL's per_device_train_batch_size does (trl@f2cd577 grpo_config.py: "The effective batch size
-    ... must be evenly divisible by" num_generations); workload.sequence_length is prompt + completion."""
+    """The rollout of GRPO and PPO (workload.objective grpo or ppo). GRPO: each optimizer step samples
+    num_generations completions for each of its prompts with a rollout engine, then trains the policy on them.
+    micro_batch_size and global_batch_size count completions, as TRL's per_device_train_batch_size does
+    (trl@f2cd577 grpo_config.py: "The effective batch size ... must be evenly divisible by" num_generations);
+    workload.sequence_length is prompt + completion."""
 
-    num_generations: int = field(default=8, metadata=between(2, 1024))
-    """Completions G sampled per prompt (TRL `num_generations`); `global_batch_size` must be a multiple of it."""
+    num_generations: int = field(default=8, metadata=between(1, 1024))
+    """Completions G sampled per prompt (TRL `num_generations`; 2 or more for grpo, whose `global_batch_size` must be
+    a multiple of it); ppo: samples per prompt (OpenRLHF `--rollout.n_samples_per_prompt`, default 1)."""
     prompts_per_step: int | None = field(default=None, metadata=between(1, MAX_BATCH))
     """Prompts per optimizer step; × `num_generations` it must equal `global_batch_size`. Default: `global_batch_size /
     num_generations` (TRL: one generation batch a step)."""
@@ -268,7 +275,8 @@ class Rl:
     """KL coefficient: 0 loads no reference model (TRL's default); above 0 a reference forward per step."""
     engine: RolloutEngine = "colocate"
     """Where the rollout engine runs: `colocate` (vLLM in the training processes, on the training GPUs: TRL vllm_mode
-    colocate, its default; verl's hybrid engine) or `server` (a vLLM server on other GPUs: `trl vllm-serve`)."""
+    colocate, its default; verl's hybrid engine), `server` (a vLLM server on other GPUs: `trl vllm-serve`) or
+    `generate` (ppo only: TRL PPOTrainer's own Hugging Face generate with the policy)."""
     gpu_memory_utilization: float = field(default=0.3, metadata=between(0.05, 0.95))
     """The colocated engine's fraction of GPU memory (TRL `vllm_gpu_memory_utilization`, 0.3 in colocate)."""
     sleep_level: SleepLevel = 0
@@ -289,6 +297,18 @@ class Rl:
                 "workload.rl.engine",
                 "server",
                 "runs on other GPUs: sleep_level and offload_during_rollout apply to a colocated engine",
+            )
+        if self.engine == "generate" and (
+            self.sleep_level
+            or self.gpu_memory_utilization != 0.3
+            or self.tensor_parallel > 1
+            or self.offload_during_rollout
+        ):
+            raise bad(
+                "workload.rl.engine",
+                "generate",
+                "is the policy's own generate: sleep_level, gpu_memory_utilization, tensor_parallel and "
+                "offload_during_rollout are a vLLM engine's",
             )
 
 
@@ -346,12 +366,16 @@ class Workload:
     """What the trained model optimizes: `next_token` (the language-model loss of pretraining and SFT), `preference`
     (DPO family: chosen + rejected in one 2 × micro-batch forward), `reward` (a reward model: an h × 1 score head, no
     vocabulary logits), `grpo` (group-relative policy optimization: G completions per prompt from a rollout engine,
-    then a policy step on them) or `distillation` (the model trained on a frozen teacher's logits beside its own
-    cross-entropy); a post-training objective needs task `finetune`, `lora` or `qlora`."""
+    then a policy step on them), `ppo` (proximal policy optimization: a policy and a value model trained, a frozen
+    reference and reward model, completions from a rollout) or `distillation` (the model trained on a frozen
+    teacher's logits beside its own cross-entropy); a post-training objective needs task `finetune`, `lora` or
+    `qlora`."""
     preference: Preference = field(default_factory=Preference)
     """Preference training, for objective preference."""
     rl: Rl = field(default_factory=Rl)
-    """GRPO, for objective grpo."""
+    """The rollout and KL settings, for objectives grpo and ppo."""
+    ppo: Ppo = field(default_factory=Ppo)
+    """PPO's models and updates, for objective ppo."""
     distillation: Distillation = field(default_factory=Distillation)
     """Knowledge distillation, for objective distillation."""
 
@@ -366,9 +390,11 @@ class Workload:
     def _resolve_objective(self) -> None:
         """Check the objective against the task, and resolve the preference reference's default."""
         pref = self.preference
-        if self.objective != "grpo" and self.rl != Rl():
-            raise bad("workload.rl", _plain_fields(self.rl), "applies to workload.objective grpo")
-        if self.objective == "grpo" and self.rl.completion_length >= self.sequence_length:
+        if self.objective not in RL_OBJECTIVES and self.rl != Rl():
+            raise bad("workload.rl", _plain_fields(self.rl), "applies to workload.objective grpo or ppo")
+        if self.objective != "ppo" and self.ppo != Ppo():
+            raise bad("workload.ppo", _plain_fields(self.ppo), "applies to workload.objective ppo")
+        if self.objective in RL_OBJECTIVES and self.rl.completion_length >= self.sequence_length:
             raise bad(
                 "workload.rl.completion_length",
                 self.rl.completion_length,
@@ -434,6 +460,13 @@ class Workload:
         return self.rl.completion_length + 1 if self.objective == "grpo" else self.sequence_length
 
     @property
+    def rollout_samples(self) -> int:
+        """Completions one rollout generates: a grpo step's global_batch_size; a ppo iteration's global_batch_size
+        × ppo.mini_batches (TRL PPOTrainer: batch_size = mini_batch_size × num_mini_batches, trl@f2cd577
+        trl/experimental/ppo/ppo_trainer.py __init__)."""
+        return self.global_batch_size * (self.ppo.mini_batches if self.objective == "ppo" else 1)
+
+    @property
     def reference(self) -> str:
         """Where the reference log-probs come from: workload.preference.reference for preference training; for
         grpo with beta > 0 the policy's base with adapters off (task lora, qlora) or a separate copy (TRL
@@ -441,7 +474,7 @@ class Workload:
         create_model_from_path, trl@f2cd577 trl/trainer/grpo_trainer.py); else none."""
         if self.objective == "preference":
             return required(self.preference.reference, "workload.preference.reference")  # resolved by preference
-        if self.objective == "grpo" and self.rl.beta > 0:
+        if self.objective in RL_OBJECTIVES and self.rl.beta > 0:
             return "adapters_disabled" if self.task in ADAPTER_TASKS else "separate"
         return "none"
 
@@ -795,20 +828,29 @@ class Plan:
         training GPUs (trl@f2cd577 trl/generation/vllm_generation.py: "tensor_parallel_size ... must divide
         world size")."""
         wl, count = self.workload, self.hardware.count
-        if wl.objective != "grpo":
+        if wl.objective not in RL_OBJECTIVES:
             return
-        rl, batch = wl.rl, wl.global_batch_size
+        rl, batch = wl.rl, wl.rollout_samples
+        if wl.objective == "grpo" and rl.num_generations < 2:
+            raise bad("workload.rl.num_generations", rl.num_generations, "must be 2 or more: GRPO compares a group")
+        if wl.objective == "grpo" and rl.engine == "generate":
+            raise bad("workload.rl.engine", "generate", "is TRL PPOTrainer's: grpo samples with colocate or server")
+        # ppo: one rollout feeds ppo.mini_batches optimizer steps (Workload.rollout_samples)
+        what = "workload.global_batch_size" if wl.objective == "grpo" else "the rollout's completions"
         if batch % rl.num_generations:
             raise bad(
                 "workload.global_batch_size",
-                batch,
-                f"must be a multiple of workload.rl.num_generations ({rl.num_generations}): whole groups per step",
+                wl.global_batch_size,
+                f"must be a multiple of workload.rl.num_generations ({rl.num_generations}): whole groups per step"
+                if wl.objective == "grpo"
+                else f"× ppo.mini_batches ({batch}) must be a multiple of workload.rl.num_generations "
+                f"({rl.num_generations}): whole groups per rollout",
             )
         if rl.prompts_per_step is not None and rl.prompts_per_step * rl.num_generations != batch:
             raise bad(
                 "workload.rl.prompts_per_step",
                 rl.prompts_per_step,
-                f"× num_generations ({rl.num_generations}) must equal workload.global_batch_size ({batch})",
+                f"× num_generations ({rl.num_generations}) must equal {what} ({batch})",
             )
         if rl.engine == "colocate" and count % rl.tensor_parallel:
             raise bad(
@@ -1135,6 +1177,7 @@ NESTED: dict[tuple[str, str], type] = {
     ("workload", "preference"): Preference,
     ("workload", "rl"): Rl,
     ("workload", "distillation"): Distillation,
+    ("workload", "ppo"): Ppo,
 }
 TOP_KEYS = ("schema", "name", "framework", "framework_release", "model", *SECTIONS)
 

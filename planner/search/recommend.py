@@ -42,7 +42,7 @@ from planner.errors import PlanError, bad
 from planner.memory import Estimate, estimate
 from planner.perf import compute_floor_hours, flops_per_token, unsupported_compute
 from planner.perf.rates import rates
-from planner.plan.config import MAX_BATCH, MAX_SEQUENCE, Hardware, Parallelism, Plan
+from planner.plan.config import MAX_BATCH, MAX_SEQUENCE, RL_OBJECTIVES, Hardware, Parallelism, Plan
 from planner.plan.validate import check_choice
 from planner.search.strategies import Found, Limits, OutOfTime, StrategySearch
 from planner.units import format_bytes, format_hours, from_gib
@@ -880,8 +880,8 @@ def max_micro_batch(
         wl = replace(plan.workload, micro_batch_size=mb, global_batch_size=mb * data * accum)
         return limits.fits(estimate(replace(plan, workload=wl), catalog, detail=False))
 
-    # a GRPO step trains whole groups of num_generations completions
-    groups = plan.workload.rl.num_generations if plan.workload.objective == "grpo" else 1
+    # a GRPO step (a PPO rollout) trains whole groups of num_generations completions
+    groups = plan.workload.rl.num_generations if plan.workload.objective in RL_OBJECTIVES else 1
     return _largest(fits, groups // math.gcd(groups, data * accum), 1_048_576)
 
 
@@ -893,8 +893,8 @@ def max_sequence_length(
     limits, par = _plan_limits(plan, catalog, headroom), plan.parallelism
     step = par.context * (par.tensor if par.sequence_parallel else 1)
 
-    # a GRPO sequence is its prompt and a completion of workload.rl.completion_length: the prompt grows
-    fixed = plan.workload.rl.completion_length if plan.workload.objective == "grpo" else 0
+    # a GRPO or PPO sequence is its prompt and a completion of workload.rl.completion_length: the prompt grows
+    fixed = plan.workload.rl.completion_length if plan.workload.objective in RL_OBJECTIVES else 0
 
     def fits(s: int) -> bool:
         p = replace(plan, workload=replace(plan.workload, sequence_length=fixed + s))
