@@ -7,8 +7,13 @@ out-of-memory error (the allocator releasing its cache and retrying), with and w
 The reserve is expressed as a fraction of the memory that churns: the peak's live bytes minus those that live
 to the end (weights, optimizer states). Those fractions are where the planner's churn constants come from.
 
-    python bench/allocator_replay.py            # the table
-    python bench/allocator_replay.py --write    # and bench/data/allocator-replay.csv, which the tests read
+    python bench/allocator_replay.py                # the medians over the training traces (docs/memory-model.md)
+    python bench/allocator_replay.py --replay       # first, replay every trace and print its row
+    python bench/allocator_replay.py --write        # replay, and write bench/data/allocator-replay.csv
+    python bench/allocator_replay.py --write-docs   # and the medians' table in docs/memory-model.md
+
+The medians' table is read from the CSV (a replay takes minutes); tests/test_bench.py replays two traces
+against their rows and checks the document shows the CSV's table.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import sys
 from pathlib import Path
 
 import _path  # noqa: F401  (the checkout first on sys.path)
+
+import doc_tables
 
 from planner.memory.allocator import Event, replay, round_size
 from planner.units import GiB, MiB
@@ -93,7 +100,8 @@ def training_medians(rows: list[dict[str, str]]) -> dict[str, float]:
     return {c: statistics.median(float(r[c]) for r in training) for c in FRACTIONS}
 
 
-def main() -> None:
+def replayed() -> list[dict[str, str]]:
+    """Every trace replayed: its CSV row."""
     rows = []
     for path in sorted(TRACES.glob("*.trace.gz")):
         measured = measure(path)
@@ -104,19 +112,50 @@ def main() -> None:
                 **{c: f"{measured[c]:.3f}" for c in COLUMNS},
             }
         )
+    return rows
+
+
+def read_rows() -> list[dict[str, str]]:
+    with RESULTS.open() as f:
+        return list(csv.DictReader(f))
+
+
+def write_rows(rows: list[dict[str, str]]) -> None:
+    with RESULTS.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def print_rows(rows: list[dict[str, str]]) -> None:
     print("| trace | workload | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 2) + "|")
     for r in rows:
         print("| " + " | ".join(r.values()) + " |")
-    for c in FRACTIONS:
-        values = [float(r[c]) for r in rows if r["workload"] == "training"]
-        print(f"training {c}: median {statistics.median(values):.3f}, range {min(values):.3f}-{max(values):.3f}")
-    if "--write" in sys.argv:
-        with RESULTS.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+    print()
+
+
+MEANINGS = {"reserve": "reserved with memory to spare", "least": "least memory the step runs in"}
+
+
+def main() -> None:
+    """The table docs/memory-model.md shows: per measure and mode, the median fraction over the training traces of
+    bench/data/allocator-replay.csv, and their range."""
+    training = [r for r in read_rows() if r["workload"] == "training"]
+    print(f"| over {len(training)} training traces | default segments | expandable segments |")
+    print("|---|---|---|")
+    for stat, meaning in MEANINGS.items():
+        cells = []
+        for mode in ("default", "expandable"):
+            values = [float(r[f"{mode}_{stat}"]) for r in training]
+            cells.append(f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})")
+        print(f"| {meaning} (median, range) | {cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":
-    main()
+    if "--replay" in sys.argv or "--write" in sys.argv:
+        rows = replayed()
+        print_rows(rows)
+        if "--write" in sys.argv:
+            write_rows(rows)
+    doc_tables.run(main, doc_tables.DOCS / "memory-model.md")

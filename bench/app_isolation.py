@@ -5,7 +5,8 @@ estimates, ~0.2 s alone) timed while other threads, as Streamlit runs other sess
   and as a vLLM log, as the two paste boxes do),
 once in the server process itself and once in worker processes (ui/worker.py, as the app does).
 
-    python bench/app_isolation.py
+    python bench/app_isolation.py                  # the table
+    python bench/app_isolation.py --write-docs     # and the table in docs/hosting.md, dated, with the machine
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+import _path  # noqa: F401  (the checkout first on sys.path)
+
+import doc_tables
 from fuzz import SHAPES
 
 from planner.catalog import load_catalog
@@ -28,6 +32,11 @@ from planner.search.recommend import SearchOptions, recommend
 from ui import worker
 from ui.state import PASTE_MAX_CHARS
 
+HEADER = (
+    "| other sessions | light rerun, their work in the server process (s) | "
+    "light rerun, their work in worker processes (s) |"
+)
+DOC = doc_tables.DOCS / "hosting.md"
 HEAVY = plan_from_dict(
     {
         "model": {"preset": "qwen3-235b-a22b", "num_layers": 128, "num_experts": 256},
@@ -118,15 +127,13 @@ def main() -> None:
     worker.read("config", str, "")
     alone = statistics.median(_light() for _ in range(5))
     seconds, shape = _slowest_read()
+    print(doc_tables.machine() + "\n")
     print(
-        f"{len(PASTES)} paste shapes of {PASTE_MAX_CHARS:,} characters; the slowest read: {seconds:.2f} s of CPU "
-        f"({shape})\n"
+        f"{len(PASTES)} paste shapes of {PASTE_MAX_CHARS:,} characters; the slowest read: {seconds:.2f} s of CPU,\n"
+        f"the shape {shape}.\n"
     )
-    print(
-        "| other sessions | light rerun, their work in the server process (s) | "
-        "light rerun, their work in worker processes (s) |"
-    )
-    print("|---|---|---|")
+    print(HEADER)
+    print("|---" * (HEADER.count("|") - 1) + "|")
     print(f"| none | {alone:.2f} | {alone:.2f} |")
     for what, inline, in_worker in (
         ("searching the heavy plan", _heavy_inline, _heavy_worker),
@@ -137,4 +144,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    doc_tables.run(main, DOC)

@@ -11,6 +11,7 @@ the page's navigation start to the first frame with a verdict. Each tab is opene
 each seen before when `--changes` passes the list's length).
 
     python bench/app_speed.py                 # the browser table (median and p90 ms per tab, first verdict)
+    python bench/app_speed.py --write-docs    # and that table in docs/app.md, dated, with the machine it ran on
     python bench/app_speed.py --server        # Streamlit's own script run per rerun, through AppTest
     python bench/app_speed.py --cold 5        # the first verdict of a fresh server (its first session's imports)
 
@@ -30,7 +31,11 @@ import urllib.request
 
 from _path import ROOT
 
+import doc_tables
+
 CHROMIUM = "/usr/bin/chromium"
+HEADER = "| tab open | change → verdict, median ms | p90 ms |"
+DOC = doc_tables.DOCS / "app.md"
 TABS = ("Breakdown", "Time", "Explore", "Cheapest hardware", "Compare", "Share and export")
 LENGTHS = (8192, 2048, 16384, 1024, 6144, 3072, 12288, 4096)  # each gives the default plan a new verdict
 WAIT_MS = 120_000  # a step this slow is stuck, not slow
@@ -155,8 +160,10 @@ def browser_table(changes: int, loads: int) -> None:
                 firsts.append(first)
                 page.context.close()
             page, _ = _open(browser, url)
-            print("| tab open | change → verdict, median ms | p90 ms |")
-            print("|---|---|---|")
+            print(doc_tables.machine() + "\n")
+            print(f"{changes} changes per tab, {loads} fresh sessions.\n")
+            print(HEADER)
+            print("|---" * (HEADER.count("|") - 1) + "|")
             every = []
             for n, tab in enumerate(TABS):
                 times = _changes(page, tab, changes, n * (changes + 1))
@@ -164,7 +171,7 @@ def browser_table(changes: int, loads: int) -> None:
                 print(f"| {tab} | {statistics.median(times):.0f} | {_p90(times):.0f} |", flush=True)
             print(f"| every tab | {statistics.median(every):.0f} | {_p90(every):.0f} |")
             print(
-                f"\nfirst verdict after the page is asked for: median {statistics.median(firsts):.0f} ms, "
+                f"\nFirst verdict after the page is asked for: median {statistics.median(firsts):.0f} ms, "
                 f"worst {max(firsts):.0f} ms over {loads} fresh sessions"
             )
             browser.close()
@@ -228,7 +235,10 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=12, help="input changes per tab")
     parser.add_argument("--loads", type=int, default=5, help="fresh page loads for the first verdict")
     parser.add_argument("--cold", type=int, default=0, help="instead: the first verdict of this many fresh servers")
+    parser.add_argument("--write-docs", action="store_true", help="also put the browser table in docs/app.md")
     args = parser.parse_args()
+    if args.write_docs and (args.server or args.cold):
+        parser.error("--write-docs writes the browser table only")
     if args.server:
         server_table()
     elif args.cold:
@@ -238,4 +248,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    doc_tables.run(main, DOC)

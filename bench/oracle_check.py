@@ -7,7 +7,9 @@ workspace. Comparing with `peak_allocated_bytes` minus the cuBLAS workspace test
 optimizer term op by op across precisions (autocast, pure bf16, fp32), attention kernels, checkpointing and
 optimizers.
 
-    python bench/oracle_check.py [--all]     # rows off by more than 3 % (or all rows), then statistics
+    python bench/oracle_check.py                 # the statistics by model family (docs/accuracy.md's table)
+    python bench/oracle_check.py --rows [--all]  # first, the rows off by more than 3 % (or all rows)
+    python bench/oracle_check.py --write-docs    # and the table in docs/accuracy.md
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import sys
 from pathlib import Path
 
 import _path  # noqa: F401  (the checkout first on sys.path)
+
+import doc_tables
 
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
 from planner.plan.codec import plan_from_dict
@@ -118,6 +122,7 @@ def run(path: Path = DATA, mla_path: Path = MLA_DATA) -> list[dict]:
             {
                 "label": row["label"],
                 "arch": row["arch"],
+                "task": row.get("task", "train"),  # oracle-mla.csv has generate rows too ("inference")
                 "oracle_gib": oracle / GiB,
                 "predicted_gib": predicted / GiB,
                 "error_pct": 100 * (predicted - oracle) / oracle,
@@ -128,17 +133,25 @@ def run(path: Path = DATA, mla_path: Path = MLA_DATA) -> list[dict]:
     return out
 
 
+def _pct(value: float) -> str:
+    return f"{value:.2f} %" if value < 1 else f"{value:.1f} %"
+
+
 def summary(rows: list[dict]) -> str:
+    """A row of the table: rows, median, p90 and max |error|."""
     errors = sorted(abs(r["error_pct"]) for r in rows)
     p90 = errors[round(0.9 * (len(errors) - 1))]
-    return (
-        f"{len(rows)} rows: median |error| {statistics.median(errors):.2f} %, p90 {p90:.2f} %, max {errors[-1]:.1f} %"
-    )
+    return f"{len(rows)} | {_pct(statistics.median(errors))} | {_pct(p90)} | {_pct(errors[-1])}"
 
 
-def main() -> None:
-    rows = run()
-    show_all = "--all" in sys.argv
+GROUPS = {
+    "Llama/Qwen-shaped": ("llama", "qwen2"),
+    "DeepSeek-V3-shaped (MLA, MoE; {training} training, {generate} generate)": ("deepseek_v3",),
+    "GPT-2": ("gpt2",),
+}
+
+
+def print_rows(rows: list[dict], show_all: bool) -> None:
     print("| config | oracle GiB | predicted GiB | error % | oracle peak at | planner peak at |")
     print("|---|---|---|---|---|---|")
     for r in rows:
@@ -148,14 +161,20 @@ def main() -> None:
                 f"{r['oracle_at']} | {r['predicted_at']} |"
             )
     print()
-    print("all:", summary(rows))
-    print("Llama/Qwen-shaped:", summary([r for r in rows if r["arch"] in ("llama", "qwen2")]))
-    print(
-        "DeepSeek-V3-shaped (latent attention, MoE, generate):",
-        summary([r for r in rows if r["arch"] == "deepseek_v3"]),
-    )
-    print("GPT-2 (HF gelu_new unfused, dropout 0.1; not modelled):", summary([r for r in rows if r["arch"] == "gpt2"]))
+
+
+def main() -> None:
+    """The table docs/accuracy.md shows: |error| by model family."""
+    rows = run()
+    print("| models | rows | median \\|error\\| | p90 | max |")
+    print("|---|---|---|---|---|")
+    for name, arches in GROUPS.items():
+        group = [r for r in rows if r["arch"] in arches]
+        generate = sum(r["task"] == "inference" for r in group)
+        print(f"| {name.format(training=len(group) - generate, generate=generate)} | {summary(group)} |")
 
 
 if __name__ == "__main__":
-    main()
+    if "--rows" in sys.argv:
+        print_rows(run(), "--all" in sys.argv)
+    doc_tables.run(main)

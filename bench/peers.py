@@ -8,18 +8,30 @@ about how each tool counts parameters. A peer that cannot describe a row (no LoR
 measured (allocated / reserved / device), as in bench/accuracy.py; the peers predict one number whatever the
 statistic.
 
-    python bench/peers.py            # per-row table, then per-tool median / p90 |error| and time per estimate
+    python bench/peers.py                 # per-tool median / p90 |error| and time per estimate (docs/accuracy.md)
+    python bench/peers.py --rows          # first, the per-row table
+    python bench/peers.py --time          # time every tool again into bench/data/peer-timings.csv
+    python bench/peers.py --write-docs    # and the table in docs/accuracy.md
+
+The errors are the same on any machine; the times are not, so the table takes them from
+bench/data/peer-timings.csv, which says when and on what machine they were measured.
 """
 
 from __future__ import annotations
 
+import csv
+import datetime
+import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import _path  # noqa: F401  (the checkout first on sys.path)
 
 import accuracy
+import doc_tables
 
 from planner.memory import estimate
 from planner.plan.codec import plan_from_dict
@@ -28,6 +40,13 @@ from planner.units import GiB
 
 PLANNER = "planner"
 TOOLS = ("16 B/param rule", "accelerate", "DeepSpeed ZeRO", "Megatron-LM", "llm-analysis", PLANNER)
+# How the table names each tool
+LABELS = {
+    "accelerate": "accelerate `estimate-memory`",
+    "DeepSpeed ZeRO": "DeepSpeed ZeRO estimators",
+    "Megatron-LM": "Megatron-LM theoretical memory",
+}
+TIMINGS = Path(__file__).resolve().parent / "data" / "peer-timings.csv"
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "nf4": 0.5}
 
 
@@ -263,8 +282,6 @@ PEERS = {
 
 
 def _cases() -> list[tuple[dict, dict, Plan]]:
-    import csv
-
     cases = []
     for row in csv.DictReader(accuracy.DATA.open()):
         plan_dict, _ = accuracy.express(row)
@@ -342,16 +359,34 @@ def summary(rows: list[dict], seconds: dict[str, float] | None = None) -> list[d
     return out
 
 
+def write_timings(seconds: dict[str, float]) -> None:
+    """bench/data/peer-timings.csv: each tool's mean time per estimate, when and on what machine."""
+    machine = f"{os.cpu_count()} CPUs ({doc_tables._cpu()}), load average {os.getloadavg()[0]:.1f}"
+    with TIMINGS.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["tool", "microseconds_per_estimate", "measured", "machine"])
+        for name in TOOLS:
+            writer.writerow([name, f"{seconds[name] * 1e6:.2f}", datetime.date.today().isoformat(), machine])
+
+
+def read_timings() -> dict[str, float]:
+    with TIMINGS.open() as f:
+        return {row["tool"]: float(row["microseconds_per_estimate"]) / 1e6 for row in csv.DictReader(f)}
+
+
 def _cell(tool: dict) -> str:
     return "n/a" if tool["gib"] is None else f"{tool['gib']:.2f} ({tool['error_pct']:+.0f} %)"
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return "-" if value is None else f"{value:.1f} %"
 
 
-def main() -> None:
-    rows = run()
+def _micro(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} µs" if seconds < 1e-5 else f"{seconds * 1e6:.0f} µs"
+
+
+def print_rows(rows: list[dict]) -> None:
     print("| row | model | task | statistic | measured GiB | " + " | ".join(TOOLS) + " |")
     print("|---|---|---|---|---|" + "---|" * len(TOOLS))
     for r in rows:
@@ -361,18 +396,28 @@ def main() -> None:
             + " |"
         )
     print("\nCells: predicted GiB (signed error %); n/a = the tool cannot describe the row.\n")
+
+
+def main() -> None:
+    """The table docs/accuracy.md shows: per tool, the rows it covers, its errors, the planner's on the same rows,
+    and the time per estimate of bench/data/peer-timings.csv."""
+    rows = run()
     print(
-        "| tool | rows covered | median abs error % | p90 abs error % | planner median on the same rows % | "
-        "time per estimate |"
+        "| tool | rows covered | median \\|error\\| | p90 \\|error\\| | planner median on the same rows "
+        "| time per estimate |"
     )
     print("|---|---|---|---|---|---|")
-    for s in summary(rows, timings()):
+    for s in summary(rows, read_timings()):
         print(
-            f"| {s['tool']} | {s['rows']} / {len(rows)} | {_fmt(s['median_abs_error_pct'])} | "
+            f"| {LABELS.get(s['tool'], s['tool'])} | {s['rows']} / {len(rows)} | {_fmt(s['median_abs_error_pct'])} | "
             f"{_fmt(s['p90_abs_error_pct'])} | {_fmt(s['planner_median_same_rows'])} | "
-            f"{s['seconds_per_estimate'] * 1e6:.1f} µs |"
+            f"{_micro(s['seconds_per_estimate'])} |"
         )
 
 
 if __name__ == "__main__":
-    main()
+    if "--rows" in sys.argv:
+        print_rows(run())
+    if "--time" in sys.argv:
+        write_timings(timings())
+    doc_tables.run(main)

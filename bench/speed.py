@@ -1,7 +1,8 @@
 """Speed of the planner: one estimate, and the recommender's search of the whole catalog (every offering of every
 GPU type, the default 30-day deadline, no time budget).
 
-    python bench/speed.py        # per plan: estimate, search, search cost over one estimate, in milliseconds
+    python bench/speed.py                # per plan: estimate, search, search cost over one estimate, in milliseconds
+    python bench/speed.py --write-docs   # and the table in docs/catalog.md, dated, with the machine it ran on
 
 The figure that matters is the search's cost over one estimate, measured in the same run: what a person waits
 for beyond the breakdown. Goals (issue 26): median at most 100 ms over these plans, at most 300 ms for the 405B
@@ -16,6 +17,8 @@ import time
 from functools import partial
 
 import _path  # noqa: F401  (the checkout first on sys.path)
+
+import doc_tables
 
 from planner.catalog import load_catalog
 from planner.memory import estimate
@@ -55,6 +58,11 @@ PLANS = {
         "workload": {"sequence_length": 4096, "global_batch_size": 1920},
     },
 }
+HEADER = (
+    "| plan | estimate ms | search ms, cold | search ms, warm | search over one estimate, warm | candidates "
+    "| recommended |"
+)
+DOC = doc_tables.DOCS / "catalog.md"
 LARGE = ("Llama 3.1 405B, seq 8192, batch 1024", "DeepSeek-V3, seq 4096, batch 1920")
 
 
@@ -69,12 +77,12 @@ def timed(fn, repeat: int) -> list[float]:
 
 def main(repeat: int = 5) -> None:
     catalog = load_catalog()
-    print(f"catalog: {len(catalog)} GPU types, {len(catalog.offerings)} offerings; default 30-day deadline, no budget")
+    print(doc_tables.machine() + "\n")
     print(
-        "| plan | estimate ms | search ms, cold | search ms, warm | search over one estimate, warm | candidates "
-        "| recommended |"
+        f"Catalog: {len(catalog)} GPU types, {len(catalog.offerings)} offerings; default 30-day deadline, no budget.\n"
     )
-    print("|---|---|---|---|---|---|---|")
+    print(HEADER)
+    print("|---" * (HEADER.count("|") - 1) + "|")
     over: dict[str, float] = {}
     for name, data in PLANS.items():
         plan = plan_from_dict(data)
@@ -87,11 +95,11 @@ def main(repeat: int = 5) -> None:
         answer = "none" if best is None else f"{best.count * best.replicas:,} × {best.gpu.id} ({best.offering.id})"
         print(f"| {name} | {est:.2f} | {cold:.0f} | {warm:.0f} | {over[name]:.0f} | {len(rec.candidates)} | {answer} |")
     print(
-        f"\nsearch over one estimate: median {statistics.median(over.values()):.0f} ms over the plans (goal ≤ 100); "
+        f"\nSearch over one estimate: median {statistics.median(over.values()):.0f} ms over the plans (goal ≤ 100); "
         + ", ".join(f"{n.split(',')[0]} {over[n]:.0f} ms" for n in LARGE)
         + " (goal ≤ 300 each)"
     )
 
 
 if __name__ == "__main__":
-    main()
+    doc_tables.run(main, DOC)

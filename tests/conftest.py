@@ -1,6 +1,12 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Every property draws the same examples on every run (derandomize: a seed from the test's name, no example
+# database): a run that passes once passes again, and each test's @settings fixes how many it draws.
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.load_profile("deterministic")
 
 ROOT = Path(__file__).resolve().parent.parent
 # The tiers beside the unit tests (markers in pyproject.toml): each test of one is also `slow`, so that

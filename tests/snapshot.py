@@ -4,13 +4,16 @@ accuracy bench's per-row predictions.
     python tests/snapshot.py            # rewrite tests/snapshots/ from the current planner
     git diff --stat tests/snapshots     # what moved; the commit message says what and why
 
-tests/test_snapshot.py recomputes every entry and compares it with the stored files: any change to a number,
-a formula or a message shows up there and in the diff of these files.
+tests/test_snapshot.py recomputes every entry and compares it with the stored files: any change to a number
+shows up there and in the diff of these files. Every plan of the grid pins its verdict, totals, each item's
+bytes, each stage's phases and each time item's seconds; the formula and note text, the plan as resolved and
+the messages are pinned for TEXT_PRESETS only, so a change of wording rewrites three files, not one per preset.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from planner.errors import PlanError
 from planner.memory import estimate
 from planner.perf import StepTime, flops_per_token, job_hours, plan_time, throughput
 from planner.plan.codec import plan_from_dict
+from planner.plan.config import Plan
 from planner.plan.models import presets
 from planner.search.recommend import (
     SearchOptions,
@@ -35,6 +39,9 @@ from planner.search.recommend import (
 from planner.views.export import candidate_to_dict, estimate_to_dict
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+# The presets whose grid keeps every text (formulas, notes, the verdict's sentence, the resolved plan): a dense
+# GQA model, a mixture of experts, and latent attention with shared experts
+TEXT_PRESETS = ("llama-3.1-8b", "mixtral-8x7b", "deepseek-v2-lite")
 
 # Each variant is laid over {"model": {"preset": ...}} for every preset; a variant a preset cannot take (a degree
 # that does not divide its heads, expert parallelism on a dense model) pins the error message instead.
@@ -221,18 +228,61 @@ def _time_entry(time: StepTime | None) -> dict[str, Any] | None:
     }
 
 
-def _estimate_entry(data: dict[str, Any]) -> dict[str, Any]:
+def _full_entry(plan: Plan) -> dict[str, Any]:
+    est = estimate(plan)
+    return {**estimate_to_dict(est), "time": _time_entry(plan_time(plan, est.gpu))}
+
+
+def _numbers_entry(plan: Plan) -> dict[str, Any]:
+    """The estimate's numbers without its text: the verdict, the totals, each item's bytes, each stage's phases
+    and the step's seconds."""
+    est = estimate(plan)
+    full = estimate_to_dict(est)
+    return {
+        **{k: full[k] for k in NUMBER_KEYS},
+        "items": {i.name: i.bytes for i in est.items},
+        "stages": [
+            {
+                **{k: v for k, v in s.items() if k != "phases"},
+                "phases": {p["name"]: p["allocated_bytes"] for p in s["phases"]},
+            }
+            for s in full["stages"]
+        ],
+        "time": _time_entry(plan_time(plan, est.gpu)),
+    }
+
+
+# What a numbers-only entry keeps of estimate_to_dict's top level (items and stages are re-keyed by name)
+NUMBER_KEYS = (
+    "fits",
+    "gpu",
+    "phase",
+    "stage",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "device_bytes",
+    "usable_bytes",
+    "headroom_bytes",
+    "host_bytes",
+    "host_limit_bytes",
+    "serving",
+)
+
+
+def _estimate_entry(data: dict[str, Any], text: bool) -> dict[str, Any]:
+    """An estimate, or the plan's error: the whole JSON form (`text`) or its numbers; an error's message
+    (`text`) or the field it names."""
     try:
         plan = plan_from_dict(data)
-        est = estimate(plan)
-        return {**estimate_to_dict(est), "time": _time_entry(plan_time(plan, est.gpu))}
+        return _full_entry(plan) if text else _numbers_entry(plan)
     except PlanError as e:
-        return {"error": str(e)}
+        return {"error": str(e) if text else e.field}
 
 
 def estimates(preset: str) -> dict[str, Any]:
-    """The grid of one preset: variant → the estimate's JSON form (or the plan's error)."""
-    return {name: _estimate_entry({"model": {"preset": preset}, **variant}) for name, variant in VARIANTS.items()}
+    """The grid of one preset: variant → its entry (the whole JSON form for TEXT_PRESETS), or the plan's error."""
+    text = preset in TEXT_PRESETS
+    return {name: _estimate_entry({"model": {"preset": preset}, **variant}, text) for name, variant in VARIANTS.items()}
 
 
 def searched() -> dict[str, Any]:
@@ -294,16 +344,22 @@ def files() -> dict[str, Any]:
     return out
 
 
+# A list of scalars (a time item's [seconds, hidden seconds], a range): on one line
+SCALAR_LIST = re.compile(r"\[\n\s*([^\[\]{}]*?)\n\s*\]")
+
+
 def dumps(content: Any) -> str:
-    return json.dumps(content, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    text = json.dumps(content, indent=1, sort_keys=True, ensure_ascii=False)
+    return SCALAR_LIST.sub(lambda m: "[" + re.sub(r",\n\s*", ", ", m.group(1)) + "]", text) + "\n"
 
 
 def main() -> None:
-    for name, content in files().items():
+    written = files()
+    for name, content in written.items():
         path = SNAPSHOTS / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(content), encoding="utf-8")
-    print(f"wrote {len(files())} files under {SNAPSHOTS}")
+    print(f"wrote {len(written)} files under {SNAPSHOTS}")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,17 @@ import statistics
 
 import accuracy
 import allocator_replay
+import app_isolation
+import app_speed
 import doc_tables
 import oracle_check
+import peers
 import post_training
 import prices
 import pytest
 import serving
 import serving_memory
+import speed
 import stats
 import throughput
 
@@ -217,12 +221,49 @@ def test_a100_against_h100_matches_the_published_pairs():
     assert -0.15 < statistics.median(errors) < 0
 
 
-@pytest.mark.parametrize("bench", [accuracy, throughput, serving, serving_memory], ids=lambda m: m.__name__)
-def test_the_docs_show_the_benchs_current_tables(bench):
-    """docs/accuracy.md's tables and summary lines are this bench's output (`python bench/<name>.py --write-docs`)."""
+@pytest.mark.parametrize(
+    ("bench", "doc"),
+    [
+        (accuracy, "accuracy.md"),
+        (throughput, "accuracy.md"),
+        (serving, "accuracy.md"),
+        (serving_memory, "accuracy.md"),
+        (oracle_check, "accuracy.md"),
+        (peers, "accuracy.md"),
+        (allocator_replay, "memory-model.md"),
+    ],
+    ids=lambda m: getattr(m, "__name__", m),
+)
+def test_the_docs_show_the_benchs_current_tables(bench, doc):
+    """The document's tables and summary lines are this bench's output (`python bench/<name>.py --write-docs`)."""
     text, _ = doc_tables.report(bench.main)
-    assert sum(p.startswith("|") for p in doc_tables.places(doc_tables.DOC.read_text(), text).values()) >= 1
-    assert doc_tables.stale(doc_tables.DOC.read_text(), text) == []
+    shown = (doc_tables.DOCS / doc).read_text()
+    assert sum(p.startswith("|") for p in doc_tables.places(shown, text).values()) >= 1
+    assert doc_tables.stale(shown, text) == []
+
+
+@pytest.mark.parametrize(
+    ("bench", "doc", "rows"),
+    [
+        (speed, "catalog.md", len(speed.PLANS)),
+        (app_speed, "app.md", len(app_speed.TABS) + 1),
+        (app_isolation, "hosting.md", 5),
+    ],
+    ids=lambda m: getattr(m, "__name__", str(m)),
+)
+def test_the_docs_show_each_wall_clock_table_dated_with_its_machine(bench, doc, rows):
+    """Wall-clock tables are checked for their shape only: the bench's header, a row per case, under the line that
+    says when and on what machine `python bench/<name>.py --write-docs` ran."""
+    assert len(doc_tables.timed_table((doc_tables.DOCS / doc).read_text(), bench.HEADER)) == rows
+
+
+def test_a_timed_table_needs_its_header_shape_and_machine_line():
+    header, table = "| case | ms |", "| case | ms |\n|---|---|\n| a | 1 |"
+    assert doc_tables.timed_table(f"{doc_tables.machine()}\n\n{table}\n", header) == ["| a | 1 |"]
+    with pytest.raises(ValueError, match="under a line"):
+        doc_tables.timed_table(f"{table}\n", header)
+    with pytest.raises(ValueError, match="shape"):
+        doc_tables.timed_table(f"{doc_tables.machine()}\n\n{table} 2 |\n", header)
 
 
 DOC = "# A\n\nProse 3 rows.\n\n| k | v |\n|---|---|\n| a | 1 |\n\n7 rows: median 2.5 %\n\nLeft alone 2.\n"

@@ -1,4 +1,7 @@
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
 from typing import get_args
@@ -6,6 +9,7 @@ from typing import get_args
 import pytest
 from conftest import ROOT
 
+from planner.cli import main
 from planner.plan.choices import CHOICES, LISTS, choices_to_table
 from planner.plan.codec import plan_from_yaml, plan_to_dict
 from planner.plan.config import Optimizer
@@ -17,9 +21,36 @@ pytestmark = pytest.mark.cli
 
 
 def run(*args, stdin=None):
+    """The command's main run in this process from the checkout's root, as the console script calls it: its exit
+    status, stdout and stderr (a process start costs a second of imports; `run_process` pays it where a test is
+    about the process itself)."""
+    out, err, cwd, given = io.StringIO(), io.StringIO(), os.getcwd(), sys.stdin
+    sys.stdin = io.StringIO(stdin or "")
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse: a usage error, or --help
+                code = exc.code or 0
+    finally:
+        os.chdir(cwd)
+        sys.stdin = given
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def run_process(*args, stdin=None):
     return subprocess.run(
         [sys.executable, "-m", "planner", *args], cwd=ROOT, capture_output=True, text=True, input=stdin, timeout=60
     )
+
+
+def test_the_command_runs_as_a_process_reading_stdin_and_exiting_2_on_an_error():
+    out = run_process("estimate", "-", "--format", "json", stdin="model: {preset: gpt2}\n")
+    assert out.returncode == 0 and json.loads(out.stdout)["plan"]["model"]["preset"] == "gpt2"
+    bad = run_process("estimate", "-", stdin="model: {preset: gpt2}\nparallelism: {tensor: 5}\n")
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.startswith("error: parallelism.tensor: 5 ")
+    assert run_process().returncode == 2  # argparse's usage error
 
 
 def test_estimate_json():
@@ -33,11 +64,6 @@ def test_estimate_json():
 def test_estimate_table_and_yaml():
     assert "device_bytes" in run("estimate", EXAMPLE).stdout
     assert run("estimate", EXAMPLE, "--format", "yaml").stdout.startswith("peak_allocated_bytes: ")
-
-
-def test_plan_from_stdin():
-    out = run("estimate", "-", "--format", "json", stdin="model: {preset: gpt2}\n")
-    assert out.returncode == 0 and json.loads(out.stdout)["plan"]["model"]["preset"] == "gpt2"
 
 
 def test_user_errors_exit_2_with_one_line():

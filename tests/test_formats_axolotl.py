@@ -1,11 +1,12 @@
 """planner/formats/axolotl.py: configs (tests/data/configs/axolotl) read as plans, errors, detect, round trip."""
 
 import copy
-import itertools
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.errors import PlanError
 from planner.formats import FORMATS, detect, overlay, round_trip
@@ -181,20 +182,20 @@ def test_detect():
     assert str(err.value) == "config a: duplicated key (line 2)"  # planner/loader.py refuses it
 
 
-GRID = [
-    dict(task=t, gpus=g, zero=z, opt=o, loss=loss, ckpt=c)
-    for t, g, z, o, loss, c in itertools.product(
-        ("finetune", "lora", "qlora"),
-        (1, 4),
-        (0, 1, 2, 3),
-        ("adamw", "paged_adamw_8bit", "adamw_8bit", "paged_adamw"),
-        ("full", "fused"),
-        ("none", "full"),
-    )
-]
+# Every combination of these axes comes back as it went (a property over the 384 combinations, drawn by
+# hypothesis)
+AXES = {
+    "task": ("finetune", "lora", "qlora"),
+    "gpus": (1, 4),
+    "zero": (0, 1, 2, 3),
+    "opt": ("adamw", "paged_adamw_8bit", "adamw_8bit", "paged_adamw"),
+    "loss": ("full", "fused"),
+    "ckpt": ("none", "full"),
+}
 
 
-@pytest.mark.parametrize("case", GRID, ids=lambda c: "-".join(map(str, c.values())))
+@settings(max_examples=60)
+@given(case=st.fixed_dictionaries({name: st.sampled_from(values) for name, values in AXES.items()}))
 def test_round_trip(case):
     data = {
         "framework": "axolotl",
@@ -330,32 +331,41 @@ def test_round_trip_fp8_context_parallel():
 
 
 HOSTILE = [None, -1, 10**30, 2.5, "x", [[1]], ["q_proj", [1]], {"_component_": 5, "zero_optimization": 5}]
+STORED = {
+    "torchtune": ("llama3_1_8B_lora_single_device.yaml", "llama3_1_70B_full.yaml"),
+    "axolotl": ("lora_int8_8b.yaml", "full_8b_liger_fsdp.yaml"),
+}
 
 
-@pytest.mark.fuzz
-@pytest.mark.parametrize(
-    "fmt, names",
-    [
-        ("torchtune", ("llama3_1_8B_lora_single_device.yaml", "llama3_1_70B_full.yaml")),
-        ("axolotl", ("lora_int8_8b.yaml", "full_8b_liger_fsdp.yaml")),
-    ],
-)
-def test_hostile_values_raise_plan_errors_only(fmt, names):
-    """Each key of two stored configs (and of their sections) set to each hostile value: read either plans or
-    raises PlanError, never another exception."""
-    reader = FORMATS[fmt].read
-    for path in (DATA.parent / fmt / name for name in names):
+def _hostile_cases(fmt):
+    """(header, config, key) for each key of the format's two stored configs (and of their sections)."""
+    cases = []
+    for path in (DATA.parent / fmt / name for name in STORED[fmt]):
         header = "".join(line + "\n" for line in path.read_text().splitlines() if line.startswith("#"))
         original = yaml.safe_load(path.read_text())
         keys = [(k,) for k in original] + [(k, s) for k, v in original.items() if isinstance(v, dict) for s in v]
         keys += [("plugins",), ("deepspeed",), ("fsdp_config",), ("bnb_config_kwargs",), ("tensor_parallel_dim",)]
-        for key, value in itertools.product(keys, HOSTILE):
-            cfg = copy.deepcopy(original)
-            (cfg[key[0]] if len(key) == 2 else cfg)[key[-1]] = value
-            try:
-                reader(header + yaml.safe_dump(cfg), gpus=3)
-            except PlanError:
-                pass
+        cases += [(header, original, key) for key in keys]
+    return cases
+
+
+@pytest.mark.fuzz
+@pytest.mark.parametrize("fmt", sorted(STORED))
+@settings(max_examples=150)
+@given(data=st.data())
+def test_hostile_values_raise_plan_errors_only(fmt, data):
+    """A key of a stored config (or of its sections) set to a hostile value: read either plans or raises
+    PlanError, never another exception (a property over every key and value, drawn by hypothesis)."""
+    header, original, key = data.draw(st.sampled_from(HOSTILE_CASES[fmt]), label="key")
+    cfg = copy.deepcopy(original)
+    (cfg[key[0]] if len(key) == 2 else cfg)[key[-1]] = data.draw(st.sampled_from(HOSTILE), label="value")
+    try:
+        FORMATS[fmt].read(header + yaml.safe_dump(cfg), gpus=3)
+    except PlanError:
+        pass
+
+
+HOSTILE_CASES = {fmt: _hostile_cases(fmt) for fmt in STORED}
 
 
 def test_a_deepspeed_file_name_is_read_in_linear_time():

@@ -1,6 +1,8 @@
 """The installable package: a wheel built from the checkout holds the data files and the `vram-planner` command,
 and installed into a throwaway environment it answers from another directory (not the checkout)."""
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -11,6 +13,8 @@ import zipfile
 
 import pytest
 from conftest import ROOT
+
+from planner.cli import main
 
 DATA_FILES = {
     "planner/data/gpu_catalog.yaml",
@@ -56,18 +60,39 @@ def test_wheel_holds_the_package_data_and_the_command(wheel):
     assert [r for r in requires if "extra ==" not in r] == ["Requires-Dist: pyyaml<7,>=6.0"]  # the planner's only
 
 
+def _checkout_says(*args: str) -> str:
+    """What the checkout's command prints (its main, in this process)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(args)) == 0
+    return out.getvalue()
+
+
 def test_installed_wheel_runs_from_another_directory(wheel, tmp_path):
     """Installed with --no-deps into a venv that sees this interpreter's packages (PyYAML) through a .pth file
-    (--system-site-packages would show the base interpreter's, not those of a venv the tests run in)."""
+    (--system-site-packages would show the base interpreter's, not those of a venv the tests run in), by this
+    interpreter's pip (`--python`: the venv needs no pip of its own)."""
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir, with_pip=False)
     bin_dir = env_dir / ("Scripts" if os.name == "nt" else "bin")
     python = bin_dir / "python"
     site = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path).strip()
     outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (tmp_path / "venv" / site).joinpath("outer.pth").write_text("\n".join(sorted(outer)) + "\n")
     # --ignore-installed: a vram-planner the outer environment has (pip install ".[dev]") must not count
-    _run(python, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", wheel, cwd=tmp_path)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--ignore-installed",
+        "-q",
+        wheel,
+        cwd=tmp_path,
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     where = _run(python, "-c", "import planner; print(planner.__file__)", cwd=tmp_path, env=env)
     assert where.startswith(str(env_dir))  # the installed copy, not the checkout
@@ -81,7 +106,7 @@ def test_installed_wheel_runs_from_another_directory(wheel, tmp_path):
     assert len(plans) >= 6  # examples/ holds catalogs and framework configs beside the plans
     for example in plans:
         out = _run(bin_dir / "vram-planner", "estimate", example, cwd=tmp_path, env=env)
-        assert out == _run(sys.executable, "-m", "planner", "estimate", example, cwd=ROOT) and "\nfits on " in out
+        assert out == _checkout_says("estimate", str(example)) and "\nfits on " in out
     usage = subprocess.run(
         [bin_dir / "vram-planner", "nonsense"],
         cwd=tmp_path,
