@@ -2,6 +2,8 @@
 8 H100s (the count, GPU and offering kept, so the search answers the layout alone), and invariants over what it
 recommends. Steps: 100 of the plan's global batch."""
 
+from dataclasses import replace
+
 import pytest
 
 from planner.catalog import load_catalog
@@ -52,7 +54,8 @@ def test_small_model_prefers_colocate():
     grow, so colocating is faster on the same 8 GPUs, and cheaper."""
     plan = grpo("qwen2.5-0.5b", 1536, 1024, 64)
     chosen = best(plan)
-    assert chosen.plan.workload.rl.engine == "colocate" and chosen.count == chosen.plan.hardware.count == 8
+    assert chosen.plan.workload.rl == plan.workload.rl  # TRL's defaults: 0.3 of the GPU, no sleep, TP 1
+    assert chosen.count == chosen.plan.hardware.count == 8
     assert rollout_plan(chosen.plan).workload.inference.batch_size == 8
     rs = RolloutSearch(plan, CATALOG, KEPT)
     splits = [(rl, n) for rl, n in rs.layouts(H100, 8) if rl.engine == "server" and rl.tensor_parallel == 1]
@@ -89,6 +92,19 @@ def test_async_split_is_cheaper_than_any_colocated_layout():
     colocated = [f for (x, _), f in zip(rs.layouts(H100, 8), colocated, strict=True) if x.engine == "colocate" and f]
     assert colocated and min(f.hours for f in colocated) > chosen.job_hours
     assert "4 training + 4 engine GPUs (1 × TP 4, async)" in chosen.strategy
+
+
+def test_sleeps_deeper_only_where_the_engine_slows_the_step():
+    """Llama 3.1 8B on 4 GPUs: awake through the step, the engine's 30 % leaves the policy a slower strategy than
+    with no engine; asleep (level 2) it frees that memory for the step, which is faster. On 8 GPUs of Qwen2.5 0.5B
+    the engine slows nothing: the plan's own level (0) stays."""
+    plan = grpo("llama-3.1-8b", 2048, 1024, 64, count=4)
+    chosen = best(plan)
+    rl = chosen.plan.workload.rl
+    assert rl.engine == "colocate" and rl.sleep_level == 2
+    rs = RolloutSearch(plan, CATALOG, KEPT)
+    awake = rs.timed(H100, replace(rl, sleep_level=0), 4, LIMITS, plan.job_tokens, None)
+    assert awake is None or awake.hours > chosen.job_hours
 
 
 def test_kept_rollout_keeps_the_plans_layout():
@@ -141,4 +157,4 @@ def test_invariants(preset, seq, completion, batch, rl):
     rs = RolloutSearch(plan, CATALOG, frozenset())
     for x, n in rs.layouts(H100, 8):
         found = rs.timed(H100, x, n, LIMITS, rec.job_tokens, None)
-        assert found is None or rs.bound(H100, x, n, rec.job_tokens, None) <= found.hours * (1 + 1e-9)
+        assert found is None or rs.bound(H100, x, n, LIMITS, rec.job_tokens, None) <= found.hours * (1 + 1e-9)

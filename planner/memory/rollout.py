@@ -10,6 +10,7 @@ training step's cached blocks are not kept through the rollout."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from planner.catalog import Gpu
 from planner.memory.inference import inference_estimate
@@ -56,12 +57,22 @@ def rollout_wave(plan: Plan, gpu: Gpu, rl: Rl | None = None, count: int | None =
     """(the engine's serving plan at one wave: the completions its KV cache holds at once, at least one; the waves
     of the replica's batch; the completions its KV cache holds). vLLM runs what its KV blocks hold and queues the
     rest. `rl` and `count` probe another engine layout and training GPU count than the plan's (the recommender)."""
-    rp = rollout_plan(plan, rl, count)
+    return _wave(rollout_plan(plan, rl, count), gpu)
+
+
+# keyed by the serving plan and GPU: every strategy of a plan shares its engine (the recommender's searches)
+@lru_cache(maxsize=256)
+def _wave(rp: Plan, gpu: Gpu) -> tuple[Plan, int, int]:
     inf = rp.workload.inference
-    fits = inference_estimate(rp, gpu, False).served.max_concurrent_sequences
+    fits = _serving(rp, gpu, False).served.max_concurrent_sequences
     wave = max(1, min(inf.batch_size, fits))
     one = replace(rp, workload=replace(rp.workload, inference=replace(inf, batch_size=wave)))
     return one, -(-inf.batch_size // wave), fits
+
+
+@lru_cache(maxsize=256)
+def _serving(rp: Plan, gpu: Gpu, detail: bool) -> Estimate:
+    return inference_estimate(rp, gpu, detail)
 
 
 def engine_gpu(plan: Plan, gpu: Gpu, detail: bool) -> Estimate | None:
@@ -71,7 +82,7 @@ def engine_gpu(plan: Plan, gpu: Gpu, detail: bool) -> Estimate | None:
     wl = plan.workload
     if wl.objective != "grpo" or wl.rl.engine != "server":
         return None
-    return inference_estimate(rollout_wave(plan, gpu)[0], gpu, detail)
+    return _serving(rollout_wave(plan, gpu)[0], gpu, detail)
 
 
 def rollout_plan(plan: Plan, rl: Rl | None = None, count: int | None = None) -> Plan:
@@ -114,7 +125,7 @@ def engine(plan: Plan, gpu: Gpu, detail: bool) -> Engine | None:
     serving = rollout_plan(plan)
     # one process: the trainer's cuBLAS handles serve the engine too
     shared = {i.name for i in runtime_items(serving, False)} | {"cublas_workspace"}
-    own = [i for i in inference_estimate(serving, gpu, detail).items if i.name not in shared]
+    own = [i for i in _serving(serving, gpu, detail).items if i.name not in shared]
     awake = tuple(
         replace(i, name=f"engine_{i.name}", label=f"Engine: {i.label}", level="allocated") for i in own if i.bytes
     )

@@ -4,30 +4,35 @@ At a total GPU count T (what the job pays for) a GRPO plan lays out as:
 - colocated: the engine on the T training GPUs, at a memory fraction (FRACTIONS and the plan's own) and a sleep
   level (the plan's own, or 2: the engine frees its weights and KV cache while the policy trains);
 - split: N = T − M training GPUs beside a server engine of M = TP × replicas GPUs of its own (replicas doubling).
-Each layout's fastest training strategy comes from planner/search/strategies.py, its job time with the rollout
-from planner/perf/training.py. The fastest layout at T is also its cheapest (the same GPUs paid), so the
-offering's count ladder (recommend.py) is unchanged. Layouts are taken in the order of a lower bound of their
-time: the training FLOPs on their N training GPUs at the achievable matmul rate (compute_floor_hours) with their
-exact rollout added (overlapped under async_rollout); the search stops at the first bound no better than the
-fastest layout found, so it times a handful of layouts per count, not all of them.
-
 The engine's tensor parallelism is any degree the strategies may take (within a node, splitting the heads) at which
 one replica holds a completion's KV cache beside its weights; a server's further GPUs are replicas, which share
 the prompts (trl@f2cd577 trl/scripts/vllm_serve.py: data_parallel_size workers, each a whole engine).
-Sleep level and fraction cost no time beyond the rollout's waves (docs/limits.md).
+
+Each colocated layout's fastest training strategy comes from its own planner/search/strategies.py search (the
+engine's memory changes which strategies fit); every split shares one search of the training GPUs with no engine,
+timed with its rollout (planner/perf/training.py). The fastest layout at T is also its cheapest (the same GPUs
+paid), so the offering's count ladder (recommend.py) is unchanged. Layouts are taken in the order of a lower bound
+of their time (the training FLOPs on their N GPUs at the achievable matmul rate and the elementwise traffic at the
+HBM rate, with their exact rollout; a split's, once it comes up, its time) and the search stops at the first bound
+no better than the fastest found. Two policies keep it small where the model cannot tell layouts apart: a larger
+fraction whose rollout is no shorter is not timed (it takes memory for nothing), and a deeper sleep than the plan's
+is timed only where the engine's memory slows the step (sleep and wake-up cost no time in the model: docs/limits.md).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+import time
 from dataclasses import replace
 
 from planner.catalog import Gpu
 from planner.memory import Estimate
 from planner.memory.inference import inference_estimate
 from planner.memory.rollout import rollout_wave
-from planner.perf import compute_floor_hours, job_time, rollout_time
+from planner.perf import compute_floor_hours, elementwise_floor_hours, job_time, rollout_time
 from planner.plan.config import Plan, Rl, SleepLevel
-from planner.search.strategies import Found, Limits, StrategySearch
+from planner.search.strategies import Found, Limits, OutOfTime, StrategySearch, within_one_domain
 
 # the colocated engine's memory fractions searched, besides the plan's own: TRL's colocate default 0.3
 # (huggingface/trl@f2cd577 trl/trainer/grpo_config.py vllm_gpu_memory_utilization), verl's rollout default 0.5
@@ -93,6 +98,7 @@ class RolloutSearch:
         self._searches: dict[tuple[Rl, str | None], StrategySearch] = {}
         self._best: dict[tuple, Found | None] = {}
         self._tensor: dict[tuple[Rl, str, int], tuple[int, ...]] = {}
+        self._rollout: dict[tuple[Gpu, Rl, int], float] = {}
         self.steps_per_token = 1 / (plan.workload.global_batch_size * plan.workload.sequence_length)
 
     def _strategies(self, rl: Rl, gpu: Gpu) -> StrategySearch:
@@ -139,55 +145,131 @@ class RolloutSearch:
             out += [(server(rl, t, m), total - m) for m in (t << k for k in range(total.bit_length())) if m < total]
         return sorted(out, key=lambda x: x[0] != rl)  # stable: the plan's own layout first
 
-    def bound(self, gpu: Gpu, rl: Rl, n: int, tokens: int, mfu: float | None) -> float:
-        """Hours no strategy of this layout beats: training FLOPs on its n GPUs at the achievable matmul rate and
-        its rollout (added, or overlapped when asynchronous); an MFU override times the training alone."""
+    def _rollout_hours(self, gpu: Gpu, rl: Rl, n: int, tokens: int, mfu: float | None) -> float:
+        """The job's hours of rollout with this layout on n training GPUs, once per GPU shape its engine sees (0
+        under an MFU override, which leaves it out, or where the engine's dtype has no tensor cores)."""
+        if mfu is not None:
+            return 0.0
+        key = (within_one_domain(gpu, rl.tensor_parallel), rl, n)
+        if key not in self._rollout:
+            ro = rollout_time(self.plan, key[0], rl, n)
+            self._rollout[key] = 0.0 if ro is None else ro.seconds
+        return tokens * self.steps_per_token * self._rollout[key] / 3600
+
+    def free(self, gpu: Gpu, n: int, limits: Limits, tokens: int, mfu: float | None) -> tuple[Found, float] | None:
+        """(the fastest strategy on n training GPUs with no engine on them, its training hours alone), searched
+        once for every split (a synchronous server's plan: its rollout adds a constant to every strategy's time,
+        so the fastest is the fastest to train; with the replicas' or an async rollout, it stays the fastest).
+        None: nothing fits."""
+        rl = server(replace(self.plan.workload.rl, async_rollout=False), 1, 1)
+        found = self._strategies(rl, gpu).best_at(gpu, n, limits, tokens, mfu)
+        if found is None:
+            return None
+        return found, found.hours - self._rollout_hours(gpu, rl, n, tokens, mfu)
+
+    def bound(self, gpu: Gpu, rl: Rl, n: int, limits: Limits, tokens: int, mfu: float | None) -> float:
+        """Hours no strategy of this layout beats. A split's is its time: its fastest training with no engine on
+        its GPUs (`free`) and its rollout, added, or overlapped when asynchronous (an MFU override times the
+        training alone); inf where nothing fits. A colocated engine's is its `floor`: the memory it takes can move
+        the strategy search's pick to any layout, faster or slower than the engine-free one."""
+        if rl.engine == "colocate":
+            return self.floor(gpu, rl, n, tokens, mfu)
+        free = self.free(gpu, n, limits, tokens, mfu)
+        if free is None:
+            return math.inf
+        rollout = self._rollout_hours(gpu, rl, n, tokens, mfu)
+        return max(free[1], rollout) if rl.async_rollout else free[1] + rollout
+
+    def floor(self, gpu: Gpu, rl: Rl, n: int, tokens: int, mfu: float | None) -> float:
+        """A cheaper bound than `bound`, before any strategy is searched: the training FLOPs on n GPUs at the
+        achievable matmul rate and the elementwise traffic at the HBM rate (what no strategy beats: the strategy
+        search's own bound), with the rollout."""
         train = compute_floor_hours(self.plan, gpu, tokens, n, mfu)
-        ro = None if mfu is not None else rollout_time(self.plan, gpu, rl, n)
-        rollout = 0.0 if ro is None else tokens * self.steps_per_token * ro.seconds / 3600
+        train += 0.0 if mfu is not None else elementwise_floor_hours(self.plan, gpu, tokens, n)
+        rollout = self._rollout_hours(gpu, rl, n, tokens, mfu)
         return max(train, rollout) if rl.async_rollout else train + rollout
 
     def best_at(self, gpu: Gpu, total: int, limits: Limits, tokens: int, mfu: float | None) -> Found | None:
-        """The fastest layout and strategy that fit `total` GPUs shaped as `gpu` (None: none fits)."""
+        """The fastest layout and strategy that fit `total` GPUs shaped as `gpu` (None: none fits). Layouts are taken
+        in the order of their bound, the plan's own first among equals: each first at its `floor`, then, when that
+        comes up, at its `bound`, then timed, until the next bound is no better than the fastest found. A colocated
+        engine sleeps deeper than the plan's level only where its memory slows the step otherwise."""
         key = (gpu, total, limits, tokens, mfu)
         if key not in self._best:
-            ranked = sorted(
-                ((self.bound(gpu, rl, n, tokens, mfu), i, rl, n) for i, (rl, n) in enumerate(self.layouts(gpu, total))),
-                key=lambda x: x[:2],
-            )
+            if time.perf_counter() > self.stop_at:
+                raise OutOfTime
+            layouts = self.layouts(gpu, total)
+            kept = self._undominated(gpu, layouts, tokens, mfu)
+            heap = [(self.floor(gpu, rl, n, tokens, mfu), i, False) for i, (rl, n) in enumerate(layouts) if i in kept]
+            heapq.heapify(heap)
             best: Found | None = None
-            for bound, _, rl, n in ranked:
-                if best is not None and bound >= best.hours:
+            unslowed: set[tuple[float, int]] = set()  # colocated (fraction, TP) whose memory slows no strategy
+            while heap:
+                bound, i, tight = heapq.heappop(heap)
+                if bound == math.inf or (best is not None and bound >= best.hours):
                     break  # in the order of their bound: no later layout is faster
+                rl, n = layouts[i]
+                if not tight:
+                    heapq.heappush(heap, (self.bound(gpu, rl, n, limits, tokens, mfu), i, True))
+                    continue
+                placed = (rl.gpu_memory_utilization, rl.tensor_parallel) if rl.engine == "colocate" else None
+                if placed in unslowed:
+                    continue  # sleep deeper only where the engine's memory slows the step (its cost is not modelled)
                 found = self.timed(gpu, rl, n, limits, tokens, mfu)
+                unslowed |= (
+                    {placed} if placed is not None and self._unslowed(gpu, rl, n, limits, tokens, mfu, found) else set()
+                )
                 best = found if found is not None and (best is None or found.hours < best.hours) else best
             self._best[key] = best
         return self._best[key]
 
+    def _unslowed(
+        self, gpu: Gpu, rl: Rl, n: int, limits: Limits, tokens: int, mfu: float | None, found: Found | None
+    ) -> bool:
+        """Whether a colocated layout's pick is as fast as the fastest training with no engine on its GPUs, with
+        its rollout: its memory costs the step nothing, and a deeper sleep could not make it faster."""
+        free = self.free(gpu, n, limits, tokens, mfu)
+        return (
+            found is not None
+            and free is not None
+            and found.hours <= free[1] + self._rollout_hours(gpu, rl, n, tokens, mfu)
+        )
+
+    def _undominated(self, gpu: Gpu, layouts: list[tuple[Rl, int]], tokens: int, mfu: float | None) -> set[int]:
+        """The layouts worth timing: a colocated engine at a larger fraction than another of its tensor parallelism
+        and sleep level, whose rollout is no shorter, claims more memory for nothing, and is left out."""
+        kept, shortest = set(range(len(layouts))), dict[tuple[int, int], float]()
+        placed = sorted((rl.gpu_memory_utilization, i) for i, (rl, _) in enumerate(layouts) if rl.engine == "colocate")
+        for _, i in placed:
+            rl, n = layouts[i]
+            key, hours = (rl.sleep_level, rl.tensor_parallel), self._rollout_hours(gpu, rl, n, tokens, mfu)
+            if hours >= shortest.get(key, math.inf):
+                kept.discard(i)
+            shortest[key] = min(hours, shortest.get(key, math.inf))
+        return kept
+
     def timed(self, gpu: Gpu, rl: Rl, n: int, limits: Limits, tokens: int, mfu: float | None) -> Found | None:
-        """The fastest strategy of one layout on its n training GPUs. A server's replicas change the rollout, not
-        the training GPUs' memory nor their fastest strategy (the rollout adds to it, or hides behind it): its
-        strategies are searched once, with one replica, and timed again with the layout's."""
+        """The fastest strategy of one layout on its n training GPUs: a colocated engine's own search; a split's
+        fastest training with no engine (`free`), timed with the layout's rollout."""
         if rl.engine == "colocate":
             return self._strategies(rl, gpu).best_at(gpu, n, limits, tokens, mfu)
-        found = self._strategies(server(rl, rl.tensor_parallel, rl.tensor_parallel), gpu).best_at(
-            gpu, n, limits, tokens, mfu
-        )
-        if found is None or rl.engine_replicas == 1:
-            return found
-        plan = found.estimate.plan
+        free = self.free(gpu, n, limits, tokens, mfu)
+        if free is None:
+            return None
+        plan = free[0].estimate.plan
         plan = replace(plan, workload=replace(plan.workload, rl=rl))
-        return Found(estimate=replace(found.estimate, plan=plan), hours=job_time(plan, gpu, tokens, mfu)[0])
+        return Found(estimate=replace(free[0].estimate, plan=plan), hours=job_time(plan, gpu, tokens, mfu)[0])
 
     def first_fit(self, gpu: Gpu, counts: tuple[int, ...], limits: Limits) -> tuple[int | None, Estimate | None]:
         """(the fewest of `counts` at which some layout fits with its most memory-saving strategies, else the
         closest miss at the most GPUs): colocated at its deepest sleep and least fraction, or split with the
         fewest engine GPUs."""
         closest: Estimate | None = None
+        free = server(replace(self.plan.workload.rl, async_rollout=False), 1, 1)
         for total in counts:
-            saving = self._most_saving(gpu, total)
-            for rl, n in saving:
-                fit, miss = self._strategies(rl, gpu).first_fit(gpu, (n,), limits)
+            for rl, n in self._most_saving(gpu, total):
+                search = self._strategies(rl if rl.engine == "colocate" else free, gpu)
+                fit, miss = search.first_fit(gpu, (n,), limits)
                 if fit is not None:
                     return total, None
                 closest = miss if miss is not None and total == counts[-1] else closest
@@ -195,7 +277,7 @@ class RolloutSearch:
 
     def _most_saving(self, gpu: Gpu, total: int) -> list[tuple[Rl, int]]:
         """The layouts at `total` that leave the training GPUs the most memory: the colocated one at the deepest
-        sleep and the least fraction, and the split with the fewest engine GPUs (searched with one replica)."""
+        sleep and the least fraction, and the split with the fewest engine GPUs."""
         layouts = self.layouts(gpu, total)
         placed = [x for x in layouts if x[0].engine == "colocate"]
         least = min(placed, key=lambda x: (-x[0].sleep_level, x[0].gpu_memory_utilization), default=None)
