@@ -158,3 +158,23 @@ def test_invariants(preset, seq, completion, batch, rl):
     for x, n in rs.layouts(H100, 8):
         found = rs.timed(H100, x, n, LIMITS, rec.job_tokens, None)
         assert found is None or rs.bound(H100, x, n, LIMITS, rec.job_tokens, None) <= found.hours * (1 + 1e-9)
+
+
+def test_kept_server_that_cannot_hold_its_weights_is_no_candidate():
+    """Llama 3.1 8B in bf16 on a T4 server engine of TP 1: the training GPUs hold their LoRA share, the engine's
+    0.9 of a T4 not its 16.1 GB of weights, so the plan's own layout is no candidate."""
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "llama-3.1-8b"},
+            "workload": {
+                "task": "lora",
+                "objective": "grpo",
+                "sequence_length": 1024,
+                "rl": {"completion_length": 512, "engine": "server"},
+            },
+            "precision": {"compute": "fp16"},
+            "parallelism": {"data": 8, "zero_stage": 3},
+            "hardware": {"gpu": "t4-16gb", "count": 8},
+        }
+    )
+    assert best(plan, KEPT | {"rollout"}) is None

@@ -122,6 +122,8 @@ class RolloutSearch:
         return self._tensor[key]
 
     def _holds(self, rl: Rl, gpu: Gpu, count: int, t: int) -> bool:
+        """Whether one replica of layout `rl` at TP `t` holds a completion beside its weights on this GPU (and,
+        colocated, `t` divides the `count` training GPUs)."""
         if rl.engine == "colocate":
             return count % t == 0 and rollout_wave(self.plan, gpu, replace(rl, tensor_parallel=t), count)[2] >= 1
         probe = server(rl, t, t)
@@ -133,8 +135,8 @@ class RolloutSearch:
         framework does (its async_rollout)."""
         rl = self.plan.workload.rl
         if "rollout" in self.fixed:
-            own = [(rl, total - rl.engine_gpus)] if total > rl.engine_gpus else []
-            return [(x, n) for x, n in own if rl.engine == "server" or total % rl.tensor_parallel == 0]
+            n = total - rl.engine_gpus
+            return [(rl, n)] if n > 0 and self._holds(rl, gpu, n, rl.tensor_parallel) else []
         out: list[tuple[Rl, int]] = []
         own_sleep = rl.sleep_level if rl.engine == "colocate" else 0
         for f in dict.fromkeys((rl.gpu_memory_utilization, *sorted(FRACTIONS))):
