@@ -318,7 +318,7 @@ def breakdown(plan: Plan, result: Estimate) -> None:
         st.table(
             pd.DataFrame(
                 [
-                    {"item": i.label, "GiB": round(to_unit(i.bytes), 3), "formula": i.formula, "note": i.note}
+                    {"engine item": i.label, "GiB": round(to_unit(i.bytes), 3), "formula": i.formula, "note": i.note}
                     for i in result.engine.items
                     if i.bytes
                 ]
@@ -342,8 +342,13 @@ def _candidates_frame(candidates: list[Candidate], serving: bool) -> pd.DataFram
             {
                 "GPU": c.gpu.name,
                 "offering": f"{c.offering.provider}: {c.offering.instance}",
-                # a GRPO split: training + engine GPUs
-                "GPUs": gpus_text(c.plan) if c.replicas == 1 else f"{c.replicas} × {c.count}",
+                "GPUs": c.count if c.replicas == 1 else f"{c.replicas} × {c.count}",
+                # of a GRPO plan's GPUs, those of a server engine (the rest train)
+                **(
+                    {"engine GPUs": c.plan.total_gpus - c.plan.hardware.count}
+                    if c.plan.workload.objective == "grpo"
+                    else {}
+                ),
                 "strategy": c.strategy,
                 "GiB per GPU": round(to_unit(c.device_bytes), 1),
                 "$ per GPU-hour": None if c.usd_per_gpu_hour is None else round(c.usd_per_gpu_hour, 2),
