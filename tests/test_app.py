@@ -1429,3 +1429,18 @@ def test_the_distillation_options_reach_the_plan():
     assert warnings == [] and plan.workload.distillation.teacher == "llama-3.1-70b"
     assert plan.workload.distillation.loss_chunks == 4
     assert "Teacher model (frozen)" in set(table(at, "formula")["item"])
+
+
+def test_a_server_engines_gpus_reach_the_plan_and_the_breakdown():
+    at = app()
+    at.selectbox(key="task").select("lora").run()
+    at.selectbox(key="objective").select("grpo").run()
+    at.number_input(key="micro_batch_size").set_value(8).run()
+    at.selectbox(key="rl_engine").select("server").run()
+    at.number_input(key="rl_engine_gpus").set_value(2).run()
+    at.checkbox(key="rl_async_rollout").check().run()
+    assert not at.exception
+    plan, warnings = plan_from_query(dict(at.query_params), DEFAULT)
+    assert warnings == [] and plan.workload.rl.engine_gpus == 2 and plan.workload.rl.async_rollout
+    assert "Engine GPUs (rollout server)" in [s.value for s in at.subheader]
+    assert {"Weights", "KV cache (paged)"} <= set(table(at, "engine item")["engine item"])  # the engine GPU's own

@@ -251,3 +251,23 @@ def test_limits_grow_the_prompt_and_keep_the_completion():
 def ppo_at(sequence):
     d = plan_to_dict(ppo())
     return plan_from_dict({**d, "workload": {**d["workload"], "sequence_length": sequence}})
+
+
+def test_a_ppo_server_engine_holds_gpus_of_its_own():
+    """PPO's rollout engine as a server (OpenRLHF vllm_num_engines without colocate_all_models) is on GPUs of its
+    own, as GRPO's: the job holds and pays for them, and one of them is estimated as the serving plan."""
+    d = {
+        "model": {"preset": "qwen2.5-0.5b"},
+        "workload": {
+            "task": "finetune",
+            "objective": "ppo",
+            "sequence_length": 1024,
+            "micro_batch_size": 4,
+            "global_batch_size": 32,
+            "rl": {"engine": "server", "engine_gpus": 2, "num_generations": 1, "completion_length": 256},
+        },
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 8},
+    }
+    plan = plan_from_dict(d)
+    assert plan.total_gpus == 10
+    assert estimate(plan, load_catalog()).engine is not None

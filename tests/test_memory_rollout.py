@@ -14,7 +14,7 @@ from planner.errors import PlanError
 from planner.memory import estimate
 from planner.memory.inference import CUDA_GRAPH_BYTES
 from planner.memory.rollout import rollout_plan
-from planner.perf import serving_time, step_time
+from planner.perf import rollout_time, serving_time, step_time
 from planner.plan.codec import LEAVES, plan_from_dict, plan_from_query, plan_from_yaml, plan_to_query, plan_to_yaml
 from planner.plan.config import NESTED
 
@@ -125,6 +125,64 @@ def test_engine_tensor_parallel_serves_its_group():
     assert ro["engine_weights"] < P * 2  # split over the two ranks
 
 
+def test_server_engine_gpus_hold_the_serving_plan():
+    """A server on 2 GPUs of TP 1 (2 replicas) beside 2 training GPUs: the step's 16 completions are 2 prompts of
+    G 8, one prompt's group to each replica (vllm_serve's chunk_list); one engine GPU holds the bf16 weights and
+    the 8 completions' KV cache at vLLM's fraction 0.9, nothing of the trainer's."""
+    plan = grpo(rl={"engine": "server", "engine_gpus": 2}, parallelism={"data": 2})
+    assert plan.total_gpus == 4 and plan.workload.rl.engine_replicas == 2
+    est = estimate(plan)
+    engine = {i.name: i.bytes for i in est.engine.items}
+    assert est.engine.plan.workload.inference.batch_size == 8
+    assert engine["weights"] == P * 2 and engine["kv_cache"] == 8 * 64 * 2 * 2 * 2 * 16 * 2
+    assert est.engine.plan.workload.inference.gpu_memory_utilization == 0.9 and est.engine.fits and est.fits
+    assert not any(n.startswith("engine_") for n in names(est))
+    assert "its server engine, 2 replica(s) of TP 1 on 2 more GPU(s): one replica fits" in est.reason
+
+
+def test_server_engine_default_is_one_replica_and_splits_prompts_unevenly():
+    """3 prompts over 2 replicas: the larger chunk, 2 prompts × G 4, sets the rollout's batch."""
+    one = grpo(rl={"engine": "server"})
+    assert one.workload.rl.engine_gpus == 1 and one.total_gpus == 2
+    plan = grpo(mb=12, rl={"engine": "server", "engine_gpus": 4, "tensor_parallel": 2, "num_generations": 4})
+    assert rollout_plan(plan).workload.inference.batch_size == 8 and rollout_plan(plan).parallelism.tensor == 2
+
+
+def test_engine_gpu_that_cannot_hold_its_weights_does_not_fit():
+    """Llama 3.1 8B in bf16 (16.1 GB) does not fit vLLM's 0.9 of a T4: the plan does not fit, though its training
+    GPUs hold their share."""
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "llama-3.1-8b"},
+            "workload": {
+                "task": "lora",
+                "objective": "grpo",
+                "sequence_length": 1024,
+                "rl": {"completion_length": 512, "engine": "server"},
+            },
+            "precision": {"compute": "fp16"},
+            "parallelism": {"data": 8, "zero_stage": 3},
+            "hardware": {"gpu": "t4-16gb", "count": 8},
+        }
+    )
+    est = estimate(plan)
+    assert est.device_bytes <= est.usable_bytes and not est.engine.fits and not est.fits
+    assert "one replica does not fit on NVIDIA T4" in est.reason
+
+
+def test_server_rollout_adds_to_the_step_unless_async():
+    """Synchronous (TRL server mode) the trainer waits for the whole rollout; asynchronous (verl one step off
+    policy, OpenRLHF --async_train) the rollout hides behind the policy's step up to the step's length."""
+    sync, overlap = (grpo(rl={"engine": "server", "async_rollout": a}) for a in (False, True))
+    ro = rollout_time(sync, H100).seconds
+    items = {i.name: i for i in step_time(sync, H100).items}
+    assert items["rollout"].seconds == pytest.approx(ro) and items["rollout"].hidden_s == 0
+    rest = sum(i.seconds for n, i in items.items() if n != "rollout")
+    hidden = {i.name: i for i in step_time(overlap, H100).items}["rollout"]
+    assert hidden.hidden_s == pytest.approx(min(ro, rest)) and hidden.seconds == pytest.approx(max(0.0, ro - rest))
+    assert step_time(overlap, H100).step_time_s == pytest.approx(max(ro, rest))
+
+
 @pytest.mark.parametrize(
     ("workload", "message"),
     [
@@ -156,10 +214,29 @@ def test_engine_tensor_parallel_serves_its_group():
             "colocated engine",
         ),
         (
+            {"task": "lora", "objective": "grpo", "micro_batch_size": 8, "rl": {"engine_gpus": 2}},
+            "workload.rl.engine_gpus: 2 applies to engine server: a colocated engine shares the training GPUs",
+        ),
+        (
+            {"task": "lora", "objective": "grpo", "micro_batch_size": 8, "rl": {"async_rollout": True}},
+            "workload.rl.async_rollout: True applies to engine server: a colocated engine shares the training GPUs",
+        ),
+        (
+            {
+                "task": "lora",
+                "objective": "grpo",
+                "micro_batch_size": 8,
+                "rl": {"engine": "server", "tensor_parallel": 2, "engine_gpus": 3},
+            },
+            "workload.rl.engine_gpus: 3 must be a positive multiple of workload.rl.tensor_parallel (2): replicas of "
+            "tensor_parallel GPUs each",
+        ),
+        (
             {"task": "lora", "rl": {"beta": 0.1}},
-            "workload.rl: {'beta': 0.1, 'completion_length': 512, 'engine': 'colocate', 'gpu_memory_utilization': 0.3, "
-            "'num_generations': 8, 'offload_during_rollout': False, 'prompts_per_step': None, 'sleep_level': 0, "
-            "'tensor_parallel': 1} applies to workload.objective grpo or ppo",
+            "workload.rl: {'async_rollout': False, 'beta': 0.1, 'completion_length': 512, 'engine': 'colocate', "
+            "'engine_gpus': 0, 'gpu_memory_utilization': 0.3, 'num_generations': 8, 'offload_during_rollout': False, "
+            "'prompts_per_step': None, 'sleep_level': 0, 'tensor_parallel': 1} applies to workload.objective grpo or "
+            "ppo",
         ),
     ],
 )
@@ -174,6 +251,7 @@ def test_validation_messages(workload, message):
     [
         grpo(rl={"beta": 0.04, "sleep_level": 1, "gpu_memory_utilization": 0.5}),
         grpo("qlora", rl={"engine": "server", "tensor_parallel": 2, "num_generations": 4, "prompts_per_step": 2}),
+        grpo(rl={"engine": "server", "engine_gpus": 4, "async_rollout": True}),
     ],
 )
 def test_round_trips(plan):

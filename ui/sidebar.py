@@ -26,6 +26,7 @@ from planner.plan.config import (
     INFERENCE_FRAMEWORKS,
     MAX_BATCH,
     MAX_DEGREE,
+    MAX_GPUS,
     MAX_SEQUENCE,
     OBJECTIVE_TASKS,
     TRAINING_TASKS,
@@ -559,6 +560,9 @@ def _objective() -> None:
             key="rl_sleep_level",
         )
         drawn(st.checkbox, "Offload the policy during rollout", key="rl_offload_during_rollout")
+    else:
+        drawn(st.number_input, "Engine GPUs (0: one replica)", 0, MAX_GPUS, key="rl_engine_gpus")
+        drawn(st.checkbox, "Overlap rollout and training (one step off policy)", key="rl_async_rollout")
 
 
 def _ppo() -> None:

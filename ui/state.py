@@ -96,6 +96,7 @@ WIDGET_WHEN_ABSENT = {
     "qk_norm": False,
     **dict.fromkeys(MLA_INTS, 0),
     "moe_capacity_factor": 0.0,
+    "rl_engine_gpus": 0,  # a server engine's GPUs: 0 is its default, one replica
     "steps": 0,
     "quant_group_size": 0,
     "prefill_chunk_tokens": 0,

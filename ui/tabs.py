@@ -29,6 +29,7 @@ from planner.search.recommend import (
     SearchOptions,
     recommend,
 )
+from planner.search.rollout import gpus_text
 from planner.units import counted, format_bytes, format_hours, to_unit
 from planner.views.export import compare_rows, estimate_to_json, file_stem, plan_title
 from ui import worker
@@ -307,6 +308,23 @@ def breakdown(plan: Plan, result: Estimate) -> None:
         ),
         hide_index=True,
     )
+    if result.engine is not None:  # a GRPO server engine's GPUs: their own device, the serving plan at one wave
+        st.subheader("Engine GPUs (rollout server)")
+        rl = plan.workload.rl
+        (st.info if result.engine.fits else st.error)(
+            f"One of the {rl.engine_gpus} engine GPU(s) ({rl.engine_replicas} replica(s) of TP {rl.tensor_parallel}): "
+            f"{result.engine.reason}"
+        )
+        st.table(
+            pd.DataFrame(
+                [
+                    {"engine item": i.label, "GiB": round(to_unit(i.bytes), 3), "formula": i.formula, "note": i.note}
+                    for i in result.engine.items
+                    if i.bytes
+                ]
+            ),
+            hide_index=True,
+        )
     if result.host_bytes:
         (st.error if result.host_short else st.info)(
             f"Offloading needs {format_bytes(result.host_bytes)} of host RAM per GPU, of "
@@ -325,6 +343,12 @@ def _candidates_frame(candidates: list[Candidate], serving: bool) -> pd.DataFram
                 "GPU": c.gpu.name,
                 "offering": f"{c.offering.provider}: {c.offering.instance}",
                 "GPUs": c.count if c.replicas == 1 else f"{c.replicas} × {c.count}",
+                # of a GRPO plan's GPUs, those of a server engine (the rest train)
+                **(
+                    {"engine GPUs": c.plan.total_gpus - c.plan.hardware.count}
+                    if c.plan.workload.objective == "grpo"
+                    else {}
+                ),
                 "strategy": c.strategy,
                 "GiB per GPU": round(to_unit(c.device_bytes), 1),
                 "$ per GPU-hour": None if c.usd_per_gpu_hour is None else round(c.usd_per_gpu_hour, 2),
@@ -343,7 +367,7 @@ def _headline(rec: Recommendation) -> None:
     """The recommendation in one sentence, its price's date and source, the time model's caveats, the ties."""
     best = rec.best
     per = "per million tokens" if rec.serving else "for the job"
-    fleet = f"{best.replicas} replicas of {best.count}" if best.replicas > 1 else f"{best.count:,}"
+    fleet = f"{best.replicas} replicas of {best.count}" if best.replicas > 1 else gpus_text(best.plan)
     money = "no price" if best.job_usd is None else f"${best.job_usd:,.2f} {per}"
     text = (
         f"{fleet} × {best.gpu.name} on {best.offering.provider} ({best.offering.instance}): {best.strategy}; "

@@ -122,6 +122,8 @@ class Estimate:
     # host RAM one GPU's share of its machine gives offloaded states (hardware.host_memory_gib_per_gpu, else the
     # offering's, else the default); None: not a limit (inference)
     host_limit_bytes: int | None = None
+    # one GPU of a GRPO server engine (workload.rl.engine server): the serving plan at one wave, its own device
+    engine: Estimate | None = None
 
     @cached_property
     def stages(self) -> tuple[Stage, ...]:
@@ -135,7 +137,10 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.device_bytes <= self.usable_bytes and not self.host_short
+        """Within the GPU and the host's RAM, and a server engine's GPU within its own."""
+        return (
+            self.device_bytes <= self.usable_bytes and not self.host_short and (self.engine is None or self.engine.fits)
+        )
 
     @property
     def host_short(self) -> bool:
@@ -175,7 +180,10 @@ class Estimate:
                 f"cudaFree/cudaMalloc calls in every step slow it down"
             )
         if self.fits:
-            return f"fits on {gpu}: needs {need} per GPU of {have} usable ({format_bytes(self.headroom_bytes)} free)"
+            return (
+                f"fits on {gpu}: needs {need} per GPU of {have} usable ({format_bytes(self.headroom_bytes)} free)"
+                + self._engine_note
+            )
         short = (
             [f"needs {need} per GPU, {have} usable (short by {format_bytes(-self.headroom_bytes)})"]
             if self.headroom_bytes < 0
@@ -190,4 +198,16 @@ class Estimate:
             if self.host_short
             else []
         )
+        short += [self._engine_note.removeprefix("; ")] if self.engine is not None and not self.engine.fits else []
         return f"does not fit on {gpu}: " + "; and ".join(short)
+
+    @property
+    def _engine_note(self) -> str:
+        """A server engine's GPUs, after the training GPUs' verdict ("" without one)."""
+        if self.engine is None:
+            return ""
+        rl = self.plan.workload.rl
+        return (
+            f"; its server engine, {rl.engine_replicas} replica(s) of TP {rl.tensor_parallel} on {rl.engine_gpus} more "
+            f"GPU(s): one replica {self.engine.reason}"
+        )

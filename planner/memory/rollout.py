@@ -10,14 +10,15 @@ training step's cached blocks are not kept through the rollout."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from planner.catalog import Gpu
 from planner.memory.inference import inference_estimate
 from planner.memory.layout import StageContext
-from planner.memory.result import Item
+from planner.memory.result import Estimate, Item
 from planner.memory.runtime import runtime_items
 from planner.memory.terms import Described, item
-from planner.plan.config import RL_OBJECTIVES, Inference, Parallelism, Plan, Precision, Workload
+from planner.plan.config import RL_OBJECTIVES, Inference, Parallelism, Plan, Precision, Rl, Workload
 from planner.plan.dtypes import WeightDType
 
 # what vLLM's sleep keeps on the GPU: CuMemAllocator.sleep unmaps only the memory allocated in its pool under the
@@ -39,22 +40,60 @@ class Engine:
     host_bytes: int
 
 
-def engine_batch(plan: Plan) -> int:
+def engine_batch(plan: Plan, rl: Rl, count: int) -> int:
     """Completions one engine replica generates per step: a colocated engine serves its tensor-parallel group's
     ranks (trl@f2cd577 vllm_generation.py generate: prompts all-gathered over the TP group), global_batch / GPUs
-    each; a server generates the whole step's."""
+    each; a server's replicas share the step's prompts, each with its G completions (trl@f2cd577
+    trl/scripts/vllm_serve.py generate: `chunk_list(prompts, data_parallel_size)`, the largest chunk
+    ⌈prompts / replicas⌉). `rl` and `count`: the engine's layout and the training GPUs (the plan's, or a probe's)."""
     wl = plan.workload
-    if wl.rl.engine == "server":
-        return wl.rollout_samples
-    return wl.rollout_samples * wl.rl.tensor_parallel // plan.hardware.count
+    samples = wl.rollout_samples
+    if rl.engine == "server":
+        prompts = samples // rl.num_generations
+        return -(-prompts // rl.engine_replicas) * rl.num_generations
+    return samples * rl.tensor_parallel // count
 
 
-def rollout_plan(plan: Plan) -> Plan:
+def rollout_wave(plan: Plan, gpu: Gpu, rl: Rl | None = None, count: int | None = None) -> tuple[Plan, int, int]:
+    """(the engine's serving plan at one wave: the completions its KV cache holds at once, at least one; the waves
+    of the replica's batch; the completions its KV cache holds). vLLM runs what its KV blocks hold and queues the
+    rest. `rl` and `count` probe another engine layout and training GPU count than the plan's (the recommender)."""
+    return _wave(rollout_plan(plan, rl, count), gpu)
+
+
+# keyed by the serving plan and GPU: every strategy of a plan shares its engine (the recommender's searches)
+@lru_cache(maxsize=256)
+def _wave(rp: Plan, gpu: Gpu) -> tuple[Plan, int, int]:
+    inf = rp.workload.inference
+    fits = _serving(rp, gpu, False).served.max_concurrent_sequences
+    wave = max(1, min(inf.batch_size, fits))
+    one = replace(rp, workload=replace(rp.workload, inference=replace(inf, batch_size=wave)))
+    return one, -(-inf.batch_size // wave), fits
+
+
+@lru_cache(maxsize=256)
+def _serving(rp: Plan, gpu: Gpu, detail: bool) -> Estimate:
+    return inference_estimate(rp, gpu, detail)
+
+
+def engine_gpu(plan: Plan, gpu: Gpu, detail: bool) -> Estimate | None:
+    """One GPU of a server engine (workload.rl.engine server), a GPU like the trainer's: the serving plan's
+    estimate at one wave, so it fits where one completion's KV cache does beside the weights within vLLM's
+    fraction. None unless a grpo plan's engine is a server."""
+    wl = plan.workload
+    if wl.objective not in RL_OBJECTIVES or wl.rl.engine != "server":
+        return None
+    return _serving(rollout_wave(plan, gpu)[0], gpu, detail)
+
+
+def rollout_plan(plan: Plan, rl: Rl | None = None, count: int | None = None) -> Plan:
     """The engine as a serving plan: the policy's model in its compute dtype (a QLoRA policy's base as vLLM's
     bitsandbytes NF4: trl@f2cd577 vllm_generation.py `quantization = "bitsandbytes"`), TP workload.rl.tensor_parallel,
-    the step's completions as one batch (TRL sets max_num_seqs to them) of prompt + completion tokens."""
+    the step's completions as one batch (TRL sets max_num_seqs to them) of prompt + completion tokens (`rl`,
+    `count`: see rollout_wave)."""
     wl, prec = plan.workload, plan.precision
-    rl, batch = wl.rl, engine_batch(plan)
+    rl = rl or wl.rl
+    batch = engine_batch(plan, rl, count or plan.hardware.count)
     colocated = rl.engine == "colocate"
     inference = Inference(
         batch_size=batch,
@@ -87,7 +126,7 @@ def engine(plan: Plan, gpu: Gpu, detail: bool) -> Engine | None:
     serving = rollout_plan(plan)
     # one process: the trainer's cuBLAS handles serve the engine too
     shared = {i.name for i in runtime_items(serving, False)} | {"cublas_workspace"}
-    own = [i for i in inference_estimate(serving, gpu, detail).items if i.name not in shared]
+    own = [i for i in _serving(serving, gpu, detail).items if i.name not in shared]
     awake = tuple(
         replace(i, name=f"engine_{i.name}", label=f"Engine: {i.label}", level="allocated") for i in own if i.bytes
     )

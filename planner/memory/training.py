@@ -14,7 +14,7 @@ from planner.memory.optimizers import Optimizer, optimizer, trainable
 from planner.memory.preference import kl_forward, reference_forward, reference_weights
 from planner.memory.quantize_load import zero3_whole_load_reserved
 from planner.memory.result import Estimate, Item, Phase, Stage, phase
-from planner.memory.rollout import Engine, engine, weight_sync
+from planner.memory.rollout import Engine, engine, engine_gpu, weight_sync
 from planner.memory.runtime import (
     ALLOCATED_ONCE,
     allocator_reserve,
@@ -330,6 +330,7 @@ def training_estimate(plan: Plan, gpu: Gpu, detail: bool = True) -> Estimate:
         runtime_bytes=runtime_bytes,
         all_stages=partial(_all_stages, plan, runtime_bytes, gpu.usable_bytes, eng),
         cache_flushed=worst.cache_flushed,
+        engine=engine_gpu(plan, gpu, detail),
     )
 
 

@@ -20,11 +20,12 @@ from planner.perf.flops import flops_per_token, forward_flops_per_token, model_f
 from planner.perf.rates import no_tensor_cores, rates, supported_rates
 from planner.perf.result import StepTime, TimeItem
 from planner.perf.serving import Latency, Throughput, latency, serving_time, throughput
-from planner.perf.training import elementwise_floor_hours, step_time
+from planner.perf.training import Rollout, elementwise_floor_hours, rollout_time, step_time
 from planner.plan.config import ADAPTER_TASKS, Plan
 
 __all__ = [
     "Latency",
+    "Rollout",
     "StepTime",
     "Throughput",
     "elementwise_floor_hours",
@@ -38,6 +39,7 @@ __all__ = [
     "model_flops_per_token",
     "peak_flops",
     "plan_time",
+    "rollout_time",
     "serving_time",
     "step_time",
     "throughput",

@@ -17,9 +17,8 @@ from functools import lru_cache, partial
 from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory.distillation import teacher_plan
-from planner.memory.inference import inference_estimate
 from planner.memory.layout import Layout, layout, unsharded_under_pipelining
-from planner.memory.rollout import rollout_plan
+from planner.memory.rollout import rollout_wave
 from planner.perf.flops import model_flops_per_token
 from planner.perf.gemm import Gemm, gemms_backward_s, gemms_s
 from planner.perf.ppo import ppo_items
@@ -37,7 +36,7 @@ from planner.perf.work import (
     matmul_elem,
     torchao_rowwise,
 )
-from planner.plan.config import ADAPTER_TASKS, RL_OBJECTIVES, Parallelism, Plan
+from planner.plan.config import ADAPTER_TASKS, RL_OBJECTIVES, Parallelism, Plan, Rl
 from planner.plan.dtypes import QUANTIZED, bits, nbytes
 from planner.plan.models import attention_widths, lora_params_per_layer
 from planner.plan.sac import op_sac_projections
@@ -600,35 +599,66 @@ def _bubble_item(plan: Plan, per_micro_batch_s: float) -> TimeItem | None:
     )
 
 
-def _rollout_item(plan: Plan, gpu: Gpu) -> TimeItem | None:
-    """GRPO's generation of the step's completions, before the policy's step and not overlapped with it (TRL
-    _generate_and_score_completions runs in training_step: huggingface/trl@f2cd577 trl/trainer/grpo_trainer.py):
-    the serving model's time for one engine's batch (planner/perf/serving.py), in waves of the sequences its KV
-    cache holds at once (vLLM queues the rest). A server's engine is assumed on GPUs like the trainer's."""
+@dataclass(frozen=True, kw_only=True)
+class Rollout:
+    """One step's generation on one engine replica: its batch in waves of what its KV cache holds at once."""
+
+    wave: Plan  # the serving plan at one wave's batch
+    waves: int
+    holds: int  # completions its KV cache holds at once
+    wave_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.waves * self.wave_s
+
+
+def rollout_time(plan: Plan, gpu: Gpu, rl: Rl | None = None, count: int | None = None) -> Rollout | None:
+    """The rollout of a GRPO plan's step (`rl`, `count`: a probe's engine layout and training GPUs, as
+    planner/memory/rollout.py rollout_wave): the serving model's time (planner/perf/serving.py) of each wave.
+    None: no tensor cores for the engine's dtype."""
+    one, waves, holds = rollout_wave(plan, gpu, rl, count)
+    t = serving_time(one, gpu)
+    return None if t is None else Rollout(wave=one, waves=waves, holds=holds, wave_s=t.step_time_s)
+
+
+def _rollout_item(plan: Plan, gpu: Gpu, step_s: float) -> TimeItem | None:
+    """GRPO's generation of the step's completions (`step_s`: the policy's step without it), on one engine
+    replica (rollout_time). It runs before the policy's step, not overlapped with it (TRL
+    _generate_and_score_completions runs in training_step: huggingface/trl@f2cd577 trl/trainer/grpo_trainer.py;
+    in server mode the main process waits on vllm_client.generate: trl/generation/vllm_generation.py generate),
+    unless a server engine generates the next step's completions meanwhile (workload.rl.async_rollout:
+    volcengine/verl@b178a3c verl/experimental/one_step_off_policy/ray_trainer.py fit, OpenRLHF/OpenRLHF@021d1b0
+    openrlhf/cli/train_ppo_ray.py `--async_train`): then only what outlasts the step shows. A server's engine is
+    on GPUs like the trainer's. ppo: one rollout feeds epochs × mini_batches optimizer steps, its time shared
+    among them."""
     wl = plan.workload
     if wl.objective not in RL_OBJECTIVES:
         return None
-    # ppo: one rollout feeds epochs × mini_batches optimizer steps, its time shared among them
-    shared = wl.ppo.epochs * wl.ppo.mini_batches if wl.objective == "ppo" else 1
-    rp = rollout_plan(plan)
-    inf = rp.workload.inference
-    fits = inference_estimate(rp, gpu, False).served.max_concurrent_sequences
-    wave = max(1, min(inf.batch_size, fits))
-    waves = -(-inf.batch_size // wave)
-    one = serving_time(replace(rp, workload=replace(rp.workload, inference=replace(inf, batch_size=wave))), gpu)
-    if one is None:
+    rl, ro = wl.rl, rollout_time(plan, gpu)
+    if ro is None:
         return None
+    inf = ro.wave.workload.inference
+    shared = wl.ppo.epochs * wl.ppo.mini_batches if wl.objective == "ppo" else 1
+    hidden = min(ro.seconds / shared, step_s) if rl.async_rollout else 0.0
+    where = (
+        f"{rl.engine_replicas} replica(s) on {rl.engine_gpus} engine GPU(s)"
+        + (", overlapping the policy's step (one step off policy)" if rl.async_rollout else ", idle while it trains")
+        if rl.engine == "server"
+        else "on the training GPUs"
+    )
     return TimeItem(
         name="rollout",
         label="Rollout (generation)",
         kind="rollout",
-        seconds=waves * one.step_time_s / shared,
-        hidden_s=0.0,
-        formula=f"{waves} wave(s) × {one.step_time_s:.4g} s: {wave} completions of {inf.prompt_tokens} + "
-        f"{inf.output_tokens} tokens on TP {rp.parallelism.tensor}"
-        + (f", ÷ {shared} optimizer steps per rollout (ppo epochs × mini-batches)" if shared > 1 else ""),
-        note=f"{inf.batch_size} completions per engine ({plan.workload.rl.num_generations} per prompt), "
-        f"{fits:,} at once in its KV cache",
+        seconds=ro.seconds / shared - hidden,
+        hidden_s=hidden,
+        formula=f"{ro.waves} wave(s) × {ro.wave_s:.4g} s: {inf.batch_size} completions of {inf.prompt_tokens} + "
+        f"{inf.output_tokens} tokens on TP {ro.wave.parallelism.tensor}"
+        + (f", ÷ {shared} optimizer steps per rollout (ppo epochs × mini-batches)" if shared > 1 else "")
+        + (f" − {hidden:.4g} s overlapped" if hidden else ""),
+        note=f"{rl.num_generations} completions per prompt; an engine replica's KV cache holds {ro.holds:,} at "
+        f"once; {where}",
     )
 
 
@@ -647,11 +677,12 @@ def step_time(plan: Plan, gpu: Gpu) -> StepTime | None:
         _data_parallel_item(plan, r, w, mb, steps),
         _optimizer_item(plan, r, w),
         _offload_item(plan, r, w, steps),
-        _rollout_item(plan, gpu),
         _teacher_item(plan, r, steps),
     ]
     extra += ppo_items(plan, sum(i.seconds for i in items))
     items += [i for i in extra if i is not None]
+    rollout = _rollout_item(plan, gpu, sum(i.seconds for i in items))
+    items += [rollout] if rollout is not None else []
     wl = plan.workload
     peak, note = mfu_reference(r)
     # a pair's chosen and rejected sequences are both trained on (Workload.sequences_per_forward)

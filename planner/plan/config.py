@@ -289,10 +289,20 @@ class Rl:
     offload_during_rollout: bool = False
     """The policy's parameters and optimizer states move to host memory during rollout (verl `param_offload` and
     `optimizer_offload`; TRL keeps them on the GPU)."""
+    engine_gpus: int = resolved(between(0, MAX_GPUS))
+    """GPUs of a `server` engine, beside the `hardware.count` training GPUs: `tensor_parallel` × its replicas (`trl
+    vllm-serve --tensor_parallel_size --data_parallel_size`; OpenRLHF `vllm_num_engines` × `vllm_tensor_parallel_size`;
+    verl one_step_off_policy `rollout.nnodes` × `n_gpus_per_node`). The job pays for them. Default: `tensor_parallel`
+    (one replica) for a server, 0 for a colocated engine (it runs on the training GPUs)."""
+    async_rollout: bool = False
+    """A `server` engine generates the next step's completions while the policy trains on this step's, one step off
+    policy (verl's one_step_off_policy recipe, OpenRLHF `--async_train`, TRL's experimental AsyncGRPOTrainer). Off, the
+    two alternate: the trainer waits for the rollout and the engine for the step (TRL's GRPOTrainer)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.rl")
-        if self.engine == "server" and (self.sleep_level or self.offload_during_rollout):
+        server = self.engine == "server"
+        if server and (self.sleep_level or self.offload_during_rollout):
             raise bad(
                 "workload.rl.engine",
                 "server",
@@ -310,6 +320,28 @@ class Rl:
                 "is the policy's own generate: sleep_level, gpu_memory_utilization, tensor_parallel and "
                 "offload_during_rollout are a vLLM engine's",
             )
+
+        if self.engine_gpus is None:
+            object.__setattr__(self, "engine_gpus", self.tensor_parallel if server else 0)
+        if not server and (self.engine_gpus or self.async_rollout):
+            key, value = (
+                ("workload.rl.engine_gpus", self.engine_gpus)
+                if self.engine_gpus
+                else ("workload.rl.async_rollout", True)
+            )
+            raise bad(key, value, "applies to engine server: a colocated engine shares the training GPUs")
+        if server and (not self.engine_gpus or self.engine_gpus % self.tensor_parallel):
+            raise bad(
+                "workload.rl.engine_gpus",
+                self.engine_gpus,
+                f"must be a positive multiple of workload.rl.tensor_parallel ({self.tensor_parallel}): replicas of "
+                "tensor_parallel GPUs each",
+            )
+
+    @property
+    def engine_replicas(self) -> int:
+        """Data-parallel copies of a server engine (0 colocated: one per tensor-parallel group of training GPUs)."""
+        return self.engine_gpus // self.tensor_parallel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1148,6 +1180,11 @@ class Plan:
         """Micro-batches each data-parallel rank runs per optimizer step (gradient accumulation)."""
         wl = self.workload
         return wl.global_batch_size // (wl.micro_batch_size * self.parallelism.data)
+
+    @property
+    def total_gpus(self) -> int:
+        """Every GPU the job holds: the training GPUs and an RL server engine's (workload.rl.engine_gpus)."""
+        return self.hardware.count + (self.workload.rl.engine_gpus if self.workload.objective in RL_OBJECTIVES else 0)
 
 
 def _plain_fields(section: Any) -> dict:

@@ -44,6 +44,7 @@ from planner.perf import compute_floor_hours, flops_per_token, unsupported_compu
 from planner.perf.rates import rates
 from planner.plan.config import MAX_BATCH, MAX_SEQUENCE, RL_OBJECTIVES, Hardware, Parallelism, Plan
 from planner.plan.validate import check_choice
+from planner.search.rollout import RolloutSearch, rollout_text
 from planner.search.strategies import Found, Limits, OutOfTime, StrategySearch
 from planner.units import format_bytes, format_hours, from_gib
 
@@ -80,6 +81,7 @@ SEARCH_KEYS = (
     "activation_checkpointing",
     "offload",
     "micro_batch_size",
+    "rollout",  # a GRPO plan's engine layout: colocated or split, its fraction, sleep level and GPUs
 )
 RankBy = Literal["job", "hour"]
 # what the deadline is checked against: the time model's job time, or the slow end of the time band of the plan's
@@ -348,7 +350,7 @@ def _counts(offering: Offering, plan: Plan, options: SearchOptions) -> tuple[int
     """GPU counts of this offering: part of one instance (paid whole: for a plan that cannot use all of it), then
     whole instances, doubling, up to its largest cluster and the cap; with 'count' fixed the plan's own alone."""
     if "count" in options.fixed:
-        return (plan.hardware.count,)
+        return (plan.total_gpus,)
     g, top = offering.gpus_per_instance, min(offering.max_gpus or options.max_gpus, options.max_gpus)
     return tuple(
         n for n in [1 << k for k in range(g.bit_length()) if 1 << k < g] + [g << k for k in range(21)] if n <= top
@@ -371,11 +373,12 @@ class _Job:
     search: StrategySearch
     tokens: int
     options: SearchOptions
+    rollout: RolloutSearch | None = None  # a GRPO plan's engine layouts (planner/search/rollout.py)
 
 
 def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candidate], str]:
     """The fastest strategy at each count of the offering's ladder, from the fewest GPUs that fit upward."""
-    search, options = job.search, job.options
+    search, options = job.rollout or job.search, job.options
     limits = _limits(gpu, offering, search.plan, options)
     mfu = dict(options.mfu_by_gpu).get(gpu.id, options.mfu)
     counts = tuple(n for n in _counts(offering, search.plan, options) if offering.refuses(n) is None)
@@ -443,7 +446,8 @@ def _strategy_text(plan: Plan) -> str:
     parts += [f"EP {par.expert}"] if par.expert > 1 else []
     parts += [f"{tech.activation_checkpointing} recomputation"] if tech.activation_checkpointing != "none" else []
     parts += [f"offload {tech.offload.replace('_', ' ')}"] if tech.offload != "none" else []
-    return ", ".join(parts + [f"micro-batch {wl.micro_batch_size}"])
+    parts += [f"micro-batch {wl.micro_batch_size}"]
+    return ", ".join(parts + ([rollout] if (rollout := rollout_text(plan)) else []))
 
 
 def _hardware(plan: Plan, offering: Offering, count: int, catalog: Catalog) -> Hardware:
@@ -467,7 +471,8 @@ def _candidate(job: _Job, offering: Offering, gpu: Gpu, n: int, found: Found, fi
         f"{lead} ({offering.provider}, {offering.instance}): {strategy}; {format_bytes(est.device_bytes)} per GPU"
         f"; fastest strategy at this count; {format_hours(hours)}"
     )
-    hardware = _hardware(job.search.plan, offering, n, job.search.catalog)  # the plan's own host RAM figure kept
+    # the plan's own host RAM figure kept; a GRPO server engine's GPUs are of the n, beside the training GPUs
+    hardware = _hardware(job.search.plan, offering, est.plan.hardware.count, job.search.catalog)
     return Candidate(
         offering=offering,
         gpu=gpu,
@@ -653,11 +658,11 @@ def _check(plan: Plan, catalog: Catalog, options: SearchOptions) -> None:
             raise bad(key, gpu_id, f"is not a GPU (or, for a price, an offering) of the catalog; GPUs: {known}")
     if {"gpu", "offering"} & options.fixed:
         plan_gpu(catalog, plan.hardware.gpu, plan.hardware.offering, plan.hardware.count)
-    if "count" in options.fixed and plan.hardware.count > options.max_gpus:
+    if "count" in options.fixed and plan.total_gpus > options.max_gpus:
         raise bad(
             "max_gpus",
             options.max_gpus,
-            f"is below the plan's own count ({plan.hardware.count:,}), which 'count' keeps",
+            f"is below the plan's own count ({plan.total_gpus:,}), which 'count' keeps",
         )
 
 
@@ -813,7 +818,9 @@ def recommend(
     tokens, source = _job_tokens(plan)
     stop_at = start + options.budget_s if options.budget_s is not None else float("inf")
     held = model_deadline_hours(plan, options)
-    job = _Job(StrategySearch(plan, catalog, options.fixed, stop_at), tokens, replace(options, deadline_hours=held))
+    rollout = RolloutSearch(plan, catalog, options.fixed, stop_at) if plan.workload.objective == "grpo" else None
+    search = rollout.search if rollout else StrategySearch(plan, catalog, options.fixed, stop_at)
+    job = _Job(search, tokens, replace(options, deadline_hours=held), rollout)
     gpu_ids = [plan.hardware.gpu] if {"gpu", "offering"} & options.fixed else list(options.gpus or catalog)
     candidates, reasons = _search_all(job, gpu_ids)
     typed = {c.gpu.id for c in candidates}

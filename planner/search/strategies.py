@@ -36,7 +36,7 @@ from planner.errors import PlanError
 from planner.memory import Estimate, estimate, states_floor
 from planner.perf import Latency, compute_floor_hours, elementwise_floor_hours, flops_per_token, job_time, latency
 from planner.perf.rates import supported_rates
-from planner.plan.config import Checkpointing, Hardware, Offload, Parallelism, Plan, ZeroStage
+from planner.plan.config import Checkpointing, Hardware, Offload, Parallelism, Plan, Rl, ZeroStage
 from planner.plan.pipeline import split_problem
 
 # recomputation and offload from the least memory saved to the most (the search's "most saving" is the last)
@@ -125,8 +125,19 @@ def _first(values: list, fits: Callable[[Any], bool]) -> Any:
 class StrategySearch:
     """Every strategy of one plan the recommender may try, estimated and timed once each."""
 
-    def __init__(self, plan: Plan, catalog, fixed: frozenset[str], stop_at: float = float("inf")) -> None:
-        self.plan, self.catalog, self.fixed, self.stop_at = plan, catalog, fixed, stop_at
+    def __init__(
+        self,
+        plan: Plan,
+        catalog,
+        fixed: frozenset[str],
+        stop_at: float = float("inf"),
+        rl: Rl | None = None,
+        memory_gpu: Gpu | None = None,
+    ) -> None:
+        """`rl`: a GRPO engine layout every strategy takes in place of the plan's own (planner/search/rollout.py);
+        `memory_gpu`: the GPU estimates are made on, where memory depends on the GPU (a colocated engine claims a
+        fraction of it), else the catalog's largest."""
+        self.plan, self.catalog, self.fixed, self.stop_at, self.rl = plan, catalog, fixed, stop_at, rl
         self._memory: dict[tuple[Strategy, int], Estimate | None] = {}
         self._hours: dict[tuple, tuple[float, float]] = {}
         self._best: dict[tuple, Found | None] = {}
@@ -137,7 +148,7 @@ class StrategySearch:
         self._saving: dict[tuple, Strategy | None] = {}
         self._latency: dict[tuple[Plan, Gpu], Latency] = {}
         # estimates are made on the largest GPU: the allocator's reserve is capped only where a plan overflows it
-        self.largest = max(catalog.values(), key=lambda g: g.usable_bytes)
+        self.largest = memory_gpu or max(catalog.values(), key=lambda g: g.usable_bytes)
         m, wl, tech, par = plan.model, plan.workload, plan.techniques, plan.parallelism
         self.global_batch = wl.global_batch_size
         self.zeros = _options(
@@ -253,10 +264,13 @@ class StrategySearch:
         if self.global_batch % (s.micro_batch * data):
             return None
         wl, prec, tech = base.workload, base.precision, base.techniques
+        rl = wl.rl if self.rl is None else self.rl
         try:  # sections the strategy leaves as they are are kept, not rebuilt (and checked) again
             return replace(
                 base,
-                workload=wl if wl.micro_batch_size == s.micro_batch else replace(wl, micro_batch_size=s.micro_batch),
+                workload=wl
+                if (wl.micro_batch_size, wl.rl) == (s.micro_batch, rl)
+                else replace(wl, micro_batch_size=s.micro_batch, rl=rl),
                 # float8 all-gathers exist only where FSDP gathers (ZeRO-3 layouts)
                 precision=replace(prec, fp8_all_gather=False) if prec.fp8_all_gather and s.zero != 3 else prec,
                 techniques=tech

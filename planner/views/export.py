@@ -18,9 +18,10 @@ from planner.frameworks import load_frameworks, provenance
 from planner.memory import TOTALS_MEANING, Estimate
 from planner.perf import StepTime
 from planner.plan.codec import LEAVES, flatten, leaf_text, plan_to_dict, plan_to_query
-from planner.plan.config import Plan, context_note, section_keys
+from planner.plan.config import RL_OBJECTIVES, Plan, context_note, section_keys
 from planner.plan.models import Preset, approximate_note
 from planner.search.recommend import Candidate, Recommendation
+from planner.search.rollout import gpus_text
 from planner.units import format_bytes, format_hours
 from planner.views.title import plan_title
 
@@ -111,6 +112,8 @@ def estimate_to_dict(est: Estimate, time: StepTime | None = None) -> dict[str, A
                 }
                 for s in est.stages
             ],
+            # a GRPO server engine's GPU: its own device, the serving plan at one wave
+            **({"engine": estimate_to_dict(est.engine)} if est.engine is not None else {}),
             **({"time": time_to_dict(time, est.plan)} if time is not None else {}),
             "plan": plan_to_dict(est.plan),
         }
@@ -293,9 +296,23 @@ def estimate_to_table(est: Estimate, time: StepTime | None = None) -> str:
         )
         phases = ", ".join(f"{ph.name} {format_bytes(ph.allocated_bytes)}" for ph in s.phases)
         lines.append(f"{head}: {phases}")
+    lines += engine_lines(est)
     if time is not None:
         lines += ["", *time_to_table(time, plan)]
     return "\n".join(lines) + "\n"
+
+
+def engine_lines(est: Estimate) -> list[str]:
+    """A GRPO server engine's GPU, its own phase: the serving plan's items at one wave ([] without one)."""
+    if est.engine is None:
+        return []
+    rl, eng = est.plan.workload.rl, est.engine
+    items = ", ".join(f"{i.label} {format_bytes(i.bytes)}" for i in eng.items if i.bytes)
+    return [
+        f"engine GPUs: {rl.engine_gpus} ({rl.engine_replicas} replica(s) of TP {rl.tensor_parallel}); one holds "
+        f"{format_bytes(eng.device_bytes)} of {format_bytes(eng.usable_bytes)} "
+        f"({'fits' if eng.fits else 'does not fit'}): {items}"
+    ]
 
 
 def candidate_to_dict(c: Candidate) -> dict[str, Any]:
@@ -309,6 +326,11 @@ def candidate_to_dict(c: Candidate) -> dict[str, Any]:
         "instance": o.instance,
         "network": o.network,
         "count": c.count,
+        **(
+            {"training_gpus": c.plan.hardware.count, "engine_gpus": c.plan.workload.rl.engine_gpus}
+            if c.plan.workload.objective in RL_OBJECTIVES
+            else {}
+        ),
         "replicas": c.replicas,
         "paid_gpus": c.paid_gpus,
         "parallelism": {key: getattr(par, key) for key in section_keys("parallelism")},
@@ -424,7 +446,7 @@ def _question(rec: Recommendation) -> list[str]:
 
 
 def _candidate_line(c: Candidate, cents: int) -> str:
-    fleet = f"{c.replicas:,} × {c.count}" if c.replicas > 1 else f"{c.count:,}"
+    fleet = f"{c.replicas:,} × {c.count}" if c.replicas > 1 else gpus_text(c.plan)
     return (
         f"{c.gpu.id:<18} {c.offering.id:<28} {fleet:>9} {c.paid_gpus:>6,}  {c.device_bytes / 2**30:>7.1f}  "
         f"{_money(c.usd_per_hour):>11}  {format_hours(c.job_hours):>11}  {_money(c.job_usd, cents):>11}  "
@@ -434,7 +456,7 @@ def _candidate_line(c: Candidate, cents: int) -> str:
 
 def _best_lines(rec: Recommendation, best: Candidate, cents: int) -> list[str]:
     per = " per million tokens" if rec.serving else " for the job"
-    fleet = f"{best.replicas:,} replicas of {best.count}" if best.replicas > 1 else f"{best.count:,}"
+    fleet = f"{best.replicas:,} replicas of {best.count}" if best.replicas > 1 else gpus_text(best.plan)
     head = "recommended" if best.meets_deadline else "nothing meets the deadline; fastest found"
     price = (
         "no price in the catalog"
@@ -505,7 +527,7 @@ def frontier_to_table(rec: Recommendation) -> str:
     lines = [f"{'GPU':<18} {'offering':<28} {'GPUs':>9} {'time':>11}  {'$':>11}  strategy"]
     for best in rec.per_type():
         for c in rec.frontier(best.gpu.id):
-            fleet = f"{c.replicas:,} × {c.count}" if c.replicas > 1 else f"{c.count:,}"
+            fleet = f"{c.replicas:,} × {c.count}" if c.replicas > 1 else gpus_text(c.plan)
             lines.append(
                 f"{c.gpu.id:<18} {c.offering.id:<28} {fleet:>9} {format_hours(c.job_hours):>11}  "
                 f"{_money(c.job_usd, cents):>11}  {c.strategy}"
