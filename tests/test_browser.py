@@ -106,6 +106,8 @@ def test_plan_change_and_share_link_in_chromium(server, tmp_path):
 
 
 DEFAULT = plan_from_dict(DEFAULT_PLAN)  # the first page's plan
+# Streamlit's "running" indicator is gone: the page's script run has finished drawing
+RUN_DONE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 
 
 def _a_closed_group_opens(page, sync_api) -> None:
@@ -115,17 +117,18 @@ def _a_closed_group_opens(page, sync_api) -> None:
     assert optimizer.count() == 0
     page.get_by_text("Precision", exact=True).click()
     optimizer.wait_for()
+    page.wait_for_function(RUN_DONE)  # the rerun that opened the group has drawn all of it
     optimizer.click()
     page.keyboard.type("lion")
-    page.get_by_role("option", name="lion", exact=True).wait_for()
-    page.keyboard.press("Enter")
-    page.wait_for_url(re.compile(r"optimizer=lion"))
+    page.get_by_role("option", name="lion", exact=True).click()
+    # the link is rewritten in place (history.replaceState): poll it rather than wait for a navigation
+    page.wait_for_function("() => location.search.includes('optimizer=lion')")
     page.get_by_text("Precision", exact=True).click()
     sync_api.expect(optimizer).to_have_count(0)
     box = page.get_by_role("spinbutton", name="Sequence length")
     box.fill("8192")
     box.press("Enter")
-    page.wait_for_url(re.compile(r"sequence_length=8192"))
+    page.wait_for_function("() => location.search.includes('sequence_length=8192')")
     assert "optimizer=lion" in page.url
 
 
