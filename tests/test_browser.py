@@ -72,6 +72,7 @@ def test_plan_change_and_share_link_in_chromium(server, tmp_path):
         paste.wait_for()
         assert paste.bounding_box()["width"] >= 500
         page.keyboard.press("Escape")
+        page.evaluate("() => document.activeElement.blur()")  # no focus ring in the screenshot
         page.locator(".vega-embed").first.wait_for()  # the breakdown chart rendered
         assert page.locator(".vega-embed canvas, .vega-embed svg").count() >= 1
         page.wait_for_timeout(1000)
