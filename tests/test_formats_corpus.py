@@ -42,7 +42,7 @@ SERVING_KEYS = (
 )
 
 # every file refused, by a fragment of its reason: runs the planner does not describe (evaluation, generation,
-# quantization, preference/RL and QAT recipes; GRPO-family scripts that give num_generations plan, as grpo),
+# quantization, RL and QAT recipes; GRPO-family scripts that give num_generations plan, as grpo),
 # templates with placeholders, and files of another kind
 NOT_A_CONFIG = "is not a config this planner reads"
 ISSUE = "not a workload the plan describes yet (issue 33, post-training plans)"
@@ -96,11 +96,7 @@ REFUSED = {
                 "generation.yaml",
                 "quantization.yaml",
                 "llama2__1B_qat_single_device.yaml",
-                "llama2__7B_lora_dpo.yaml",
-                "llama2__7B_lora_dpo_single_device.yaml",
                 "llama2__7B_qat_full.yaml",
-                "llama3_1__8B_full_dpo.yaml",
-                "llama3_1__8B_lora_dpo.yaml",
                 "llama3_1__8B_qat_full.yaml",
                 "llama3_1__evaluation.yaml",
                 "llama3_2__3B_qat_lora.yaml",
@@ -311,6 +307,25 @@ SAMPLE = {
     ("torchtitan", "v0.2.2__torchtitan__experiments__vlm__train_configs__debug_model.toml"): {MICRO: 32, SEQ: 4096},
     ("torchtitan", "v0.2.2__torchtitan__models__gpt_oss__train_configs__debug_model.toml"): {MICRO: 8, SEQ: 2048},
     ("torchtune", "gemma__2B_qlora_single_device.yaml"): {TASK: "qlora", MICRO: 4, "workload.lora.rank": 64},
+    ("torchtune", "llama3_1__8B_full_dpo.yaml"): {
+        "model.preset": "llama-3.1-8b",
+        TASK: "finetune",
+        SEQ: 1024,
+        MICRO: 4,
+        "workload.global_batch_size": 128,
+        "hardware.count": 4,
+        "parallelism.zero_stage": 3,
+        "techniques.activation_checkpointing": "full",
+        "techniques.loss": "full",
+        OBJ: "preference",
+        LOSS: "dpo",
+        REF: "separate",
+    },
+    ("torchtune", "llama2__7B_lora_dpo_single_device.yaml"): {
+        TASK: "lora",
+        OBJ: "preference",
+        REF: "adapters_disabled",
+    },
     ("torchtune", "dev__8B_full_experimental.yaml"): {TASK: "finetune", MICRO: 2},
     ("torchtune", "qwen3__32B_lora.yaml"): {
         "model.preset": "qwen3-32b",

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from planner.errors import PlanError
 from planner.formats import FORMATS, axolotl, detect, overlay, round_trip
 from planner.formats.torchtune import FORMAT, read, write
+from planner.memory import estimate
 from planner.plan.codec import plan_from_dict
 
 DATA = Path(__file__).parent / "data" / "configs" / "torchtune"
@@ -144,6 +145,67 @@ def test_bad_values_name_the_key(edit, message):
     with pytest.raises(PlanError) as err:
         read(text)
     assert str(err.value) == message
+
+
+# a small DPO config of this test's own: the recipe on the header line, the loss, the rest as a fine-tune's
+DPO = """# tune run --nproc_per_node 2 {recipe} --config ./dpo.yaml
+model:
+  _component_: torchtune.models.llama3_2.{builder}
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  max_seq_len: 512
+dataset:
+  _component_: torchtune.datasets.stack_exchange_paired_dataset
+batch_size: 2
+gradient_accumulation_steps: 4
+optimizer:
+  _component_: torch.optim.AdamW
+loss:
+  _component_: torchtune.rlhf.loss.{loss}
+  beta: 0.1
+dtype: bf16
+"""
+LORA_1B = "lora_llama3_2_1b\n  lora_attn_modules: [q_proj, v_proj]"
+
+
+@pytest.mark.parametrize(
+    "recipe, builder, loss, reference",
+    [
+        ("lora_dpo_distributed", LORA_1B, "DPOLoss", "adapters_disabled"),  # disable_adapter: the base, adapters off
+        ("full_dpo_distributed", "llama3_2_1b", "RSOLoss", "separate"),  # ref_checkpointer: a second model
+    ],
+)
+def test_dpo_recipes_plan_a_preference_step(recipe, builder, loss, reference):
+    imported = read(DPO.format(recipe=recipe, builder=builder, loss=loss))
+    workload = imported.plan["workload"]
+    assert (workload["objective"], workload["preference"]) == (
+        "preference",
+        {"loss_type": "dpo", "reference": reference},
+    )
+    assert (workload["micro_batch_size"], workload["global_batch_size"], workload["sequence_length"]) == (2, 16, 512)
+    assert imported.plan["techniques"]["loss"] == "full"  # concatenated_forward keeps all_logits unchunked
+    assert imported.plan["parallelism"]["zero_stage"] == 3
+    assert "loss.beta" in imported.ignored and imported.unknown == ()
+    assert any(note.startswith("loss._component_: RSOLoss") for note in imported.unmodelled) == (loss == "RSOLoss")
+    plan = plan_from_dict(overlay({"hardware": {"gpu": "h100-sxm-80gb"}}, imported.plan))
+    names = {i.name for stage in estimate(plan).stages for ph in stage.phases for i in ph.items}
+    assert ("reference_weights" in names) == (reference == "separate")
+
+
+def test_dpo_reference_without_a_header_follows_the_task_and_losses_match_recipes():
+    text = DPO.format(recipe="lora_dpo_single_device", builder=LORA_1B, loss="DPOLoss").split("\n", 1)[1]
+    read_ = {r.plan_key: r.source for r in read(text).read}
+    assert read_["workload.preference.reference"] == (
+        "disable_adapter (absent: no tune run line; the lora DPO recipe's)"
+    )
+    with pytest.raises(PlanError, match="^loss._component_: 'torchtune.rlhf.loss.DPOLoss' is a preference loss, but"):
+        read(DPO.format(recipe="lora_finetune_distributed", builder=LORA_1B, loss="DPOLoss"))
+    with pytest.raises(PlanError, match="^loss._component_: 'torchtune.modules.loss.LinearCrossEntropyLoss' must be"):
+        read(
+            DPO.format(recipe="lora_dpo_distributed", builder=LORA_1B, loss="x").replace(
+                "torchtune.rlhf.loss.x", "torchtune.modules.loss.LinearCrossEntropyLoss"
+            )
+        )
 
 
 def test_bad_text_and_gpu_count():

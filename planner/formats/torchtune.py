@@ -101,6 +101,9 @@ RECIPES: dict[str, tuple[bool, bool]] = {
     "lora_finetune_distributed": (True, False),
     "knowledge_distillation_single_device": (True, True),  # a LoRA student beside a frozen teacher
     "knowledge_distillation_distributed": (True, False),
+    "lora_dpo_single_device": (True, True),
+    "lora_dpo_distributed": (True, False),
+    "full_dpo_distributed": (False, False),
 }
 # the `tune run` line of a config's header comment: its first "tune run", then each flag read one way only
 # (--name, =value, a count), so that a line that is no such command fails in linear time
@@ -297,6 +300,50 @@ def _distillation(cfg: dict[str, Any], r: Reading) -> None:
     r.ignored.extend(("kd_ratio", "teacher_checkpointer"))
 
 
+# loss._component_ of the DPO recipes -> workload.preference.loss_type (pytorch/torchtune@bd2a0fc
+# torchtune/rlhf/loss/dpo.py, the two PreferenceLoss modules, neither reference-free): DPOLoss is DPO's sigmoid
+# loss; RSOLoss is the hinge loss on the same policy and reference log-probabilities of the chosen and rejected
+# completions (TRL's loss_type hinge), so it costs what dpo does
+PREFERENCE_LOSSES = {"torchtune.rlhf.loss.DPOLoss": "dpo", "torchtune.rlhf.loss.RSOLoss": "dpo"}
+# the task -> the reference the DPO recipes run (pytorch/torchtune@bd2a0fc): recipes/lora_dpo_single_device.py and
+# lora_dpo_distributed.py train() run the reference as the policy `with torch.no_grad(), disable_adapter(
+# self._model)`; recipes/full_dpo_distributed.py loads a second model from ref_checkpointer
+# (_setup_reference_model: frozen, eval, FSDP-sharded as the policy) and runs it under torch.no_grad
+_DPO_REFERENCE = {
+    "lora": ("disable_adapter", "adapters_disabled"),
+    "qlora": ("disable_adapter", "adapters_disabled"),
+    "finetune": ("ref_checkpointer", "separate"),
+}
+
+
+def _preference(cfg: dict[str, Any], r: Reading, recipe: str) -> bool:
+    """A DPO recipe's config (recipes/*_dpo_*.py at pytorch/torchtune@bd2a0fc): the loss names the preference loss,
+    the task the reference; each recipe's concatenated_forward runs the chosen and rejected completions as one
+    batch of 2 × batch_size (the plan's preference step) and keeps all_logits whole, unchunked. Whether it is one."""
+    loss = cfg.get("loss") or {}
+    component = loss.get("_component_") if isinstance(loss, dict) else None
+    dpo_recipe = "_dpo_" in recipe
+    if component not in PREFERENCE_LOSSES:
+        if dpo_recipe:
+            raise bad("loss._component_", component, f"must be a preference loss: {', '.join(PREFERENCE_LOSSES)}")
+        return False
+    if recipe and not dpo_recipe:
+        raise bad("loss._component_", component, f"is a preference loss, but recipe {recipe} trains next tokens")
+    r.set("loss._component_", "workload.objective", "preference")
+    r.set("loss._component_", "workload.preference.loss_type", PREFERENCE_LOSSES[component])
+    if component == "torchtune.rlhf.loss.RSOLoss":
+        r.note("loss._component_", "RSOLoss (hinge) is planned as dpo: the same log-probabilities, the same memory")
+    task = r.plan["workload"]["task"]
+    why, reference = _DPO_REFERENCE[task]
+    source = f"recipe {recipe} ({why})" if recipe else f"{why} (absent: no tune run line; the {task} DPO recipe's)"
+    r.set(source, "workload.preference.reference", reference)
+    r.set("loss._component_ (concatenated_forward: all_logits, no chunks)", "techniques.loss", "full")
+    r.ignored.extend(f"loss.{key}" for key in loss if key != "_component_")  # beta, label_smoothing, gamma
+    if "ref_checkpointer" in cfg:
+        r.ignored.append("ref_checkpointer: names the reference's files")
+    return True
+
+
 # the sequence length of a config whose tokenizer sets no max_seq_len
 SEQUENCE_WHY = (
     "tokenizer.max_seq_len unset: torchtune truncates no sample, each batch is as long as its longest; "
@@ -433,6 +480,7 @@ _SECTIONS = (
     "gradient_accumulation_steps",
     "teacher_model",
     "kd_loss",
+    "ref_checkpointer",
 )
 
 
@@ -543,7 +591,8 @@ def read(text: str | Document, *, gpus: int | None = None) -> Imported:
         _simple(cfg, r, _FULL_ONLY)
     _dataset(cfg, r, _tokenizer(cfg, r))
     _optimizer(cfg, r)
-    _loss(cfg, r)
+    if not _preference(cfg, r, recipe):
+        _loss(cfg, r)
     _batch(cfg, r, data)
     _sort(cfg, r, single, task)
     return marked(r.imported(), training_defaults("torchtune", sequence=SEQUENCE_WHY))
