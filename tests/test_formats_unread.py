@@ -12,7 +12,8 @@ from planner.formats import read_config
 SAMPLES = {
     "verl": (
         "actor_rollout_ref:\n  model:\n    path: Qwen/Qwen2.5-7B\nalgorithm:\n  adv_estimator: grpo\n",
-        "is a config of verl: preference and RL training are not a workload the plan describes yet (issue 33)",
+        "is a config of verl: only `python -m verl.trainer.main_ppo` command lines are read (not its YAML, nor its "
+        "other trainers)",
     ),
     "OpenRLHF": (
         "deepspeed --module openrlhf.cli.train_dpo --pretrain meta-llama/Llama-3.1-8B --zero_stage 3\n",

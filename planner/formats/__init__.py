@@ -26,6 +26,7 @@ from planner.formats import (
     torchtitan,
     torchtune,
     unsloth,
+    verl,
     vllm,
 )
 from planner.formats.base import READ_ONLY, Document, Format, Imported, document, get_key
@@ -58,6 +59,7 @@ FORMATS: dict[str, Format] = {
         megatron.FORMAT,
         vllm.FORMAT,
         sglang.FORMAT,
+        verl.FORMAT,
     )
 }
 

@@ -27,6 +27,7 @@ class Unread:
 
 # Marks read from each stack's own config schema:
 # - verl (volcengine/verl, trainer/config/ppo_trainer.yaml): actor_rollout_ref, algorithm; `python -m verl.trainer.*`
+#   other than main_ppo, whose command lines planner/formats/verl.py reads
 # - OpenRLHF (OpenRLHF/OpenRLHF, openrlhf/cli/train_*.py): launched as `openrlhf.cli.train_*`
 # - litgpt (Lightning-AI/litgpt, config_hub/finetune/*.yaml): checkpoint_dir, out_dir, precision, devices
 #   (finetune) or model_name, initial_checkpoint_dir (pretrain)
@@ -40,7 +41,7 @@ UNREAD = (
         stack="verl",
         keys=frozenset({"actor_rollout_ref", "algorithm"}),
         command=r"\bverl\.trainer\.",
-        why=POST_TRAINING,
+        why="only `python -m verl.trainer.main_ppo` command lines are read (not its YAML, nor its other trainers)",
     ),
     Unread(stack="OpenRLHF", command=r"\bopenrlhf\.cli\.train_", why=POST_TRAINING),
     Unread(
