@@ -132,12 +132,6 @@ REFUSED = {
         },
         "mistral__7B_full_ppo_low_memory.yaml": NOT_A_CONFIG,
     },
-    "verl": {
-        # ppo_megatron_trainer with pipeline_model_parallel_size 2: the plan's grpo has no pipeline stages
-        "examples__grpo_trainer__run_qwen2-7b_math_megatron.sh": "parallelism.pipeline: 2 is not modelled for "
-        "workload.objective grpo",
-        "examples__sft__gsm8k__run_qwen_05_peft.sh": "is a config of verl: only `python -m verl.trainer.main_ppo`",
-    },
     "vllm": {
         "Google__Gemma4__L85.sh": "'<n_of_tokens>' must be an integer",
         "NVIDIA__Nemotron-3-Nano-30B-A3B__L102.sh": "'$KV_CACHE_DTYPE' is not one of",
@@ -340,35 +334,6 @@ SAMPLE = {
         "workload.lora.rank": 8,
     },
     ("torchtune", "llama3__8B_dora_single_device.yaml"): {TASK: "lora", MICRO: 2, "workload.lora.variant": "dora"},
-    # verl main_ppo lines: one optimizer step is ppo_mini_batch_size prompts × rollout.n completions
-    ("verl", "examples__grpo_trainer__run_qwen2-7b.sh"): {
-        "model.preset": "qwen2.5-7b",  # Qwen/Qwen2-7B-Instruct, by the alias table
-        TASK: "finetune",
-        OBJ: "grpo",
-        SEQ: 512 + 1024,
-        MICRO: 40,
-        "workload.global_batch_size": 256 * 5,
-        "workload.rl.num_generations": 5,
-        "workload.rl.completion_length": 1024,
-        "workload.rl.beta": 0.001,
-        "workload.rl.gpu_memory_utilization": 0.6,
-        "workload.rl.tensor_parallel": 2,
-        "workload.rl.sleep_level": 2,
-        "hardware.count": 8,
-        "parallelism.zero_stage": 3,
-    },
-    ("verl", "examples__ppo_trainer__run_deepseek7b_llm.sh"): {
-        OBJ: "ppo",
-        SEQ: 512 + 512,
-        MICRO: 16,
-        "workload.global_batch_size": 256,  # rollout.n absent: verl's 1
-        "workload.ppo.mini_batches": 1024 // 256,
-        "workload.ppo.epochs": 1,
-        "workload.ppo.reward": "rule",
-        "workload.rl.beta": 0.0,  # use_kl_loss and use_kl_in_reward False: no reference
-        "workload.rl.gpu_memory_utilization": 0.4,
-        "workload.rl.tensor_parallel": 4,
-    },
     ("vllm", "Jina__Jina-reranker-m0__L30.sh"): {TP: 2, UTIL: 0.75, "workload.inference.max_num_seqs": 32},
     ("vllm", "Qwen__Qwen3.5__L43.sh"): {TP: 8, PROMPT: 262144 - 256},
     ("vllm", "DeepSeek__DeepSeek-V3_2-Exp__L23.sh"): {"parallelism.data": 8, TP: 1},
