@@ -323,7 +323,7 @@ def _preference(cfg: dict[str, Any], r: Reading, recipe: str) -> bool:
     loss = cfg.get("loss") or {}
     component = loss.get("_component_") if isinstance(loss, dict) else None
     dpo_recipe = "_dpo_" in recipe
-    if component not in PREFERENCE_LOSSES:
+    if not isinstance(component, str) or component not in PREFERENCE_LOSSES:
         if dpo_recipe:
             raise bad("loss._component_", component, f"must be a preference loss: {', '.join(PREFERENCE_LOSSES)}")
         return False
