@@ -32,11 +32,16 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "data" / "oracle-dpo.csv"
 MODEL = dict(arch="llama", hidden=512, layers=4, heads=8, kv_heads=2, intermediate=1536, vocab=32000)  # oracle "T"
+MODES = {"PURE": dict(dtype="bf16", mixed_precision=False), "AMP": dict(dtype="bf16", mixed_precision=True)}
+MODES["FP32"] = dict(dtype="fp32", mixed_precision=False)
 CONFIGS = [
-    dict(seq_len=s, micro_batch=b, activation_checkpointing=ac, metrics=m)
+    dict(mode="PURE", seq_len=s, micro_batch=b, activation_checkpointing=ac, metrics=m)
     for s, b in ((512, 1), (1024, 2))
     for ac in ("none", "full")
     for m in (False, True)
+] + [
+    dict(mode=mode, seq_len=512, micro_batch=1, activation_checkpointing="none", metrics=False)
+    for mode in ("AMP", "FP32")
 ]
 COLUMNS = [
     "label", "arch", "hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "tie_embeddings", "dtype",
@@ -103,7 +108,7 @@ def compute_loss(model, ref_model, input_ids, completion_mask, metrics):
 
 
 def run(c: dict) -> dict:
-    c = {**oracle.DEFAULTS, **MODEL, "dtype": "bf16", "mixed_precision": False, **c}
+    c = {**oracle.DEFAULTS, **MODEL, **MODES[c["mode"]], **c}
     fakecuda.install()
     oracle.hf_fake_patches()
     torch.manual_seed(0)
@@ -112,9 +117,10 @@ def run(c: dict) -> dict:
     try:
         with FakeTensorMode(allow_non_fake_inputs=False):
             model = oracle.build_model(c, "cuda")
-            # the reference: the same weights in bf16, eval, frozen, no checkpointing (TRL prepares it for eval)
-            ref_model = oracle.build_model({**c, "task": "inference", "activation_checkpointing": "none"}, "cuda")
-            ref_model.requires_grad_(False)
+            # the reference: the policy's model_init_kwargs (fp32 weights under AMP), eval, frozen, no checkpointing
+            # (TRL creates it like the policy and prepares it for evaluation)
+            ref_model = oracle.build_model({**c, "activation_checkpointing": "none"}, "cuda")
+            ref_model.eval().requires_grad_(False)
             n_params, _ = oracle.count_params(model)
             b, s = c["micro_batch"], c["seq_len"]
             input_ids = torch.randint(0, c["vocab"], (2 * b, s), device="cuda")
@@ -126,7 +132,8 @@ def run(c: dict) -> dict:
             with tr:
                 for step in range(c["steps"]):
                     tr.step_tag = str(step)
-                    loss = compute_loss(model, ref_model, input_ids, completion_mask, c["metrics"])
+                    with oracle.autocast_ctx(c, "cuda"):  # the Trainer's compute_loss_context_manager
+                        loss = compute_loss(model, ref_model, input_ids, completion_mask, c["metrics"])
                     loss.backward()
                     del loss
                     torch.nn.utils.clip_grad_norm_(list(model.parameters()), c["grad_clip"], foreach=True)
@@ -145,7 +152,7 @@ def run(c: dict) -> dict:
 def row(res: dict) -> dict:
     c, where = res["c"], res["where"]
     ac, s, b = c["activation_checkpointing"], c["seq_len"], c["micro_batch"]
-    label = f"T/PURE/dpo/sdpa/ac{ac}/s{s}b{b}/adamw-foreach" + ("/trl-metrics" if c["metrics"] else "")
+    label = f"T/{c['mode']}/dpo/sdpa/ac{ac}/s{s}b{b}/adamw-foreach" + ("/trl-metrics" if c["metrics"] else "")
     return {
         "label": label, **{k: c[k] for k in COLUMNS[1:18] if k in c},
         "objective": "preference", "loss_type": "dpo", "reference": "separate", "trl_metrics": c["metrics"],
