@@ -29,6 +29,7 @@ from planner.units import GiB
 
 DATA = Path(__file__).resolve().parent / "data" / "oracle-train.csv"
 MLA_DATA = Path(__file__).resolve().parent / "data" / "oracle-mla.csv"  # DeepSeek-V3 code: training and generate
+DPO_DATA = Path(__file__).resolve().parent / "data" / "oracle-dpo.csv"  # a TRL DPO step: bench/oracle_dpo.py
 
 
 def plan_for(row: dict) -> dict:
@@ -110,9 +111,18 @@ def plan_for_mla(row: dict) -> dict:
     }
 
 
-def run(path: Path = DATA, mla_path: Path = MLA_DATA) -> list[dict]:
+def plan_for_dpo(row: dict) -> dict:
+    """A row of oracle-dpo.csv: the training plan of its model with the preference objective of the row."""
+    plan = plan_for(row)
+    preference = {"loss_type": row["loss_type"], "reference": row["reference"]}
+    plan["workload"].update(task="finetune", objective=row["objective"], preference=preference)
+    return plan
+
+
+def run(path: Path = DATA, mla_path: Path = MLA_DATA, dpo_path: Path = DPO_DATA) -> list[dict]:
     rows = [(row, plan_for(row)) for row in csv.DictReader(path.open())]
     rows += [(row, plan_for_mla(row)) for row in csv.DictReader(mla_path.open())]
+    rows += [({**row, "arch": "llama-dpo"}, plan_for_dpo(row)) for row in csv.DictReader(dpo_path.open())]
     out = []
     for row, plan in rows:
         est = estimate(plan_from_dict(plan))
@@ -148,6 +158,7 @@ GROUPS = {
     "Llama/Qwen-shaped": ("llama", "qwen2"),
     "DeepSeek-V3-shaped (MLA, MoE; {training} training, {generate} generate)": ("deepseek_v3",),
     "GPT-2": ("gpt2",),
+    "Llama-shaped, a TRL DPO step (separate reference)": ("llama-dpo",),
 }
 
 
