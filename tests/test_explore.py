@@ -1,12 +1,15 @@
 """Exploring around a plan (planner/search/explore.py): settings that change nothing, and what techniques save."""
 
+from dataclasses import replace
+
 import pytest
 
 from planner.accuracy import time_accuracy
 from planner.catalog import load_catalog
 from planner.memory import estimate
 from planner.plan.codec import plan_from_dict
-from planner.search.explore import idle_settings, make_it_fit, room, savings
+from planner.plan.config import Preference
+from planner.search.explore import _engine_variants, _objective_variants, idle_settings, make_it_fit, room, savings
 
 CATALOG = load_catalog()
 EIGHT_B = {
@@ -152,3 +155,147 @@ def test_a_plan_just_short_of_room_is_offered_the_smallest_memory_fraction_that_
     raised = [f for f in make_it_fit(plan, CATALOG) if f.change.startswith("gpu_memory_utilization")]
     assert len(raised) == 1 and raised[0].change == "gpu_memory_utilization 0.93 (from 0.92)"
     assert raised[0].concurrency >= 56 and "x concurrency at 8,192 tokens per request" in raised[0].text
+
+
+def _post_trained(gpu: str, preset: str, **workload) -> object:
+    wl = {"task": "finetune", "sequence_length": 1024, "micro_batch_size": 1, **workload}
+    return plan_from_dict({"model": {"preset": preset}, "workload": wl, "hardware": {"gpu": gpu, "count": 1}})
+
+
+def _grpo(mb: int, **rl) -> object:
+    rl = {"completion_length": 512, **rl}
+    return _post_trained(
+        "h100-sxm-80gb", "qwen2.5-1.5b", objective="grpo", micro_batch_size=mb, global_batch_size=16, rl=rl
+    )
+
+
+def _items(plan, phase: str) -> dict[str, int]:
+    phases = estimate(plan, CATALOG).stages[0].phases
+    return {i.name: i.bytes for i in next(p for p in phases if p.name == phase).items}
+
+
+NEW_FIXES = (
+    "rollout gpu_memory_utilization",
+    "vLLM sleep level",
+    "offload the policy's",
+    "offload the value",
+    "offload the reference",
+    "precomputed reference",
+    "int8 teacher",
+    "nf4 teacher",
+)
+
+
+def test_a_colocated_engine_is_offered_a_lower_fraction_and_sleep_level_2():
+    """Qwen2.5 1.5B GRPO on one H100, the engine at 0.5 awake through the policy's step (sleep 0): the step binds.
+    Each 0.05 of the fraction is 0.05 of the usable 79.18 GiB: 0.45 leaves the plan over, 0.40 (0.10 of it, one wave
+    still) fits and is the one offered; sleep level 2 frees the engine's weights and KV cache during the step.
+    Offloading the policy during the rollout cannot help: the rollout is not the peak."""
+    plan = _grpo(4, gpu_memory_utilization=0.5)
+    assert not estimate(plan, CATALOG).fits
+    fixes = {f.change.split(" (")[0]: f for f in make_it_fit(plan, CATALOG)}
+    lower = fixes["rollout gpu_memory_utilization 0.40"]
+    assert lower.change.endswith("the rollout runs in 1 wave)")
+    assert abs(lower.saved_bytes - CATALOG["h100-sxm-80gb"].usable_bytes // 10) <= 1
+    assert [c for c in fixes if c.startswith("rollout")] == ["rollout gpu_memory_utilization 0.40"]
+    sleep = fixes["vLLM sleep level 2"]
+    assert sleep.plan.workload.rl.sleep_level == 2 and "engine_weights" not in _items(sleep.plan, "loss backward")
+    assert not any(c.startswith("offload the policy's") for c in fixes)
+
+
+def test_offloading_the_policy_during_the_rollout_saves_its_resident_states():
+    """The engine at 0.8 with sleep level 2: the rollout binds (its pool beside the policy's weights and AdamW
+    states); offloaded (verl param_offload, optimizer_offload), the rollout phase drops the policy's resident
+    states: 1,543,656,960 parameters × (4 B fp32 weights + 8 B AdamW moments) + the trainer's two 32 MiB cuBLAS
+    workspaces = 18,590,992,384 B, and the step (sleep level 2) stays below the rollout that is left."""
+    plan = _grpo(2, gpu_memory_utilization=0.8, sleep_level=2)
+    assert not estimate(plan, CATALOG).fits
+    fixes = {f.change: f for f in make_it_fit(plan, CATALOG)}
+    off = fixes["offload the policy's parameters and optimizer states to CPU during the rollout"]
+    resident = ("weights", "master_weights", "optimizer_states", "ddp_buckets", "cublas_workspace")
+    assert (
+        off.saved_bytes == 1_543_656_960 * (4 + 8) + 2 * 32 * 2**20 == sum(_items(plan, "rollout")[k] for k in resident)
+    )
+    assert not any(k in _items(off.plan, "rollout") for k in resident)
+    assert not any(c.startswith("vLLM sleep level") for c in fixes)  # already 2
+
+
+def _ppo(mb: int) -> object:
+    rl = {"completion_length": 512, "num_generations": 1, "beta": 0.05, "sleep_level": 2}
+    return _post_trained(
+        "h100-sxm-80gb", "qwen2.5-1.5b", objective="ppo", micro_batch_size=mb, global_batch_size=2 * mb, rl=rl
+    )
+
+
+def test_ppo_is_offered_the_value_model_and_the_frozen_models_offloaded():
+    """Qwen2.5 1.5B PPO at micro-batch 5: the policy's step binds beside the value model's weights and AdamW
+    states and the reference's and reward model's weights. Offloading either set makes it fit; at micro-batch 6
+    only the value model's (the larger) does: with the frozen models offloaded the allocator would have to release
+    its cache."""
+    fixes = {f.change: f for f in make_it_fit(_ppo(5), CATALOG)}
+    critic = fixes["offload the value model's parameters and optimizer states to CPU outside its passes"]
+    frozen = fixes["offload the reference and reward model weights to CPU (one layer on the GPU at a time)"]
+    assert critic.plan.workload.ppo.critic_offload and frozen.plan.workload.ppo.frozen_offload
+    assert "critic_optimizer_states" not in _items(critic.plan, "loss backward")
+    assert not {"reference_weights", "reward_weights"} & set(_items(frozen.plan, "loss backward"))
+    assert not estimate(_ppo(6), CATALOG).fits
+    changes = [f.change for f in make_it_fit(_ppo(6), CATALOG)]
+    assert critic.change in changes and frozen.change not in changes
+
+
+def test_a_separate_reference_is_offered_precomputed_log_probs_as_a_different_run():
+    """Llama 3.1 8B LoRA DPO with a separate reference at micro-batch 2 on one H100: the reference's 8.03B bf16
+    weights (16,060,522,496 B) leave the GPU when TRL precomputes its log-probs before training."""
+    plan = _post_trained(
+        "h100-sxm-80gb",
+        "llama-3.1-8b",
+        task="lora",
+        objective="preference",
+        sequence_length=2048,
+        micro_batch_size=2,
+        preference={"reference": "separate"},
+    )
+    assert not estimate(plan, CATALOG).fits
+    fix = next(f for f in make_it_fit(plan, CATALOG) if f.change.startswith("precomputed reference"))
+    assert "a different run" in fix.text and fix.plan.workload.preference.reference == "precomputed"
+    assert fix.saved_bytes >= 16_060_522_496 == _items(plan, "forward")["reference_weights"]
+    adapters = replace(plan, workload=replace(plan.workload, preference=Preference()))
+    assert not any(f.change.startswith("precomputed") for f in make_it_fit(adapters, CATALOG))
+
+
+def test_a_distillation_teacher_is_offered_int8_and_nf4():
+    """Llama 3.2 1B distilled from Llama 3.1 8B on an A100 40GB: the bf16 teacher (16,060,522,496 B) is what
+    binds; int8 and nf4 teachers fit, nf4 the smaller. A teacher already nf4 is offered neither."""
+    plan = _post_trained(
+        "a100-40gb",
+        "llama-3.2-1b",
+        objective="distillation",
+        sequence_length=2048,
+        distillation={"teacher": "llama-3.1-8b"},
+    )
+    assert not estimate(plan, CATALOG).fits
+    fixes = {f.change: f for f in make_it_fit(plan, CATALOG)}
+    int8, nf4 = fixes["int8 teacher weights (from bf16)"], fixes["nf4 teacher weights (from bf16)"]
+    teacher = [_items(p, "forward")["teacher_weights"] for p in (plan, int8.plan, nf4.plan)]
+    assert teacher[0] == 8_030_261_248 * 2 and teacher[0] > teacher[1] > teacher[2]
+    assert nf4.saved_bytes > int8.saved_bytes > 0
+    quantized = replace(
+        plan, workload=replace(plan.workload, distillation=replace(plan.workload.distillation, teacher_weights="nf4"))
+    )
+    assert not any("teacher" in f.change for f in make_it_fit(quantized, CATALOG))
+
+
+def test_no_post_training_fix_is_offered_where_it_does_not_apply():
+    """A next-token plan is offered none of them (and none that does not fit); a GRPO plan whose engine is a
+    server (its own GPUs) has no colocated engine to change, and GRPO no objective change."""
+    plan = plan_from_dict(
+        {"model": {"preset": "llama-3.1-70b"}, "workload": {"task": "qlora", "sequence_length": 8192}}
+    )
+    assert _engine_variants(plan, CATALOG["h100-sxm-80gb"]) == [] == _objective_variants(plan)
+    assert not any(f.change.startswith(NEW_FIXES) for f in make_it_fit(plan, CATALOG))
+    server = _grpo(16, engine="server")
+    assert _engine_variants(server, CATALOG["h100-sxm-80gb"]) == [] == _objective_variants(server)
+    assert [label for label, _ in _engine_variants(_grpo(16), CATALOG["h100-sxm-80gb"])][-2:] == [
+        "vLLM sleep level 2 (from 0: the engine frees its weights and KV cache while the policy trains)",
+        "offload the policy's parameters and optimizer states to CPU during the rollout",
+    ]

@@ -10,8 +10,10 @@ from planner.accuracy import time_accuracy
 from planner.catalog import Gpu
 from planner.errors import PlanError
 from planner.memory import Estimate, Serving, estimate
+from planner.memory.rollout import rollout_wave
 from planner.perf import plan_time
-from planner.plan.config import Plan, Techniques
+from planner.plan.config import RL_OBJECTIVES, Plan, Techniques
+from planner.plan.dtypes import bits
 from planner.search.recommend import DEFAULT_HEADROOM, max_micro_batch, max_sequence_length
 from planner.units import counted, format_bytes
 
@@ -275,20 +277,111 @@ def _serving_variants(plan: Plan, serving: Serving) -> list[tuple[str, dict]]:
     return out + _variants(plan)
 
 
+# a colocated rollout engine's memory fraction is tried lower in steps of this much of the GPU, down to the smallest
+# workload.rl accepts (planner/plan/config.py Rl); make_it_fit keeps the largest that fits (the fewest rollout waves)
+ENGINE_FRACTION_STEP, MIN_ENGINE_FRACTION = 0.05, 0.05
+# the fix labels that try one fraction in steps: only the first that fits is kept
+_FRACTION_KEYS = ("gpu_memory_utilization", "mem_fraction_static", "rollout gpu_memory_utilization")
+
+
+def _engine_variants(plan: Plan, gpu: Gpu) -> list[tuple[str, dict]]:
+    """A colocated GRPO/PPO engine's single changes: its memory fraction lowered (each step that still holds one
+    completion beside its weights, largest first), sleep level 2 (vLLM frees its weights and KV cache: TRL
+    vllm_enable_sleep_mode), the policy's states offloaded during the rollout (verl param_offload and
+    optimizer_offload)."""
+    wl, out = plan.workload, list[tuple[str, dict[str, Any]]]()
+    rl = wl.rl
+    if wl.objective not in RL_OBJECTIVES or rl.engine != "colocate":
+        return []
+    steps = int(round((rl.gpu_memory_utilization - MIN_ENGINE_FRACTION) / ENGINE_FRACTION_STEP))
+    for u in (round(rl.gpu_memory_utilization - (i + 1) * ENGINE_FRACTION_STEP, 2) for i in range(steps)):
+        lower = replace(rl, gpu_memory_utilization=u)
+        _, waves, held = rollout_wave(plan, gpu, lower)
+        if held >= 1:
+            label = (
+                f"rollout gpu_memory_utilization {u:.2f} (from {rl.gpu_memory_utilization:.2f}; the engine's KV cache "
+                f"holds {counted(held, 'completion')}, the rollout runs in {counted(waves, 'wave')})"
+            )
+            out.append((label, {"workload": {"rl": lower}}))
+    if rl.sleep_level < 2:
+        out.append(
+            (
+                f"vLLM sleep level 2 (from {rl.sleep_level}: the engine frees its weights and KV cache while the "
+                "policy trains)",
+                {"workload": {"rl": replace(rl, sleep_level=2)}},
+            )
+        )
+    if not rl.offload_during_rollout:
+        out.append(
+            (
+                "offload the policy's parameters and optimizer states to CPU during the rollout",
+                {"workload": {"rl": replace(rl, offload_during_rollout=True)}},
+            )
+        )
+    return out
+
+
+def _objective_variants(plan: Plan) -> list[tuple[str, dict]]:
+    """A post-training objective's single changes: PPO's value model offloaded (verl critic param_offload and
+    optimizer_offload) and its frozen models' weights (OpenRLHF --ds.ref_reward_offload), a separate preference
+    reference replaced by log-probs precomputed before training (TRL precompute_ref_log_probs: a different run), the
+    distillation teacher quantized to int8 or nf4 (where its weights are wider)."""
+    wl, out = plan.workload, list[tuple[str, dict[str, Any]]]()
+    if wl.objective == "ppo":
+        if not wl.ppo.critic_offload:
+            out.append(
+                (
+                    "offload the value model's parameters and optimizer states to CPU outside its passes",
+                    {"workload": {"ppo": replace(wl.ppo, critic_offload=True)}},
+                )
+            )
+        if not wl.ppo.frozen_offload and (wl.rl.beta > 0 or wl.ppo.reward == "model"):
+            out.append(
+                (
+                    "offload the reference and reward model weights to CPU (one layer on the GPU at a time)",
+                    {"workload": {"ppo": replace(wl.ppo, frozen_offload=True)}},
+                )
+            )
+    if wl.objective == "preference" and wl.preference.reference == "separate":
+        out.append(
+            (
+                "precomputed reference log-probs (TRL precompute_ref_log_probs: a different run, the reference "
+                "scores the dataset in a pass before training and is not on the GPU during it)",
+                {"workload": {"preference": replace(wl.preference, reference="precomputed")}},
+            )
+        )
+    if wl.objective == "distillation":
+        teacher = wl.distillation.teacher_weights or plan.precision.activation_dtype
+        for w in ("int8", "nf4"):
+            if bits(w) < bits(teacher):
+                out.append(
+                    (
+                        f"{w} teacher weights (from {teacher})",
+                        {"workload": {"distillation": replace(wl.distillation, teacher_weights=w)}},
+                    )
+                )
+    return out
+
+
 def make_it_fit(plan: Plan, catalog: Mapping[str, Gpu]) -> list[Fix]:
-    """The single changes (a technique, the micro-batch with accumulation, more GPUs; a serving engine's, see
+    """The single changes (a technique, the micro-batch with accumulation, more GPUs; a colocated rollout engine's
+    and a post-training objective's, see _engine_variants and _objective_variants; a serving engine's, see
     _serving_variants) after which the plan fits its GPU without the allocator releasing its cache, cheapest
     first: fewest GPU-hours per token (what the job costs: more GPUs that shorten it pay for each of theirs), the
     fewest GPUs among those that tie, then least time, then most memory saved. A serving fix says its KV-cache
     budget and concurrency, which tell changes of the same memory apart."""
     gpu, now = catalog[plan.hardware.gpu], estimate(plan, catalog, detail=False)
     base = _seconds_per_token(plan, gpu)
-    variants = _serving_variants(plan, now.serving) if now.serving is not None else _variants(plan) + _more_gpus(plan)
+    variants = (
+        _serving_variants(plan, now.serving)
+        if now.serving is not None
+        else _engine_variants(plan, gpu) + _objective_variants(plan) + _variants(plan) + _more_gpus(plan)
+    )
     fixes: list[Fix] = []
     for label, change in variants:
-        fraction = label.startswith(("gpu_memory_utilization", "mem_fraction_static"))
-        if fraction and any(f.change.startswith(label.split()[0]) for f in fixes):
-            continue  # a smaller raise already fits
+        fraction = next((k for k in _FRACTION_KEYS if label.startswith(k)), None)
+        if fraction and any(f.change.startswith(fraction) for f in fixes):
+            continue  # a smaller change of the fraction already fits
         try:
             varied = _apply(plan, change)
             est = estimate(varied, catalog, detail=False)
