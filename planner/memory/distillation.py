@@ -11,10 +11,10 @@ from dataclasses import replace
 
 from planner.memory.layout import StageContext, StageParams, model_params
 from planner.memory.losses import logit_tokens
+from planner.memory.preference import frozen_model
 from planner.memory.result import Item
-from planner.memory.terms import Described, Factor, Product, Sum, item
+from planner.memory.terms import Described, item
 from planner.plan.config import Distillation, Plan
-from planner.plan.dtypes import QUANTIZED, quantized_bytes
 from planner.plan.models import Model, presets
 
 # bytes per logit the forward KL saves for backward, summed over its chunks (torchtune@bd2a0fc
@@ -58,21 +58,12 @@ def teacher_weights(ctx: StageContext) -> Item | None:
     training.shard_model). None unless the plan distills."""
     if ctx.plan.workload.objective != "distillation":
         return None
-    sp, prec = _teacher_params(ctx), ctx.plan.precision
-    wdt = ctx.plan.workload.distillation.teacher_weights or prec.activation_dtype
-    projections = Described(
-        quantized_bytes(
-            sp.linear, wdt, rows=sp.linear_rows, group_size=prec.quant_group_size, double_quant=prec.double_quant
-        ),
-        "{:,} projection params in {}" + (" + scales" if wdt in QUANTIZED else ""),
-        (sp.linear, wdt),
-    )
-    whole = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(ctx.bc, "B")))))
+    wdt = ctx.plan.workload.distillation.teacher_weights or ctx.plan.precision.activation_dtype
     zero3 = ctx.plan.parallelism.zero_stage == 3
     return item(
         "teacher_weights",
         "Teacher model (frozen)",
-        ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3),
+        frozen_model(ctx, _teacher_params(ctx), wdt),
         f"The {ctx.plan.workload.distillation.teacher} teacher, no gradients or optimizer states; "
         + ("sharded with the student (torchtune shard_model)" if zero3 else "every GPU holds all of it"),
         ctx.detail,

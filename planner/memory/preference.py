@@ -16,12 +16,12 @@ one at a time."""
 from __future__ import annotations
 
 from planner.memory.checkpointing import Kept
-from planner.memory.layout import StageContext
+from planner.memory.layout import StageContext, StageParams
 from planner.memory.losses import logit_tokens
 from planner.memory.result import Item
-from planner.memory.terms import Described, Factor, Product, Sum, item
+from planner.memory.terms import Described, Factor, Product, Sum, Term, item
 from planner.plan.config import RL_OBJECTIVES
-from planner.plan.dtypes import QUANTIZED, quantized_bytes
+from planner.plan.dtypes import QUANTIZED, WeightDType, quantized_bytes
 
 
 def reference_weights(ctx: StageContext) -> Item | None:
@@ -45,8 +45,26 @@ def reference_weights(ctx: StageContext) -> Item | None:
 def frozen_weights(ctx: StageContext, name: str, label: str, lead: str) -> Item:
     """A frozen model's weights on one GPU (`ctx`: that model's stage), in the plan's frozen-weights dtype
     (reference_weights says why), sharded under ZeRO-3 / FSDP."""
-    sp, prec = ctx.sp, ctx.plan.precision
-    wdt = prec.weights
+    zero3 = ctx.plan.parallelism.zero_stage == 3
+    return item(
+        name,
+        label,
+        frozen_model(ctx, ctx.sp, ctx.plan.precision.weights),
+        f"{lead}, no gradients or optimizer states; "
+        + (
+            "sharded with the policy (TRL prepare_deepspeed / prepare_fsdp)"
+            if zero3
+            else "every rank holds all of it (TRL runs it at ZeRO stage 0 unless the policy is at 3)"
+        ),
+        ctx.detail,
+    )
+
+
+def frozen_model(ctx: StageContext, sp: StageParams, wdt: WeightDType) -> Term:
+    """A frozen model's parameters (`sp`) on one GPU: its projections in `wdt` with their scales where quantized,
+    the rest (embeddings, norms, the head) in the compute dtype, as the frozen base of lora/qlora; ZeRO-3 / FSDP
+    shards it."""
+    prec = ctx.plan.precision
     projections = Described(
         quantized_bytes(
             sp.linear, wdt, rows=sp.linear_rows, group_size=prec.quant_group_size, double_quant=prec.double_quant
@@ -56,18 +74,7 @@ def frozen_weights(ctx: StageContext, name: str, label: str, lead: str) -> Item:
     )
     whole = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(ctx.bc, "B")))))
     zero3 = ctx.plan.parallelism.zero_stage == 3
-    return item(
-        name,
-        label,
-        ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3),
-        f"{lead}, no gradients or optimizer states; "
-        + (
-            "sharded with the policy (TRL prepare_deepspeed / prepare_fsdp)"
-            if zero3
-            else "every rank holds all of it (TRL runs it at ZeRO stage 0 unless the policy is at 3)"
-        ),
-        ctx.detail,
-    )
+    return ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3)
 
 
 def _no_grad_forward(ctx: StageContext, kept: Kept) -> Described:
