@@ -7,9 +7,10 @@ uses its fake-CUDA model builder and MemTracker subclass; nothing here is import
 
 The step follows huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py `_compute_loss` (loss_type sigmoid, a separate
 ref_model, no precompute): one forward of the policy on the 2 × micro_batch sequences (chosen then rejected),
-`selective_log_softmax` of the shifted logits (trl/trainer/utils.py, copied below: its bf16 branch loops over the
-rows), the frozen reference's forward and log-probs under torch.no_grad, -logsigmoid(beta × margin), then the oracle's
-backward, clip_grad_norm_, AdamW (foreach) step and zero_grad, two steps. `metrics` adds what `_compute_loss` logs
+`selective_log_softmax` of the shifted logits (trl/trainer/utils.py, re-written below with the same ops: its
+bf16 branch loops over the rows), the frozen reference's forward and log-probs under torch.no_grad,
+-logsigmoid(beta × margin), then the oracle's backward, clip_grad_norm_, AdamW (foreach) step and zero_grad, two
+steps. `metrics` adds what `_compute_loss` logs
 before it returns (entropy_from_logits in 128-row chunks, the chosen/rejected logits' boolean-mask means).
 """
 
@@ -52,30 +53,32 @@ COLUMNS = [
 BETA = 0.1  # TRL DPOConfig beta default
 
 
-def selective_log_softmax(logits, index):
-    """trl@f2cd577 trl/trainer/utils.py selective_log_softmax (index of shape (...)), verbatim but for the doc."""
-    index = index.unsqueeze(-1)
-    if logits.dtype in [torch.float32, torch.float64]:
-        selected_logits = torch.gather(logits, dim=-1, index=index)
-        logsumexp_values = torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])
-        per_token_logps = selected_logits - logsumexp_values.unsqueeze(-1)
-    else:
-        per_token_logps = []
-        for row_logits, row_labels in zip(logits, index, strict=True):
-            row_logps = F.log_softmax(row_logits, dim=-1)
-            per_token_logps.append(row_logps.gather(dim=-1, index=row_labels))
-        per_token_logps = torch.stack(per_token_logps)
-    return per_token_logps.squeeze(-1)
+def label_logps(logits, labels):
+    """Each position's log-probability of its label, by the ops TRL runs (huggingface/trl@f2cd577
+    trl/trainer/utils.py selective_log_softmax, re-written here): in fp32/fp64 the labels' logits gathered at once,
+    less a logsumexp taken sequence by sequence; in 16 bits a log-softmax of one sequence at a time, its labels
+    gathered. The 16-bit row is held in a name until the next one replaces it, as TRL's loop holds it (two rows
+    are live while the next is made), so the allocations are TRL's."""
+    labels = labels.unsqueeze(-1)
+    if logits.dtype in (torch.float32, torch.float64):
+        label_logits = torch.gather(logits, dim=-1, index=labels)  # before the norms, as TRL orders them
+        norms = torch.stack([torch.logsumexp(seq, dim=-1) for seq in logits])
+        return (label_logits - norms.unsqueeze(-1)).squeeze(-1)
+    picked = []
+    for seq, seq_labels in zip(logits, labels, strict=True):
+        seq_logps = F.log_softmax(seq, dim=-1)
+        picked.append(seq_logps.gather(dim=-1, index=seq_labels))
+    return torch.stack(picked).squeeze(-1)
 
 
-def entropy_from_logits(logits, chunk_size=128):
-    """trl@f2cd577 trl/trainer/utils.py entropy_from_logits."""
+def chunked_entropy(logits, rows=128):
+    """Each position's entropy, `rows` positions at a time (TRL entropy_from_logits, the metric _compute_loss logs)."""
     flat = logits.reshape(-1, logits.shape[-1])
-    entropies = []
-    for chunk in flat.split(chunk_size, dim=0):
-        logps = F.log_softmax(chunk, dim=-1)
-        entropies.append(-(torch.exp(logps) * logps).sum(-1))
-    return torch.cat(entropies).reshape(logits.shape[:-1])
+    parts = []
+    for chunk in flat.split(rows, dim=0):
+        chunk_logps = F.log_softmax(chunk, dim=-1)
+        parts.append(-(torch.exp(chunk_logps) * chunk_logps).sum(-1))
+    return torch.cat(parts).reshape(logits.shape[:-1])
 
 
 def compute_loss(model, ref_model, input_ids, completion_mask, metrics):
@@ -84,19 +87,19 @@ def compute_loss(model, ref_model, input_ids, completion_mask, metrics):
     shift_logits = outputs.logits[..., :-1, :]
     shift_labels = input_ids[..., 1:]
     shift_completion_mask = completion_mask[..., 1:]
-    per_token_logps = selective_log_softmax(shift_logits, shift_labels)
+    per_token_logps = label_logps(shift_logits, shift_labels)
     per_token_logps[shift_completion_mask == 0] = 0.0
     chosen_logps, rejected_logps = per_token_logps.sum(dim=1).chunk(2, dim=0)
     with torch.no_grad():
         ref_outputs = ref_model(input_ids=input_ids, use_cache=False)
     ref_shift_logits = ref_outputs.logits[..., :-1, :]
-    ref_per_token_logps = selective_log_softmax(ref_shift_logits, shift_labels)
+    ref_per_token_logps = label_logps(ref_shift_logits, shift_labels)
     ref_per_token_logps[shift_completion_mask == 0] = 0.0
     ref_chosen_logps, ref_rejected_logps = ref_per_token_logps.sum(dim=1).chunk(2, dim=0)
     delta_score = (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
     loss = (-F.logsigmoid(BETA * delta_score)).mean()
     if metrics:
-        entropy = entropy_from_logits(shift_logits.detach())
+        entropy = chunked_entropy(shift_logits.detach())
         (entropy * shift_completion_mask).sum()
         chosen_logits, rejected_logits = shift_logits.detach().chunk(2, dim=0)
         # TRL's chosen_logits[chosen_mask.bool()] copies the masked rows; fake tensors cannot take a data-dependent
