@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ COLUMNS = [
     "transformers_version",
     "peft_version",
     "bitsandbytes_version",
+    "children_at_once",
     "wall_s",
+    "step_s",
     "timestamp",
 ]
 
@@ -189,17 +192,20 @@ def train_config(
     task: str = "pretrain",
     lora: dict | None = None,
     double_quant: bool = False,
+    objective: str = "next_token",
 ) -> dict:
     arch, model_dict = MODELS[model]
     prec = {**PRECISIONS[precision], **OPTIMIZERS[optimizer]}
     workload: dict[str, Any] = {"task": task, "sequence_length": seq, "micro_batch_size": batch}
+    if objective != "next_token":
+        workload["objective"] = objective
     if task in ("lora", "qlora"):
         workload["lora"] = lora or {"rank": 16, "alpha": 32, "targets": ["q", "v"]}
     if task == "qlora":
         prec.update(weights="nf4", double_quant=double_quant)
     parts = [
         model,
-        task,
+        task if objective == "next_token" else f"{task}-{'dpo' if objective == 'preference' else objective}",
         precision,
         optimizer,
         f"ckpt-{ckpt}",
@@ -219,6 +225,33 @@ def train_config(
         "techniques": {"activation_checkpointing": ckpt, "attention": attention},
     }
     return {"name": plan["name"], "arch": arch, "plan": plan}
+
+
+def post_training() -> list[dict]:
+    """DPO (a separate reference, or LoRA with adapters disabled) and reward-model steps (issue 33)."""
+    dpo = {"task": "finetune", "objective": "preference"}
+    return [
+        train_config("llama-1b", precision="bf16", seq=1024, batch=1, **dpo),
+        train_config("llama-1b", precision="bf16", seq=1024, batch=4, **dpo),
+        train_config("llama-1b", precision="bf16", ckpt="full", seq=2048, batch=2, **dpo),
+        train_config("llama-1b", precision="amp", seq=1024, batch=1, **dpo),
+        train_config("qwen2-0.5b", precision="bf16", seq=2048, batch=2, **dpo),
+        train_config("qwen2-0.5b", precision="amp", ckpt="full", seq=2048, batch=2, **dpo),
+        train_config("llama-3b", precision="bf16", ckpt="full", seq=2048, batch=1, **dpo),
+        train_config("llama-1b", task="lora", objective="preference", seq=2048, batch=2),
+        train_config(
+            "qwen2-0.5b",
+            task="lora",
+            objective="preference",
+            ckpt="full",
+            seq=2048,
+            batch=4,
+            lora={"rank": 16, "alpha": 32, "targets": ALL_TARGETS},
+        ),
+        train_config("llama-1b", task="finetune", objective="reward", precision="bf16", seq=2048, batch=2),
+        train_config("qwen2-0.5b", task="finetune", objective="reward", precision="amp", seq=1024, batch=4),
+        train_config("llama-3b", task="finetune", objective="reward", precision="bf16", ckpt="full", seq=2048, batch=2),
+    ]
 
 
 def inference_config(model: str, *, batch: int, prompt: int, output: int = 128, attention: str = "flash") -> dict:
@@ -298,6 +331,7 @@ def grid() -> list[dict]:
         )
     )
     out.append(train_config("qwen2-0.5b", task="qlora", ckpt="full", seq=2048, batch=4, double_quant=True))
+    out += post_training()
     # inference: batch × context
     for batch in (1, 8, 32):
         for prompt in (512, 2048):
@@ -364,14 +398,16 @@ def plan_yaml(plan: dict) -> str:
     return yaml.safe_dump(plan, sort_keys=False, default_flow_style=None)
 
 
-def make_row(config: dict, measured: dict, predicted: dict | None = None) -> dict:
-    """One CSV row from a configuration, its run's result and the planner's prediction."""
+def make_row(config: dict, measured: dict, predicted: dict | None = None, jobs: int = 1) -> dict:
+    """One CSV row from a configuration, its run's result and the planner's prediction; `jobs` children ran at
+    once (memory is per process; step_s is the device's alone only with 1)."""
     predicted = predicted if predicted is not None else predict(config["plan"])
     row = {c: "" for c in COLUMNS}
     row.update(
         name=config["name"],
         arch=config["arch"],
         plan_yaml=plan_yaml(config["plan"]),
+        children_at_once=jobs,
         timestamp=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
     for key in (
@@ -385,6 +421,7 @@ def make_row(config: dict, measured: dict, predicted: dict | None = None) -> dic
         "peft_version",
         "bitsandbytes_version",
         "wall_s",
+        "step_s",
         "device_bytes_source",
     ):
         if measured.get(key) is not None:
@@ -428,35 +465,46 @@ def dry_run(configs: list[dict], stream=None) -> list[dict]:
     return rows
 
 
-def measure(configs: list[dict], device: str, out: Path, *, subprocesses: bool = True, stream=None) -> list[dict]:
-    """Run each configuration (CPU mode: tiny shapes) and append its row to `out`."""
+def measure(
+    configs: list[dict], device: str, out: Path, *, subprocesses: bool = True, jobs: int = 1, stream=None
+) -> list[dict]:
+    """Run each configuration (CPU mode: tiny shapes) and append its row to `out`, `jobs` children at a time.
+
+    The allocator's statistics are per process, so concurrent children measure what they would alone; so is
+    nvidia-smi's per-process memory. The fallback (the device's used memory) is not, and with jobs > 1 it is left
+    out. Rows are written as children finish."""
     stream = stream or sys.stdout
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i, config in enumerate(configs, 1):
-        if device == "cpu":
-            config = tiny(config)
-        predicted = predict(config["plan"])
+    configs = [tiny(c) if device == "cpu" else c for c in configs]
+
+    def one(config: dict) -> tuple[dict, dict]:
         t0 = time.perf_counter()
         result = run_child(config, device) if subprocesses else _in_process(config, device)
         result.setdefault("wall_s", round(time.perf_counter() - t0, 3))
-        row = make_row(config, result, predicted)
-        append_csv(out, [row], COLUMNS)  # row by row: a crashed grid keeps its finished rows
-        rows.append(row)
-        print(
-            f"[{i}/{len(configs)}] {config['name']}: {row['status']}"
-            + (
-                f" alloc {_gib(row['measured_peak_allocated_bytes']).strip()} GiB"
-                f" (predicted {_gib(predicted['peak_allocated_bytes']).strip()})"
-                if row["measured_peak_allocated_bytes"] != ""
-                else ""
-            )
-            + (f" — {row['error']}" if row["error"] else ""),
-            file=stream,
-            flush=True,
-        )
+        if jobs > 1 and "nvidia-smi" not in result.get("device_bytes_source", "nvidia-smi"):
+            result = {**result, "device_bytes": None, "device_bytes_source": "not measured: children ran together"}
+        return config, result
+
+    rows = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for i, done in enumerate(as_completed([pool.submit(one, c) for c in configs]), 1):
+            config, result = done.result()
+            row = make_row(config, result, predict(config["plan"]), jobs)
+            append_csv(out, [row], COLUMNS)  # row by row: a crashed grid keeps its finished rows
+            rows.append(row)
+            print(_progress(i, len(configs), config, row), file=stream, flush=True)
     print(f"{len(rows)} rows → {out}", file=stream)
     return rows
+
+
+def _progress(i: int, n: int, config: dict, row: dict) -> str:
+    text = f"[{i}/{n}] {config['name']}: {row['status']}"
+    if row["measured_peak_allocated_bytes"] != "":
+        text += (
+            f" alloc {_gib(row['measured_peak_allocated_bytes']).strip()} GiB"
+            f" (predicted {_gib(row['predicted_peak_allocated_bytes']).strip()})"
+        )
+    return text + (f" — {row['error']}" if row["error"] else "")
 
 
 def _in_process(config: dict, device: str) -> dict:
@@ -478,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", help="cuda (measure) or cpu (tiny shapes, end-to-end check only)")
     ap.add_argument("--out", type=Path, help="CSV to append rows to; default bench/measurements/<device>-<date>.csv")
     ap.add_argument("--filter", help="run only configurations whose name contains this text")
+    ap.add_argument("--jobs", type=int, default=1, help="children run at once (memory is per process; default 1)")
     args = ap.parse_args(argv)
     if args._child:
         return _child_main(args._child, args.device)
@@ -498,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not runner.cuda_available():
         print("measure_gpu: no CUDA device; use --device cpu for an end-to-end check", file=sys.stderr)
         return 2
-    measure(configs, args.device, args.out or default_out(args.device))
+    measure(configs, args.device, args.out or default_out(args.device), jobs=args.jobs)
     return 0
 
 

@@ -7,10 +7,10 @@ uses its fake-CUDA model builder and MemTracker subclass; nothing here is import
 
 The step follows huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py `_compute_loss` (loss_type sigmoid, a separate
 ref_model, no precompute): one forward of the policy on the 2 × micro_batch sequences (chosen then rejected),
-`selective_log_softmax` of the shifted logits (trl/trainer/utils.py, re-written below with the same ops: its
-bf16 branch loops over the rows), the frozen reference's forward and log-probs under torch.no_grad,
--logsigmoid(beta × margin), then the oracle's backward, clip_grad_norm_, AdamW (foreach) step and zero_grad, two
-steps. `metrics` adds what `_compute_loss` logs
+`selective_log_softmax` of the shifted logits (trl/trainer/utils.py, re-written in planner/measure/logps.py
+with the same ops: its bf16 branch loops over the rows), the frozen reference's forward and log-probs under
+torch.no_grad, -logsigmoid(beta × margin), then the oracle's backward, clip_grad_norm_, AdamW (foreach) step and
+zero_grad, two steps. `metrics` adds what `_compute_loss` logs
 before it returns (entropy_from_logits in 128-row chunks, the chosen/rejected logits' boolean-mask means).
 """
 
@@ -24,12 +24,15 @@ from pathlib import Path
 
 ORACLE = Path(__file__).resolve().parents[2] / "shared" / "tools" / "oracle"
 sys.path.insert(0, str(ORACLE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # planner.measure.logps needs torch only
 
 import fakecuda  # noqa: E402  (the oracle's, from ORACLE)
 import oracle  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+from planner.measure.logps import label_logps  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "data" / "oracle-dpo.csv"
 MODEL = dict(arch="llama", hidden=512, layers=4, heads=8, kv_heads=2, intermediate=1536, vocab=32000)  # oracle "T"
@@ -51,24 +54,6 @@ COLUMNS = [
     "peak_phase", "peak_op", "peak_module", "step_peaks_gib",
 ]  # fmt: skip
 BETA = 0.1  # TRL DPOConfig beta default
-
-
-def label_logps(logits, labels):
-    """Each position's log-probability of its label, by the ops TRL runs (huggingface/trl@f2cd577
-    trl/trainer/utils.py selective_log_softmax, re-written here): in fp32/fp64 the labels' logits gathered at once,
-    less a logsumexp taken sequence by sequence; in 16 bits a log-softmax of one sequence at a time, its labels
-    gathered. The 16-bit row is held in a name until the next one replaces it, as TRL's loop holds it (two rows
-    are live while the next is made), so the allocations are TRL's."""
-    labels = labels.unsqueeze(-1)
-    if logits.dtype in (torch.float32, torch.float64):
-        label_logits = torch.gather(logits, dim=-1, index=labels)  # before the norms, as TRL orders them
-        norms = torch.stack([torch.logsumexp(seq, dim=-1) for seq in logits])
-        return (label_logits - norms.unsqueeze(-1)).squeeze(-1)
-    picked = []
-    for seq, seq_labels in zip(logits, labels, strict=True):
-        seq_logps = F.log_softmax(seq, dim=-1)
-        picked.append(seq_logps.gather(dim=-1, index=seq_labels))
-    return torch.stack(picked).squeeze(-1)
 
 
 def chunked_entropy(logits, rows=128):

@@ -20,6 +20,7 @@ from typing import Any
 import _checkout  # noqa: F401  (the checkout and bench/ first on sys.path)
 
 import accuracy
+import gpu_accuracy
 import serving as serving_bench
 import throughput as throughput_bench
 
@@ -318,6 +319,11 @@ def accuracy_rows() -> dict[str, Any]:
     }
 
 
+def gpu_rows() -> dict[str, Any]:
+    """The planner's predictions for the project's own GPU runs (bench/gpu_accuracy.py)."""
+    return {r["name"]: {k: v for k, v in r.items() if k not in ("name", "plan")} for r in gpu_accuracy.run()}
+
+
 def throughput_rows() -> dict[str, Any]:
     rows, skipped = throughput_bench.run()
     return {
@@ -339,6 +345,7 @@ def files() -> dict[str, Any]:
     out = {f"estimates/{preset}.json": estimates(preset) for preset in presets()}
     out["searched.json"] = searched()
     out["accuracy.json"] = accuracy_rows()
+    out["gpu-accuracy.json"] = gpu_rows()
     out["throughput.json"] = throughput_rows()
     out["serving.json"] = serving_rows()
     return out

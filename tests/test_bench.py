@@ -8,6 +8,7 @@ import allocator_replay
 import app_isolation
 import app_speed
 import doc_tables
+import gpu_accuracy
 import oracle_check
 import peers
 import post_training
@@ -241,6 +242,7 @@ def test_a100_against_h100_matches_the_published_pairs():
         (serving, "accuracy.md"),
         (serving_memory, "accuracy.md"),
         (oracle_check, "accuracy.md"),
+        (gpu_accuracy, "accuracy.md"),
         (peers, "accuracy.md"),
         (allocator_replay, "memory-model.md"),
     ],

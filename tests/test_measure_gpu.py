@@ -20,7 +20,7 @@ def test_dry_run_validates_every_plan_of_the_grid():
     configs = measure_gpu.grid()
     out = io.StringIO()
     rows = measure_gpu.dry_run(configs, stream=out)
-    assert 50 <= len(rows) == len(configs) <= 70
+    assert 60 <= len(rows) == len(configs) <= 80
     assert len({c["name"] for c in configs}) == len(configs)  # names identify rows
     assert all(r["peak_allocated_bytes"] <= r["peak_reserved_bytes"] <= r["device_bytes"] for r in rows)
     assert all(r["device_bytes"] < 78 * 2**30 for r in rows)  # each fits one H100
@@ -59,7 +59,7 @@ def test_grid_covers_each_dimension():
         ("sgd", "foreach"),
     }
     assert "adamw_8bit" in {p.precision.optimizer for p in train}
-    assert {p.workload.task for _, p in plans} == {"pretrain", "lora", "qlora", "inference"}
+    assert {p.workload.task for _, p in plans} == {"pretrain", "finetune", "lora", "qlora", "inference"}
     assert all(p.precision.weights == "nf4" for p in train if p.workload.task == "qlora")
     llama_1b = [p for p in train if p.model.hidden_size == 2048 and p.workload.task == "pretrain"]
     assert len({p.workload.micro_batch_size for p in llama_1b}) >= 4
@@ -121,3 +121,17 @@ def test_cpu_mode_runs_each_workload_end_to_end(tmp_path):
     assert [r["status"] for r in rows[:3]] == ["ok"] * 3, [r["error"] for r in rows]
     assert rows[3]["status"] == "skipped" and "bitsandbytes" in rows[3]["error"]
     assert all(r["name"].startswith("tiny_") and r["device"] in ("cpu", "") for r in rows)
+
+
+def test_the_grid_measures_dpo_and_reward_steps():
+    plans = {c["name"]: c["plan"]["workload"] for c in measure_gpu.grid()}
+    objectives = [w.get("objective", "next_token") for w in plans.values()]
+    assert objectives.count("preference") == 9 and objectives.count("reward") == 3
+    lora_dpo = [w for w in plans.values() if w.get("objective") == "preference" and w["task"] == "lora"]
+    assert len(lora_dpo) == 2  # the reference is the policy with its adapters disabled
+
+
+def test_a_row_records_how_many_children_ran_at_once(tmp_path):
+    config = measure_gpu.grid()[0]
+    row = measure_gpu.make_row(config, {"status": "ok", "peak_allocated_bytes": 1}, jobs=3)
+    assert row["children_at_once"] == 3

@@ -4,6 +4,12 @@ architecture with random weights, then the plan's workload, with what the alloca
 - training (pretrain / finetune / lora / qlora): TRAIN_STEPS steps of forward with HF's loss (labels), backward,
   clip_grad_norm_, optimizer.step, zero_grad(set_to_none=True), so the optimizer states exist at the peak;
   LoRA through peft, QLoRA through a bitsandbytes NF4 base;
+- objective preference (DPO, a reference): TRL's DPO step (huggingface/trl@f2cd577 dpo_trainer.py
+  `_compute_loss`, loss_type sigmoid): the policy's forward on 2 × micro_batch sequences (chosen then rejected),
+  the labels' log-probs (planner/measure/logps.py), the reference's forward and log-probs under no_grad (a frozen
+  copy built like the policy, or the LoRA policy with its adapters disabled), −logsigmoid(β × margin);
+- objective reward: a sequence-classification model with one label (TRL RewardTrainer: chosen and rejected in one
+  batch), −logsigmoid(chosen − rejected);
 - inference: prefill + greedy `generate` with the KV cache, for exactly `output_tokens` new tokens.
 
 Peak statistics are reset after the model is built and the cache emptied. The device memory is nvidia-smi's
@@ -20,9 +26,11 @@ import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import transformers
-from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, BitsAndBytesConfig
 
+from planner.measure.logps import label_logps
 from planner.measure.plan import (
     TRAIN_STEPS,
     attn_implementation,
@@ -44,6 +52,8 @@ except ImportError:
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 LR = 1e-5  # any rate: the step's memory does not depend on it
+BETA = 0.1  # TRL DPOConfig beta default (trl@f2cd577 trl/trainer/dpo_config.py)
+PAIRED = ("preference", "reward")  # objectives whose batch is chosen + rejected: 2 × micro_batch_size rows
 # plan LoRA targets → module names: Llama/Qwen2 projections, Mixtral's experts (w1 gate, w3 up, w2 down),
 # GPT-2's fused c_attn (q, k, v) and its c_fc / c_proj MLP (no gate)
 LORA_NAMES = {
@@ -65,9 +75,9 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def build(cfg, dtype, device: str, attn: str):
+def build(cfg, dtype, device: str, attn: str, auto=AutoModelForCausalLM):
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=dtype)
+        model = auto.from_config(cfg, attn_implementation=attn, dtype=dtype)
     return model.to(device=device, dtype=dtype)
 
 
@@ -129,22 +139,56 @@ def _with_lora(model, config: dict, master, compute):
     return model
 
 
+def _weights_dtype(plan: dict):
+    """The dtype a trained model's weights are kept in: fp32 masters, or the compute dtype."""
+    prec = plan["precision"]
+    return torch.float32 if prec.get("master_weights", "fp32") == "fp32" else DTYPES[prec.get("compute", "bf16")]
+
+
 def _model(config: dict, device: str):
     """The plan's model on the device, in the dtypes the plan keeps its weights in."""
     plan = config["plan"]
     task, prec = plan["workload"].get("task", "pretrain"), plan["precision"]
     compute, master = DTYPES[prec.get("compute", "bf16")], prec.get("master_weights", "fp32")
-    cls, kwargs = hf_config(config["arch"], plan["model"], max_positions(plan))
-    cfg, attn = getattr(transformers, cls)(**kwargs), attn_implementation(plan)
+    cfg, attn = _hf_config(config), attn_implementation(plan)
     if task == "qlora":
         model = _build_nf4(cfg, plan, device, attn)
     elif task in ("lora", "inference"):
         model = build(cfg, compute, device, attn)  # frozen / served weights in the compute dtype
+    elif plan["workload"].get("objective") == "reward":
+        model = build(cfg, _weights_dtype(plan), device, attn, AutoModelForSequenceClassification)
     else:
-        model = build(cfg, torch.float32 if master == "fp32" else compute, device, attn)
+        model = build(cfg, _weights_dtype(plan), device, attn)
     if task in ("lora", "qlora"):
         model = _with_lora(model, config, master, compute)
     return model
+
+
+def _hf_config(config: dict):
+    """The transformers config; a reward model's has one label and a pad id (HF finds each row's last token by it;
+    the runner's random ids never use it)."""
+    plan = config["plan"]
+    cls, kwargs = hf_config(config["arch"], plan["model"], max_positions(plan))
+    if plan["workload"].get("objective") == "reward":
+        kwargs |= {"num_labels": 1, "pad_token_id": plan["model"]["vocab_size"] - 1}
+    return getattr(transformers, cls)(**kwargs)
+
+
+def _reference(config: dict, device: str):
+    """DPO's separate frozen reference: built as TRL builds it, with the policy's model_init_kwargs (so in fp32 under
+    fp32 masters), eval, no grad. None when the plan has no separate reference."""
+    plan = config["plan"]
+    wl = plan["workload"]
+    if wl.get("objective") != "preference" or _reference_kind(wl) != "separate":
+        return None
+    dtype = DTYPES[plan["precision"].get("compute", "bf16")] if wl.get("task") == "lora" else _weights_dtype(plan)
+    ref = build(_hf_config(config), dtype, device, attn_implementation(plan))
+    return ref.eval().requires_grad_(False)
+
+
+def _reference_kind(workload: dict) -> str:
+    pref = workload.get("preference", {})
+    return pref.get("reference") or ("adapters_disabled" if workload.get("task") in ("lora", "qlora") else "separate")
 
 
 def _generate(model, plan: dict, device: str, gen) -> None:
@@ -167,7 +211,40 @@ def _generate(model, plan: dict, device: str, gen) -> None:
         raise RuntimeError(f"generate returned {out.shape[1] - p} new tokens, wanted {n}")
 
 
-def _train(model, plan: dict, device: str, gen, steps: int) -> None:
+def _batch(plan: dict, device: str, gen):
+    """Random token ids: micro_batch rows, or chosen + rejected (2 × micro_batch) for a paired objective."""
+    wl, vocab = plan["workload"], plan["model"]["vocab_size"]
+    rows = wl.get("micro_batch_size", 1) * (2 if wl.get("objective") in PAIRED else 1)
+    high = vocab - 1 if wl.get("objective") == "reward" else vocab  # the reward model's pad id stays unused
+    return torch.randint(0, high, (rows, wl.get("sequence_length", 4096)), generator=gen).to(device)
+
+
+def _sequence_logps(model, ids):
+    """Each sequence's summed log-probability of its own next tokens."""
+    logits = model(input_ids=ids, use_cache=False).logits[:, :-1, :]
+    return label_logps(logits, ids[:, 1:]).sum(dim=1)
+
+
+def _loss(model, ref, plan: dict, ids):
+    objective = plan["workload"].get("objective", "next_token")
+    if objective == "reward":
+        chosen, rejected = model(input_ids=ids, use_cache=False).logits.squeeze(-1).chunk(2)
+        return -F.logsigmoid(chosen - rejected).mean()
+    if objective != "preference":
+        return model(input_ids=ids, labels=ids).loss
+    logps = _sequence_logps(model, ids)
+    with torch.no_grad():
+        if ref is not None:
+            ref_logps = _sequence_logps(ref, ids)
+        else:  # adapters_disabled: the LoRA policy's base (TRL with a PEFT model and ref_model None)
+            with model.disable_adapter():
+                ref_logps = _sequence_logps(model, ids)
+    chosen, rejected = (logps - ref_logps).chunk(2)
+    return -F.logsigmoid(BETA * (chosen - rejected)).mean()
+
+
+def _train(model, ref, plan: dict, device: str, gen, steps: int) -> float:
+    """Run the steps; the last step's seconds (the device synchronized at its ends; steady state from step 2)."""
     wl, prec, tech = plan["workload"], plan["precision"], plan["techniques"]
     compute = DTYPES[prec.get("compute", "bf16")]
     autocast = (
@@ -179,19 +256,28 @@ def _train(model, plan: dict, device: str, gen, steps: int) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = [p for p in model.parameters() if p.requires_grad]
     opt = _optimizer(params, prec)
-    b, s = wl.get("micro_batch_size", 1), wl.get("sequence_length", 4096)
     for _ in range(steps):
-        ids = torch.randint(0, plan["model"]["vocab_size"], (b, s), generator=gen).to(device)
+        _synchronize(device)
+        t0 = time.perf_counter()
+        ids = _batch(plan, device, gen)
         with torch.autocast(
             device_type="cuda" if device.startswith("cuda") else "cpu", dtype=compute, enabled=autocast
         ):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = _loss(model, ref, plan, ids)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        _synchronize(device)
+        step_s = time.perf_counter() - t0
     if not torch.isfinite(loss.detach().float()):
         raise RuntimeError(f"loss is not finite: {loss.item()}")
+    return step_s
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def _device_facts() -> dict[str, Any]:
@@ -234,7 +320,7 @@ def run_config(config: dict, device: str = "cuda", steps: int = TRAIN_STEPS) -> 
     baseline_used = int(used[0]) * 2**20 if used else None  # before this process opens a CUDA context
     result |= _device_facts() if cuda else {"device": "cpu", "cuda_version": "", "driver_version": ""}
     torch.manual_seed(0)
-    model = _model(config, device)
+    model, ref = _model(config, device), _reference(config, device)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -244,7 +330,7 @@ def run_config(config: dict, device: str = "cuda", steps: int = TRAIN_STEPS) -> 
     if config["plan"]["workload"].get("task") == "inference":
         _generate(model, config["plan"], device, gen)
     else:
-        _train(model, config["plan"], device, gen, steps)
+        result["step_s"] = round(_train(model, ref, config["plan"], device, gen, steps), 4)
     if cuda:
         torch.cuda.synchronize()
     result["wall_s"] = round(time.perf_counter() - t0, 3)
