@@ -80,16 +80,18 @@ def test_oracle_terms_hold_for_llama_and_qwen_shapes():
         assert statistics.median(errors) < 0.5 and max(errors) < 5
 
 
-def test_oracle_dpo_rows_peak_in_the_reference_forward_and_the_plan_bounds_them():
-    # docs/limits.md: the policy's log-probs are planned with HF cross-entropy's 10 T·V, TRL's bf16 step holds 4 T·V
+def test_oracle_dpo_rows_match_trls_step_where_it_logs_its_metrics():
+    """docs/accuracy.md: TRL's DPO step always logs its metrics; the rows that do are the plan's step."""
     rows = [r for r in oracle_check.run() if r["arch"] == "llama-dpo"]
     assert len(rows) == 10
-    pure = [r for r in rows if r["label"].startswith("T/PURE/")]
-    assert all(r["oracle_at"] == "fwd:_log_softmax.default" for r in pure if "trl-metrics" not in r["label"])
-    assert all(r["predicted_at"] == "reference forward" for r in rows)
-    assert len(pure) == 8 and all(20 < r["error_pct"] < 65 for r in pure)
-    # AMP: the plan holds the reference in bf16, TRL loads it with the policy's fp32 (docs/limits.md)
-    assert all(-10 < r["error_pct"] < 0 for r in rows if r not in pure)
+    trl = [r for r in rows if "trl-metrics" in r["label"]]
+    assert len(trl) == 4 and all(abs(r["error_pct"]) < 0.5 for r in trl)
+    assert all(r["predicted_at"] == "reference forward" for r in trl)
+    # without the metrics' copy of the logits the step holds less: the plan reads high, never low
+    bare = [r for r in rows if r["label"].startswith("T/PURE/") and r not in trl]
+    assert len(bare) == 4 and all(0 < r["error_pct"] < 15 for r in bare)
+    # autocast (fp32 reference, fp32 log-softmax) and fp32 (the log-probs' backward)
+    assert all(abs(r["error_pct"]) < 1 for r in rows if not r["label"].startswith("T/PURE/"))
 
 
 def test_throughput_expresses_rows_and_explains_the_rest():

@@ -39,8 +39,42 @@ def test_dpo_full_finetune_items_by_hand():
     assert ref["weights"] == P * 2 and ref["optimizer_states"] == P * 2 * 2
     assert ref["reference_weights"] == P * 2  # a bf16 copy of every parameter, unsharded (ZeRO 0)
     assert ref["activations"] == 2 * LAYER + 128 * 8 * H  # 2 layers + the final norm's fp32 input and output
-    assert ref["logits_loss"] == 128 * V * (2 + 4 + 4)  # the cross-entropy terms at T = 128
-    assert ref["reference_forward"] == LAYER + (128 + 32) * V * 2  # one layer + logits + one row's log-softmax
+    assert ref["logits_loss"] == 128 * V * (2 + 2)  # TRL's bf16 logits and each row's saved log-softmax
+    # the reference's logits, then the larger of two log-softmax rows (32 · V each) and DPOTrainer's metrics: the
+    # entropy's copy of the shifted logits and its 128-row chunk (log-softmax, exp, product)
+    metrics = 128 * V * 2 + 128 * V * 3 * 2
+    assert ref["reference_forward"] == 128 * V * 2 + max(2 * 2 * 32 * V, metrics) == 1_280_000 > LAYER
+
+
+def test_dpo_with_fp32_weights_has_an_fp32_reference_and_autocast_log_softmax():
+    """AMP: TRL builds the reference with the policy's model_init_kwargs (fp32), and autocast runs log_softmax in
+    fp32: 2 B logits + 4 B saved log-softmax; each log-prob row is its fp32 cast, the new row and the held one."""
+    amp = {"compute": "bf16", "master_weights": "fp32"}
+    plan = plan_from_dict({"model": TINY, "workload": {"task": "finetune", "sequence_length": 32,
+        "micro_batch_size": 2, "objective": "preference"}, "precision": amp})  # fmt: skip
+    est = estimate(plan)
+    ref = phase_items(est, "reference forward")
+    assert ref["reference_weights"] == P * 4
+    assert ref["logits_loss"] == 128 * V * (2 + 4)
+    metrics = 128 * V * 2 + 128 * V * 3 * 4
+    assert ref["reference_forward"] == 128 * V * 2 + max(12 * 32 * V, metrics)
+
+
+def test_dpo_in_fp32_keeps_only_the_logits_and_peaks_in_the_log_probs_backward():
+    """TRL's fp32 branch gathers and takes a logsumexp per row: the logits alone are saved (4 B); its backward
+    holds them, the gather's scattered zeros, the rows' gradients and their stack: 16 B a logit."""
+    fp32 = {"compute": "fp32", "master_weights": "fp32"}
+    plan = plan_from_dict({"model": TINY, "workload": {"task": "finetune", "sequence_length": 32,
+        "micro_batch_size": 2, "objective": "preference"}, "precision": fp32})  # fmt: skip
+    est = estimate(plan)
+    assert phase_items(est, "forward")["logits_loss"] == 128 * V * 4
+    assert phase_items(est, "loss backward")["logits_loss"] == 128 * V * 16
+
+
+def test_simpo_adds_the_nll_cross_entropy_on_the_chosen_half():
+    """CPO's simpo (cpo_alpha 1.0): a contiguous copy of the chosen half's logits and its saved log-softmax."""
+    simpo = phase_items(estimate(tiny(objective="preference", preference={"loss_type": "simpo"})), "forward")
+    assert simpo["logits_loss"] == 128 * V * (2 + 2) + 128 * V * (2 + 2) // 2
 
 
 def test_dpo_policy_terms_are_sft_at_twice_the_micro_batch():
@@ -166,8 +200,11 @@ def test_invariants(task, mb, zero, loss):
         for ph in est.stages[0].phases:  # items add up
             assert ph.allocated_bytes == sum(i.bytes for i in ph.items if i.level == "allocated")
     assert ests["precomputed"].peak_allocated_bytes <= ests["separate"].peak_allocated_bytes
+    # the policy's step holds at least SFT's at the same micro-batch, but for the loss: TRL's log-probs keep 4 B a
+    # logit at twice the sequences where HF's cross-entropy keeps 10
     sft = estimate(tiny(task, "next_token", mb, parallelism=par))
-    assert ests["precomputed"].peak_allocated_bytes >= sft.peak_allocated_bytes
+    sft_loss = max((i.bytes for ph in sft.stages[0].phases for i in ph.items if i.name == "logits_loss"), default=0)
+    assert ests["precomputed"].peak_allocated_bytes >= sft.peak_allocated_bytes - sft_loss
     reward = estimate(tiny(task, "reward", mb, parallelism=par))
     assert all(i.name != "logits_loss" for ph in reward.stages[0].phases for i in ph.items)
 
@@ -185,14 +222,15 @@ def test_kto_items_by_hand():
     layer = 64 * 2_448
     assert kl["kl_forward"] == layer + (64 + 32) * V * 2 == 348_672
     assert "activations" not in kl and "logits_loss" not in kl  # before the policy's graph
-    assert ref["reference_forward"] == layer + (64 + 32) * V * 2
-    assert ref["activations"] == 2 * layer + 64 * 8 * H and ref["logits_loss"] == 64 * V * (2 + 4 + 4)
+    assert ref["reference_forward"] == 64 * V * 2 + 2 * 2 * 32 * V  # its logits and two rows; no DPO metrics
+    assert ref["activations"] == 2 * layer + 64 * 8 * H and ref["logits_loss"] == 64 * V * (2 + 2)
     assert ref["reference_weights"] == P * 2
 
 
 def test_kto_policy_terms_are_sft_at_the_micro_batch():
     kto_fwd, sft_fwd = phase_items(estimate(kto()), "forward"), phase_items(estimate(tiny(mb=2)), "forward")
-    assert kto_fwd["activations"] == sft_fwd["activations"] and kto_fwd["logits_loss"] == sft_fwd["logits_loss"]
+    assert kto_fwd["activations"] == sft_fwd["activations"]
+    assert kto_fwd["logits_loss"] == 64 * V * (2 + 2) < sft_fwd["logits_loss"]  # TRL's log-probs, not HF's loss
 
 
 def test_kto_forwards_in_time():

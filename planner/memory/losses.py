@@ -5,7 +5,9 @@ the end of forward, in the loss's backward and in the output head's backward."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import partial
+from math import ceil
 
 from planner.memory.layout import StageContext
 from planner.memory.terms import Described, Factor, Product, Term, fixed
@@ -73,6 +75,53 @@ def _plain(ctx: StageContext) -> Loss:
         head_grad=True,
         forward_note="Cross-entropy upcasts logits to fp32 and keeps log_softmax for backward",
         backward_note="fp32 buffers of _log_softmax_backward_data",
+    )
+
+
+def softmax_bytes(ctx: StageContext) -> int:
+    """Bytes of one log-softmax element: fp32 under autocast (torch.autocast runs log_softmax and cross_entropy in
+    fp32: PyTorch autocast op reference, "CUDA Ops that can autocast to float32"; LoRA on a 16-bit base runs
+    under it too), else the logits' own dtype."""
+    autocast = ctx.autocast or (ctx.lora and ctx.plan.precision.mixed)
+    return 4 if autocast or ctx.bc == 4 else 2
+
+
+def _logprobs(ctx: StageContext) -> Loss:
+    """The preference losses' log-probs (huggingface/trl@f2cd577 dpo_trainer.py _compute_loss, kto_trainer.py,
+    experimental/cpo and orpo get_batch_logps): `selective_log_softmax` (trl/trainer/utils.py) of the logits,
+    which `outputs` holds to the end of _compute_loss. On 16-bit logits it loops over the sequences: each row's
+    log_softmax, which autograd saves (its backward reads the result), and a gather; on fp32 logits it gathers the
+    labels' logits and takes a logsumexp per row, which saves only the logits. CPO (simpo) and ORPO add an NLL
+    cross-entropy on the chosen half (`logits[..., :-1, :].contiguous()`, then F.cross_entropy, which saves its
+    log-softmax): TRL's cpo_alpha default 1.0. Backward: each row's gradient of the gather and the log-softmax,
+    stacked into the logits' gradient (16-bit: 2 × logit bytes; fp32: the saved logits, the gather's scattered
+    zeros, each row's logsumexp gradient until UnbindBackward stacks them, and the stacked gradient, 16; the
+    oracle's TRL step peaks there, in scatter_add: bench/data/oracle-dpo.csv)."""
+    tokens, vocab_r, logits_b = _tv(ctx)
+    soft = softmax_bytes(ctx)
+    saved = 0 if logits_b == 4 else soft  # TRL's fp32 branch saves no log-softmax
+    nll = ctx.plan.workload.preference.loss_type in ("simpo", "orpo")
+    half = Fraction(logits_b + soft, 2) if nll else Fraction(0)
+    per_tv = logits_b + saved + half
+    forward = Described(
+        ceil(tokens * vocab_r * per_tv),
+        "T·V × ({} logits + {} saved log-softmax"
+        + (" + ({} copy + {} log-softmax) / 2 NLL on the chosen" if nll else "")
+        + ") = {:,} × {:,} × {:g}",
+        ((logits_b, saved, logits_b, soft) if nll else (logits_b, saved)) + (tokens, vocab_r, float(per_tv)),
+    )
+    back = 16 if logits_b == 4 else 2 * logits_b
+    backward = Product(
+        (Factor(tokens), Factor(vocab_r), Factor(back)),
+        prefix=f"T·V × {back} (each row's log-softmax gradient, stacked into the logits' gradient) = ",
+    )
+    return Loss(
+        forward=forward,
+        backward=backward,
+        head=_head(ctx, 0),
+        head_grad=True,
+        forward_note="TRL's selective_log_softmax: the logits and each row's saved log-softmax",
+        backward_note="each row's gradient of the log-softmax, stacked into the logits' gradient",
     )
 
 
@@ -165,8 +214,12 @@ _LOSSES = Memo(1024)  # _loss by all it reads (see loss)
 def loss(ctx: StageContext) -> Loss:
     """The last stage's loss, kept by what it reads: the tokens, the model's cut (vocabulary, width, adapters), the
     compute dtype, autocast and the loss settings."""
-    tech = ctx.plan.techniques
-    key = (ctx.layout, logit_tokens(ctx), ctx.bc, ctx.autocast, tech.loss, tech.compiled_loss, tech.loss_chunks)
+    tech, wl = ctx.plan.techniques, ctx.plan.workload
+    preference = wl.preference.loss_type if wl.objective == "preference" else None
+    key = (
+        *(ctx.layout, logit_tokens(ctx), ctx.bc, ctx.autocast, tech.loss, tech.compiled_loss, tech.loss_chunks),
+        *(preference, ctx.lora and ctx.plan.precision.mixed),
+    )
     return remembered(_LOSSES, key, partial(_loss, ctx))
 
 
@@ -174,6 +227,8 @@ def _loss(ctx: StageContext) -> Loss:
     tech = ctx.plan.techniques
     if tech.loss == "fused":
         return _fused(ctx)
+    if ctx.plan.workload.objective == "preference":
+        return _logprobs(ctx)
     if tech.compiled_loss:
         return _compiled(ctx)
     return _chunked(ctx) if tech.loss == "chunked" else _plain(ctx)

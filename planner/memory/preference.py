@@ -15,21 +15,26 @@ one at a time."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from planner.memory.checkpointing import Kept
 from planner.memory.layout import StageContext, StageParams
-from planner.memory.losses import logit_tokens
+from planner.memory.losses import logit_tokens, softmax_bytes
 from planner.memory.result import Item
+from planner.memory.states import trained_weight_dtype
 from planner.memory.terms import Described, Factor, Product, Sum, Term, item
 from planner.plan.config import RL_OBJECTIVES
 from planner.plan.dtypes import QUANTIZED, WeightDType, quantized_bytes
 
 
 def reference_weights(ctx: StageContext) -> Item | None:
-    """A separate reference model's weights (workload.preference.reference separate), frozen, in the plan's
-    frozen-weights dtype: TRL builds it from the policy's model_init_kwargs, quantization_config included
-    (trl@f2cd577 dpo_trainer.py DPOTrainer.__init__ `create_model_from_path(ref_model_path,
-    **ref_model_init_kwargs)`), so a QLoRA plan's reference is NF4 too; projections in that dtype with their
-    scales, embeddings, norms and the head in the compute dtype (as the frozen base of lora/qlora). Under ZeRO-3 /
+    """A separate reference model's weights (workload.preference.reference separate), frozen, in the dtype the
+    policy was loaded in: TRL builds it from the policy's model_init_kwargs, dtype and quantization_config
+    included (trl@f2cd577 dpo_trainer.py DPOTrainer.__init__ `create_model_from_path(ref_model_path,
+    **ref_model_init_kwargs)`), so a QLoRA plan's reference is NF4 too, and a full fine-tune with fp32 weights
+    (mixed precision) has an fp32 reference (measured on an H200: bench/data/measured-gpu.csv, llama-1b DPO AMP);
+    projections in that dtype with their scales, embeddings, norms and the head in the compute dtype (as the
+    frozen base of lora/qlora), or in fp32 with fp32 weights. Under ZeRO-3 /
     FSDP it is sharded like the policy, else every rank holds all of it (trl@f2cd577 trl/models/utils.py
     prepare_deepspeed: "If ZeRO-3 is used, we shard both the active and reference model", other stages run it
     at stage 0; prepare_fsdp wraps it with the policy's FSDP plugin). None without a separate reference
@@ -39,17 +44,20 @@ def reference_weights(ctx: StageContext) -> Item | None:
     # PPO's frozen_offload keeps it in host memory outside its forward (planner/memory/ppo.py)
     if wl.reference != "separate" or (wl.objective == "ppo" and wl.ppo.frozen_offload):
         return None
-    return frozen_weights(ctx, "reference_weights", "Reference model (frozen)", "A frozen copy of the starting model")
+    wdt = ctx.plan.precision.weights if ctx.lora else cast(WeightDType, trained_weight_dtype(ctx))
+    return frozen_weights(
+        ctx, "reference_weights", "Reference model (frozen)", "A frozen copy of the starting model", wdt
+    )
 
 
-def frozen_weights(ctx: StageContext, name: str, label: str, lead: str) -> Item:
-    """A frozen model's weights on one GPU (`ctx`: that model's stage), in the plan's frozen-weights dtype
-    (reference_weights says why), sharded under ZeRO-3 / FSDP."""
+def frozen_weights(ctx: StageContext, name: str, label: str, lead: str, wdt: WeightDType | None = None) -> Item:
+    """A frozen model's weights on one GPU (`ctx`: that model's stage), in `wdt` (default the plan's
+    frozen-weights dtype; reference_weights says why), sharded under ZeRO-3 / FSDP."""
     zero3 = ctx.plan.parallelism.zero_stage == 3
     return item(
         name,
         label,
-        frozen_model(ctx, ctx.sp, ctx.plan.precision.weights),
+        frozen_model(ctx, ctx.sp, wdt or ctx.plan.precision.weights),
         f"{lead}, no gradients or optimizer states; "
         + (
             "sharded with the policy (TRL prepare_deepspeed / prepare_fsdp)"
@@ -62,9 +70,10 @@ def frozen_weights(ctx: StageContext, name: str, label: str, lead: str) -> Item:
 
 def frozen_model(ctx: StageContext, sp: StageParams, wdt: WeightDType) -> Term:
     """A frozen model's parameters (`sp`) on one GPU: its projections in `wdt` with their scales where quantized,
-    the rest (embeddings, norms, the head) in the compute dtype, as the frozen base of lora/qlora; ZeRO-3 / FSDP
-    shards it."""
+    the rest (embeddings, norms, the head) in the compute dtype, as the frozen base of lora/qlora, or in fp32 with
+    fp32 projections; ZeRO-3 / FSDP shards it."""
     prec = ctx.plan.precision
+    others = 4 if wdt == "fp32" else ctx.bc
     projections = Described(
         quantized_bytes(
             sp.linear, wdt, rows=sp.linear_rows, group_size=prec.quant_group_size, double_quant=prec.double_quant
@@ -72,7 +81,7 @@ def frozen_model(ctx: StageContext, sp: StageParams, wdt: WeightDType) -> Term:
         "{:,} projection params in {}" + (" + scales" if wdt in QUANTIZED else ""),
         (sp.linear, wdt),
     )
-    whole = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(ctx.bc, "B")))))
+    whole = Sum((projections, Product((Factor(sp.total - sp.linear, "others"), Factor(others, "B")))))
     zero3 = ctx.plan.parallelism.zero_stage == 3
     return ctx.sharded(whole, round(whole.bytes * sp.experts / sp.total), zero3)
 
@@ -112,7 +121,44 @@ def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
         note = (
             "The reference's no-grad forward over the chosen and rejected sequences, while the policy's graph is held"
         )
+    if wl.objective == "preference":
+        return item(
+            "reference_forward", "Reference forward (no grad)", _preference_reference(ctx, kept), note, ctx.detail
+        )
     return logprob_forward(ctx, kept, "reference_forward", "Reference forward (no grad)", note)
+
+
+# TRL entropy_from_logits (trl/trainer/utils.py) takes the entropy 128 rows of the flattened logits at a time
+ENTROPY_CHUNK_ROWS = 128
+
+
+def _preference_reference(ctx: StageContext, kept: Kept) -> Described:
+    """The reference's part of a preference step, the policy's graph, logits and saved log-softmax held
+    (trl@f2cd577 dpo_trainer.py _compute_loss, kto_trainer.py): its no-grad layers free their intermediates as
+    they go (at most one layer's, bounded by what the layer saves with grad), then its logits, which
+    `ref_outputs` holds to the end of _compute_loss, beside the larger of
+    - selective_log_softmax's rows: the one held in a name and the next (under autocast each also has its fp32
+      cast; on fp32 logits one row's logsumexp temporary);
+    - DPOTrainer's metrics (dpo, ipo): entropy_from_logits reshapes the shifted logits, a strided view, so copies
+      them whole (trl/trainer/utils.py `logits.reshape(-1, num_classes)`), and takes chunks of 128 rows
+      (log-softmax, exp and their product); the chosen logits' boolean-mask copy (half) comes after it is freed.
+    Checked on the oracle's TRL DPO step (bench/data/oracle-dpo.csv) and on an H200 (bench/data/measured-gpu.csv).
+    """
+    wl = ctx.plan.workload
+    vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
+    tokens = logit_tokens(ctx)
+    logits_b, soft = (4, 4) if ctx.bc == 4 else (2, softmax_bytes(ctx))
+    row = tokens // wl.sequences_per_forward * vocab  # one sequence's logits on this GPU
+    rows = 4 * row if logits_b == 4 else (2 * soft + (4 if soft == 4 else 0)) * row
+    metrics = 0
+    if wl.preference.loss_type in ("dpo", "ipo"):
+        metrics = tokens * vocab * logits_b + ENTROPY_CHUNK_ROWS * vocab * 3 * soft
+    tail = tokens * vocab * logits_b + max(rows, metrics)
+    return Described(
+        max(kept.full_layer, tail),
+        "max(one layer's activations {:,}, T·V × {} logits + max(log-prob rows {:,}, metrics {:,}))",
+        (kept.full_layer, logits_b, rows, metrics),
+    )
 
 
 def logprob_forward(ctx: StageContext, kept: Kept, name: str, label: str, note: str) -> Item:

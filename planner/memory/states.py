@@ -91,6 +91,14 @@ def _weights_note(ctx: StageContext, weight_dtype: str) -> str:
     return f"Parameters stored in {weight_dtype}; the optimizer updates them directly"
 
 
+def trained_weight_dtype(ctx: StageContext) -> str:
+    """The dtype full training stores its weights in: fp32 under mixed precision where the optimizer updates them
+    in place (no ZeRO, or ZeRO-3 / FSDP sharding them), else the 16-bit compute copy (ZeRO-1/2 keep the fp32
+    master apart; parameter offload keeps it on the host)."""
+    prec, z, offload = ctx.plan.precision, ctx.plan.parallelism.zero_stage, ctx.plan.techniques.offload
+    return "fp32" if (prec.mixed and z in (0, 3) and offload == "none") else prec.activation_dtype
+
+
 def _full_weights(ctx: StageContext) -> tuple[Item, Item]:
     """(weights, master weights) of full training."""
     prec, z, offload, sp = ctx.plan.precision, ctx.plan.parallelism.zero_stage, ctx.plan.techniques.offload, ctx.sp
@@ -105,7 +113,7 @@ def _full_weights(ctx: StageContext) -> tuple[Item, Item]:
             ctx.detail,
         )
     else:
-        weight_dtype = "fp32" if (mixed and z in (0, 3) and offload == "none") else prec.activation_dtype
+        weight_dtype = trained_weight_dtype(ctx)
         each = nbytes(weight_dtype)
         term = Product((params, Factor(each, f"B ({weight_dtype})")))
         weights = item(
