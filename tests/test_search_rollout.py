@@ -178,3 +178,51 @@ def test_kept_server_that_cannot_hold_its_weights_is_no_candidate():
         }
     )
     assert best(plan, KEPT | {"rollout"}) is None
+
+
+# --- PPO: the same question, its rollout shared by epochs × mini-batches optimizer steps --------------------------
+def ppo(rl=None, ppo_keys=None, count=8):
+    return plan_from_dict(
+        {
+            "model": {"preset": "qwen2.5-0.5b"},
+            "workload": {
+                "task": "finetune",
+                "objective": "ppo",
+                "sequence_length": 1536,
+                "micro_batch_size": 8,
+                "global_batch_size": 64,
+                "steps": 100,
+                "rl": {"completion_length": 1024, "num_generations": 1, **(rl or {})},
+                "ppo": {"epochs": 1, "mini_batches": 1, **(ppo_keys or {})},
+            },
+            "hardware": {"gpu": "h100-sxm-80gb", "count": count},
+        }
+    )
+
+
+def test_ppo_engine_layouts_are_searched_and_timed_like_the_plans():
+    """OpenRLHF-style PPO (a vLLM engine) on 8 H100s: the layouts are GRPO's; the pick's time is the plan's own."""
+    plan = ppo()
+    chosen = best(plan)
+    assert chosen.plan.workload.objective == "ppo" and chosen.plan.workload.rl.engine in ("colocate", "server")
+    assert chosen.job_hours == pytest.approx(job_time(chosen.plan, H100, plan.job_tokens)[0])
+    assert "engine" in chosen.strategy  # the layout is said (rollout_text)
+    rs = RolloutSearch(plan, CATALOG, KEPT)
+    assert {rl.engine for rl, _ in rs.layouts(H100, 8)} == {"colocate", "server"}
+
+
+def test_ppo_rollout_hours_are_shared_by_its_optimizer_steps():
+    """Two epochs over two mini-batches: one rollout (of 2 × 64 completions) feeds 4 optimizer steps of 64 × 1,536
+    tokens, so each step carries a quarter of it (planner/perf/training.py _rollout_item)."""
+    once, shared = ppo(), ppo(ppo_keys={"epochs": 2, "mini_batches": 2})
+    rl, tokens = once.workload.rl, 10**9
+    for plan, steps_per_rollout in ((once, 1), (shared, 4)):
+        hours = RolloutSearch(plan, CATALOG, KEPT)._rollout_hours(H100, rl, 8, tokens, None)
+        rollout_s = rollout_time(plan, H100, rl, 8).seconds
+        assert hours == pytest.approx(tokens / (64 * 1536) / steps_per_rollout * rollout_s / 3600)
+
+
+def test_ppo_with_the_policys_own_generate_has_no_engine_to_place():
+    plan = ppo(rl={"engine": "generate"})
+    chosen = best(plan)
+    assert chosen.plan.workload.rl == plan.workload.rl and "engine" not in chosen.strategy

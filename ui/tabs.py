@@ -29,7 +29,7 @@ from planner.search.recommend import (
     SearchOptions,
     recommend,
 )
-from planner.search.rollout import gpus_text
+from planner.search.rollout import gpus_text, searched
 from planner.units import counted, format_bytes, format_hours, to_unit
 from planner.views.export import compare_rows, estimate_to_json, file_stem, plan_title
 from ui import worker
@@ -343,12 +343,8 @@ def _candidates_frame(candidates: list[Candidate], serving: bool) -> pd.DataFram
                 "GPU": c.gpu.name,
                 "offering": f"{c.offering.provider}: {c.offering.instance}",
                 "GPUs": c.count if c.replicas == 1 else f"{c.replicas} × {c.count}",
-                # of a GRPO plan's GPUs, those of a server engine (the rest train)
-                **(
-                    {"engine GPUs": c.plan.total_gpus - c.plan.hardware.count}
-                    if c.plan.workload.objective == "grpo"
-                    else {}
-                ),
+                # of a GRPO or PPO plan's GPUs, those of a server engine (the rest train)
+                **({"engine GPUs": c.plan.total_gpus - c.plan.hardware.count} if searched(c.plan) else {}),
                 "strategy": c.strategy,
                 "GiB per GPU": round(to_unit(c.device_bytes), 1),
                 "$ per GPU-hour": None if c.usd_per_gpu_hour is None else round(c.usd_per_gpu_hour, 2),

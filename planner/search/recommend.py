@@ -44,7 +44,7 @@ from planner.perf import compute_floor_hours, flops_per_token, unsupported_compu
 from planner.perf.rates import rates
 from planner.plan.config import MAX_BATCH, MAX_SEQUENCE, RL_OBJECTIVES, Hardware, Parallelism, Plan
 from planner.plan.validate import check_choice
-from planner.search.rollout import RolloutSearch, rollout_text
+from planner.search.rollout import RolloutSearch, rollout_text, searched
 from planner.search.strategies import Found, Limits, OutOfTime, StrategySearch
 from planner.units import format_bytes, format_hours, from_gib
 
@@ -81,7 +81,7 @@ SEARCH_KEYS = (
     "activation_checkpointing",
     "offload",
     "micro_batch_size",
-    "rollout",  # a GRPO plan's engine layout: colocated or split, its fraction, sleep level and GPUs
+    "rollout",  # a GRPO or PPO plan's engine layout: colocated or split, its fraction, sleep level and GPUs
 )
 RankBy = Literal["job", "hour"]
 # what the deadline is checked against: the time model's job time, or the slow end of the time band of the plan's
@@ -373,7 +373,7 @@ class _Job:
     search: StrategySearch
     tokens: int
     options: SearchOptions
-    rollout: RolloutSearch | None = None  # a GRPO plan's engine layouts (planner/search/rollout.py)
+    rollout: RolloutSearch | None = None  # a GRPO or PPO plan's engine layouts (planner/search/rollout.py)
 
 
 def _train_offering(job: _Job, offering: Offering, gpu: Gpu) -> tuple[list[Candidate], str]:
@@ -818,7 +818,7 @@ def recommend(
     tokens, source = _job_tokens(plan)
     stop_at = start + options.budget_s if options.budget_s is not None else float("inf")
     held = model_deadline_hours(plan, options)
-    rollout = RolloutSearch(plan, catalog, options.fixed, stop_at) if plan.workload.objective == "grpo" else None
+    rollout = RolloutSearch(plan, catalog, options.fixed, stop_at) if searched(plan) else None
     search = rollout.search if rollout else StrategySearch(plan, catalog, options.fixed, stop_at)
     job = _Job(search, tokens, replace(options, deadline_hours=held), rollout)
     gpu_ids = [plan.hardware.gpu] if {"gpu", "offering"} & options.fixed else list(options.gpus or catalog)

@@ -1,6 +1,7 @@
-"""The recommender's question for GRPO: where the rollout engine runs, for the cheapest run.
+"""The recommender's question for GRPO and PPO: where the rollout engine runs, for the cheapest run.
 
-At a total GPU count T (what the job pays for) a GRPO plan lays out as:
+At a total GPU count T (what the job pays for) a GRPO or PPO plan with a vLLM engine lays out as (a plan that
+generates with the policy's own `generate`, `workload.rl.engine generate`, has no engine to place):
 - colocated: the engine on the T training GPUs, at a memory fraction (FRACTIONS and the plan's own) and a sleep
   level (the plan's own, or 2: the engine frees its weights and KV cache while the policy trains);
 - split: N = T − M training GPUs beside a server engine of M = TP × replicas GPUs of its own (replicas doubling).
@@ -31,7 +32,7 @@ from planner.memory import Estimate
 from planner.memory.inference import inference_estimate
 from planner.memory.rollout import rollout_wave
 from planner.perf import compute_floor_hours, elementwise_floor_hours, job_time, rollout_time
-from planner.plan.config import Plan, Rl, SleepLevel
+from planner.plan.config import RL_OBJECTIVES, Plan, Rl, SleepLevel
 from planner.search.strategies import Found, Limits, OutOfTime, StrategySearch, within_one_domain
 
 # the colocated engine's memory fractions searched, besides the plan's own: TRL's colocate default 0.3
@@ -64,10 +65,15 @@ def server(rl: Rl, tensor: int, gpus: int) -> Rl:
     )
 
 
+def searched(plan: Plan) -> bool:
+    """Whether the recommender places the plan's rollout engine: GRPO and PPO with a vLLM engine."""
+    return plan.workload.objective in RL_OBJECTIVES and plan.workload.rl.engine != "generate"
+
+
 def rollout_text(plan: Plan) -> str:
-    """Where a GRPO plan's engine runs, in a few words ("" for other plans)."""
+    """Where a GRPO or PPO plan's engine runs, in a few words ("" for other plans)."""
     wl = plan.workload
-    if wl.objective != "grpo":
+    if not searched(plan):
         return ""
     rl = wl.rl
     if rl.engine == "colocate":
@@ -83,14 +89,15 @@ def rollout_text(plan: Plan) -> str:
 
 
 def gpus_text(plan: Plan) -> str:
-    """A plan's GPUs: "6 + 2" where a GRPO server engine has GPUs of its own beside the training GPUs."""
+    """A plan's GPUs: "6 + 2" where a GRPO or PPO server engine has GPUs of its own beside the training GPUs."""
     engine = plan.total_gpus - plan.hardware.count
     return f"{plan.hardware.count:,} + {engine:,}" if engine else f"{plan.hardware.count:,}"
 
 
 class RolloutSearch:
-    """Every engine layout of one GRPO plan at the counts the recommender asks, each layout's strategies searched
-    once (same interface as StrategySearch's first_fit and best_at, counts meaning every GPU the job holds)."""
+    """Every engine layout of one GRPO or PPO plan at the counts the recommender asks, each layout's strategies
+    searched once (same interface as StrategySearch's first_fit and best_at, counts meaning every GPU the job
+    holds)."""
 
     def __init__(self, plan: Plan, catalog, fixed: frozenset[str], stop_at: float = float("inf")) -> None:
         self.plan, self.catalog, self.fixed, self.stop_at = plan, catalog, fixed, stop_at
@@ -99,7 +106,10 @@ class RolloutSearch:
         self._best: dict[tuple, Found | None] = {}
         self._tensor: dict[tuple[Rl, str, int], tuple[int, ...]] = {}
         self._rollout: dict[tuple[Gpu, Rl, int], float] = {}
-        self.steps_per_token = 1 / (plan.workload.global_batch_size * plan.workload.sequence_length)
+        wl = plan.workload
+        # PPO: one rollout feeds epochs × mini_batches optimizer steps (planner/perf/training.py _rollout_item)
+        shared = wl.ppo.epochs * wl.ppo.mini_batches if wl.objective == "ppo" else 1
+        self.steps_per_token = 1 / (wl.global_batch_size * wl.sequence_length * shared)
 
     def _strategies(self, rl: Rl, gpu: Gpu) -> StrategySearch:
         """The strategy search of the plan with this engine layout: one per GPU type where the engine is
