@@ -7,7 +7,7 @@ uses its fake-CUDA model builder and MemTracker subclass; nothing here is import
 
 The step follows huggingface/trl@f2cd577 trl/trainer/dpo_trainer.py `_compute_loss` (loss_type sigmoid, a separate
 ref_model, no precompute): one forward of the policy on the 2 × micro_batch sequences (chosen then rejected),
-`selective_log_softmax` of the shifted logits (trl/trainer/utils.py, re-written in planner/measure/logps.py
+`selective_log_softmax` of the shifted logits (trl/trainer/utils.py, re-written in planner/measure/dpo_step.py
 with the same ops: its bf16 branch loops over the rows), the frozen reference's forward and log-probs under
 torch.no_grad, -logsigmoid(beta × margin), then the oracle's backward, clip_grad_norm_, AdamW (foreach) step and
 zero_grad, two steps. `metrics` adds what `_compute_loss` logs
@@ -20,6 +20,7 @@ import csv
 import gc
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 ORACLE = Path(__file__).resolve().parents[2] / "shared" / "tools" / "oracle"
@@ -29,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # planner.measure.
 import fakecuda  # noqa: E402  (the oracle's, from ORACLE)
 import oracle  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-from planner.measure.logps import label_logps  # noqa: E402
+from planner.measure.dpo_step import dpo_loss  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "data" / "oracle-dpo.csv"
 MODEL = dict(arch="llama", hidden=512, layers=4, heads=8, kv_heads=2, intermediate=1536, vocab=32000)  # oracle "T"
@@ -53,46 +53,12 @@ COLUMNS = [
     "seq_len", "micro_batch", "objective", "loss_type", "reference", "trl_metrics", "n_params", "peak_bytes",
     "peak_phase", "peak_op", "peak_module", "step_peaks_gib",
 ]  # fmt: skip
-BETA = 0.1  # TRL DPOConfig beta default
 
 
-def chunked_entropy(logits, rows=128):
-    """Each position's entropy, `rows` positions at a time (TRL entropy_from_logits, the metric _compute_loss logs)."""
-    flat = logits.reshape(-1, logits.shape[-1])
-    parts = []
-    for chunk in flat.split(rows, dim=0):
-        chunk_logps = F.log_softmax(chunk, dim=-1)
-        parts.append(-(torch.exp(chunk_logps) * chunk_logps).sum(-1))
-    return torch.cat(parts).reshape(logits.shape[:-1])
-
-
-def compute_loss(model, ref_model, input_ids, completion_mask, metrics):
-    """trl@f2cd577 DPOTrainer._compute_loss, loss_type sigmoid, f_divergence reverse_kl, ld_alpha None."""
-    outputs = model(input_ids=input_ids, use_cache=False)
-    shift_logits = outputs.logits[..., :-1, :]
-    shift_labels = input_ids[..., 1:]
-    shift_completion_mask = completion_mask[..., 1:]
-    per_token_logps = label_logps(shift_logits, shift_labels)
-    per_token_logps[shift_completion_mask == 0] = 0.0
-    chosen_logps, rejected_logps = per_token_logps.sum(dim=1).chunk(2, dim=0)
-    with torch.no_grad():
-        ref_outputs = ref_model(input_ids=input_ids, use_cache=False)
-    ref_shift_logits = ref_outputs.logits[..., :-1, :]
-    ref_per_token_logps = label_logps(ref_shift_logits, shift_labels)
-    ref_per_token_logps[shift_completion_mask == 0] = 0.0
-    ref_chosen_logps, ref_rejected_logps = ref_per_token_logps.sum(dim=1).chunk(2, dim=0)
-    delta_score = (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
-    loss = (-F.logsigmoid(BETA * delta_score)).mean()
-    if metrics:
-        entropy = chunked_entropy(shift_logits.detach())
-        (entropy * shift_completion_mask).sum()
-        chosen_logits, rejected_logits = shift_logits.detach().chunk(2, dim=0)
-        # TRL's chosen_logits[chosen_mask.bool()] copies the masked rows; fake tensors cannot take a data-dependent
-        # shape, and with every completion token masked in, the copy is the whole half: a clone of the same bytes
-        chosen_logits.reshape(-1, chosen_logits.shape[-1]).clone().mean(-1).sum()
-        rejected_logits.reshape(-1, rejected_logits.shape[-1]).clone().mean(-1).sum()
-        chosen_logits.argmax(dim=-1)
-    return loss
+def whole_half(logits, mask):
+    """TRL's chosen_logits[mask.bool()] copies the masked rows; fake tensors cannot take a data-dependent shape, and
+    with every completion token masked in, the copy is the whole half: a clone of the same bytes."""
+    return logits.reshape(-1, logits.shape[-1]).clone()
 
 
 def run(c: dict) -> dict:
@@ -121,7 +87,14 @@ def run(c: dict) -> dict:
                 for step in range(c["steps"]):
                     tr.step_tag = str(step)
                     with oracle.autocast_ctx(c, "cuda"):  # the Trainer's compute_loss_context_manager
-                        loss = compute_loss(model, ref_model, input_ids, completion_mask, c["metrics"])
+                        loss = dpo_loss(
+                            model,
+                            partial(ref_model, input_ids=input_ids, use_cache=False),
+                            input_ids,
+                            completion_mask,
+                            c["metrics"],
+                            whole_half,
+                        )
                     loss.backward()
                     del loss
                     torch.nn.utils.clip_grad_norm_(list(model.parameters()), c["grad_clip"], foreach=True)

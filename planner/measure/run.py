@@ -4,10 +4,12 @@ architecture with random weights, then the plan's workload, with what the alloca
 - training (pretrain / finetune / lora / qlora): TRAIN_STEPS steps of forward with HF's loss (labels), backward,
   clip_grad_norm_, optimizer.step, zero_grad(set_to_none=True), so the optimizer states exist at the peak;
   LoRA through peft, QLoRA through a bitsandbytes NF4 base;
-- objective preference (DPO, a reference): TRL's DPO step (huggingface/trl@f2cd577 dpo_trainer.py
-  `_compute_loss`, loss_type sigmoid): the policy's forward on 2 × micro_batch sequences (chosen then rejected),
-  the labels' log-probs (planner/measure/logps.py), the reference's forward and log-probs under no_grad (a frozen
-  copy built like the policy, or the LoRA policy with its adapters disabled), −logsigmoid(β × margin);
+- objective preference (DPO, a reference): TRL's DPO step (planner/measure/dpo_step.py: huggingface/trl@f2cd577
+  dpo_trainer.py `_compute_loss`, loss_type sigmoid, with the metrics it logs): the policy's forward on 2 ×
+  micro_batch sequences (chosen then rejected), the labels' log-probs, the reference's forward and log-probs under
+  no_grad (a frozen copy built like the policy, or the LoRA policy with its adapters disabled), −logsigmoid(β ×
+  margin); rows measured before 2026-11-28 ran an earlier step that freed each model's logits after its
+  log-probs and logged no metrics (bench/data/measured-gpu-sources.md);
 - objective reward: a sequence-classification model with one label (TRL RewardTrainer: chosen and rejected in one
   batch), −logsigmoid(chosen − rejected);
 - inference: prefill + greedy `generate` with the KV cache, for exactly `output_tokens` new tokens.
@@ -30,7 +32,7 @@ import torch.nn.functional as F
 import transformers
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, BitsAndBytesConfig
 
-from planner.measure.logps import label_logps
+from planner.measure.dpo_step import dpo_loss
 from planner.measure.plan import (
     TRAIN_STEPS,
     attn_implementation,
@@ -52,7 +54,6 @@ except ImportError:
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 LR = 1e-5  # any rate: the step's memory does not depend on it
-BETA = 0.1  # TRL DPOConfig beta default (trl@f2cd577 trl/trainer/dpo_config.py)
 PAIRED = ("preference", "reward")  # objectives whose batch is chosen + rejected: 2 × micro_batch_size rows
 # plan LoRA targets → module names: Llama/Qwen2 projections, Mixtral's experts (w1 gate, w3 up, w2 down),
 # GPT-2's fused c_attn (q, k, v) and its c_fc / c_proj MLP (no gate)
@@ -219,12 +220,6 @@ def _batch(plan: dict, device: str, gen):
     return torch.randint(0, high, (rows, wl.get("sequence_length", 4096)), generator=gen).to(device)
 
 
-def _sequence_logps(model, ids):
-    """Each sequence's summed log-probability of its own next tokens."""
-    logits = model(input_ids=ids, use_cache=False).logits[:, :-1, :]
-    return label_logps(logits, ids[:, 1:]).sum(dim=1)
-
-
 def _loss(model, ref, plan: dict, ids):
     objective = plan["workload"].get("objective", "next_token")
     if objective == "reward":
@@ -232,15 +227,15 @@ def _loss(model, ref, plan: dict, ids):
         return -F.logsigmoid(chosen - rejected).mean()
     if objective != "preference":
         return model(input_ids=ids, labels=ids).loss
-    logps = _sequence_logps(model, ids)
-    with torch.no_grad():
-        if ref is not None:
-            ref_logps = _sequence_logps(ref, ids)
-        else:  # adapters_disabled: the LoRA policy's base (TRL with a PEFT model and ref_model None)
-            with model.disable_adapter():
-                ref_logps = _sequence_logps(model, ids)
-    chosen, rejected = (logps - ref_logps).chunk(2)
-    return -F.logsigmoid(BETA * (chosen - rejected)).mean()
+    if ref is not None:
+        return dpo_loss(model, lambda: ref(input_ids=ids, use_cache=False), ids, torch.ones_like(ids))
+    return dpo_loss(model, lambda: _adapters_off(model, ids), ids, torch.ones_like(ids))
+
+
+def _adapters_off(model, ids):
+    """The LoRA policy's base: TRL with a PEFT model and ref_model None (peft's disable_adapter)."""
+    with model.disable_adapter():
+        return model(input_ids=ids, use_cache=False)
 
 
 def _train(model, ref, plan: dict, device: str, gen, steps: int) -> float:
