@@ -2,6 +2,7 @@
 corpus where it is present) read as plans, with every default named; what the plan cannot describe refused."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,21 @@ def test_dpo_and_rm_stages_read_as_post_training(stage, objective, reference):
     wl = plan_from_config(read(text), model={"preset": "qwen3-4b"}).workload
     assert wl.objective == objective
     assert (wl.preference.reference if objective == "preference" else None) == reference
+
+
+def test_dpo_stage_takes_its_log_probs_over_fp32_logits():
+    """CustomDPOTrainer casts the logits to fp32 and takes one log_softmax over them (get_batch_logps), unlike TRL's
+    row-by-row selective_log_softmax: the plan says so, and holds 8 B a logit where TRL's holds 4."""
+    text = (DATA / "qlora_qwen3.yaml").read_text().replace("stage: sft", "stage: dpo")
+    text = text.replace("enable_liger_kernel: true", "enable_liger_kernel: false")  # Liger's fused loss aside
+    plan = plan_from_config(read(text), model={"preset": "qwen3-4b"})
+    assert plan.workload.preference.log_probs == "upcast"
+    trl = replace(
+        plan, workload=replace(plan.workload, preference=replace(plan.workload.preference, log_probs="selective"))
+    )
+    logits = [
+        max(i.bytes for ph in estimate(p).stages[0].phases for i in ph.items if i.name == "logits_loss")
+        for p in (plan, trl)
+    ]
+    # the peak of each: upcast's backward (12 B a logit), TRL's forward under LoRA autocast (2 + 4 fp32 log-softmax)
+    assert logits[0] * 6 == logits[1] * 12

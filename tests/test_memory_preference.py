@@ -268,3 +268,12 @@ def test_kto_invariants(task, mb, zero):
     # the KL forward holds no graph: never above the reference forward, which holds it
     kl, ref = (next(p for p in est.stages[0].phases if p.name == n) for n in ("KL forward", "reference forward"))
     assert kl.allocated_bytes <= ref.allocated_bytes
+
+
+def test_upcast_log_probs_by_hand():
+    """LLaMA-Factory's get_batch_logps: the logits cast to fp32 (4 B) and their whole log-softmax (4 B), held; the
+    reference's the same, freed once its log-probs are taken; backward as cross-entropy's 12 B a logit."""
+    est = estimate(tiny(objective="preference", preference={"log_probs": "upcast"}))
+    ref = phase_items(est, "reference forward")
+    assert ref["logits_loss"] == 128 * V * 8 and ref["reference_forward"] == max(LAYER, 128 * V * 8) == 1_024_000
+    assert phase_items(est, "loss backward")["logits_loss"] == 128 * V * 12

@@ -186,6 +186,8 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
             "workload.preference.loss_type",
             choice("pref_loss", cfg.get("pref_loss", "sigmoid"), PREF_LOSSES),
         )
+        # train/dpo/trainer.py concatenated_forward: `.logits.to(torch.float32)`, then get_batch_logps' log_softmax
+        r.set("stage (CustomDPOTrainer: log-probs over fp32 logits)", "workload.preference.log_probs", "upcast")
     return task
 
 

@@ -86,6 +86,26 @@ def softmax_bytes(ctx: StageContext) -> int:
     return 4 if autocast or ctx.bc == 4 else 2
 
 
+def _upcast_logprobs(ctx: StageContext) -> Loss:
+    """Log-probs over fp32 logits (workload.preference.log_probs upcast: hiyouga/LLaMA-Factory@ff6d4d1
+    train/dpo/trainer.py concatenated_forward `.logits.to(torch.float32)`, trainer_utils.py get_batch_logps
+    `torch.gather(logits.log_softmax(-1), ...)`): the fp32 copy, which the returned dict holds (the 16-bit logits
+    die with the model's output), and the fp32 log-softmax autograd saves. Backward: the saved log-softmax, the
+    gather's scattered zeros and the input gradient, fp32, as cross-entropy's."""
+    tokens, vocab_r, _ = _tv(ctx)
+    size = (Factor(tokens), Factor(vocab_r))
+    return Loss(
+        forward=Product(size + (Factor(8),), prefix="T·V × (4 fp32 logits + 4 log-softmax) = "),
+        backward=Product(
+            size + (Factor(12),), prefix="T·V × 12 (saved log-softmax + its gradient + input gradient) = "
+        ),
+        head=_head(ctx, 0),
+        head_grad=True,
+        forward_note="Log-probs over the logits cast to fp32: the fp32 logits and their log-softmax",
+        backward_note="fp32 buffers of the log-softmax's backward",
+    )
+
+
 def _logprobs(ctx: StageContext) -> Loss:
     """The preference losses' log-probs (huggingface/trl@f2cd577 dpo_trainer.py _compute_loss, kto_trainer.py,
     experimental/cpo and orpo get_batch_logps): `selective_log_softmax` (trl/trainer/utils.py) of the logits,
@@ -215,7 +235,7 @@ def loss(ctx: StageContext) -> Loss:
     """The last stage's loss, kept by what it reads: the tokens, the model's cut (vocabulary, width, adapters), the
     compute dtype, autocast and the loss settings."""
     tech, wl = ctx.plan.techniques, ctx.plan.workload
-    preference = wl.preference.loss_type if wl.objective == "preference" else None
+    preference = (wl.preference.loss_type, wl.preference.log_probs) if wl.objective == "preference" else None
     key = (
         *(ctx.layout, logit_tokens(ctx), ctx.bc, ctx.autocast, tech.loss, tech.compiled_loss, tech.loss_chunks),
         *(preference, ctx.lora and ctx.plan.precision.mixed),
@@ -228,7 +248,7 @@ def _loss(ctx: StageContext) -> Loss:
     if tech.loss == "fused":
         return _fused(ctx)
     if ctx.plan.workload.objective == "preference":
-        return _logprobs(ctx)
+        return _upcast_logprobs(ctx) if ctx.plan.workload.preference.log_probs == "upcast" else _logprobs(ctx)
     if tech.compiled_loss:
         return _compiled(ctx)
     return _chunked(ctx) if tech.loss == "chunked" else _plain(ctx)

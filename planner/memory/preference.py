@@ -147,6 +147,12 @@ def _preference_reference(ctx: StageContext, kept: Kept) -> Described:
     wl = ctx.plan.workload
     vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
     tokens = logit_tokens(ctx)
+    if wl.preference.log_probs == "upcast":  # LLaMA-Factory: its fp32 logits and their whole log-softmax, then freed
+        return Described(
+            max(kept.full_layer, tokens * vocab * 8),
+            "max(one layer's activations {:,}, T·V × 8 (fp32 logits + their log-softmax) = {:,} × {:,} × 8)",
+            (kept.full_layer, tokens, vocab),
+        )
     logits_b, soft = (4, 4) if ctx.bc == 4 else (2, softmax_bytes(ctx))
     row = tokens // wl.sequences_per_forward * vocab  # one sequence's logits on this GPU
     rows = 4 * row if logits_b == 4 else (2 * soft + (4 if soft == 4 else 0)) * row

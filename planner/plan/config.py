@@ -63,6 +63,10 @@ REFERENCE_FREE = ("simpo", "orpo")
 # base with its LoRA adapters disabled: TRL with a PEFT model and ref_model None), precomputed (TRL
 # precompute_ref_log_probs: a pass before training) or none (reference-free losses)
 Reference = Literal["separate", "adapters_disabled", "precomputed", "none"]
+# how a preference trainer takes the completions' log-probs: selective (TRL selective_log_softmax: 16-bit logits,
+# one row's log_softmax at a time) or upcast (the logits cast to fp32, one log_softmax over them all, its labels
+# gathered: LLaMA-Factory's get_batch_logps)
+LogProbs = Literal["selective", "upcast"]
 # where GRPO's rollout engine runs: colocate (vLLM in the training processes, on the training GPUs: TRL
 # vllm_mode "colocate", its default, huggingface/trl@f2cd577 trl/trainer/grpo_config.py; verl's hybrid
 # actor_rollout_ref) or server (a vLLM server on other GPUs: TRL vllm_mode "server", `trl vllm-serve`) or generate
@@ -236,6 +240,13 @@ class Preference:
     policy's base with its LoRA adapters off: TRL with a PEFT model and ref_model None), `precomputed` (TRL
     `precompute_ref_log_probs`: a pass before training) or `none` (reference-free losses). Default: none for simpo and
     orpo; adapters_disabled for task lora and qlora; else separate."""
+
+    log_probs: LogProbs = "selective"
+    """How the trainer takes the completions' log-probs: `selective` (TRL's selective_log_softmax: the 16-bit
+    logits and one row's log-softmax at a time, huggingface/trl@f2cd577 trl/trainer/utils.py) or `upcast` (the
+    logits cast to fp32 and one log_softmax over all of them: LLaMA-Factory's get_batch_logps,
+    hiyouga/LLaMA-Factory@ff6d4d1 src/llamafactory/train/trainer_utils.py and train/dpo/trainer.py
+    concatenated_forward)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "workload.preference")
