@@ -133,7 +133,10 @@ def express(row: dict) -> tuple[dict | None, str]:
         "tie_embeddings": row["tied_embeddings"] == "yes",
     }
     if "neox" in family or "gelu" in family:
-        model.update(mlp="gelu", norm="layernorm", bias="falcon" not in family)
+        # the activation a `vram-planner measure` row names; else one fused GeLU kernel: HF GPT-NeoX (config
+        # hidden_act gelu), lit-gpt's GptNeoxMLP (F.gelu, its Pythia, StableLM, Phi and Falcon)
+        activation = "gelu_new" if "activation gelu_new" in family else "gelu"
+        model.update(mlp="gelu", activation=activation, norm="layernorm", bias="falcon" not in family)
     quant = row["quantization"].lower()
     training = not row["task"].lower().startswith("inference")
     compute = "fp8" if "float8" in quant and training else _dtype(row["compute_dtype"])  # torchao float8 linears

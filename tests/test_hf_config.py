@@ -170,3 +170,21 @@ def test_gemma3_length_is_not_scaled_again():
         },
     }
     assert model_from_hf_config(config).context_window == 131072
+
+
+@pytest.mark.parametrize(
+    "family, keys, activation",
+    [
+        ("gpt2", {}, "gelu_new"),  # GPT2Config's default activation_function
+        ("gpt2", {"activation_function": "gelu_pytorch_tanh"}, "gelu_pytorch_tanh"),
+        ("gpt_neox", {"hidden_act": "gelu"}, "gelu"),  # Pythia's config.json
+        ("gpt_neox", {}, "gelu"),  # GPTNeoXConfig's default
+        ("falcon", {}, "gelu"),  # Falcon's config.json names none: FalconConfig's default
+        ("gpt_bigcode", {}, "gelu_pytorch_tanh"),
+        ("phi", {"hidden_act": "gelu_new"}, "gelu_new"),
+        ("opt", {"activation_function": "relu"}, "gelu_new"),  # not told apart: the most an elementwise op saves
+    ],
+)
+def test_a_gelu_familys_activation_is_its_configs_or_its_class_default(family, keys, activation):
+    config = {"model_type": family, "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, **keys}
+    assert model_from_hf_config(config).activation == activation

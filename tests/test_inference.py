@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from planner.catalog import load_catalog
 from planner.errors import PlanError
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
-from planner.memory.inference import kv_bytes_per_token, vllm_batch_defaults, weight_bytes
+from planner.memory.inference import eager_score_bytes, kv_bytes_per_token, vllm_batch_defaults, weight_bytes
 from planner.plan.codec import plan_from_dict
 from planner.search.recommend import recommend
 
@@ -505,3 +505,47 @@ def test_vllm_kv_budget_against_published_startup_logs(preset, hf_id, tensor):
     assert abs(activations / float(row["activation_peak_gib"]) - 1) < 0.02
     claimed = est.gpu.usable_bytes * 0.9 / 2**30
     assert abs(est.serving.kv_budget_bytes / 2**30 - float(row["kv_cache_gib"])) < 0.01 * claimed
+
+
+@pytest.mark.parametrize(
+    "compute, per_score",
+    [
+        # bf16: softmax(dtype=float32) converts the masked bf16 scores first: 2 + 4 (copy) + 4 (softmax)
+        ("bf16", 10),
+        # fp16: CUDA's fused half→float softmax; then the masked scores, the fp32 softmax and its fp16 cast
+        ("fp16", 8),
+        # fp32: the matmul's output beside its scaled copy (no conversion later)
+        ("fp32", 8),
+    ],
+)
+def test_eager_prefill_by_hand(compute, per_score):
+    """HF eager attention under no_grad (MemTracker on HF Llama generate peaks at its softmax): per layer the
+    b × heads × p × p scores at `per_score` B, the b × 1 × p × p causal mask in the compute dtype, the query and
+    repeat_kv's copies of K and V at every query head (TINY: 2 KV heads for 4 query heads)."""
+    b = 4 if compute == "fp32" else 2
+    est = estimate(infer(precision={"compute": compute}, techniques={"attention": "eager"}))
+    assert eager_score_bytes(compute) == per_score
+    prefill = est.stages[0].phases[0]
+    attention = 64 * (64 + 2 * 64) * b + 2 * 32 * 32 * (4 * per_score + b)  # > SwiGLU's 3 × 64 × 128 × b
+    assert prefill.allocated_bytes == b * P + WS + 2 * 32 * 128 * b + attention + 3 * 64 * 64 * b + 1000 * 2 * (b + 4)
+
+
+def test_gelu_new_prefill_holds_four_intermediates():
+    """No gradients: NewGELUActivation's last product has x, 0.5·x, 1 + tanh and its output alive (a fused GeLU
+    its input and output). TINY as a GeLU model, 64 prompt tokens, I = 128, bf16."""
+
+    def prefill(activation):
+        model = {**TINY, "mlp": "gelu", "norm": "layernorm", "activation": activation}
+        plan = plan_from_dict(
+            {
+                "model": model,
+                "workload": {
+                    "task": "inference",
+                    "inference": {"batch_size": 2, "prompt_tokens": 32, "output_tokens": 8},
+                },
+                "precision": {"compute": "bf16"},
+            }
+        )
+        return estimate(plan).stages[0].phases[0].allocated_bytes
+
+    assert prefill("gelu_new") - prefill("gelu") == (4 - 2) * 64 * 128 * 2

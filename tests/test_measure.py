@@ -222,3 +222,11 @@ def test_a_measurement_the_run_cannot_see_is_a_dash():
     lines = measure.result_text(config, measured, measure.predict(config["plan"])).splitlines()
     assert lines[2].split()[:3] == ["max", "allocated", "-"] and lines[2].endswith(" -")
     assert len(measure.dev_rows(config, measured)) == 1
+
+
+def test_the_run_builds_the_plans_gelu():
+    """GPT2Config gets the plan's activation (an unset one is GPT2Config's own default, gelu_new, as planned)."""
+    model = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}
+    assert measure.hf_config("gpt2", {**model, "activation": "gelu"}, 64)[1]["activation_function"] == "gelu"
+    assert "activation_function" not in measure.hf_config("gpt2", model, 64)[1]
+    assert measure.normalize({"model": {**model, "mlp": "gelu"}})["plan"]["model"]["activation"] == "gelu_new"

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from planner.catalog import load_catalog
 from planner.errors import PlanError
 from planner.memory import CUBLAS_WORKSPACE_BYTES, estimate
+from planner.memory.activations import layer_acts
 from planner.plan.codec import plan_from_dict
 
 P = 202_048  # TINY's parameters (test_models.py)
@@ -1111,3 +1112,53 @@ def test_llama_405b_stage_under_torchtitan_pp8_tp8_holds_its_unsharded_parameter
     assert held["gradients"] == params * 4 and held["weights"] == params * 4 // 8
     assert params * 6 > 0.6 * est.peak_allocated_bytes  # they dominate the peak
     assert est.device_bytes > 50 * 2**30 and stage.peak.name.startswith("backward")
+
+
+GELU = {**TINY, "mlp": "gelu", "norm": "layernorm", "bias": True}
+
+
+@pytest.mark.parametrize(
+    "precision, fused, unfused",
+    [
+        # I = 128. Fused: x and the output (down's input) 2 × 2 B. gelu_new: x, tanh, 0.5x, 1 + tanh and the output
+        (PURE, 2 * 2 * 128, 5 * 2 * 128),
+        # autocast: pow runs in fp32, so x, tanh and 1 + tanh are fp32; 0.5x and down's cast input 16-bit
+        ({}, 2 * 2 * 128, (3 * 4 + 2 + 2) * 128),
+        ({"compute": "fp32"}, 2 * 4 * 128, 5 * 4 * 128),
+    ],
+)
+def test_gelu_new_saves_five_tensors_by_hand(precision, fused, unfused):
+    """HF GPT-2's NewGELUActivation is elementwise ops that each save their inputs (MemTracker on HF GPT-2: 6 B
+    per element more than the fused kernel in bf16, 12 B under autocast and in fp32)."""
+
+    def mlp(activation):
+        return layer_acts(plan_from_dict({"model": {**GELU, "activation": activation}, "precision": precision})).mlp
+
+    assert mlp("gelu") == mlp("gelu_pytorch_tanh") == fused and mlp("gelu_new") == unfused
+    acts = {a: items(phase(estimate(_gelu_plan(a, precision)), "forward"))["activations"] for a in ("gelu", "gelu_new")}
+    assert acts["gelu_new"] - acts["gelu"] == 2 * T * (unfused - fused)  # both layers, every token
+
+
+def _gelu_plan(activation, precision):
+    return plan_from_dict(
+        {
+            "model": {**GELU, "activation": activation},
+            "workload": {"sequence_length": 32, "micro_batch_size": 2},
+            "precision": precision,
+        }
+    )
+
+
+def test_gelu_new_under_lora_keeps_what_its_ops_save():
+    """A frozen c_fc and c_proj save no inputs: the activation's own tensors remain (bf16: x alone when fused;
+    x, tanh, 0.5x and 1 + tanh for gelu_new)."""
+
+    def mlp(activation):
+        plan = {
+            "model": {**GELU, "activation": activation},
+            "workload": {"task": "lora", "lora": {"rank": 8, "targets": ["q", "v"]}},
+            "precision": PURE,
+        }
+        return layer_acts(plan_from_dict(plan)).mlp
+
+    assert mlp("gelu") == 2 * 128 and mlp("gelu_new") == 4 * 2 * 128

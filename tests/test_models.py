@@ -73,7 +73,7 @@ def test_validation_messages(changes, message):
 def test_unknown_model_key_lists_allowed():
     with pytest.raises(
         PlanError,
-        match=r"^model.layers: unknown key; allowed keys are: attn_output_gate, bias, context_window, "
+        match=r"^model.layers: unknown key; allowed keys are: activation, attn_output_gate, bias, context_window, "
         r"experts_per_token, ",
     ):
         model_from_dict({**TINY, "layers": 2})
@@ -206,3 +206,14 @@ def test_keys_a_rule_requires_read_without_none_in_their_branch():
     # the presets' config.json values (HF nemotron_h, qwen3_next)
     assert presets()["nemotron-h-8b"].model.mamba_dims == (128, 64, 128)
     assert presets()["qwen3-next-80b-a3b"].model.gdn_dims == (16, 32, 128, 128)
+
+
+def test_a_gelu_mlp_defaults_to_gpt2s_unfused_gelu_and_other_mlps_take_no_activation():
+    assert model_from_dict({**TINY, "mlp": "gelu"}).activation == "gelu_new"
+    assert model_from_dict({**TINY, "mlp": "gelu", "activation": "gelu"}).composite_gelu is False
+    assert model_from_dict(TINY).activation is None
+    with pytest.raises(PlanError, match=r"^model.activation: .*names a gelu MLP's activation; model.mlp is swiglu"):
+        model_from_dict({**TINY, "activation": "gelu"})
+    # written out for a GeLU model only (a plan file does not depend on the default)
+    assert model_to_dict(model_from_dict({**TINY, "mlp": "gelu"}))["activation"] == "gelu_new"
+    assert "activation" not in model_to_dict(model_from_dict(TINY))

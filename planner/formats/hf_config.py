@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
 from planner.errors import PlanError, bad, short
 from planner.loader import HF_CONFIG, load_json
-from planner.plan.models import Model, preset_of_shape
+from planner.plan.models import Activation, Model, preset_of_shape
 
 # Families whose MLP is gated (SwiGLU/GeGLU: gate, up, down) with RMSNorm, and those with a plain GeLU MLP and
 # LayerNorm with biases.
@@ -49,6 +49,16 @@ GATED = (
     "qwen3_5_moe_text",
 )
 PLAIN = ("gpt2", "gpt_neox", "gpt_bigcode", "phi", "starcoder2", "falcon", "opt", "gptj")
+# a GeLU family's activation when its config.json omits it: its transformers configuration class's default
+ACTIVATION_DEFAULTS = {
+    "gpt2": "gelu_new",
+    "gptj": "gelu_new",
+    "phi": "gelu_new",
+    "gpt_neox": "gelu",
+    "falcon": "gelu",
+    "gpt_bigcode": "gelu_pytorch_tanh",
+    "starcoder2": "gelu_pytorch_tanh",
+}
 # what transformers assumes when a config omits tie_word_embeddings (PretrainedConfig's default is True)
 UNTIED_BY_DEFAULT = (
     "llama",
@@ -160,6 +170,8 @@ def model_from_hf_config(config: Mapping[str, Any] | str) -> Model:
     # GPT-2, Falcon: 4h when unset (a hidden size that is no integer is left for the model's own check)
     out["intermediate_size"] = inter if inter is not None else 4 * h if type(h) is int else h
     out["mlp"] = "swiglu" if gated else "gelu"
+    if not gated:
+        out.update(_activation(config, family))
     out["norm"] = "rmsnorm" if gated else "layernorm"
     out["tie_embeddings"] = bool(config.get("tie_word_embeddings", family not in UNTIED_BY_DEFAULT))
     # biases: GeLU families carry them on every linear (Falcon: only when `bias`); gated ones only when both the
@@ -222,6 +234,14 @@ def _size(config: Mapping[str, Any], key: str) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
         raise bad(f"hf_config.{key}", value, "must be a positive number")
     return value
+
+
+def _activation(config: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """A GeLU family's activation: its config's (GPT-2, GPT-J, StarCoder: `activation_function`; NeoX, Phi,
+    StarCoder2: `hidden_act`; Falcon: `activation`), else its configuration class's default. Others (OPT's relu,
+    gelu_fast, quick_gelu) are planned as gelu_new's unfused ops, the most an elementwise activation saves here."""
+    act = _first(config, "activation_function", "hidden_act", "activation", default=ACTIVATION_DEFAULTS.get(family))
+    return {"activation": act if act in get_args(Activation) else "gelu_new"}
 
 
 def _llama_like(config: Mapping[str, Any]) -> bool:

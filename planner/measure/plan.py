@@ -208,6 +208,8 @@ def hf_config(arch: str, model: dict, positions: int) -> tuple[str, dict]:
             "resid_pdrop": 0.0,
             "embd_pdrop": 0.0,
             "attn_pdrop": 0.0,
+            # the plan's GeLU (model.activation); unset, GPT2Config's own default gelu_new is the planner's too
+            **({"activation_function": model["activation"]} if model.get("activation") else {}),
             **common,
         }
     kwargs = {
@@ -403,7 +405,8 @@ def _plan_columns(config: dict) -> dict[str, Any]:
     params = param_counts(model_from_dict(m)).total
     return {
         "model": plan.get("name") or config["name"],
-        "arch_family": ARCH_FAMILY[config["arch"]],
+        # a GeLU model's row names its activation (bench/accuracy.py reads it back)
+        "arch_family": ARCH_FAMILY[config["arch"]] + (f"; activation {m['activation']}" if m.get("activation") else ""),
         "n_layers": m["num_layers"],
         "hidden": m["hidden_size"],
         "n_heads": m["num_attention_heads"],

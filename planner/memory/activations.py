@@ -66,6 +66,23 @@ def attention_acts(plan: Plan, b16: int, frozen: bool = False) -> tuple[int, int
     return attention, a * s * per, formula + f" + a·s·{per} scores = {a}×{count(s)}×{per}"
 
 
+def gelu_saved(plan: Plan, b16: int) -> tuple[int, str]:
+    """Bytes per MLP-hidden element a GeLU keeps for backward besides its output (which the down projection
+    saves as its input), and the formula.
+
+    A fused kernel (nn.functional.gelu) saves its input x. HF's NewGELUActivation (`gelu_new`, transformers
+    activations.py) computes 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) op by op: pow saves x, tanh its output,
+    the final product both factors, 0.5·x and 1 + tanh; products with a Python scalar and sums save nothing
+    (PyTorch autograd derivatives.yaml). Under autocast pow runs in fp32 (autocast's fp32 op list) and type
+    promotion keeps tanh and 1 + tanh fp32: only 0.5·x is 16-bit. MemTracker on HF GPT-2 (transformers 5.18):
+    12 B per element more than the fused kernel under autocast and in fp32, 6 B in bf16."""
+    if not plan.model.composite_gelu:
+        return b16, f"x {b16}"
+    if autocast(plan):
+        return 3 * 4 + b16, f"gelu_new: fp32 x, tanh, 1 + tanh 3 × 4 + 0.5x {b16}"
+    return 4 * b16, f"gelu_new: x, tanh, 0.5x, 1 + tanh 4 × {b16}"
+
+
 # --- LoRA: a frozen base ------------------------------------------------------------------------------------
 def _lora_adapter_acts(plan: Plan, b16: int) -> int:
     """Per token: each adapter's rank-r intermediate, own input copies, dropout copies and masks."""
@@ -122,8 +139,10 @@ def _lora_layer_acts(plan: Plan) -> LayerActs:
         f" + {outs // (b16 * h)} shared norm output(s) {b16}h" if outs else ""
     )
     attention, scores, attention_formula = attention_acts(plan, b16, frozen=True)
-    # MLP: SwiGLU keeps gate, silu(gate), up; the product only if down is adapted (and shares it); GeLU keeps fc
-    keep = (3 if m.mlp == "swiglu" else 1) + (1 if ("down" in targets and not own_copies) else 0)
+    # MLP: SwiGLU keeps gate, silu(gate), up; the product only if down is adapted (and shares it); GeLU keeps what
+    # its activation saves (gelu_saved)
+    shared_out = b16 if ("down" in targets and not own_copies) else 0
+    act, act_formula = (3 * b16, f"3 × {b16}") if m.mlp == "swiglu" else gelu_saved(plan, b16)
     adapters = _lora_adapter_acts(plan, b16)
     attention_formula += f" + adapters {count(adapters)} B" + (
         " (with DoRA's 2 × d_out outputs)" if lora.variant == "dora" else ""
@@ -133,11 +152,12 @@ def _lora_layer_acts(plan: Plan) -> LayerActs:
         norms=2 * norm_in + outs,
         attention=attention + adapters,  # adapters split like attention
         scores=scores,
-        mlp=keep * b16 * inter,
+        mlp=(act + shared_out) * inter,
         moe_mlp=moe_mlp,
         norm_formula=norm_formula,
         attention_formula=attention_formula,
-        mlp_formula=f"{keep} × {b16}I (frozen projections save no inputs)" + moe_formula,
+        mlp_formula=f"({act_formula}{f' + product {b16}' if shared_out else ''})I (frozen projections save no inputs)"
+        + moe_formula,
     )
 
 
@@ -223,9 +243,14 @@ def layer_acts(plan: Plan, stage: int = 0) -> LayerActs:
     consumers = (2 if m.mla else 3 if separate else 1) + (2 if separate else 1)
     norms, norm_formula = _norm_acts(plan, b16, consumers)
     attention, scores, attention_formula = attention_acts(plan, b16)
-    # MLP. SwiGLU saves gate, silu(gate), up and their product (4 × I); GeLU saves fc and gelu(fc) (2 × I).
+    # MLP. SwiGLU saves gate, silu(gate), up and their product (4 × I); GeLU what its activation saves and its
+    # output (2 × I fused, gelu_saved)
     factor = 4 if m.mlp == "swiglu" else 2
     mlp, mlp_formula = factor * b16 * inter, f"{factor} × {b16}I = {factor}×{b16}×{count(inter)}"
+    if m.mlp == "gelu":
+        act, act_formula = gelu_saved(plan, b16)
+        mlp, mlp_formula = (act + b16) * inter, f"({act_formula} + output {b16})I = {act + b16}×{count(inter)}"
+    # compiled (inductor fuses a GeLU's elementwise ops into one kernel: the fused count holds)
     if plan.techniques.compiled_blocks and not cast and plan.techniques.attention == "flash" and not m.mla:
         norms, norm_formula, attention, attention_formula, mlp, mlp_formula = _compiled_acts(plan, b16, inter)
         factor = 3 if m.mlp == "swiglu" else 2

@@ -210,7 +210,7 @@ def _attention_peak(plan: Plan, chunk: int, bc: int) -> tuple[int, int]:
     DeepseekV3Attention) holds, until o_proj, every local of its forward: the projected and the
     RoPE-concatenated queries (2q), the decompressed keys (k) and kv_b's output (heads × (nope + v), the values
     are a view of it), the rotated query part, the compressed kv latent + RoPE key and its norm; eager
-    attention's fp32 scores compete."""
+    attention's scores (eager_score_bytes) and causal mask compete."""
     m, t, inf = plan.model, plan.parallelism.tensor, plan.workload.inference
     q, k, v, out = attention_widths(m, t)
     a_r = m.num_attention_heads // t
@@ -219,18 +219,40 @@ def _attention_peak(plan: Plan, chunk: int, bc: int) -> tuple[int, int]:
         peak = (
             chunk * (2 * q + k + v_alive + out + a_r * m.qk_rope_head_dim + 2 * m.latent_rank + m.qk_rope_head_dim) * bc
         )
+    elif plan.techniques.attention == "eager":
+        # at the softmax: the query and repeat_kv's copies of the keys and values at every query head (GQA; without
+        # it they are the cache's own tensors: DynamicLayer.update keeps the layer's K, V as given)
+        repeated = a_r * m.head_dim if k < a_r * m.head_dim else 0
+        peak = chunk * (q + 2 * repeated) * bc
     else:
         peak = chunk * (q + k + v + out) * bc
     if plan.techniques.attention == "eager":
         seqs = max(1, chunk // inf.prompt_tokens)
-        peak += seqs * a_r * min(chunk, inf.prompt_tokens) * inf.prompt_tokens * (4 + bc)
+        rows = seqs * min(chunk, inf.prompt_tokens) * inf.prompt_tokens  # b × q × kv of the causal mask
+        peak += rows * (a_r * eager_score_bytes(plan.precision.activation_dtype) + bc)
     return peak, v_alive
+
+
+def eager_score_bytes(dtype: str) -> int:
+    """Bytes per element of the b × heads × p × p scores at eager attention's largest moment without gradients
+    (transformers eager_attention_forward: matmul · scaling, + mask, softmax(dtype=float32), .to(query dtype)).
+
+    PyTorch's softmax(dtype=float) (aten/src/ATen/native/SoftMax.cpp) has a fused half→float kernel for fp16 on
+    CUDA only; a bf16 input is converted first (toType), so the masked bf16 scores, their fp32 copy and the fp32
+    softmax are alive at once: 10 B. fp16: the masked scores, the fp32 softmax and its cast back, 8 B. fp32: the
+    matmul's output and its scaled copy (then the masked copy, then the softmax: no conversion), 8 B. MemTracker
+    on HF Llama generate (prefill under no_grad) peaks there in all three."""
+    b = nbytes(dtype)
+    if b == 4:
+        return 2 * 4
+    return b + 4 + (4 if dtype == "bf16" else b)
 
 
 def _forward(plan: Plan, gpu: Gpu) -> _Forward:
     """Prefill: one forward over the prompt tokens (or a chunk). Without gradients each intermediate is freed
-    when consumed; the largest moment is SwiGLU's silu(gate), up and their product (GeLU: fc and gelu(fc)),
-    with the residual, the normed input and the layer output alive; eager attention's fp32 scores compete."""
+    when consumed; the largest moment is SwiGLU's silu(gate), up and their product (GeLU: fc and gelu(fc); HF's
+    unfused gelu_new: 4 tensors), with the residual, the normed input and the layer output alive; eager
+    attention's scores, softmax and causal mask compete."""
     m, inf, t = plan.model, plan.workload.inference, plan.parallelism.tensor
     bc, h = nbytes(plan.precision.activation_dtype), m.hidden_size
     shapes = projection_shapes(m, t)
@@ -242,7 +264,8 @@ def _forward(plan: Plan, gpu: Gpu) -> _Forward:
         # vLLM profiles a forward of its whole token budget (gpu_model_runner profile_run: _dummy_run(
         # max_num_tokens)), whatever the requests: that is what its budget sets aside
         chunk = engine_batched_tokens(plan, gpu)
-    mlp_peak = (3 if m.mlp == "swiglu" else 2) * chunk * shapes["up"][1] * bc
+    # gelu_new (HF NewGELUActivation, op by op): x, 0.5·x, 1 + tanh and their product alive at its last mul
+    mlp_peak = (3 if m.mlp == "swiglu" else 4 if m.composite_gelu else 2) * chunk * shapes["up"][1] * bc
     if m.num_experts:  # fused MoE: intermediate caches of the routed tokens (T·k × (2I_e, I_e, h)), router logits
         e_inter = m.expert_intermediate_size // t
         moe_peak = chunk * m.experts_per_token * (3 * e_inter + h) * bc + chunk * m.num_experts * 4

@@ -21,6 +21,10 @@ from planner.units import parse_count
 
 # relu2: squared-ReLU with no gate (Nemotron-H's NemotronHMLP: up_proj and down_proj only); 2 matrices like gelu
 Mlp = Literal["swiglu", "gelu", "relu2"]
+# A gelu MLP's activation as transformers names it (activations.py ACT2CLS): gelu_new is NewGELUActivation, the tanh
+# formula written as separate elementwise ops (HF GPT-2's default activation_function, Phi, GPT-J); gelu and
+# gelu_pytorch_tanh are one fused kernel each (nn.functional.gelu, approximate="tanh": GPT-NeoX, Falcon, StarCoder)
+Activation = Literal["gelu_new", "gelu", "gelu_pytorch_tanh"]
 # How `layer_pattern` reads (planner README, "Hybrid models"): mixer_ffn, one character per layer that holds a
 # mixer and the FFN (HF layer_types of Qwen3-Next / Granite-4.0-H): `*` attention, `M` Mamba-2, `G` Gated DeltaNet;
 # one_sublayer, Nemotron-H's hybrid_override_pattern verbatim: one block per character with ONE sublayer, `*`
@@ -139,6 +143,12 @@ class Model:
     mlp: Mlp = "swiglu"
     """The MLP: `swiglu` (Llama family: separate q/k/v and gate/up linears), `gelu` (GPT-2/NeoX: fused qkv, two
     matrices) or `relu2` (Nemotron-H: squared ReLU, up and down only)."""
+    activation: Activation | None = None
+    """A `gelu` MLP's activation, as transformers names it (config.json `hidden_act`; GPT-2's `activation_function`,
+    Falcon's `activation`): `gelu_new` (HF GPT-2, Phi, GPT-J: the tanh formula as separate elementwise ops, each
+    keeping its input for the backward), `gelu` (exact) or `gelu_pytorch_tanh` (one fused kernel each: GPT-NeoX,
+    Pythia, Falcon, StarCoder). Default: `gelu_new` for a `gelu` MLP (GPT2Config's default, what `vram-planner
+    measure` builds); unset for other MLPs."""
     norm: Norm = "rmsnorm"
     """The layer norm: `rmsnorm` (Llama family) or `layernorm` (GPT-2, NeoX: with a bias)."""
     tie_embeddings: bool = False
@@ -247,6 +257,10 @@ class Model:
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
             check_int("model.head_dim", self.head_dim, lo=1, hi=MAX_HEAD_DIM)
+        if self.mlp == "gelu" and self.activation is None:
+            object.__setattr__(self, "activation", "gelu_new")
+        elif self.mlp != "gelu" and self.activation is not None:
+            raise bad("model.activation", self.activation, f"names a gelu MLP's activation; model.mlp is {self.mlp}")
         check_int("model.first_dense_layers", self.first_dense_layers, lo=0, hi=self.num_layers)
         if self.num_experts:
             check_int("model.experts_per_token", self.experts_per_token, lo=1, hi=self.num_experts)
@@ -329,6 +343,11 @@ class Model:
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank is not None
+
+    @property
+    def composite_gelu(self) -> bool:
+        """The MLP's GeLU is HF's NewGELUActivation (`gelu_new`): elementwise ops that each save their inputs."""
+        return self.activation == "gelu_new"
 
     @property
     def latent_rank(self) -> int:
@@ -526,6 +545,7 @@ MODEL_KEYS = (
     "intermediate_size",
     "vocab_size",
     "mlp",
+    "activation",
     "norm",
     "tie_embeddings",
     "bias",
@@ -572,7 +592,7 @@ _GDN_KEYS = (
 )
 _HYBRID_KEYS = ("layer_pattern", "pattern_style", "ssm_state_dtype") + _MAMBA_KEYS + _GDN_KEYS
 _FLAG_KEYS = ("qk_norm", "attn_output_gate", "shared_expert_gate")  # written out only when set
-_OPTIONAL_KEYS = ("context_window",)  # written out only when known
+_OPTIONAL_KEYS = ("context_window", "activation")  # written out only when known (activation: gelu MLPs)
 
 
 @dataclass(frozen=True, kw_only=True)
