@@ -16,8 +16,9 @@ SAMPLES = {
         "other trainers)",
     ),
     "OpenRLHF": (
-        "deepspeed --module openrlhf.cli.train_dpo --pretrain meta-llama/Llama-3.1-8B --zero_stage 3\n",
-        "is a config of OpenRLHF: preference and RL training are not a workload the plan describes yet (issue 33)",
+        "deepspeed --module openrlhf.cli.train_kto --pretrain meta-llama/Llama-3.1-8B --zero_stage 3\n",
+        "is a config of OpenRLHF: only its train_sft, train_dpo, train_rm and train_ppo_ray command lines are read "
+        "(not train_kto, train_prm, train_kd, ...)",
     ),
     "litgpt": (
         "checkpoint_dir: checkpoints/org/model\nout_dir: out/lora\nprecision: bf16-true\ndevices: 1\n",

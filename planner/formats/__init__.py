@@ -22,6 +22,7 @@ from planner.formats import (
     hf_trainer,
     llamafactory,
     megatron,
+    openrlhf,
     sglang,
     torchtitan,
     torchtune,
@@ -60,6 +61,7 @@ FORMATS: dict[str, Format] = {
         vllm.FORMAT,
         sglang.FORMAT,
         verl.FORMAT,
+        openrlhf.FORMAT,
     )
 }
 

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from planner.formats.base import Document
 from planner.formats.reading import quiet_mapping
 
-POST_TRAINING = "preference and RL training are not a workload the plan describes yet (issue 33)"
-
 
 @dataclass(frozen=True, kw_only=True)
 class Unread:
@@ -28,7 +26,8 @@ class Unread:
 # Marks read from each stack's own config schema:
 # - verl (volcengine/verl, trainer/config/ppo_trainer.yaml): actor_rollout_ref, algorithm; `python -m verl.trainer.*`
 #   other than main_ppo, whose command lines planner/formats/verl.py reads
-# - OpenRLHF (OpenRLHF/OpenRLHF, openrlhf/cli/train_*.py): launched as `openrlhf.cli.train_*`
+# - OpenRLHF (OpenRLHF/OpenRLHF, openrlhf/cli/*.py): launched as `openrlhf.cli.*` other than the four entry
+#   points planner/formats/openrlhf.py reads
 # - litgpt (Lightning-AI/litgpt, config_hub/finetune/*.yaml): checkpoint_dir, out_dir, precision, devices
 #   (finetune) or model_name, initial_checkpoint_dir (pretrain)
 # - MaxText (AI-Hypercomputer/maxtext, configs/base.yml): per_device_batch_size, max_target_length, or a
@@ -43,7 +42,12 @@ UNREAD = (
         command=r"\bverl\.trainer\.",
         why="only `python -m verl.trainer.main_ppo` command lines are read (not its YAML, nor its other trainers)",
     ),
-    Unread(stack="OpenRLHF", command=r"\bopenrlhf\.cli\.train_", why=POST_TRAINING),
+    Unread(
+        stack="OpenRLHF",
+        command=r"\bopenrlhf\.cli\.",
+        why="only its train_sft, train_dpo, train_rm and train_ppo_ray command lines are read (not train_kto, "
+        "train_prm, train_kd, ...)",
+    ),
     Unread(
         stack="litgpt",
         keys=frozenset({"checkpoint_dir", "out_dir", "precision", "devices"}),

@@ -1,0 +1,24 @@
+# PPO on 8 GPUs with every model and the vLLM engines colocated (OpenRLHF's dotted flags)
+ray job submit --address="http://127.0.0.1:8265" --runtime-env-json='{"working_dir": "/openrlhf"}' \
+   -- python3 -m openrlhf.cli.train_ppo_ray \
+   --actor.num_nodes 1 \
+   --actor.num_gpus_per_node 8 \
+   --vllm.num_engines 4 \
+   --vllm.tensor_parallel_size 2 \
+   --train.colocate_all \
+   --vllm.gpu_memory_utilization 0.5 \
+   --vllm.enable_sleep \
+   --ds.enable_sleep \
+   --actor.model_name_or_path meta-llama/Llama-3.1-8B-Instruct \
+   --reward.model_name_or_path meta-llama/Llama-3.2-1B \
+   --train.batch_size 128 \
+   --train.micro_batch_size 4 \
+   --rollout.batch_size 512 \
+   --rollout.n_samples_per_prompt 2 \
+   --train.max_epochs 1 \
+   --data.max_len 3072 \
+   --rollout.max_new_tokens 2048 \
+   --ds.zero_stage 3 \
+   --algo.kl.init_coef 0.01 \
+   --actor.gradient_checkpointing_enable \
+   --actor.adam.lr 5e-7
