@@ -74,6 +74,7 @@ def test_dpo_in_flat_flags_is_ipo_with_a_separate_reference():
             "workload.objective": "preference",
             "workload.preference.loss_type": "ipo",
             "workload.preference.reference": "separate",
+            "workload.preference.log_probs": "upcast",  # Actor.forward casts the logits to fp32
             "workload.sequence_length": 2048,
             "workload.micro_batch_size": 1,
             "workload.global_batch_size": 128,

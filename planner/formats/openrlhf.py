@@ -378,6 +378,10 @@ def _supervised(led: Reading, flag: Flags, launcher: dict[str, int], gpus: int |
         ipo = flag.bool("ipo")
         led.set(flag.source("ipo"), "workload.preference.loss_type", "ipo" if ipo else "dpo")
         led.set(f"({SOURCE}train_dpo.py: a reference Actor always loaded)", "workload.preference.reference", "separate")
+        # models/actor.py Actor.forward casts the logits to fp32 (`output["logits"].to(torch.float32)`) before
+        # log_probs_from_logits' fp32 branch: planned as upcast, an upper bound (that branch saves only the logits)
+        actor = "(OpenRLHF@3c3be623 openrlhf/models/actor.py: the logits cast to fp32)"
+        led.set(actor, "workload.preference.log_probs", "upcast")
         if flag.has("ref_offload"):
             flag.taken.add("ref_offload")
             led.note(flag.source("ref_offload"), "the reference's weights in host memory: planned on the GPU")
