@@ -20,7 +20,7 @@ from planner.catalog import load_catalog
 from planner.errors import PlanError
 from planner.memory import estimate
 from planner.plan.choices import CHOICES
-from planner.plan.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_yaml
+from planner.plan.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_query, plan_to_yaml
 from planner.plan.config import FROZEN_WEIGHTS
 from planner.search.recommend import recommend
 from planner.units import format_bytes
@@ -1444,3 +1444,39 @@ def test_a_server_engines_gpus_reach_the_plan_and_the_breakdown():
     assert warnings == [] and plan.workload.rl.engine_gpus == 2 and plan.workload.rl.async_rollout
     assert "Engine GPUs (rollout server)" in [s.value for s in at.subheader]
     assert {"Weights", "KV cache (paged)"} <= set(table(at, "engine item")["engine item"])  # the engine GPU's own
+
+
+def test_a_preference_plans_reference_and_log_probs_survive_the_page():
+    """A link to a LLaMA-Factory-style DPO plan (log-probs over fp32 logits, precomputed reference log-probs) keeps
+    both through the page's widgets; a reference left to its default follows a change of loss."""
+    linked = plan_from_dict(
+        {
+            "model": {"preset": "qwen2.5-0.5b"},
+            "workload": {
+                "task": "lora",
+                "objective": "preference",
+                "preference": {"reference": "precomputed", "log_probs": "upcast"},
+            },
+        }
+    )
+    at = app(plan_to_query(linked))
+    assert not at.exception and at.selectbox(key="pref_log_probs").value == "upcast"
+    plan, _ = plan_from_query(dict(at.query_params), DEFAULT)
+    assert plan.workload.preference.reference == "precomputed" and plan.workload.preference.log_probs == "upcast"
+    at.selectbox(key="pref_reference").select(None).run()
+    at.selectbox(key="loss_type").select("simpo").run()
+    plan, _ = plan_from_query(dict(at.query_params), DEFAULT)
+    assert not at.error and plan.workload.reference == "none"  # simpo's default
+
+
+def test_a_custom_gelu_models_activation_is_drawn_and_kept():
+    """A fused GeLU (Pythia's `gelu`) keeps 2 intermediate tensors where GPT-2's composite `gelu_new` keeps 5: the
+    custom architecture draws the choice only for a GeLU MLP, and the link keeps it."""
+    model = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}
+    model |= {"vocab_size": 512, "mlp": "gelu", "norm": "layernorm", "activation": "gelu"}
+    at = app(plan_to_query(plan_from_dict({"model": model})))
+    assert not at.exception and at.selectbox(key="activation").value == "gelu"
+    plan, _ = plan_from_query(dict(at.query_params), DEFAULT)
+    assert plan.model.activation == "gelu"
+    at.selectbox(key="mlp").select("swiglu").run()
+    assert not at.exception and not [s for s in at.selectbox if s.key == "activation"]

@@ -30,9 +30,11 @@ from planner.plan.config import (
     MAX_SEQUENCE,
     OBJECTIVE_TASKS,
     TRAINING_TASKS,
+    LogProbs,
     Plan,
     Precision,
     PreferenceLoss,
+    Reference,
     RolloutEngine,
     SleepLevel,
     default_weights,
@@ -372,6 +374,8 @@ def _architecture() -> None:
     for key, label in ARCH_INTS.items():
         drawn(st.number_input, label, 1, 4_194_304, key=key)
     drawn(st.selectbox, "MLP", CHOICES["model.mlp"], key="mlp")
+    if st.session_state["mlp"] == "gelu":
+        drawn(st.selectbox, "GeLU", CHOICES["model.activation"], key="activation")
     drawn(st.selectbox, "Norm", CHOICES["model.norm"], key="norm")
     drawn(st.checkbox, "Tied embeddings", key="tie_embeddings")
     drawn(st.checkbox, "Biases", key="bias")
@@ -539,6 +543,14 @@ def _objective() -> None:
     objective = st.session_state["objective"]
     if objective == "preference":
         drawn(st.selectbox, "Preference loss", get_args(PreferenceLoss), key="loss_type")
+        drawn(
+            st.selectbox,
+            "Reference",
+            (None, *get_args(Reference)),
+            key="pref_reference",
+            format_func=lambda r: "the loss and task's default" if r is None else r,
+        )
+        drawn(st.selectbox, "Log-probs", get_args(LogProbs), key="pref_log_probs")
     if objective == "distillation":
         drawn(st.selectbox, "Teacher", sorted(presets()), key="kd_teacher", help="the frozen teacher's preset")
         drawn(st.number_input, "KD loss chunks", 1, 1024, key="kd_loss_chunks")

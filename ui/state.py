@@ -11,7 +11,7 @@ name (a derived count after a degree changed, a training setting of a plan turne
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -30,7 +30,7 @@ from planner.plan.codec import (
     plan_to_query,
     takes_integers,
 )
-from planner.plan.config import Distillation, Inference, Lora, Plan, Rl, section_keys
+from planner.plan.config import Distillation, Inference, Lora, Plan, Preference, Rl, section_keys
 from planner.plan.docs import key_doc
 from planner.plan.models import MODEL_KEYS
 from planner.plan.ppo import Ppo
@@ -138,9 +138,11 @@ def _paths() -> dict[str, tuple[str, ...]]:
     }
     paths.update({key: ("model", key) for key in MODEL_KEYS if key != "preset"})
     blocks = {"lora": Lora, "inference": Inference}
-    # the objective's blocks: the preference loss, and GRPO's keys (prefixed: gpu_memory_utilization is also a
-    # serving key); the preference reference is left to its resolved default
+    # the objective's blocks: the preference loss, its reference (None: the loss and task's default) and log-probs,
+    # and GRPO's keys (prefixed: gpu_memory_utilization is also a serving key)
     paths["loss_type"] = ("workload", "preference", "loss_type")
+    paths["pref_reference"] = ("workload", "preference", "reference")
+    paths["pref_log_probs"] = ("workload", "preference", "log_probs")
     paths.update({f"rl_{f.name}": ("workload", "rl", f.name) for f in fields(Rl)})
     # distillation's and ppo's keys are prefixed too: loss_chunks is also a techniques key
     paths.update({f"kd_{f.name}": ("workload", "distillation", f.name) for f in fields(Distillation)})
@@ -177,7 +179,8 @@ BLOCK_PREFIX = {
     "distillation": "kd_",
     "ppo": "ppo_",
 }  # the widget keys of an objective's block (as the links')
-NONE_CHOSEN = ("kd_teacher_weights",)  # choices whose None is a value of its own (the compute dtype)
+# choices whose None is a value of its own: the teacher's compute dtype, the reference the loss and task resolve
+NONE_CHOSEN = ("kd_teacher_weights", "pref_reference")
 
 
 def widget_values(plan: Plan) -> dict[str, Any]:
@@ -190,6 +193,8 @@ def widget_values(plan: Plan) -> dict[str, Any]:
         **{f"kd_{f.name}": getattr(Distillation(), f.name) for f in fields(Distillation)},
         **{f"ppo_{f.name}": getattr(Ppo(), f.name) for f in fields(Ppo)},
         "loss_type": "dpo",
+        "pref_reference": None,
+        "pref_log_probs": Preference().log_probs,
         "name": d.get("name", ""),
         "framework": d["framework"],
         "framework_release": d.get("framework_release", ""),
@@ -206,6 +211,8 @@ def widget_values(plan: Plan) -> dict[str, Any]:
             out.update(value if isinstance(value, dict) else {key: value})
     out.update({key: out.get(key) or absent for key, absent in WIDGET_WHEN_ABSENT.items()})
     out["train_tokens"] = str(out["train_tokens"])  # a text box: a count with or without a suffix (1T)
+    if plan.workload.objective == "preference":
+        out.update(_preference_widgets(plan))
     # a choice the plan leaves unset (the fp8 recipe of a bf16 plan) shows its first value
     out.update(
         {
@@ -218,6 +225,16 @@ def widget_values(plan: Plan) -> dict[str, Any]:
     out["serving"] = out["gpu_memory_utilization"] is not None
     out["gpu_memory_utilization"] = out["gpu_memory_utilization"] or 0.9
     return {key: list(value) if isinstance(value, tuple) else value for key, value in out.items()}
+
+
+def _preference_widgets(plan: Plan) -> dict[str, Any]:
+    """The preference block's widgets: its reference None where it is what the loss and task resolve (so a change
+    of loss or task moves it along), else as the plan sets it."""
+    pref = plan.workload.preference
+    unset = replace(plan, workload=replace(plan.workload, preference=replace(pref, reference=None)))
+    default = plan_from_dict(plan_to_dict(unset)).workload.reference
+    reference = None if plan.workload.reference == default else plan.workload.reference
+    return {"loss_type": pref.loss_type, "pref_reference": reference, "pref_log_probs": pref.log_probs}
 
 
 def load_into_widgets(plan: Plan) -> None:
