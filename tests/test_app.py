@@ -22,6 +22,7 @@ from planner.memory import estimate
 from planner.plan.choices import CHOICES
 from planner.plan.codec import plan_from_dict, plan_from_query, plan_to_dict, plan_to_query, plan_to_yaml
 from planner.plan.config import FROZEN_WEIGHTS
+from planner.plan.docs import keys_to_table
 from planner.search.recommend import recommend
 from planner.units import format_bytes
 from ui import sidebar as ui_sidebar
@@ -1480,3 +1481,11 @@ def test_a_custom_gelu_models_activation_is_drawn_and_kept():
     assert plan.model.activation == "gelu"
     at.selectbox(key="mlp").select("swiglu").run()
     assert not at.exception and not [s for s in at.selectbox if s.key == "activation"]
+
+
+def test_every_plan_key_has_a_widget_so_a_link_loses_none():
+    """A key without a widget path is dropped when a link or an import goes through the page (the preference
+    reference and log-probs once were); the preset is the model selector's own."""
+    keys = [line.split("|")[1].strip().strip("`") for line in keys_to_table().splitlines()[2:]]
+    widgets = {".".join(path) for path in PATHS.values()}
+    assert [k for k in keys if k not in widgets] == ["model.preset"]
