@@ -14,6 +14,7 @@ the second training step (the planner's step time on the catalog GPU of the run'
 from __future__ import annotations
 
 import csv
+import statistics
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from stats import ALL, error_table, groups
 
 from planner.catalog import load_catalog
 from planner.memory import estimate
+from planner.memory.runtime import RESERVE_FRACTION, churn_bytes
 from planner.perf import plan_time
 from planner.plan.codec import plan_from_dict
 from planner.units import GiB
@@ -64,6 +66,10 @@ def compare(row: dict) -> dict:
         out[f"{stat}_gib"] = measured / GiB
         out[f"{stat}_predicted_gib"] = getattr(est, key) / GiB
         out[stat] = getattr(est, key) / measured - 1
+    peak = max(est.stages[0].phases, key=lambda ph: ph.allocated_bytes)
+    churn = churn_bytes(peak)
+    reserve = int(row["measured_peak_reserved_bytes"]) - int(row["measured_peak_allocated_bytes"])
+    out["reserve_fraction"] = reserve / churn if churn else None
     step = plan_time(parsed, catalog[DEVICES[row["device"]]]) if row["step_s"] else None
     if step is not None and row["children_at_once"] == "1":
         out |= {"step_s": float(row["step_s"]), "step_predicted_s": step.step_time_s}
@@ -107,6 +113,14 @@ def main() -> list[dict]:
     print(f"{len(rows)} configurations run on {', '.join(devices)}: the planner's memory against the run's.")
     print()
     print(error_table(groups(rows, lambda r: r["kind"]), [(s, s, ALL) for s in STATS]))
+    fractions = [r["reserve_fraction"] for r in rows if r["reserve_fraction"] is not None]
+    q1, median, q3 = statistics.quantiles(fractions, n=4)
+    print()
+    print(
+        f"The allocator's reserve (reserved − allocated) over the bytes that churn at the planner's peak, "
+        f"{len(fractions)} runs: median {median:.3f}, quartiles {q1:.3f}–{q3:.3f}, max {max(fractions):.2f} (the "
+        f"planner takes {RESERVE_FRACTION[False]:.2f}, the median of its trace replays)."
+    )
     timed = [r for r in rows if "time" in r]
     print()
     print(f"{len(timed)} configurations run one process at a time: the planner's step time against the second step's.")
