@@ -150,20 +150,41 @@ def _fresh_gradients(
             detail,
         )
     cast = produced != grad_bytes and offload == "none"
-    transient = unit * produced if (cast or scattered or accumulated or offload != "none") else 0
-    transient += unit * grad_bytes if (scattered and cast) else 0
-    kept = unit * grad_bytes if (not counted and not scattered and offload == "none") else 0
-    copy = (scattered and cast) or kept
+    # (bytes per parameter, what they are): the gradient as autograd makes it where it is a transient (cast,
+    # reduce-scattered, added into .grad or copied to the host), its cast copy for the reduce-scatter, and the
+    # .grad it becomes on the first micro-batch where Gradients does not count it yet
+    parts = [(produced, "as produced")] if (cast or scattered or accumulated or offload != "none") else []
+    parts += [(grad_bytes, "cast copy")] if (scattered and cast) else []
+    parts += [(grad_bytes, ".grad")] if (not counted and not scattered and offload == "none") else []
     return item(
         "fresh_gradients",
         "Fresh gradients",
         Described(
-            transient + kept,
-            "{:,} params × ({} B as produced" + (" + {} B copy" if copy else "") + ")",
-            (unit, produced, grad_bytes),
+            unit * sum(b for b, _ in parts),
+            "{:,} params × (" + " + ".join(f"{b} B {what}" for b, what in parts) + ")",
+            (unit,),
         ),
         "Gradients of the unit being differentiated, before accumulation, reduce-scatter or host copy",
         detail,
+    )
+
+
+def tied_gradient_sum(ctx: StageContext, unit: int) -> Item:
+    """A table shared by the embedding and the output head gets two gradients: the head's, made in the head's
+    backward and buffered until the embedding's dense gradient arrives at the end of backward, then their sum,
+    made out of place before it reaches .grad (torch/csrc/autograd/input_buffer.cpp InputBuffer::accumulate: `old
+    + new` unless the buffered tensor may be added into). At that moment the two and their sum are live: one more
+    table-sized gradient than an untied model's (the oracle on HF Llama, fp32, fused AdamW: aten.add at the peak;
+    an H200 run of the same step: bench/data/measured-gpu.csv)."""
+    produced = 4 if ctx.autocast else ctx.bc
+    return item(
+        "tied_gradient_sum",
+        "Tied table's gradient sum",
+        Described(
+            unit * produced, "{:,} params × {} B (the head's and the embedding's gradients, summed)", (unit, produced)
+        ),
+        "The shared embedding/head table's two gradients and their out-of-place sum",
+        ctx.detail,
     )
 
 
