@@ -11,7 +11,7 @@ Recorded per row: `torch.cuda.max_memory_allocated`, `torch.cuda.max_memory_rese
 process uses, next to the planner's three predictions (`peak_allocated_bytes`, `peak_reserved_bytes`,
 `device_bytes`).
 
-    python bench/measure_gpu.py --grid                      # ~60 configurations, rows to bench/measurements/
+    python bench/measure_gpu.py --grid --jobs 3             # ~70 configurations, rows to bench/measurements/
     python bench/measure_gpu.py --config '{"arch": "llama", "plan": {...}}' --out my.csv
     python bench/measure_gpu.py --grid --dry-run            # no torch needed: validate plans, print predictions
     python bench/measure_gpu.py --grid --device cpu         # harness check: tiny shapes run end to end on CPU
@@ -270,7 +270,7 @@ def inference_config(model: str, *, batch: int, prompt: int, output: int = 128, 
 
 
 def grid() -> list[dict]:
-    """About 60 configurations sized to finish in under 10 minutes on one H100 (80 GB)."""
+    """About 70 configurations, each fitting one H100 (80 GB): training, LoRA, DPO, reward models, generation."""
     out: list[dict] = []
     # precision × optimizer on a small Llama
     for precision in PRECISIONS:
@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     what = ap.add_mutually_exclusive_group()
-    what.add_argument("--grid", action="store_true", help="the ~60-configuration grid (the default)")
+    what.add_argument("--grid", action="store_true", help="the ~70-configuration grid (the default)")
     what.add_argument("--config", help='one configuration as JSON: a plan dict, or {"arch": ..., "plan": {...}}')
     what.add_argument("--_child", help=argparse.SUPPRESS)
     ap.add_argument("--dry-run", action="store_true", help="validate the plans and print predictions; no torch")
