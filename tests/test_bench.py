@@ -2,6 +2,7 @@
 
 import csv
 import statistics
+from types import SimpleNamespace
 
 import accuracy
 import allocator_replay
@@ -24,6 +25,7 @@ from planner.accuracy import SERVING_ACCURACY_PATH, TIME_ACCURACY_PATH, accuracy
 from planner.catalog import load_catalog
 from planner.loader import load_data_file
 from planner.memory import LEAST_FRACTION, RESERVE_FRACTION
+from planner.units import GiB
 
 
 def test_accuracy_expresses_rows_and_explains_the_rest():
@@ -309,5 +311,60 @@ def test_post_training_rows_are_bounds_or_say_why_not():
     rows, skipped = post_training.run()
     assert len(rows) + len(skipped) == sum(1 for _ in csv.DictReader(post_training.DATA.open()))
     assert all(why for _, why in skipped)
-    assert {r["row"]: r["kind"] for r in rows} == {"pt02": "bound", "pt03": "bound", "pt04": "bound"}
+    kinds = {r["row"]: r["kind"] for r in rows}
+    assert {row: kind for row, kind in kinds.items() if kind == "bound"} == {
+        "pt02": "bound",
+        "pt03": "bound",
+        "pt04": "bound",
+    }
+    # verl's device-tuning scripts: runs that fit their GPUs, and the bisections' first micro-batch that did not
+    assert {row for row, kind in kinds.items() if kind == "oom"} == {"pt16", "pt18", "pt20"}
+    assert {row for row, kind in kinds.items() if kind == "fits"} == {
+        f"pt{i}" for i in (12, 13, 14, 15, 17, 19, 21, 22)
+    }
     assert all(r["predicted_gib"] > 0 for r in rows)
+    assert all(r["holds"] for r in rows if r["kind"] == "oom")  # the plan at the caps bounds the run from above
+
+
+def test_post_training_claims_compare_the_plan_with_the_gpu():
+    """A fits claim holds where the plan fits; at a cap a plan that does not fit is no contradiction (the run's
+    sequences were shorter), without one it fails; an oom claim holds where the plan does not fit."""
+    row = {
+        "row_id": "x",
+        "workload": "grpo",
+        "model": "m",
+        "task": "lora",
+        "seq_len": "1536",
+        "micro_batch": "4",
+        "n_gpus": "2",
+        "zero_stage": "3",
+        "claim": "fits",
+        "not_expressible": post_training.CAP,
+    }
+    fitting = SimpleNamespace(fits=True, usable_bytes=80 * GiB, device_bytes=60 * GiB, phase="forward")
+    short = SimpleNamespace(fits=False, usable_bytes=80 * GiB, device_bytes=90 * GiB, phase="rollout")
+    fits = post_training.compare(row, fitting)
+    assert (fits["kind"], fits["measured_gib"], fits["predicted_gib"], fits["holds"]) == ("fits", 80.0, 60.0, True)
+    assert post_training.verdict(fits) == "plan fits"
+    assert post_training.verdict(post_training.compare(row, short)) == "plan at the caps does not fit (rollout)"
+    assert post_training.verdict(post_training.compare(row | {"not_expressible": ""}, short)) == "CLAIM FAILS"
+    assert post_training.verdict(post_training.compare(row | {"claim": "oom"}, short)) == "plan does not fit"
+    assert post_training.verdict(post_training.compare(row | {"claim": "oom"}, fitting)) == "CLAIM FAILS"
+
+
+def test_post_training_config_rows_read_the_command_line():
+    """A verl row is its script read by the verl reader, the row's micro-batch and global batch laid over it:
+    pt15 runs 2 GPUs, LoRA rank 32, G 5, 512 + 1024 tokens, vLLM at 0.25 with TP 2, micro-batch 58 × 5 × 2."""
+    row = next(r for r in csv.DictReader(post_training.DATA.open()) if r["row_id"] == "pt15")
+    plan = post_training.express_config(row)
+    wl = plan["workload"]
+    assert (plan["model"], plan["hardware"]["count"], plan["hardware"]["gpu"]) == (
+        {"preset": "qwen2.5-14b"},
+        2,
+        "h100-sxm-80gb",
+    )
+    assert (wl["task"], wl["lora"]["rank"], wl["sequence_length"], wl["micro_batch_size"]) == ("lora", 32, 1536, 58)
+    assert wl["global_batch_size"] == 580
+    assert (wl["rl"]["num_generations"], wl["rl"]["completion_length"]) == (5, 1024)
+    assert (wl["rl"]["gpu_memory_utilization"], wl["rl"]["tensor_parallel"]) == (0.25, 2)
+    assert post_training.preset("Qwen2.5-Coder-14B-Instruct") == "qwen2.5-14b"
