@@ -338,3 +338,27 @@ def test_logits_cover_the_completions_only():
         sft_wl = {"task": "finetune", "sequence_length": 33, "micro_batch_size": 8}
         sft = phase_items(estimate(plan_from_dict({"model": TINY, "workload": sft_wl, "precision": PURE})), TRAINING)
         assert g["logits_loss"] == sft["logits_loss"] == LOGIT_T * 1_000 * 10
+
+
+def test_a_colocated_engine_holds_one_wave_within_its_fraction():
+    """Qwen2.5 7B on one H100 at TRL's 0.3: 256 completions of 512 + 4,096 tokens need ~62 GiB of KV cache, far
+    beyond the 0.3 × 79 GiB vLLM takes; it runs the waves its KV blocks hold and queues the rest, so the awake
+    engine is its fraction, as with a small batch, and the rollout's time counts the waves."""
+    plan = plan_from_dict(
+        {
+            "model": {"preset": "qwen2.5-7b"},
+            "workload": {
+                "task": "lora",
+                "objective": "grpo",
+                "sequence_length": 4608,
+                "micro_batch_size": 8,
+                "global_batch_size": 256,
+                "rl": {"completion_length": 4096},
+            },
+            "hardware": {"gpu": "h100-sxm-80gb", "count": 1},
+        }
+    )
+    ro = phase_items(estimate(plan), "rollout")
+    engine = sum(b for n, b in ro.items() if n.startswith("engine_"))
+    assert engine + ro["cublas_workspace"] == int(H100.usable_bytes * 0.3)
+    assert rollout_time(plan, H100).waves > 1

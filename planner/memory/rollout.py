@@ -116,14 +116,17 @@ def rollout_plan(plan: Plan, rl: Rl | None = None, count: int | None = None) -> 
 
 
 def engine(plan: Plan, gpu: Gpu, detail: bool) -> Engine | None:
-    """The colocated engine's items on one GPU: its serving estimate at its fraction, less the runtime the training
+    """The colocated engine's items on one GPU: its serving estimate at its fraction and one wave of completions
+    (what its KV cache holds at once; the rest wait their turn), less the runtime the training
     process already holds (CUDA context, NCCL, cuBLAS: one process). The preallocated KV blocks are live memory to
     the trainer (vLLM allocates the whole pool as one tensor), so every item counts as allocated. None unless a
     grpo plan's engine is colocated."""
     wl = plan.workload
     if wl.objective not in RL_OBJECTIVES or wl.rl.engine != "colocate":
         return None
-    serving = rollout_plan(plan)
+    # vLLM runs what its KV blocks hold within its fraction and queues the rest: the engine at one wave, as a
+    # server's (engine_gpu) and as the rollout's time (planner/perf/training.py rollout_time)
+    serving = rollout_wave(plan, gpu)[0]
     # one process: the trainer's cuBLAS handles serve the engine too
     shared = {i.name for i in runtime_items(serving, False)} | {"cublas_workspace"}
     own = [i for i in _serving(serving, gpu, detail).items if i.name not in shared]
