@@ -111,11 +111,20 @@ def plan_for_mla(row: dict) -> dict:
     }
 
 
+# the oracle's peft targets → the plan's (bench/oracle_dpo.py builds LoRA on q_proj and v_proj)
+LORA_TARGETS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o"}
+
+
 def plan_for_dpo(row: dict) -> dict:
-    """A row of oracle-dpo.csv: the training plan of its model with the preference objective of the row."""
+    """A row of oracle-dpo.csv: the training plan of its model with the preference objective of the row (LoRA rows:
+    peft's adapters at the oracle's alpha 32, fp32 under autocast, on a bf16 base)."""
     plan = plan_for(row)
     preference = {"loss_type": row["loss_type"], "reference": row["reference"]}
-    plan["workload"].update(task="finetune", objective=row["objective"], preference=preference)
+    lora = row["task"] == "lora"
+    plan["workload"].update(task="lora" if lora else "finetune", objective=row["objective"], preference=preference)
+    if lora:
+        targets = [LORA_TARGETS[t] for t in row["lora_targets"].split()]
+        plan["workload"]["lora"] = {"rank": int(row["lora_rank"]), "alpha": 32, "targets": targets}
     return plan
 
 
@@ -158,7 +167,7 @@ GROUPS = {
     "Llama/Qwen-shaped": ("llama", "qwen2"),
     "DeepSeek-V3-shaped (MLA, MoE; {training} training, {generate} generate)": ("deepseek_v3",),
     "GPT-2": ("gpt2",),
-    "Llama-shaped, a TRL DPO step (separate reference)": ("llama-dpo",),
+    "Llama-shaped, a TRL DPO step (a separate reference, or LoRA's adapters off)": ("llama-dpo",),
 }
 
 

@@ -38,20 +38,30 @@ OUT = Path(__file__).resolve().parent / "data" / "oracle-dpo.csv"
 MODEL = dict(arch="llama", hidden=512, layers=4, heads=8, kv_heads=2, intermediate=1536, vocab=32000)  # oracle "T"
 MODES = {"PURE": dict(dtype="bf16", mixed_precision=False), "AMP": dict(dtype="bf16", mixed_precision=True)}
 MODES["FP32"] = dict(dtype="fp32", mixed_precision=False)
-CONFIGS = [
-    dict(mode="PURE", seq_len=s, micro_batch=b, activation_checkpointing=ac, metrics=m)
-    for s, b in ((512, 1), (1024, 2))
-    for ac in ("none", "full")
-    for m in (False, True)
-] + [
-    dict(mode=mode, seq_len=512, micro_batch=1, activation_checkpointing="none", metrics=False)
-    for mode in ("AMP", "FP32")
-]
+# LoRA (peft, q and v at rank 16, fp32 adapters under autocast on a bf16 base): the reference is the policy with its
+# adapters disabled (TRL with a PEFT model and ref_model None)
+MODES["LORA"] = dict(dtype="bf16", mixed_precision=True, task="lora", lora_rank=16, lora_targets=["q_proj", "v_proj"])
+CONFIGS = (
+    [
+        dict(mode="PURE", seq_len=s, micro_batch=b, activation_checkpointing=ac, metrics=m)
+        for s, b in ((512, 1), (1024, 2))
+        for ac in ("none", "full")
+        for m in (False, True)
+    ]
+    + [
+        dict(mode=mode, seq_len=512, micro_batch=1, activation_checkpointing="none", metrics=False)
+        for mode in ("AMP", "FP32")
+    ]
+    + [
+        dict(mode="LORA", seq_len=s, micro_batch=b, activation_checkpointing=ac, metrics=True)
+        for s, b, ac in ((512, 1, "none"), (1024, 2, "full"))
+    ]
+)
 COLUMNS = [
     "label", "arch", "hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "tie_embeddings", "dtype",
     "mixed_precision", "attention", "activation_checkpointing", "optimizer", "optimizer_impl", "sgd_momentum",
     "seq_len", "micro_batch", "objective", "loss_type", "reference", "trl_metrics", "n_params", "peak_bytes",
-    "peak_phase", "peak_op", "peak_module", "step_peaks_gib",
+    "peak_phase", "peak_op", "peak_module", "step_peaks_gib", "task", "lora_rank", "lora_targets",
 ]  # fmt: skip
 
 
@@ -71,13 +81,10 @@ def run(c: dict) -> dict:
     try:
         with FakeTensorMode(allow_non_fake_inputs=False):
             model = oracle.build_model(c, "cuda")
-            # the reference: the policy's model_init_kwargs (fp32 weights under AMP), eval, frozen, no checkpointing
-            # (TRL creates it like the policy and prepares it for evaluation)
-            ref_model = oracle.build_model({**c, "activation_checkpointing": "none"}, "cuda")
-            ref_model.eval().requires_grad_(False)
-            n_params, _ = oracle.count_params(model)
             b, s = c["micro_batch"], c["seq_len"]
             input_ids = torch.randint(0, c["vocab"], (2 * b, s), device="cuda")
+            ref_model, reference = _reference(c, model, input_ids)
+            n_params, _ = oracle.count_params(model)
             completion_mask = torch.ones((2 * b, s), dtype=torch.long, device="cuda")
             opt = oracle.make_optimizer(c, model)
             tr = oracle.OracleTracker()
@@ -89,7 +96,7 @@ def run(c: dict) -> dict:
                     with oracle.autocast_ctx(c, "cuda"):  # the Trainer's compute_loss_context_manager
                         loss = dpo_loss(
                             model,
-                            partial(ref_model, input_ids=input_ids, use_cache=False),
+                            reference,
                             input_ids,
                             completion_mask,
                             c["metrics"],
@@ -110,13 +117,42 @@ def run(c: dict) -> dict:
     return {"c": c, "n_params": n_params, "peak": peak, "where": tr.peak_where, "step_peaks": step_peaks}
 
 
+def _reference(c: dict, model, input_ids):
+    """(the module MemTracker must know for the reference, the call that runs the reference's forward). Full
+    fine-tuning: a frozen copy built with the policy's model_init_kwargs (fp32 weights under AMP), eval, no
+    checkpointing (TRL creates it like the policy and prepares it for evaluation); LoRA: the policy with its
+    adapters disabled, called through a root module of its own (MemTracker refuses a root module's second forward
+    in one step, not a submodule's)."""
+    if c.get("task") == "lora":
+        wrapper = AdaptersOff(model)
+        return wrapper, partial(wrapper, input_ids)
+    ref_model = oracle.build_model({**c, "activation_checkpointing": "none"}, "cuda")
+    ref_model.eval().requires_grad_(False)
+    return ref_model, partial(ref_model, input_ids=input_ids, use_cache=False)
+
+
+class AdaptersOff(torch.nn.Module):
+    """The LoRA policy's base: its forward with the adapters disabled (peft disable_adapter)."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, input_ids):
+        with self.policy.disable_adapter():
+            return self.policy(input_ids=input_ids, use_cache=False)
+
+
 def row(res: dict) -> dict:
     c, where = res["c"], res["where"]
     ac, s, b = c["activation_checkpointing"], c["seq_len"], c["micro_batch"]
     label = f"T/{c['mode']}/dpo/sdpa/ac{ac}/s{s}b{b}/adamw-foreach" + ("/trl-metrics" if c["metrics"] else "")
+    lora = c.get("task") == "lora"
     return {
         "label": label, **{k: c[k] for k in COLUMNS[1:18] if k in c},
-        "objective": "preference", "loss_type": "dpo", "reference": "separate", "trl_metrics": c["metrics"],
+        "objective": "preference", "loss_type": "dpo", "reference": "adapters_disabled" if lora else "separate",
+        "trl_metrics": c["metrics"], "task": "lora" if lora else "train",
+        "lora_rank": c["lora_rank"] if lora else "", "lora_targets": " ".join(c["lora_targets"]) if lora else "",
         "n_params": res["n_params"], "peak_bytes": res["peak"]["Total"], "peak_phase": where["phase"],
         "peak_op": where["op"], "peak_module": where["module"],
         "step_peaks_gib": " ".join(f"{x / 2**30:.4f}" for x in res["step_peaks"]),
