@@ -30,6 +30,7 @@ from planner.units import GiB
 DATA = Path(__file__).resolve().parent / "data" / "oracle-train.csv"
 MLA_DATA = Path(__file__).resolve().parent / "data" / "oracle-mla.csv"  # DeepSeek-V3 code: training and generate
 DPO_DATA = Path(__file__).resolve().parent / "data" / "oracle-dpo.csv"  # a TRL DPO step: bench/oracle_dpo.py
+GRPO_DATA = Path(__file__).resolve().parent / "data" / "oracle-grpo.csv"  # a TRL GRPO step: bench/oracle_grpo.py
 
 
 def plan_for(row: dict) -> dict:
@@ -128,10 +129,23 @@ def plan_for_dpo(row: dict) -> dict:
     return plan
 
 
-def run(path: Path = DATA, mla_path: Path = MLA_DATA, dpo_path: Path = DPO_DATA) -> list[dict]:
+def plan_for_grpo(row: dict) -> dict:
+    """A row of oracle-grpo.csv: a GRPO step of its micro-batch, one group, TRL's defaults (beta 0: no reference),
+    the rollout engine on a GPU of its own (the oracle runs only the policy's step)."""
+    plan = plan_for({**row, "seq_len": int(row["prompt"]) + int(row["completion"])})
+    b = int(row["micro_batch"])
+    rl = {"completion_length": int(row["completion"]), "num_generations": b, "beta": 0.0, "engine": "server"}
+    plan["workload"].update(task="finetune", objective="grpo", global_batch_size=b, rl=rl)
+    return plan
+
+
+def run(
+    path: Path = DATA, mla_path: Path = MLA_DATA, dpo_path: Path = DPO_DATA, grpo_path: Path = GRPO_DATA
+) -> list[dict]:
     rows = [(row, plan_for(row)) for row in csv.DictReader(path.open())]
     rows += [(row, plan_for_mla(row)) for row in csv.DictReader(mla_path.open())]
     rows += [({**row, "arch": "llama-dpo"}, plan_for_dpo(row)) for row in csv.DictReader(dpo_path.open())]
+    rows += [({**row, "arch": "llama-grpo"}, plan_for_grpo(row)) for row in csv.DictReader(grpo_path.open())]
     out = []
     for row, plan in rows:
         est = estimate(plan_from_dict(plan))
@@ -168,6 +182,7 @@ GROUPS = {
     "DeepSeek-V3-shaped (MLA, MoE; {training} training, {generate} generate)": ("deepseek_v3",),
     "GPT-2": ("gpt2",),
     "Llama-shaped, a TRL DPO step (a separate reference, or LoRA's adapters off)": ("llama-dpo",),
+    "Llama-shaped, a TRL GRPO policy step (no reference)": ("llama-grpo",),
 }
 
 

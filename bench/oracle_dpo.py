@@ -16,26 +16,16 @@ before it returns (entropy_from_logits in 128-row chunks, the chosen/rejected lo
 
 from __future__ import annotations
 
-import csv
-import gc
-import json
-import sys
 from functools import partial
 from pathlib import Path
 
-ORACLE = Path(__file__).resolve().parents[2] / "shared" / "tools" / "oracle"
-sys.path.insert(0, str(ORACLE))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # planner.measure.logps needs torch only
+import oracle_steps
+import torch
+from oracle_steps import MODEL, measured, traced
 
-import fakecuda  # noqa: E402  (the oracle's, from ORACLE)
-import oracle  # noqa: E402
-import torch  # noqa: E402
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-
-from planner.measure.dpo_step import dpo_loss  # noqa: E402
+from planner.measure.dpo_step import dpo_loss
 
 OUT = Path(__file__).resolve().parent / "data" / "oracle-dpo.csv"
-MODEL = dict(arch="llama", hidden=512, layers=4, heads=8, kv_heads=2, intermediate=1536, vocab=32000)  # oracle "T"
 MODES = {"PURE": dict(dtype="bf16", mixed_precision=False), "AMP": dict(dtype="bf16", mixed_precision=True)}
 MODES["FP32"] = dict(dtype="fp32", mixed_precision=False)
 # LoRA (peft, q and v at rank 16, fp32 adapters under autocast on a bf16 base): the reference is the policy with its
@@ -72,49 +62,18 @@ def whole_half(logits, mask):
 
 
 def run(c: dict) -> dict:
-    c = {**oracle.DEFAULTS, **MODEL, **MODES[c["mode"]], **c}
-    fakecuda.install()
-    oracle.hf_fake_patches()
-    torch.manual_seed(0)
-    gc.collect()
-    gc.disable()
-    try:
-        with FakeTensorMode(allow_non_fake_inputs=False):
-            model = oracle.build_model(c, "cuda")
-            b, s = c["micro_batch"], c["seq_len"]
-            input_ids = torch.randint(0, c["vocab"], (2 * b, s), device="cuda")
-            ref_model, reference = _reference(c, model, input_ids)
-            n_params, _ = oracle.count_params(model)
-            completion_mask = torch.ones((2 * b, s), dtype=torch.long, device="cuda")
-            opt = oracle.make_optimizer(c, model)
-            tr = oracle.OracleTracker()
-            tr.track_external(model, ref_model, opt, input_ids, completion_mask)
-            step_peaks = []
-            with tr:
-                for step in range(c["steps"]):
-                    tr.step_tag = str(step)
-                    with oracle.autocast_ctx(c, "cuda"):  # the Trainer's compute_loss_context_manager
-                        loss = dpo_loss(
-                            model,
-                            reference,
-                            input_ids,
-                            completion_mask,
-                            c["metrics"],
-                            whole_half,
-                        )
-                    loss.backward()
-                    del loss
-                    torch.nn.utils.clip_grad_norm_(list(model.parameters()), c["grad_clip"], foreach=True)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                    step_peaks.append(tr.peak()["Total"])
-                    if step == 0:
-                        tr.reset_mod_stats()
-                    gc.collect(1)
-            peak = tr.peak()
-    finally:
-        gc.enable()
-    return {"c": c, "n_params": n_params, "peak": peak, "where": tr.peak_where, "step_peaks": step_peaks}
+    c = {**oracle_steps.oracle.DEFAULTS, **MODEL, **MODES[c["mode"]], **c}
+    return traced(c, _setup)
+
+
+def _setup(c: dict):
+    model = oracle_steps.oracle.build_model(c, "cuda")
+    b, s = c["micro_batch"], c["seq_len"]
+    input_ids = torch.randint(0, c["vocab"], (2 * b, s), device="cuda")
+    ref_model, reference = _reference(c, model, input_ids)
+    completion_mask = torch.ones((2 * b, s), dtype=torch.long, device="cuda")
+    step = partial(dpo_loss, model, reference, input_ids, completion_mask, c["metrics"], whole_half)
+    return model, (ref_model, input_ids, completion_mask), step
 
 
 def _reference(c: dict, model, input_ids):
@@ -126,7 +85,7 @@ def _reference(c: dict, model, input_ids):
     if c.get("task") == "lora":
         wrapper = AdaptersOff(model)
         return wrapper, partial(wrapper, input_ids)
-    ref_model = oracle.build_model({**c, "activation_checkpointing": "none"}, "cuda")
+    ref_model = oracle_steps.oracle.build_model({**c, "activation_checkpointing": "none"}, "cuda")
     ref_model.eval().requires_grad_(False)
     return ref_model, partial(ref_model, input_ids=input_ids, use_cache=False)
 
@@ -144,7 +103,7 @@ class AdaptersOff(torch.nn.Module):
 
 
 def row(res: dict) -> dict:
-    c, where = res["c"], res["where"]
+    c = res["c"]
     ac, s, b = c["activation_checkpointing"], c["seq_len"], c["micro_batch"]
     label = f"T/{c['mode']}/dpo/sdpa/ac{ac}/s{s}b{b}/adamw-foreach" + ("/trl-metrics" if c["metrics"] else "")
     lora = c.get("task") == "lora"
@@ -153,24 +112,9 @@ def row(res: dict) -> dict:
         "objective": "preference", "loss_type": "dpo", "reference": "adapters_disabled" if lora else "separate",
         "trl_metrics": c["metrics"], "task": "lora" if lora else "train",
         "lora_rank": c["lora_rank"] if lora else "", "lora_targets": " ".join(c["lora_targets"]) if lora else "",
-        "n_params": res["n_params"], "peak_bytes": res["peak"]["Total"], "peak_phase": where["phase"],
-        "peak_op": where["op"], "peak_module": where["module"],
-        "step_peaks_gib": " ".join(f"{x / 2**30:.4f}" for x in res["step_peaks"]),
+        **measured(res),
     }  # fmt: skip
 
 
-def main() -> None:
-    rows = []
-    for c in CONFIGS:
-        res = run(c)
-        rows.append(row(res))
-        print(json.dumps({**rows[-1], "breakdown": {str(k): v for k, v in res["peak"].items()}}), flush=True)
-    if "--write" in sys.argv:
-        with OUT.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-
-
 if __name__ == "__main__":
-    main()
+    oracle_steps.main(CONFIGS, run, row, OUT, COLUMNS)

@@ -99,6 +99,15 @@ def test_oracle_dpo_rows_match_trls_step_where_it_logs_its_metrics():
     assert all(abs(r["error_pct"]) < 1 for r in rows if r["label"].split("/")[1] in ("AMP", "FP32"))
 
 
+def test_oracle_grpo_rows_match_trls_policy_step_and_its_peak_moment():
+    """docs/memory-model.md: TRL's GRPO log-probs (logits, saved log-softmax, the entropy's copy; a backward of 4 ×
+    the logits' bytes). Pure bf16 peaks in the temperature division's backward, autocast in the forward."""
+    rows = [r for r in oracle_check.run() if r["arch"] == "llama-grpo"]
+    assert len(rows) == 8 and all(abs(r["error_pct"]) < 0.5 for r in rows)
+    moments = {(r["label"].split("/")[1], r["predicted_at"]) for r in rows}
+    assert moments == {("PURE", "loss backward"), ("AMP", "forward")}
+
+
 def test_throughput_expresses_rows_and_explains_the_rest():
     rows, skipped = throughput.run()
     assert len(rows) + len(skipped) == 68 and len(skipped) == 1 and all(why for _, why in skipped)

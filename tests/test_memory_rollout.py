@@ -61,7 +61,9 @@ def test_training_phase_by_hand_with_sleep():
     assert fwd["engine_cuda_graphs"] == CUDA_GRAPH_BYTES
     assert not {n for n in fwd if n.startswith("engine_")} - {"engine_cuda_graphs"}
     assert fwd["activations"] == 2 * LAYER + T * 8 * 64  # 2 layers + the final norm's fp32 input and output
-    assert fwd["logits_loss"] == LOGIT_T * 1_000 * (2 + 4 + 4)  # the completions' logits only
+    # the completions' logits only, TRL's log-probs: bf16 logits, each row's saved log-softmax, the entropy's copy of
+    # the logits, and its 128-row chunk (log-softmax, exp, product)
+    assert fwd["logits_loss"] == LOGIT_T * 1_000 * (2 + 2 + 2) + 128 * 1_000 * 3 * 2 == 2_352_000
 
 
 def test_without_sleep_the_engine_stays_through_the_step():
@@ -330,14 +332,15 @@ def test_every_nested_key_has_its_own_share_link_name():
 
 def test_logits_cover_the_completions_only():
     """TRL keeps the logits of the completion's positions + 1 (logits_to_keep): the training phase's logits term is
-    SFT's on sequences of completion_length + 1, whatever the prompt's length."""
+    the same whatever the prompt's length, and its backward 8 B a logit (the rows' gradients stacked, two slices'
+    zero-filled gradients, the temperature division)."""
     for length in (64, 256):
         wl = {"task": "finetune", "sequence_length": length, "micro_batch_size": 8, "objective": "grpo"}
         wl["rl"] = {"completion_length": 32}
         g = phase_items(estimate(plan_from_dict({"model": TINY, "workload": wl, "precision": PURE})), TRAINING)
-        sft_wl = {"task": "finetune", "sequence_length": 33, "micro_batch_size": 8}
-        sft = phase_items(estimate(plan_from_dict({"model": TINY, "workload": sft_wl, "precision": PURE})), TRAINING)
-        assert g["logits_loss"] == sft["logits_loss"] == LOGIT_T * 1_000 * 10
+        est = estimate(plan_from_dict({"model": TINY, "workload": wl, "precision": PURE}))
+        assert g["logits_loss"] == LOGIT_T * 1_000 * 6 + 128 * 1_000 * 6
+        assert phase_items(est, "loss backward")["logits_loss"] == LOGIT_T * 1_000 * 8
 
 
 def test_a_colocated_engine_holds_one_wave_within_its_fraction():

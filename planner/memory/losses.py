@@ -145,6 +145,42 @@ def _logprobs(ctx: StageContext) -> Loss:
     )
 
 
+# TRL entropy_from_logits (trl/trainer/utils.py) takes the entropy 128 rows of the flattened logits at a time
+ENTROPY_CHUNK_ROWS = 128
+
+
+def _grpo_logprobs(ctx: StageContext) -> Loss:
+    """GRPO's log-probs (huggingface/trl@f2cd577 grpo_trainer.py _get_per_token_logps_and_entropies, in
+    _compute_loss): the completion's logits (logits_to_keep + 1, the last dropped), divided by the temperature in
+    place, `selective_log_softmax` (each row's saved log-softmax, fp32 under autocast), and under no_grad
+    `entropy_from_logits`, whose reshape copies the strided slice whole before its 128-row chunks (log-softmax, exp,
+    product); the log-prob loop's own rows (the new one and its fp32 cast under autocast) are smaller. Backward:
+    the rows' gradients stacked, the two slices' zero-filled gradients and the division's result: 4 × the logits'
+    bytes (the oracle's TRL step peaks in that division's backward, bench/data/oracle-grpo.csv)."""
+    tokens, vocab_r, logits_b = _tv(ctx)
+    soft = softmax_bytes(ctx)
+    tv = tokens * vocab_r
+    entropy = tv * logits_b + ENTROPY_CHUNK_ROWS * vocab_r * 3 * soft
+    forward = Described(
+        tv * (logits_b + soft) + entropy,
+        "T·V × ({} logits + {} saved log-softmax + {} entropy's copy) + 128 rows × V × 3 × {} (entropy chunk) = "
+        "{:,} × {:,} × {} + 128 × {:,} × {}",
+        (logits_b, soft, logits_b, soft, tokens, vocab_r, 2 * logits_b + soft, vocab_r, 3 * soft),
+    )
+    backward = Product(
+        (Factor(tokens), Factor(vocab_r), Factor(4 * logits_b)),
+        prefix=f"T·V × {4 * logits_b} (rows' gradients stacked, two slices' zero-filled gradients, the division) = ",
+    )
+    return Loss(
+        forward=forward,
+        backward=backward,
+        head=_head(ctx, 0),
+        head_grad=True,
+        forward_note="TRL's GRPO log-probs: the completion's logits, each row's saved log-softmax, the entropy's copy",
+        backward_note="the log-probs' gradients through the slices and the temperature division",
+    )
+
+
 def _chunked(ctx: StageContext) -> Loss:
     """Chunked cross-entropy (torchtune CEWithChunkedOutputLoss), checked with MemTracker on fake tensors: the
     recipe holds every chunk's logits while the losses are computed, each chunk's log-softmax (fp32) is saved,
@@ -235,10 +271,10 @@ def loss(ctx: StageContext) -> Loss:
     """The last stage's loss, kept by what it reads: the tokens, the model's cut (vocabulary, width, adapters), the
     compute dtype, autocast and the loss settings."""
     tech, wl = ctx.plan.techniques, ctx.plan.workload
-    preference = (wl.preference.loss_type, wl.preference.log_probs) if wl.objective == "preference" else None
+    objective = (wl.preference.loss_type, wl.preference.log_probs) if wl.objective == "preference" else wl.objective
     key = (
         *(ctx.layout, logit_tokens(ctx), ctx.bc, ctx.autocast, tech.loss, tech.compiled_loss, tech.loss_chunks),
-        *(preference, ctx.lora and ctx.plan.precision.mixed),
+        *(objective, ctx.lora and ctx.plan.precision.mixed),
     )
     return remembered(_LOSSES, key, partial(_loss, ctx))
 
@@ -249,6 +285,8 @@ def _loss(ctx: StageContext) -> Loss:
         return _fused(ctx)
     if ctx.plan.workload.objective == "preference":
         return _upcast_logprobs(ctx) if ctx.plan.workload.preference.log_probs == "upcast" else _logprobs(ctx)
+    if ctx.plan.workload.objective == "grpo":
+        return _grpo_logprobs(ctx)
     if tech.compiled_loss:
         return _compiled(ctx)
     return _chunked(ctx) if tech.loss == "chunked" else _plain(ctx)

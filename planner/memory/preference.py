@@ -19,7 +19,7 @@ from typing import cast
 
 from planner.memory.checkpointing import Kept
 from planner.memory.layout import StageContext, StageParams
-from planner.memory.losses import logit_tokens, softmax_bytes
+from planner.memory.losses import ENTROPY_CHUNK_ROWS, logit_tokens, softmax_bytes
 from planner.memory.result import Item
 from planner.memory.states import trained_weight_dtype
 from planner.memory.terms import Described, Factor, Product, Sum, Term, item
@@ -126,10 +126,6 @@ def reference_forward(ctx: StageContext, kept: Kept) -> Item | None:
             "reference_forward", "Reference forward (no grad)", _preference_reference(ctx, kept), note, ctx.detail
         )
     return logprob_forward(ctx, kept, "reference_forward", "Reference forward (no grad)", note)
-
-
-# TRL entropy_from_logits (trl/trainer/utils.py) takes the entropy 128 rows of the flattened logits at a time
-ENTROPY_CHUNK_ROWS = 128
 
 
 def _preference_reference(ctx: StageContext, kept: Kept) -> Described:
