@@ -10,7 +10,7 @@ import pytest
 from planner.catalog import load_catalog
 from planner.errors import PlanError
 from planner.formats import FORMATS, detect, export_config, formats_for, plan_from_config, read_config
-from planner.formats.llamafactory import FORMAT, RL_WHY, read
+from planner.formats.llamafactory import FORMAT, RL_WHY, RM_WHY, read
 from planner.memory import estimate
 
 DATA = Path(__file__).parent / "data" / "configs" / "llamafactory"
@@ -141,6 +141,7 @@ def test_pure_bf16_full_has_no_fp32_master():
     [
         (("stage: sft", "stage: kto"), f"stage: kto: {RL_WHY}"),
         (("stage: sft", "stage: ppo"), f"stage: ppo: {RL_WHY}"),
+        (("stage: sft", "stage: rm"), f"stage: rm: {RM_WHY}"),
         (("stage: sft", "stage: grpo"), "stage: 'grpo' is not one of: sft, pt, dpo, kto, ppo, rm"),
         (
             ("finetuning_type: lora", "finetuning_type: oft"),
@@ -228,15 +229,11 @@ def test_corpus_plans_or_refuses_with_a_reason(path):
         assert field and len(why) > 20, str(exc)
 
 
-@pytest.mark.parametrize(
-    ("stage", "objective", "reference"), [("dpo", "preference", "adapters_disabled"), ("rm", "reward", None)]
-)
-def test_dpo_and_rm_stages_read_as_post_training(stage, objective, reference):
-    """finetuning_args.py stage dpo (pref_loss sigmoid: DPO, the LoRA base as reference) and rm (a reward model)."""
-    text = (DATA / "qlora_qwen3.yaml").read_text().replace("stage: sft", f"stage: {stage}")
+def test_dpo_stage_reads_as_preference():
+    """finetuning_args.py stage dpo (pref_loss sigmoid: DPO, the LoRA base as reference)."""
+    text = (DATA / "qlora_qwen3.yaml").read_text().replace("stage: sft", "stage: dpo")
     wl = plan_from_config(read(text), model={"preset": "qwen3-4b"}).workload
-    assert wl.objective == objective
-    assert (wl.preference.reference if objective == "preference" else None) == reference
+    assert wl.objective == "preference" and wl.preference.reference == "adapters_disabled"
 
 
 def test_dpo_stage_takes_its_log_probs_over_fp32_logits():

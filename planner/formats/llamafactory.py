@@ -26,9 +26,18 @@ RL_WHY = (
     "LLaMA-Factory's KTO (its own CustomKTOTrainer) and PPO stages are not read yet (issue 33); "
     "TRL's and axolotl's KTO configs are"
 )
+# train/rm/workflow.py loads the model with add_valuehead=True: TRL's AutoModelForCausalLMWithValueHead keeps the
+# vocabulary head, whose logits its forward makes and casts to fp32 every step (`lm_logits.float()`), beside an
+# h × 1 value head; the plan's reward model is a sequence-classification model (a score head, no vocabulary logits)
+RM_WHY = (
+    "LLaMA-Factory's reward model is a value head on the causal LM (TRL AutoModelForCausalLMWithValueHead): its "
+    "vocabulary head stays and its logits are made and cast to fp32 every forward, which the plan's reward model "
+    "(a score head in place of the vocabulary head) does not count; TRL's RewardTrainer and axolotl's reward "
+    "configs are read"
+)
 # finetuning_args.py FinetuningArguments.stage: sft and pt train one model on next-token loss; dpo a pairwise
 # preference loss (workload.objective preference), rm a reward model (objective reward)
-STAGES = {"sft": "sft", "pt": "pt", "dpo": "dpo", "kto": "rl", "ppo": "rl", "rm": "rm"}
+STAGES = {"sft": "sft", "pt": "pt", "dpo": "dpo", "kto": "rl", "ppo": "rl", "rm": "value_head"}
 # finetuning_args.py pref_loss (default sigmoid) → workload.preference.loss_type; the reference follows the plan's
 # default as LLaMA-Factory's does (train/dpo/workflow.py: no ref model for lora, the adapters disabled; orpo and
 # simpo use none: trainer.py `use_ref_model = pref_loss not in ["orpo", "simpo"]`)
@@ -152,8 +161,8 @@ IGNORED = frozenset(
 def _task(cfg: dict[str, Any], r: Reading) -> str:
     """stage and finetuning_type, with quantization_bit: the plan's task (refusing what it cannot describe)."""
     stage = choice("stage", cfg.get("stage", "sft"), STAGES)
-    if stage == "rl":
-        raise PlanError("stage", f"{cfg['stage']}: {RL_WHY}")
+    if stage in ("rl", "value_head"):
+        raise PlanError("stage", f"{cfg['stage']}: {RL_WHY if stage == 'rl' else RM_WHY}")
     kind = cfg.get("finetuning_type", DEFAULT_TYPE)
     if kind in ("freeze", "oft"):
         why = (
@@ -178,8 +187,8 @@ def _task(cfg: dict[str, Any], r: Reading) -> str:
     )
     if bits is not None:
         _quantization(cfg, r, as_int("quantization_bit", bits))
-    if stage in ("dpo", "rm"):
-        r.set("stage", "workload.objective", "preference" if stage == "dpo" else "reward")
+    if stage == "dpo":
+        r.set("stage", "workload.objective", "preference")
     if stage == "dpo":
         r.set(
             "pref_loss" if "pref_loss" in cfg else "pref_loss (absent: the default sigmoid)",
