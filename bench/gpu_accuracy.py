@@ -89,9 +89,10 @@ def run(path: Path = DATA) -> list[dict]:
 
 def not_run(path: Path = DATA) -> dict[str, list[str]]:
     """The grid's configurations that ran to no result, by reason."""
-    done = {r["name"] for r in csv.DictReader(path.open()) if r["status"] == "ok"}
+    rows = list(csv.DictReader(path.open()))
+    done = {r["name"] for r in rows if r["status"] == "ok"}
     reasons: dict[str, list[str]] = {}
-    for r in csv.DictReader(path.open()):
+    for r in rows:
         if r["name"] not in done:
             reasons.setdefault(r["error"] or r["status"], []).append(r["name"])
     return {why: sorted(set(names)) for why, names in reasons.items()}

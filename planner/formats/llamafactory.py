@@ -499,6 +499,9 @@ FORMAT = Format(
     reads_files=True,
     says=(
         "workload.task",
+        "workload.objective",
+        "workload.preference.loss_type",
+        "workload.preference.log_probs",
         "workload.sequence_length",
         "workload.micro_batch_size",
         "workload.global_batch_size",

@@ -620,6 +620,7 @@ FORMAT = Format(
         "workload.lora.targets",
         "workload.preference.loss_type",
         "workload.preference.reference",
+        "workload.preference.log_probs",
         "workload.rl.num_generations",
         "workload.rl.completion_length",
         "workload.rl.beta",

@@ -42,6 +42,7 @@ from planner.measure.plan import (
     nvidia_smi,
     versions,
 )
+from planner.plan.codec import plan_from_dict
 
 try:  # LoRA plans need peft; the others run without it
     import peft
@@ -180,16 +181,11 @@ def _reference(config: dict, device: str):
     fp32 masters), eval, no grad. None when the plan has no separate reference."""
     plan = config["plan"]
     wl = plan["workload"]
-    if wl.get("objective") != "preference" or _reference_kind(wl) != "separate":
+    if wl.get("objective") != "preference" or plan_from_dict(plan).workload.reference != "separate":
         return None
     dtype = DTYPES[plan["precision"].get("compute", "bf16")] if wl.get("task") == "lora" else _weights_dtype(plan)
     ref = build(_hf_config(config), dtype, device, attn_implementation(plan))
     return ref.eval().requires_grad_(False)
-
-
-def _reference_kind(workload: dict) -> str:
-    pref = workload.get("preference", {})
-    return pref.get("reference") or ("adapters_disabled" if workload.get("task") in ("lora", "qlora") else "separate")
 
 
 def _generate(model, plan: dict, device: str, gen) -> None:

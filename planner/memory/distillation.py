@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.memory.layout import StageContext, StageParams, model_params
-from planner.memory.losses import logit_tokens
+from planner.memory.losses import logit_sizes, logit_tokens
 from planner.memory.preference import frozen_model
 from planner.memory.result import Item
 from planner.memory.terms import Described, item
@@ -100,8 +100,7 @@ def student_logits(ctx: StageContext) -> Item | None:
     teacher's forward) before either loss has read them, in the compute dtype. None unless the plan distills."""
     if ctx.plan.workload.objective != "distillation":
         return None
-    tokens, vocab = logit_tokens(ctx), -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
-    logit_b = 2 if ctx.bc == 2 else 4  # as the loss's (planner/memory/losses.py _tv)
+    tokens, vocab, logit_b = logit_sizes(ctx)  # as the loss's
     term = Described(tokens * vocab * logit_b, "T·V × {} = {:,} × {:,} × {}", (logit_b, tokens, vocab, logit_b))
     return item("student_logits", "Student logits", term, "The student's logits, before the losses", ctx.detail)
 
@@ -114,7 +113,7 @@ def kd_loss(ctx: StageContext, backward: bool) -> Item | None:
     wl = ctx.plan.workload
     if wl.objective != "distillation":
         return None
-    tokens, vocab = logit_tokens(ctx), -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
+    tokens, vocab, _ = logit_sizes(ctx)
     chunks, tv = wl.distillation.loss_chunks, tokens * vocab
     if backward:
         term = Described(_KD_SAVED * tv, "T·V × 9 (saved teacher probs 4 + student log-probs 4 + inf mask 1)", ())

@@ -31,14 +31,14 @@ def logit_tokens(ctx: StageContext) -> int:
     return min(ctx.tokens, wl.sequences_per_forward * wl.logit_positions)
 
 
-def _tv(ctx: StageContext) -> tuple[int, int, int]:
+def logit_sizes(ctx: StageContext) -> tuple[int, int, int]:
     """(T of the logits, V per tensor rank, bytes of one logit: the compute dtype, fp32 unless 16-bit)."""
     m = ctx.plan.model
     return logit_tokens(ctx), -(-m.vocab_size // ctx.plan.parallelism.tensor), 2 if ctx.bc == 2 else 4
 
 
 def _head(ctx: StageContext, chunks: int) -> Term:
-    tokens, vocab_r, logits_b = _tv(ctx)
+    tokens, vocab_r, logits_b = logit_sizes(ctx)
     tv = tokens * vocab_r
     return Described(
         -(-tv * logits_b // chunks) if chunks else tv * logits_b,
@@ -56,7 +56,7 @@ def _plain(ctx: StageContext) -> Loss:
     _log_softmax_backward_data: the saved log-softmax, nll_loss's gradient of it (a zeroed T·V tensor) and the
     new input gradient, fp32; the upcast's backward then casts the gradient to the logits' dtype for the head.
     MemTracker on HF Llama code (bench/data/oracle-train.csv, V 128,256 at 8,192 × 1-2 tokens): 12.000 T·V."""
-    tokens, vocab_r, logits_b = _tv(ctx)
+    tokens, vocab_r, logits_b = logit_sizes(ctx)
     per_tv = logits_b + 8 if logits_b < 4 else 8
     size = (Factor(tokens), Factor(vocab_r))
     forward = Product(
@@ -92,7 +92,7 @@ def _upcast_logprobs(ctx: StageContext) -> Loss:
     `torch.gather(logits.log_softmax(-1), ...)`): the fp32 copy, which the returned dict holds (the 16-bit logits
     die with the model's output), and the fp32 log-softmax autograd saves. Backward: the saved log-softmax, the
     gather's scattered zeros and the input gradient, fp32, as cross-entropy's."""
-    tokens, vocab_r, _ = _tv(ctx)
+    tokens, vocab_r, _ = logit_sizes(ctx)
     size = (Factor(tokens), Factor(vocab_r))
     return Loss(
         forward=Product(size + (Factor(8),), prefix="T·V × (4 fp32 logits + 4 log-softmax) = "),
@@ -117,7 +117,7 @@ def _logprobs(ctx: StageContext) -> Loss:
     stacked into the logits' gradient (16-bit: 2 × logit bytes; fp32: the saved logits, the gather's scattered
     zeros, each row's logsumexp gradient until UnbindBackward stacks them, and the stacked gradient, 16; the
     oracle's TRL step peaks there, in scatter_add: bench/data/oracle-dpo.csv)."""
-    tokens, vocab_r, logits_b = _tv(ctx)
+    tokens, vocab_r, logits_b = logit_sizes(ctx)
     soft = softmax_bytes(ctx)
     saved = 0 if logits_b == 4 else soft  # TRL's fp32 branch saves no log-softmax
     nll = ctx.plan.workload.preference.loss_type in ("simpo", "orpo")
@@ -157,7 +157,7 @@ def _grpo_logprobs(ctx: StageContext) -> Loss:
     product); the log-prob loop's own rows (the new one and its fp32 cast under autocast) are smaller. Backward:
     the rows' gradients stacked, the two slices' zero-filled gradients and the division's result: 4 × the logits'
     bytes (the oracle's TRL step peaks in that division's backward, bench/data/oracle-grpo.csv)."""
-    tokens, vocab_r, logits_b = _tv(ctx)
+    tokens, vocab_r, logits_b = logit_sizes(ctx)
     soft = softmax_bytes(ctx)
     tv = tokens * vocab_r
     entropy = tv * logits_b + ENTROPY_CHUNK_ROWS * vocab_r * 3 * soft
@@ -186,7 +186,7 @@ def _chunked(ctx: StageContext) -> Loss:
     recipe holds every chunk's logits while the losses are computed, each chunk's log-softmax (fp32) is saved,
     and only one chunk's fp32 upcast exists at a time: T·V × (logits + 4 + 4/n) at the end of the forward, the
     peak of the loss; backward then holds the saved 4·T·V and one chunk's buffers."""
-    tokens, vocab_r, logits_b = _tv(ctx)
+    tokens, vocab_r, logits_b = logit_sizes(ctx)
     chunks, tv = ctx.plan.techniques.loss_chunks, tokens * vocab_r
     upcast = 4 if logits_b < 4 else 0  # .float() of fp32 logits is the same tensor
     forward = Described(
@@ -213,7 +213,7 @@ def _compiled(ctx: StageContext) -> Loss:
     """A compiled cross-entropy saves only the logits and fuses its backward into a gradient in the logits'
     dtype: no fp32 T·V buffer (inductor's partition of HF and torchtitan losses; torchtitan and torchtune
     compile the loss with the model, HF computes it inside the model's forward)."""
-    tokens, vocab_r, logits_b = _tv(ctx)
+    tokens, vocab_r, logits_b = logit_sizes(ctx)
     tech, tv = ctx.plan.techniques, tokens * vocab_r
     chunks = tech.loss_chunks if tech.loss == "chunked" else 0
     forward = Described(
@@ -241,7 +241,7 @@ def _fused(ctx: StageContext) -> Loss:
     of next_pow2(⌈T / ⌈V/h⌉⌉) rows, whose logits (compute dtype; the fp32 upcast stays in registers) are
     overwritten by their gradient; the gradients of the hidden states (T·h) and of the head's weight (V·h,
     parameter dtype; none for a frozen head) are made in forward and saved for backward."""
-    tokens, vocab_r, _ = _tv(ctx)
+    tokens, vocab_r, _ = logit_sizes(ctx)
     h, bc = ctx.plan.model.hidden_size, ctx.bc
     rows = min(1 << (-(-tokens // -(-vocab_r // h)) - 1).bit_length(), tokens)
     head_each = 0 if ctx.lora else (4 if ctx.autocast else bc)

@@ -19,7 +19,7 @@ from typing import cast
 
 from planner.memory.checkpointing import Kept
 from planner.memory.layout import StageContext, StageParams
-from planner.memory.losses import ENTROPY_CHUNK_ROWS, logit_tokens, softmax_bytes
+from planner.memory.losses import ENTROPY_CHUNK_ROWS, logit_sizes, softmax_bytes
 from planner.memory.result import Item
 from planner.memory.states import trained_weight_dtype
 from planner.memory.terms import Described, Factor, Product, Sum, Term, item
@@ -93,8 +93,7 @@ def _no_grad_forward(ctx: StageContext, kept: Kept) -> Described:
     trl/trainer/utils.py selective_log_softmax: "loop to reduce peak mem consumption", one sequence's S × V per
     iteration); GRPO's over the completions only (Workload.logit_positions)."""
     wl = ctx.plan.workload
-    vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
-    tokens = logit_tokens(ctx)
+    tokens, vocab, _ = logit_sizes(ctx)
     row = tokens // wl.sequences_per_forward  # one sequence's logits on this GPU
     return Described(
         kept.full_layer + (tokens + row) * vocab * ctx.bc,
@@ -141,15 +140,14 @@ def _preference_reference(ctx: StageContext, kept: Kept) -> Described:
     Checked on the oracle's TRL DPO step (bench/data/oracle-dpo.csv) and on an H200 (bench/data/measured-gpu.csv).
     """
     wl = ctx.plan.workload
-    vocab = -(-ctx.plan.model.vocab_size // ctx.plan.parallelism.tensor)
-    tokens = logit_tokens(ctx)
+    tokens, vocab, logits_b = logit_sizes(ctx)
     if wl.preference.log_probs == "upcast":  # LLaMA-Factory: its fp32 logits and their whole log-softmax, then freed
         return Described(
             max(kept.full_layer, tokens * vocab * 8),
             "max(one layer's activations {:,}, T·V × 8 (fp32 logits + their log-softmax) = {:,} × {:,} × 8)",
             (kept.full_layer, tokens, vocab),
         )
-    logits_b, soft = (4, 4) if ctx.bc == 4 else (2, softmax_bytes(ctx))
+    soft = softmax_bytes(ctx)
     row = tokens // wl.sequences_per_forward * vocab  # one sequence's logits on this GPU
     rows = 4 * row if logits_b == 4 else (2 * soft + (4 if soft == 4 else 0)) * row
     metrics = 0

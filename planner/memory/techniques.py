@@ -86,6 +86,12 @@ def _unsharded_params(params: int, layer_params: int, stored: float, fp8: bool, 
     )
 
 
+def produced_bytes(ctx: StageContext, grad_bytes: int) -> int:
+    """Bytes of a gradient element as autograd makes it: the dtype of the parameters it sees (fp32 under autocast,
+    the adapters' gradient dtype under LoRA, else the compute dtype)."""
+    return 4 if ctx.autocast else grad_bytes if ctx.lora else ctx.bc
+
+
 def fresh_gradients(
     ctx: StageContext,
     grad_bytes: int,
@@ -100,7 +106,7 @@ def fresh_gradients(
     become .grad directly on the first micro-batch without ZeRO-2; otherwise they are a transient (added into
     .grad, or reduce-scattered), plus a cast copy when the gradient dtype differs."""
     tech = ctx.plan.techniques
-    produced = 4 if ctx.autocast else grad_bytes if ctx.lora else ctx.bc
+    produced = produced_bytes(ctx, grad_bytes)
     # reduce-scattered as produced from ZeRO-2 on, unless FSDP under pipelining sums them unsharded (layout.py)
     scattered = ctx.plan.parallelism.zero_stage >= 2 and not ctx.unsharded_grads
     return _fresh_gradients(
@@ -169,14 +175,14 @@ def _fresh_gradients(
     )
 
 
-def tied_gradient_sum(ctx: StageContext, unit: int) -> Item:
+def tied_gradient_sum(ctx: StageContext, unit: int, grad_bytes: int) -> Item:
     """A table shared by the embedding and the output head gets two gradients: the head's, made in the head's
     backward and buffered until the embedding's dense gradient arrives at the end of backward, then their sum,
     made out of place before it reaches .grad (torch/csrc/autograd/input_buffer.cpp InputBuffer::accumulate: `old
     + new` unless the buffered tensor may be added into). At that moment the two and their sum are live: one more
     table-sized gradient than an untied model's (the oracle on HF Llama, fp32, fused AdamW: aten.add at the peak;
     an H200 run of the same step: bench/data/measured-gpu.csv)."""
-    produced = 4 if ctx.autocast else ctx.bc
+    produced = produced_bytes(ctx, grad_bytes)
     return item(
         "tied_gradient_sum",
         "Tied table's gradient sum",

@@ -199,7 +199,7 @@ def _phases(ctx: StageContext, st: States, opt: Optimizer, total: int, eng: Engi
                 gather,
                 copy,
                 fresh(sp.embedding, counted=not tied),
-                techniques.tied_gradient_sum(ctx, sp.embedding) if tied else None,
+                techniques.tied_gradient_sum(ctx, sp.embedding, st.grad_dtype_bytes) if tied else None,
             )
         )
     if not plan.techniques.optimizer_in_backward:  # optimizer in backward has no separate step
